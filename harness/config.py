@@ -1,0 +1,439 @@
+"""Matrix TOML -> frozen, validated dataclasses. The only module that sees raw dicts.
+
+Every knob is a dataclass field declared with `knob()`, which carries its one-line doc and bounds;
+docs/matrix.md is generated from these declarations (`python -m harness.config --markdown`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import sys
+import tomllib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+SCHEMA_VERSION = 1
+"""Version of the matrix file format; files may state it as top-level `version`."""
+
+AXES = ("backend", "memory_format", "precision", "world_size", "grad_accum")
+BACKENDS = ("dali-gpu", "dali-cpu", "pytorch", "synthetic")
+MEMORY_FORMATS = ("nchw", "nhwc")
+PRECISIONS = ("fp32", "fp16", "bf16")
+AXIS_CHOICES: dict[str, tuple[str, ...] | None] = {
+    "backend": BACKENDS,
+    "memory_format": MEMORY_FORMATS,
+    "precision": PRECISIONS,
+    "world_size": None,  # positive integers
+    "grad_accum": None,
+}
+
+
+class MatrixError(Exception):
+    """Every problem found in one matrix file, one line each."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = list(problems)
+        super().__init__("\n".join(self.problems))
+
+
+def knob(default: Any, doc: str, *, min: float | None = None, gt: float | None = None,
+         max: float | None = None) -> Any:
+    """A config field with its documentation and numeric bounds (checked by the parser)."""
+    meta = {"doc": doc, "min": min, "gt": gt, "max": max}
+    if isinstance(default, (list, dict)):
+        raise TypeError("mutable defaults are not allowed; use a tuple")
+    return field(default=default, metadata=meta)
+
+
+_FROZEN = dict(frozen=True, slots=True, kw_only=True)
+
+
+@dataclass(**_FROZEN)
+class BenchmarkConfig:
+    name: str = knob("benchmark", "Name shown in reports.")
+    model: str = knob("resnet50", "Model registry name: resnet18, resnet34, resnet50, resnet101.")
+    num_classes: int = knob(1000, "Classifier outputs; must cover the dataset's classes.", min=1)
+    image_size: int = knob(224, "Side of the square training/validation crop in pixels.", min=8)
+    batch_size: int = knob(256, "Images per process per micro-batch.", min=1)
+    warmup_steps: int = knob(20, "Optimizer steps run and recorded as warmup, excluded from statistics.", min=0)
+    measure_steps: int = knob(100, "Optimizer steps in the measured window.", min=2)
+    val_steps: int = knob(0, "Validation batches per process after training; 0 = the whole val set.", min=0)
+    seed: int = knob(42, "Base seed; each process uses seed + rank, each data worker adds its id.", min=0)
+    timeout_s: float = knob(1800.0, "Wall-clock limit for one cell (all ranks); the cell is killed after it.", gt=0)
+
+
+@dataclass(**_FROZEN)
+class RecipeConfig:
+    optimizer: Literal["sgd"] = knob("sgd", "Optimizer (the reference uses SGD with momentum).")
+    lr_per_256: float = knob(0.256, "Learning rate per 256 images of global batch (linear scaling).", gt=0)
+    momentum: float = knob(0.875, "SGD momentum.", min=0, max=1)
+    nesterov: bool = knob(False, "Use Nesterov momentum.")
+    weight_decay: float = knob(3.0517578125e-05, "L2 weight decay.", min=0)
+    bn_bias_weight_decay: bool = knob(False, "Also decay BN parameters and biases (the reference does not).")
+    label_smoothing: float = knob(0.1, "Label smoothing of the training loss.", min=0, max=0.99)
+    schedule: Literal["cosine", "linear", "step", "constant"] = knob(
+        "cosine", "LR schedule after linear warmup, over the cell's warmup + measured steps.")
+    lr_warmup_fraction: float = knob(8 / 90, "Fraction of training steps with linear LR warmup (8 of 90 epochs).",
+                                     min=0, max=0.99)
+    step_milestones: tuple[float, ...] = knob((1 / 3, 2 / 3, 8 / 9),
+                                              "Fractions of training at which `step` multiplies LR by step_gamma.")
+    step_gamma: float = knob(0.1, "LR multiplier at each step milestone.", gt=0, max=1)
+    zero_init_residual: bool = knob(False, "Zero-init the last BN gamma of each residual branch.")
+    init_loss_scale: float = knob(65536.0, "Initial fp16 loss scale (growth 2, backoff 0.5).", gt=0)
+    loss_scale_growth_interval: int = knob(100, "fp16 steps without overflow before the scale doubles.", min=1)
+    allow_tf32: bool = knob(True, "Allow TF32 for fp32 matmul/conv on Ampere and newer (recorded per row).")
+    cudnn_benchmark: bool = knob(True, "Let cuDNN autotune convolution algorithms (during warmup).")
+
+
+@dataclass(**_FROZEN)
+class GenerateConfig:
+    kind: Literal["shapes", "digits"] = knob("shapes", "Generated dataset family (learnable classes).")
+    image_size: int = knob(256, "Side of generated JPEGs in pixels.", min=8)
+    num_classes: int = knob(10, "Classes in the generated dataset.", min=2)
+    train_per_class: int = knob(64, "Training images per class.", min=1)
+    val_per_class: int = knob(16, "Validation images per class.", min=1)
+    seed: int = knob(0, "Generator seed.", min=0)
+
+
+@dataclass(**_FROZEN)
+class DataConfig:
+    path: str = knob("", "ImageFolder root with train/ and val/ (e.g. ImageNet); empty = generate one.")
+    cache_dir: str = knob("", "Where generated datasets are kept; empty = $NVBENCH_CACHE or ~/.cache/nvbench.")
+    workers: int = knob(4, "DataLoader worker processes per process (pytorch backend).", min=0)
+    prefetch_factor: int = knob(2, "Batches prefetched per DataLoader worker.", min=1)
+    dali_threads: int = knob(4, "DALI CPU threads per process.", min=1)
+    dali_prefetch_queue: int = knob(2, "DALI prefetch queue depth.", min=1)
+    generate: GenerateConfig = field(default_factory=GenerateConfig,
+                                     metadata={"doc": "Dataset generated when `path` is empty."})
+
+
+@dataclass(**_FROZEN)
+class RunConfig:
+    repeats: int = knob(1, "Times every cell runs.", min=1)
+    order: Literal["interleaved", "sequential"] = knob(
+        "interleaved", "interleaved shuffles (cell, repeat) with shuffle_seed so drift does not look like a cell effect.")
+    shuffle_seed: int = knob(0, "Seed of the interleaved order (recorded in the manifest).", min=0)
+    device: Literal["auto", "cuda", "cpu"] = knob("auto", "Where cells train; auto = CUDA when available.")
+    nvtx: bool = knob(True, "Emit NVTX ranges (cheap; see docs/performance.md).")
+    threads_per_process: int = knob(0, "torch intra-op threads per CPU process; 0 = cores / processes.", min=0)
+
+
+@dataclass(**_FROZEN)
+class LaunchConfig:
+    nnodes: int = knob(1, "Nodes in a torchrun group (world_size counts processes per node).", min=1)
+    node_rank: int = knob(0, "This node's rank when rdzv_endpoint is empty (static rendezvous).", min=0)
+    rdzv_endpoint: str = knob("", "host:port of the rendezvous for multi-node; empty = --standalone.")
+    rdzv_id: str = knob("nvbench", "Rendezvous id shared by all nodes of a run.")
+    rdzv_backend: Literal["c10d", "static"] = knob("c10d", "torchrun rendezvous backend for multi-node.")
+
+
+@dataclass(**_FROZEN)
+class SmokeConfig:
+    """What `--smoke` shrinks every cell to."""
+
+    image_size: int = knob(32, "Crop size under --smoke.", min=8)
+    batch_size: int = knob(8, "Per-process batch under --smoke.", min=1)
+    warmup_steps: int = knob(2, "Warmup steps under --smoke.", min=0)
+    measure_steps: int = knob(6, "Measured steps under --smoke.", min=2)
+    val_steps: int = knob(2, "Validation batches under --smoke.", min=0)
+    num_classes: int = knob(10, "Classes under --smoke (the generated dataset's).", min=2)
+    workers: int = knob(1, "DataLoader workers under --smoke.", min=0)
+    timeout_s: float = knob(300.0, "Per-cell timeout under --smoke.", gt=0)
+    dataset_image_size: int = knob(40, "Generated JPEG side under --smoke.", min=8)
+    dataset_train_per_class: int = knob(8, "Generated training images per class under --smoke.", min=1)
+    dataset_val_per_class: int = knob(4, "Generated validation images per class under --smoke.", min=1)
+
+
+@dataclass(**_FROZEN)
+class Axes:
+    backend: tuple[str, ...] = ("synthetic",)
+    memory_format: tuple[str, ...] = ("nchw",)
+    precision: tuple[str, ...] = ("fp32",)
+    world_size: tuple[int, ...] = (1,)
+    grad_accum: tuple[int, ...] = (1,)
+
+
+@dataclass(**_FROZEN)
+class Exclude:
+    """Cells whose axis values all match (a value list means any of them) are not run."""
+
+    match: tuple[tuple[str, tuple[Any, ...]], ...]
+
+    def matches(self, values: dict[str, Any]) -> bool:
+        return all(values[axis] in allowed for axis, allowed in self.match)
+
+
+@dataclass(**_FROZEN)
+class Matrix:
+    source: str
+    source_text: str
+    version: int
+    benchmark: BenchmarkConfig
+    recipe: RecipeConfig
+    data: DataConfig
+    axes: Axes
+    excludes: tuple[Exclude, ...]
+    run: RunConfig
+    launch: LaunchConfig
+    smoke: SmokeConfig
+
+
+SECTIONS: dict[str, type] = {
+    "benchmark": BenchmarkConfig, "recipe": RecipeConfig, "data": DataConfig,
+    "run": RunConfig, "launch": LaunchConfig, "smoke": SmokeConfig,
+}
+TOP_LEVEL = ("version", "axes", "exclude", *SECTIONS)
+
+
+# ---------------------------------------------------------------- parsing
+
+def _suggest(key: str, known: typing.Iterable[str]) -> str:
+    close = difflib.get_close_matches(key, list(known), n=1, cutoff=0.6)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def _type_name(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        return " | ".join(repr(a) for a in typing.get_args(tp))
+    if origin is tuple:
+        return f"list of {_type_name(typing.get_args(tp)[0])}"
+    return getattr(tp, "__name__", str(tp))
+
+
+def _check_value(value: Any, tp: Any, meta: dict[str, Any]) -> tuple[Any, str | None]:
+    """Convert a TOML value to `tp`; return (converted, problem)."""
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        choices = typing.get_args(tp)
+        if value not in choices:
+            return None, f"must be one of {', '.join(repr(c) for c in choices)}, got {value!r}"
+        return value, None
+    if origin is tuple:
+        if not isinstance(value, list):
+            return None, f"must be a {_type_name(tp)}, got {type(value).__name__}"
+        items = []
+        for item in value:
+            conv, problem = _check_value(item, typing.get_args(tp)[0], meta)
+            if problem:
+                return None, f"item {item!r}: {problem}"
+            items.append(conv)
+        return tuple(items), None
+    if tp is bool:
+        ok = isinstance(value, bool)
+    elif tp is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif tp is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        value = float(value) if ok else value
+    elif tp is str:
+        ok = isinstance(value, str)
+    else:  # pragma: no cover - a declaration error, not user input
+        raise TypeError(f"unsupported knob type {tp}")
+    if not ok:
+        return None, f"must be {_type_name(tp)}, got {type(value).__name__} {value!r}"
+    if tp in (int, float):
+        if meta.get("min") is not None and value < meta["min"]:
+            return None, f"must be >= {meta['min']:g}, got {value!r}"
+        if meta.get("gt") is not None and value <= meta["gt"]:
+            return None, f"must be > {meta['gt']:g}, got {value!r}"
+        if meta.get("max") is not None and value > meta["max"]:
+            return None, f"must be <= {meta['max']:g}, got {value!r}"
+    return value, None
+
+
+def _parse_section(raw: Any, cls: type, where: str, problems: list[str]) -> Any:
+    if not isinstance(raw, dict):
+        problems.append(f"{where}: must be a table, got {type(raw).__name__}")
+        return cls()
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    kwargs: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key not in fields:
+            problems.append(f"{where}.{key}: unknown key{_suggest(key, fields)}")
+            continue
+        tp = hints[key]
+        if dataclasses.is_dataclass(tp):
+            kwargs[key] = _parse_section(value, tp, f"{where}.{key}", problems)
+            continue
+        conv, problem = _check_value(value, tp, dict(fields[key].metadata))
+        if problem:
+            problems.append(f"{where}.{key}: {problem}")
+        else:
+            kwargs[key] = conv
+    return cls(**kwargs)
+
+
+def _parse_axis_value(axis: str, value: Any) -> tuple[Any, str | None]:
+    choices = AXIS_CHOICES[axis]
+    if choices is None:
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            return None, f"must be a positive integer, got {value!r}"
+        return value, None
+    if value not in choices:
+        hint = _suggest(value, choices) if isinstance(value, str) else ""
+        return None, f"unknown value {value!r}{hint}; choose from {', '.join(choices)}"
+    return value, None
+
+
+def _parse_axes(raw: Any, where: str, problems: list[str]) -> Axes:
+    if not isinstance(raw, dict):
+        problems.append(f"{where}: must be a table, got {type(raw).__name__}")
+        return Axes()
+    kwargs = {}
+    for axis, values in raw.items():
+        if axis not in AXIS_CHOICES:
+            problems.append(f"{where}.{axis}: unknown axis{_suggest(axis, AXES)}")
+            continue
+        if not isinstance(values, list):
+            values = [values]
+        if not values:
+            problems.append(f"{where}.{axis}: empty list; give at least one value")
+            continue
+        parsed = []
+        for value in values:
+            conv, problem = _parse_axis_value(axis, value)
+            if problem:
+                problems.append(f"{where}.{axis}: {problem}")
+            elif conv in parsed:
+                problems.append(f"{where}.{axis}: duplicate value {conv!r}")
+            else:
+                parsed.append(conv)
+        kwargs[axis] = tuple(parsed)
+    return Axes(**kwargs)
+
+
+def _parse_excludes(raw: Any, axes: Axes, where: str, problems: list[str]) -> tuple[Exclude, ...]:
+    if not isinstance(raw, list):
+        problems.append(f"{where}: must be an array of tables ([[exclude]]), got {type(raw).__name__}")
+        return ()
+    excludes = []
+    for i, entry in enumerate(raw):
+        here = f"{where}[{i}]"
+        if not isinstance(entry, dict) or not entry:
+            problems.append(f"{here}: must be a non-empty table of axis = value pairs")
+            continue
+        match = []
+        for axis, values in entry.items():
+            if axis not in AXIS_CHOICES:
+                problems.append(f"{here}.{axis}: unknown axis{_suggest(axis, AXES)}")
+                continue
+            values = values if isinstance(values, list) else [values]
+            allowed = []
+            for value in values:
+                conv, problem = _parse_axis_value(axis, value)
+                if problem:
+                    problems.append(f"{here}.{axis}: {problem}")
+                elif conv not in getattr(axes, axis):
+                    problems.append(f"{here}.{axis}: value {conv!r} is not on the axis "
+                                    f"({', '.join(map(str, getattr(axes, axis)))})")
+                else:
+                    allowed.append(conv)
+            match.append((axis, tuple(allowed)))
+        excludes.append(Exclude(match=tuple(match)))
+    return tuple(excludes)
+
+
+def parse_matrix(raw: dict[str, Any], source: str, source_text: str = "", *,
+                 check_paths: bool = True) -> Matrix:
+    """Validate a decoded TOML document; raise MatrixError listing every problem."""
+    problems: list[str] = []
+    for key in raw:
+        if key not in TOP_LEVEL:
+            problems.append(f"{key}: unknown section{_suggest(key, TOP_LEVEL)}")
+    version = raw.get("version", SCHEMA_VERSION)
+    if version != SCHEMA_VERSION:
+        problems.append(f"version: unsupported matrix version {version!r}; this nvbench reads {SCHEMA_VERSION}")
+    sections = {name: _parse_section(raw.get(name, {}), cls, name, problems) for name, cls in SECTIONS.items()}
+    axes = _parse_axes(raw.get("axes", {}), "axes", problems)
+    excludes = _parse_excludes(raw.get("exclude", []), axes, "exclude", problems)
+    bench, data, launch = sections["benchmark"], sections["data"], sections["launch"]
+    if data.path == "" and data.generate.num_classes > bench.num_classes:
+        problems.append(f"benchmark.num_classes: {bench.num_classes} is fewer than data.generate.num_classes "
+                        f"({data.generate.num_classes}); raise num_classes or generate fewer classes")
+    if check_paths and data.path and set(axes.backend) - {"synthetic"}:
+        root = Path(data.path).expanduser()
+        missing = [s for s in ("train", "val") if not (root / s).is_dir()]
+        if missing:
+            problems.append(f"data.path: dataset {str(root)!r} has no {' or '.join(s + '/' for s in missing)} "
+                            "directory (expected an ImageFolder root)")
+    if launch.nnodes > 1 and not launch.rdzv_endpoint:
+        problems.append("launch.rdzv_endpoint: required when launch.nnodes > 1 (host:port every node can reach)")
+    if launch.node_rank >= launch.nnodes:
+        problems.append(f"launch.node_rank: {launch.node_rank} must be < launch.nnodes ({launch.nnodes})")
+    if problems:
+        raise MatrixError([f"{source}: {p}" for p in problems])
+    return Matrix(source=source, source_text=source_text, version=version, axes=axes, excludes=excludes,
+                  **sections)
+
+
+def load_matrix(path: str | Path, *, check_paths: bool = True) -> Matrix:
+    """Read and validate a matrix file; every failure is a MatrixError naming the file."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise MatrixError([f"{path}: matrix file not found"]) from None
+    except OSError as exc:
+        raise MatrixError([f"{path}: cannot read matrix file: {exc.strerror}"]) from None
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise MatrixError([f"{path}: malformed TOML: {exc}"]) from None
+    return parse_matrix(raw, str(path), text, check_paths=check_paths)
+
+
+# ---------------------------------------------------------------- round trip
+
+def to_plain(obj: Any) -> Any:
+    """A frozen config (nested) as JSON-ready dicts/lists."""
+    if dataclasses.is_dataclass(obj):
+        return {f.name: to_plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, tuple):
+        return [to_plain(v) for v in obj]
+    return obj
+
+
+def from_plain(cls: type, data: dict[str, Any]) -> Any:
+    """Inverse of to_plain for the config dataclasses (trusted input written by nvbench)."""
+    hints = typing.get_type_hints(cls)
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        if f.name not in data:
+            continue
+        tp, value = hints[f.name], data[f.name]
+        if dataclasses.is_dataclass(tp):
+            value = from_plain(tp, value)
+        elif typing.get_origin(tp) is tuple or (isinstance(tp, types.GenericAlias) and tp.__origin__ is tuple):
+            value = tuple(value)
+        kwargs[f.name] = value
+    return cls(**kwargs)
+
+
+# ---------------------------------------------------------------- docs
+
+def markdown_reference() -> str:
+    """The knob tables of docs/matrix.md, generated from the declarations above."""
+    out = []
+    for name, cls in {**SECTIONS, "data.generate": GenerateConfig}.items():
+        out.append(f"### `[{name}]`\n\n| key | type | default | meaning |\n|---|---|---|---|")
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            if dataclasses.is_dataclass(hints[f.name]):
+                continue
+            default = f.default
+            shown = "[" + ", ".join(f"{v:.4g}" for v in default) + "]" if isinstance(default, tuple) else repr(default)
+            shown = shown.replace("'", '"').replace("True", "true").replace("False", "false")
+            out.append(f"| `{f.name}` | {_type_name(hints[f.name])} | `{shown}` | {f.metadata['doc']} |")
+        out.append("")
+    return "\n".join(out)
+
+
+if __name__ == "__main__":  # python -m harness.config --markdown
+    if sys.argv[1:] == ["--markdown"]:
+        print(markdown_reference())
