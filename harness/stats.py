@@ -1,0 +1,493 @@
+"""Pure statistics over sequences of floats: throughput, within-run intervals, steadiness and
+run-to-run comparisons.
+
+No torch, no I/O. Every function validates its input and raises ValueError naming the argument.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats as _sps
+
+__all__ = [
+    "Interval",
+    "MannKendall",
+    "Pettitt",
+    "Steadiness",
+    "ratio_of_sums_throughput",
+    "mean_t_interval",
+    "batch_means_interval",
+    "mann_kendall",
+    "pettitt",
+    "steadiness",
+    "bootstrap_log_ratio",
+    "to_percent",
+    "benjamini_hochberg",
+    "median_mad",
+    "robust_z",
+    "welch_t_test",
+    "mann_whitney_p",
+    "min_detectable_change",
+]
+
+MAD_TO_SIGMA = 1.4826
+"""1 / Phi^-1(3/4): makes the MAD a consistent estimator of sigma for normal data."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Interval:
+    """A point estimate with a two-sided confidence interval."""
+
+    estimate: float
+    """The point estimate, in the unit of the quantity (images/s, log ratio, ...)."""
+    low: float
+    """Lower bound; NaN when there is too little data to form an interval."""
+    high: float
+    """Upper bound; NaN when there is too little data, +inf when the data cannot bound it."""
+    confidence: float
+    """Nominal two-sided coverage, e.g. 0.95."""
+    method: str
+    """Stable identifier of the method: 't', 'batch_means_t' or 'bootstrap_percentile'."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MannKendall:
+    """Result of the Mann-Kendall trend test."""
+
+    s: int
+    """Sum of signs over all ordered pairs; > 0 means values rise over time."""
+    var_s: float
+    """Variance of S under H0, tie-corrected."""
+    z: float
+    """Continuity-corrected standard normal score."""
+    p: float
+    """Two-sided p-value from the normal approximation."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Pettitt:
+    """Result of Pettitt's change-point test."""
+
+    k: float
+    """max_t |U_t|, the test statistic."""
+    change_index: int
+    """Number of values before the most probable change: the shift is between [:t] and [t:]."""
+    p: float
+    """Approximate two-sided p-value 2 exp(-6 K^2 / (n^3 + n^2)), capped at 1."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Steadiness:
+    """Whether a measurement window shows neither a trend nor a level shift."""
+
+    is_steady: bool
+    """True when neither test rejects at alpha (and there were enough values to test)."""
+    trend_p: float
+    """Mann-Kendall p-value on the batch means; NaN when not testable."""
+    change_p: float
+    """Pettitt p-value on the batch means; NaN when not testable."""
+    reason: str
+    """One sentence a person can act on."""
+
+
+# ---------------------------------------------------------------------------------------------
+# validation
+
+
+def _as_array(values: Sequence[float], name: str, *, positive: bool = False) -> np.ndarray:
+    x = np.asarray(values, dtype=float)
+    if x.ndim != 1:
+        raise ValueError(f"{name}: expected a 1-D sequence of floats, got shape {x.shape}")
+    if x.size == 0:
+        raise ValueError(f"{name}: empty; need at least one value")
+    bad = np.flatnonzero(~np.isfinite(x))
+    if bad.size:
+        raise ValueError(f"{name}[{bad[0]}] is {x[bad[0]]}; values must be finite (no NaN or inf)")
+    if positive:
+        bad = np.flatnonzero(x <= 0)
+        if bad.size:
+            raise ValueError(f"{name}[{bad[0]}] = {x[bad[0]]}; values must be > 0")
+    return x
+
+
+def _check_open_unit(value: float, name: str) -> None:
+    if not 0.0 < value < 1.0:
+        raise ValueError(f"{name}={value}: must be strictly between 0 and 1")
+
+
+def _check_same_length(a: np.ndarray, b: np.ndarray, name_a: str, name_b: str) -> None:
+    if a.size != b.size:
+        raise ValueError(
+            f"{name_a} ({a.size} values) and {name_b} ({b.size} values) must have the same length"
+        )
+
+
+def _batch_sums(x: np.ndarray, num_batches: int) -> tuple[np.ndarray, np.ndarray]:
+    """Contiguous, non-overlapping batches (sizes differ by at most one): per-batch sums and sizes."""
+    sizes = np.full(num_batches, x.size // num_batches)
+    sizes[: x.size % num_batches] += 1
+    starts = np.concatenate(([0], np.cumsum(sizes)[:-1]))
+    return np.add.reduceat(x, starts), sizes
+
+
+# ---------------------------------------------------------------------------------------------
+# throughput and within-run intervals
+
+
+def ratio_of_sums_throughput(images: Sequence[float], seconds: Sequence[float]) -> float:
+    """Throughput as total work over total time: sum(images) / sum(seconds).
+
+    Method: the ratio of sums, i.e. the work-weighted harmonic mean of per-step rates. The
+    arithmetic mean of per-step rates images_i/seconds_i is *not* used: it weights every step
+    equally regardless of how long it took, so fast steps count as much as slow ones and the result
+    is biased upward (Jensen: E[1/T] >= 1/E[T]); it does not equal the images actually processed
+    per wall-clock second. Reference: J. E. Smith, "Characterizing computer performance with a
+    single number", CACM 31(10), 1988 (rates are summarised by the harmonic mean, i.e. total work
+    over total time).
+    """
+    img = _as_array(images, "images", positive=True)
+    sec = _as_array(seconds, "seconds", positive=True)
+    _check_same_length(img, sec, "images", "seconds")
+    return float(img.sum() / sec.sum())
+
+
+def mean_t_interval(values: Sequence[float], *, confidence: float = 0.95) -> Interval:
+    """Student t confidence interval for the mean of i.i.d. values.
+
+    Method: mean +/- t_{(1+c)/2, n-1} * s / sqrt(n), with s the sample standard deviation (ddof=1).
+    Reference: Student, "The probable error of a mean", Biometrika 6(1), 1908; any introductory
+    text, e.g. Snedecor & Cochran, Statistical Methods, 8th ed., 1989, sec. 2.7. With fewer than two
+    values low/high are NaN.
+    """
+    x = _as_array(values, "values")
+    _check_open_unit(confidence, "confidence")
+    mean = float(x.mean())
+    if x.size < 2:
+        return Interval(
+            estimate=mean, low=math.nan, high=math.nan, confidence=confidence, method="t"
+        )
+    half = _sps.t.ppf((1 + confidence) / 2, x.size - 1) * x.std(ddof=1) / math.sqrt(x.size)
+    return Interval(
+        estimate=mean, low=float(mean - half), high=float(mean + half), confidence=confidence,
+        method="t",
+    )
+
+
+def batch_means_interval(
+    step_times_s: Sequence[float],
+    images_per_step: float | Sequence[float],
+    *,
+    num_batches: int = 10,
+    confidence: float = 0.95,
+) -> Interval:
+    """Throughput (images/s) of one run with a within-run confidence interval, by batch means.
+
+    Pass the steady steps only (warm-up excluded). Method: non-overlapping batch means. The steps
+    are cut into ``num_batches`` contiguous batches (sizes differ by at most one; fewer steps than
+    batches -> one step per batch). Per batch b, T_b = seconds and I_b = images. The estimate of
+    seconds per image is R = sum T_b / sum I_b (so ``estimate`` equals
+    :func:`ratio_of_sums_throughput`), with standard error
+    SE = sqrt(sum (T_b - R I_b)^2 / (k (k-1))) / mean(I_b) (ratio estimator over batch totals). The
+    t_{k-1} interval R +/- t SE is inverted into images/s; 1/x is decreasing, so the bounds swap,
+    and an upper bound of +inf means the data cannot bound throughput from above. With equal batch
+    sizes and a constant ``images_per_step`` this is exactly the textbook t-interval on the mean
+    step time computed from the k batch means, divided into the images per step. Batching makes
+    the batch means nearly independent even when consecutive step times are correlated.
+    References: Law & Kelton, Simulation Modeling and Analysis, 3rd ed., 2000, sec. 9.5.3;
+    Fishman, Discrete-Event Simulation, 2001, sec. 6.6 (batch means); Cochran, Sampling Techniques,
+    3rd ed., 1977, sec. 6.4 (variance of a ratio estimator). Fewer than two steps: low/high NaN.
+    """
+    times = _as_array(step_times_s, "step_times_s", positive=True)
+    if np.ndim(images_per_step) == 0:
+        images = _as_array([images_per_step], "images_per_step", positive=True)
+        images = np.full(times.size, images[0])
+    else:
+        images = _as_array(images_per_step, "images_per_step", positive=True)
+        _check_same_length(times, images, "step_times_s", "images_per_step")
+    if num_batches < 2:
+        raise ValueError(
+            f"num_batches={num_batches}: need at least 2 batches to estimate a variance"
+        )
+    _check_open_unit(confidence, "confidence")
+    estimate = float(images.sum() / times.sum())
+    if times.size < 2:
+        return Interval(
+            estimate=estimate, low=math.nan, high=math.nan, confidence=confidence,
+            method="batch_means_t",
+        )
+    k = min(num_batches, times.size)
+    t_b, _ = _batch_sums(times, k)
+    i_b, _ = _batch_sums(images, k)
+    r = t_b.sum() / i_b.sum()
+    se = math.sqrt(np.sum((t_b - r * i_b) ** 2) / (k * (k - 1))) / i_b.mean()
+    half = _sps.t.ppf((1 + confidence) / 2, k - 1) * se
+    high = 1.0 / (r - half) if r - half > 0 else math.inf
+    return Interval(
+        estimate=estimate, low=float(1.0 / (r + half)), high=float(high), confidence=confidence,
+        method="batch_means_t",
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# steadiness of a window
+
+
+def mann_kendall(values: Sequence[float]) -> MannKendall:
+    """Mann-Kendall test for a monotonic trend, with the tie correction.
+
+    Method: S = sum_{i<j} sign(x_j - x_i); under H0 (i.i.d.),
+    Var(S) = [n(n-1)(2n+5) - sum_g t_g(t_g-1)(2t_g+5)] / 18 over groups of t_g tied values;
+    Z = (S - sign(S)) / sqrt(Var(S)) (continuity correction); p = 2 (1 - Phi(|Z|)). If every value
+    is tied, Var(S) = 0 and p = 1. O(n^2) pairs: meant for batch means, not millions of points.
+    References: Mann, Econometrica 13, 1945; Kendall, Rank Correlation Methods, 4th ed., 1975;
+    Gilbert, Statistical Methods for Environmental Pollution Monitoring, 1987, sec. 16.4.
+    """
+    x = _as_array(values, "values")
+    if x.size < 2:
+        raise ValueError(f"values: {x.size} value(s); the Mann-Kendall test needs at least 2")
+    n = x.size
+    s = 0
+    for start in range(0, n - 1, 512):  # row blocks keep the pair matrix small
+        rows = x[start : start + 512, None]
+        signs = np.sign(x[None, :] - rows)
+        later = np.arange(n)[None, :] > np.arange(start, start + rows.shape[0])[:, None]
+        s += int(signs[later].sum())
+    _, counts = np.unique(x, return_counts=True)
+    ties = np.sum(counts * (counts - 1.0) * (2.0 * counts + 5.0))
+    var_s = float((n * (n - 1.0) * (2.0 * n + 5.0) - ties) / 18.0)
+    if var_s <= 0:
+        return MannKendall(s=s, var_s=var_s, z=0.0, p=1.0)
+    z = (s - np.sign(s)) / math.sqrt(var_s)
+    return MannKendall(s=s, var_s=var_s, z=float(z), p=float(2.0 * _sps.norm.sf(abs(z))))
+
+
+def pettitt(values: Sequence[float]) -> Pettitt:
+    """Pettitt's non-parametric test for a single change point (shift in level).
+
+    Method: U_t = sum_{i<=t} sum_{j>t} sign(x_i - x_j) = 2 sum_{i<=t} r_i - t(n+1) with mid-ranks
+    r_i (so ties are handled); K = max_{1<=t<n} |U_t|, the change point is the arg max t, and
+    p ~= 2 exp(-6 K^2 / (n^3 + n^2)), capped at 1 (Pettitt's approximation, good for p <= 0.5).
+    Reference: A. N. Pettitt, "A non-parametric approach to the change-point problem", Applied
+    Statistics 28(2), 1979, 126-135 (its Table 1 example: K = 232, t = 17, p = 0.0146).
+    """
+    x = _as_array(values, "values")
+    if x.size < 2:
+        raise ValueError(f"values: {x.size} value(s); the Pettitt test needs at least 2")
+    n = x.size
+    u = np.cumsum(2.0 * _sps.rankdata(x) - (n + 1.0))[:-1]
+    t = int(np.argmax(np.abs(u)))
+    k = float(abs(u[t]))
+    p = min(1.0, 2.0 * math.exp(-6.0 * k * k / (n**3 + n**2)))
+    return Pettitt(k=k, change_index=t + 1, p=p)
+
+
+def steadiness(
+    values: Sequence[float], *, alpha: float = 0.01, num_batches: int = 30
+) -> Steadiness:
+    """Check that a measurement window has neither a trend nor a level shift.
+
+    Method: the values (e.g. steady-state step times) are reduced to ``num_batches`` contiguous
+    batch means (or used as they are when there are no more values than batches), which damps
+    step-to-step autocorrelation and keeps tiny, practically irrelevant drifts from being
+    "significant" in long windows. Then a Mann-Kendall trend test (:func:`mann_kendall`) and a
+    Pettitt change-point test (:func:`pettitt`) are run on the batch means; the window is steady
+    when both p-values are >= alpha (family-wise false-alarm rate <= 2 alpha by Bonferroni).
+    Pettitt's p cannot fall below 0.066 with 10 points and reaches 0.01 with 20 only for a shift
+    near the middle, hence 30 batches by default. Limitation: both tests use ranks of the batch
+    means, so a transient confined to the first ~1/6 of the window (e.g. a too-short warm-up) is
+    not reliably flagged however large it is; exclude warm-up generously, or pass
+    num_batches=len(values) to test the raw values (then a slow first 10 % that stands clear of
+    the noise is caught, at the price of sensitivity to autocorrelation and to tiny shifts). Fewer than 3 values
+    cannot be tested and are reported as not steady. References: see :func:`mann_kendall`,
+    :func:`pettitt`; batch means as in :func:`batch_means_interval`; the "warn and say what to do"
+    behaviour follows pyperf.
+    """
+    x = _as_array(values, "values")
+    _check_open_unit(alpha, "alpha")
+    if num_batches < 3:
+        raise ValueError(f"num_batches={num_batches}: need at least 3 batches to test steadiness")
+    if x.size < 3:
+        return Steadiness(
+            is_steady=False, trend_p=math.nan, change_p=math.nan,
+            reason=f"only {x.size} value(s); need at least 3 to test for trend or level shift",
+        )
+    sums, sizes = _batch_sums(x, min(num_batches, x.size))
+    means = sums / sizes
+    mk, pt = mann_kendall(means), pettitt(means)
+    trend_ok, change_ok = mk.p >= alpha, pt.p >= alpha
+    problems = []
+    if not trend_ok:
+        direction = "rise" if mk.s > 0 else "fall"
+        problems.append(
+            f"values {direction} over the window "
+            f"(Mann-Kendall p={mk.p:.2g} on {means.size} batch means)"
+        )
+    if not change_ok:
+        at = int(sizes[: pt.change_index].sum())
+        problems.append(f"level shift near value {at} of {x.size} (Pettitt p={pt.p:.2g})")
+    if problems:
+        reason = (
+            f"not steady at alpha={alpha:g}: " + "; ".join(problems)
+            + "; lengthen the warm-up, shorten the window, or check clocks and thermals"
+        )
+    else:
+        reason = (
+            f"steady at alpha={alpha:g}: no trend (Mann-Kendall p={mk.p:.2g}) and no level shift "
+            f"(Pettitt p={pt.p:.2g}) over {means.size} batch means"
+        )
+    return Steadiness(is_steady=trend_ok and change_ok, trend_p=mk.p, change_p=pt.p, reason=reason)
+
+
+# ---------------------------------------------------------------------------------------------
+# comparing runs
+
+
+def to_percent(log_ratio: float) -> float:
+    """Relative change in percent from a natural-log ratio: 100 (exp(x) - 1)."""
+    return 100.0 * math.expm1(log_ratio)
+
+
+def bootstrap_log_ratio(
+    candidate: Sequence[float],
+    baseline: Sequence[float],
+    *,
+    confidence: float = 0.95,
+    num_resamples: int = 10_000,
+    seed: int = 0,
+) -> Interval:
+    """Effect size log(mean(candidate) / mean(baseline)) with a percentile bootstrap interval.
+
+    Inputs are per-repeat values (e.g. throughput of each repeat), > 0. The effect uses arithmetic
+    means, so :func:`to_percent` of it is the relative change in mean throughput. Method: stratified
+    nonparametric bootstrap; each resample draws len(candidate) values with replacement from
+    candidate and, independently, len(baseline) from baseline; the interval is the
+    (1-c)/2 and (1+c)/2 percentiles of the resampled log ratios (percentile method, not BCa).
+    Deterministic for a given seed (numpy PCG64). Caveat: with few repeats per side (< ~10) the
+    percentile interval is somewhat too narrow. Reference: Efron & Tibshirani, An Introduction to
+    the Bootstrap, 1993, ch. 13 (percentile interval) and sec. 8.3 (two-sample bootstrap).
+    With fewer than two values on either side low/high are NaN.
+    """
+    cand = _as_array(candidate, "candidate", positive=True)
+    base = _as_array(baseline, "baseline", positive=True)
+    _check_open_unit(confidence, "confidence")
+    if num_resamples < 1:
+        raise ValueError(f"num_resamples={num_resamples}: must be >= 1")
+    estimate = float(math.log(cand.mean() / base.mean()))
+    method = "bootstrap_percentile"
+    if cand.size < 2 or base.size < 2:
+        return Interval(
+            estimate=estimate, low=math.nan, high=math.nan, confidence=confidence, method=method
+        )
+    rng = np.random.default_rng(seed)
+    cand_means = cand[rng.integers(0, cand.size, (num_resamples, cand.size))].mean(axis=1)
+    base_means = base[rng.integers(0, base.size, (num_resamples, base.size))].mean(axis=1)
+    tails = [(1 - confidence) / 2, (1 + confidence) / 2]
+    low, high = np.quantile(np.log(cand_means / base_means), tails)
+    return Interval(
+        estimate=estimate, low=float(low), high=float(high), confidence=confidence, method=method
+    )
+
+
+def benjamini_hochberg(
+    p_values: Sequence[float], *, q: float = 0.05
+) -> tuple[np.ndarray, np.ndarray]:
+    """Benjamini-Hochberg step-up procedure controlling the false discovery rate at q.
+
+    Method: sort p ascending, p_(1) <= ... <= p_(m); adjusted p_(i) = min_{j>=i} min(1, m p_(j) / j)
+    (monotone in p); reject H_(i) when its adjusted p <= q, equivalently all i <= the largest i with
+    p_(i) <= i q / m. Returns (adjusted p, rejected) in the input order. Reference: Benjamini &
+    Hochberg, "Controlling the false discovery rate", JRSS B 57(1), 1995, 289-300 (their example
+    with 15 p-values rejects 4 at q = 0.05).
+    """
+    p = _as_array(p_values, "p_values")
+    if np.any((p < 0) | (p > 1)):
+        i = int(np.flatnonzero((p < 0) | (p > 1))[0])
+        raise ValueError(f"p_values[{i}] = {p[i]}; p-values must lie in [0, 1]")
+    _check_open_unit(q, "q")
+    m = p.size
+    order = np.argsort(p, kind="stable")
+    scaled = p[order] * m / np.arange(1, m + 1)
+    adjusted_sorted = np.minimum(1.0, np.minimum.accumulate(scaled[::-1])[::-1])
+    adjusted = np.empty(m)
+    adjusted[order] = adjusted_sorted
+    return adjusted, adjusted <= q
+
+
+def median_mad(values: Sequence[float]) -> tuple[float, float]:
+    """Median and the scaled median absolute deviation, 1.4826 * median(|x - median(x)|).
+
+    Method: the factor 1.4826 = 1 / Phi^-1(3/4) makes the MAD a consistent estimator of the
+    standard deviation for normal data. References: Hampel, JASA 69, 1974; Rousseeuw & Croux,
+    "Alternatives to the median absolute deviation", JASA 88, 1993.
+    """
+    x = _as_array(values, "values")
+    med = float(np.median(x))
+    return med, float(MAD_TO_SIGMA * np.median(np.abs(x - med)))
+
+
+def robust_z(x: float, values: Sequence[float]) -> float:
+    """Robust z-score of x against values: (x - median) / (1.4826 MAD).
+
+    Method: median/MAD in place of mean/standard deviation so that outliers in ``values`` do not
+    mask x (Iglewicz & Hoaglin, How to Detect and Handle Outliers, 1993, "modified z-score"). When
+    the MAD is 0 (more than half the values equal), returns 0.0 if x equals the median and
+    +/-inf otherwise.
+    """
+    if not math.isfinite(x):
+        raise ValueError(f"x is {x}; must be finite")
+    med, mad = median_mad(values)
+    if mad == 0:
+        return 0.0 if x == med else math.copysign(math.inf, x - med)
+    return (x - med) / mad
+
+
+def welch_t_test(a: Sequence[float], b: Sequence[float]) -> float:
+    """Two-sided p-value of Welch's unequal-variance t test of equal means.
+
+    Method: t = (mean_a - mean_b) / sqrt(s_a^2/n_a + s_b^2/n_b) with Welch-Satterthwaite degrees
+    of freedom (scipy.stats.ttest_ind, equal_var=False). Reference: Welch, Biometrika 34, 1947.
+    NaN when both samples are constant.
+    """
+    x, y = _as_array(a, "a"), _as_array(b, "b")
+    for arr, name in ((x, "a"), (y, "b")):
+        if arr.size < 2:
+            raise ValueError(f"{name}: {arr.size} value(s); Welch's t test needs at least 2 per side")
+    return float(_sps.ttest_ind(x, y, equal_var=False).pvalue)
+
+
+def mann_whitney_p(a: Sequence[float], b: Sequence[float]) -> float:
+    """Two-sided p-value of the Mann-Whitney U (Wilcoxon rank-sum) test.
+
+    Method: scipy.stats.mannwhitneyu, method='auto': exact null distribution for small samples
+    without ties, otherwise the tie-corrected normal approximation with continuity correction.
+    Reference: Mann & Whitney, Ann. Math. Statist. 18, 1947; Hollander & Wolfe, Nonparametric
+    Statistical Methods, 1999, sec. 4.1.
+    """
+    x, y = _as_array(a, "a"), _as_array(b, "b")
+    return float(_sps.mannwhitneyu(x, y, alternative="two-sided", method="auto").pvalue)
+
+
+def min_detectable_change(
+    baseline_cv: float, n_a: int, n_b: int, *, alpha: float = 0.05, power: float = 0.8
+) -> float:
+    """Smallest relative change in the mean a two-sided two-sample t test detects with given power.
+
+    Method (normal-theory approximation with t quantiles, equal variances):
+    delta / mu = (t_{1-alpha/2, nu} + t_{power, nu}) * cv * sqrt(1/n_a + 1/n_b), nu = n_a + n_b - 2.
+    Returned as a fraction (0.05 = 5 %). With z quantiles and n_a = n_b = n this is Lehr's
+    n = 16 / (delta/sigma)^2 at alpha 0.05, power 0.8. References: Snedecor & Cochran, Statistical
+    Methods, 8th ed., 1989, sec. 6.14; van Belle, Statistical Rules of Thumb, 2nd ed., 2008, sec. 2.3.
+    """
+    if not (math.isfinite(baseline_cv) and baseline_cv > 0):
+        raise ValueError(f"baseline_cv={baseline_cv}: must be finite and > 0")
+    if n_a < 2 or n_b < 2:
+        raise ValueError(f"n_a={n_a}, n_b={n_b}: need at least 2 repeats per side")
+    _check_open_unit(alpha, "alpha")
+    _check_open_unit(power, "power")
+    nu = n_a + n_b - 2
+    factor = _sps.t.ppf(1 - alpha / 2, nu) + _sps.t.ppf(power, nu)
+    return float(factor * baseline_cv * math.sqrt(1 / n_a + 1 / n_b))
