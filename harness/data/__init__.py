@@ -1,0 +1,91 @@
+"""Data backends for the `backend` axis: one module each, registered in BACKENDS.
+
+Every backend turns a LoaderSpec into a Loader that yields (images, labels) already on the
+cell's device: images float32, normalised with the reference mean/std, in the cell's memory
+format; labels int64. The training loop times `next()` on it as data-wait.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Literal, Protocol
+
+# Reference normalisation (ImageNet statistics on the 0..255 scale).
+MEAN_255 = (0.485 * 255, 0.456 * 255, 0.406 * 255)
+STD_255 = (0.229 * 255, 0.224 * 255, 0.225 * 255)
+# Validation resizes the shorter side to image_size / CROP_RATIO (256 for 224) then centre-crops.
+VAL_CROP_RATIO = 0.875
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LoaderSpec:
+    """Everything a backend needs to build one split's loader for one process."""
+
+    root: Path | None
+    """ImageFolder root holding train/ and val/ (None for synthetic)."""
+    split: Literal["train", "val"]
+    batch_size: int
+    """Images per batch for this process."""
+    image_size: int
+    """Side of the square crop fed to the model, in pixels."""
+    num_classes: int
+    memory_format: Literal["nchw", "nhwc"]
+    device: str
+    """torch device string: "cpu" or "cuda:N"."""
+    rank: int = 0
+    world_size: int = 1
+    seed: int = 0
+    """Per-process seed (matrix seed + rank); workers add their worker id."""
+    workers: int = 2
+    """DataLoader worker processes (pytorch backend)."""
+    prefetch_factor: int = 2
+    dali_threads: int = 2
+    dali_prefetch_queue: int = 2
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1 or self.image_size < 1 or self.num_classes < 1:
+            raise ValueError("batch_size, image_size and num_classes must be positive")
+        if not 0 <= self.rank < self.world_size:
+            raise ValueError(f"rank {self.rank} outside world of {self.world_size}")
+
+
+class Loader(Protocol):
+    def __iter__(self) -> Iterator[tuple["torch.Tensor", "torch.Tensor"]]:  # noqa: F821
+        """One epoch of this rank's shard."""
+
+    def __len__(self) -> int:
+        """Batches per epoch for this rank."""
+
+    def set_epoch(self, epoch: int) -> None:
+        """Reshuffle deterministically for `epoch` (same on every rank)."""
+
+    def close(self) -> None:
+        """Release workers, pipelines and pinned buffers."""
+
+
+# backend name -> module path; each module defines build(spec) -> Loader and
+# unavailable_reason(device: str) -> str | None (None when it can run here).
+BACKENDS: dict[str, str] = {
+    "synthetic": "harness.data.synthetic",
+    "pytorch": "harness.data.pytorch",
+    "dali-cpu": "harness.data.dali",
+    "dali-gpu": "harness.data.dali",
+}
+
+
+def backend_module(name: str):
+    try:
+        return importlib.import_module(BACKENDS[name])
+    except KeyError:
+        raise ValueError(f"unknown data backend {name!r}; known: {', '.join(BACKENDS)}") from None
+
+
+def build_loader(backend: str, spec: LoaderSpec) -> Loader:
+    return backend_module(backend).build(spec, backend=backend)
+
+
+def unavailable_reason(backend: str, device: str) -> str | None:
+    """Why `backend` cannot run on `device` ("cpu" or "cuda"), or None. Cheap: imports no heavy library."""
+    return backend_module(backend).unavailable_reason(device, backend=backend)

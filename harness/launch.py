@@ -1,0 +1,135 @@
+"""How a cell's process(es) start and end: a plain child for one process, a torchrun group otherwise.
+
+The parent blocks in wait(timeout) — no polling — and on timeout terminates the whole process group.
+Every process a cell starts asks Linux to kill it with its parent (PR_SET_PDEATHSIG) before anything
+slow: `python -m harness.launch cell JOB` runs one rank, `python -m harness.launch exec CMD...` execs
+CMD (the torchrun agent), so a killed runner leaves no process of its cells behind.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from harness.matrix import Cell  # pure: no torch, so a rank's PR_SET_PDEATHSIG comes first
+
+TERM_GRACE_S = 15.0
+"""After SIGTERM, how long a cell may take to exit (torchrun closes its workers) before SIGKILL."""
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    returncode: int | None
+    """Exit status (negative: killed by that signal); None when it timed out."""
+    timed_out: bool
+
+
+class Launcher(Protocol):
+    def command(self, cell: Cell, job_path: Path) -> list[str]:
+        """The argv that runs `cell` from its job file."""
+
+
+class ProcessLauncher:
+    """World size 1 on one node: one fresh Python process."""
+
+    def command(self, cell: Cell, job_path: Path) -> list[str]:
+        return [sys.executable, "-m", "harness.launch", "cell", str(job_path)]
+
+
+class TorchrunLauncher:
+    """A torchrun (torch.distributed.run) group: --standalone on one node, a c10d/static rendezvous across nodes."""
+
+    def command(self, cell: Cell, job_path: Path) -> list[str]:
+        launch = cell.launch
+        args = [sys.executable, "-m", "harness.launch", "exec", sys.executable, "-m", "torch.distributed.run",
+                f"--nproc_per_node={cell.world_size}", "--max_restarts=0"]
+        if launch.nnodes == 1:
+            args.append("--standalone")
+        elif launch.rdzv_backend == "static":
+            host, _, port = launch.rdzv_endpoint.rpartition(":")
+            args += [f"--nnodes={launch.nnodes}", f"--node_rank={launch.node_rank}",
+                     f"--master_addr={host}", f"--master_port={port}"]
+        else:
+            args += [f"--nnodes={launch.nnodes}", "--rdzv_backend=c10d",
+                     f"--rdzv_endpoint={launch.rdzv_endpoint}", f"--rdzv_id={launch.rdzv_id}"]
+        return args + ["-m", "harness.launch", "cell", str(job_path)]
+
+
+def launcher_for(cell: Cell) -> Launcher:
+    if cell.world_size == 1 and cell.launch.nnodes == 1:
+        return ProcessLauncher()
+    return TorchrunLauncher()
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def run_process(argv: list[str], *, log_path: Path, timeout_s: float, env: dict[str, str] | None = None,
+                cwd: Path | None = None) -> Outcome:
+    """Run argv in its own process group with output to log_path; block until exit or timeout."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True, env=env, cwd=cwd)
+        try:
+            return Outcome(proc.wait(timeout=timeout_s), False)
+        except subprocess.TimeoutExpired:
+            _signal_group(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=TERM_GRACE_S)
+            except subprocess.TimeoutExpired:
+                _signal_group(proc.pid, signal.SIGKILL)
+                proc.wait()
+            return Outcome(None, True)
+        except BaseException:  # the runner is interrupted: take the cell down with it
+            _signal_group(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise
+        finally:
+            # Stragglers of a finished cell (a DataLoader worker, a hung rank) must not outlive it.
+            _signal_group(proc.pid, signal.SIGKILL)
+
+
+PARENT_PID_ENV = "NVBENCH_PARENT_PID"
+_PARENT_AT_START = os.getppid()
+
+
+def die_with_parent() -> None:
+    """SIGKILL this process when its parent dies; exit now if the parent is already gone."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG; survives exec
+    except (OSError, AttributeError):  # not Linux: the runner's process-group kill still covers timeouts
+        return
+    # A torchrun rank's parent is the agent (recorded as this module loaded); otherwise the runner names itself.
+    expected = _PARENT_AT_START if "LOCAL_RANK" in os.environ else \
+        int(os.environ.get(PARENT_PID_ENV, _PARENT_AT_START))
+    if os.getppid() != expected:  # the parent died before prctl took effect
+        os._exit(1)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`cell JOB_JSON` runs one rank of a cell; `exec CMD...` replaces this process with CMD."""
+    argv = sys.argv[1:] if argv is None else argv
+    die_with_parent()  # first, before torch loads (seconds)
+    if argv[:1] == ["exec"] and len(argv) > 1:
+        os.execvp(argv[1], argv[1:])
+    if argv[:1] == ["cell"]:
+        from harness.worker import main as run_worker
+
+        return run_worker(argv[1:])
+    print("usage: python -m harness.launch (cell JOB_JSON | exec CMD...)", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

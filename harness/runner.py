@@ -1,0 +1,309 @@
+"""Schedules (cell, repeat) jobs, one fresh process (or torchrun group) each, with timeouts and resume.
+
+A run folder holds plan.json (the resolved cells and the job order, written before anything runs),
+manifest.json, logs/, steps/ and cells/. A job is done exactly when cells/<job>.parquet exists; that
+file is written last and atomically, so a runner killed at any moment resumes without duplicates.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import shutil
+import signal
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from harness import __version__, store
+from harness.config import Matrix
+from harness.launch import PARENT_PID_ENV, Outcome, launcher_for, run_process
+from harness.matrix import Cell, job_key, schedule
+from harness.records import CELL_SCHEMA, cell_table
+
+PLAN = "plan.json"
+MANIFEST = "manifest.json"
+FAULT_ENV = "NVBENCH_FAULT"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Capabilities:
+    """What this machine offers cells; probed once per runner session."""
+
+    device: str
+    """cuda or cpu: where cells train."""
+    gpu_count: int
+    cpu_count: int
+    device_name: str | None
+    reason: str | None = None
+    """Why the requested device is not available (every cell is then skipped with it)."""
+
+
+def probe_capabilities(requested: str, env: dict[str, Any]) -> Capabilities:
+    """From the environment fingerprint (NVML-based): the parent never initialises CUDA itself."""
+    gpus = int(env.get("gpu_count") or 0) if env.get("device_kind") == "cuda" else 0
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if requested == "cpu" or (requested == "auto" and gpus == 0):
+        return Capabilities(device="cpu", gpu_count=gpus, cpu_count=cpus, device_name=env.get("cpu_model"))
+    reason = None if gpus else "run.device = 'cuda' but no CUDA device is visible on this machine"
+    return Capabilities(device="cuda", gpu_count=gpus, cpu_count=cpus, device_name=env.get("gpu_name"),
+                        reason=reason)
+
+
+def skip_reason(cell: Cell, caps: Capabilities) -> str | None:
+    """Why this machine cannot run the cell, decided without launching anything heavy."""
+    from harness.data import unavailable_reason
+
+    if caps.reason:
+        return caps.reason
+    reason = unavailable_reason(cell.backend, caps.device)
+    if reason:
+        return reason
+    if caps.device == "cuda" and cell.world_size > caps.gpu_count:
+        return (f"world_size {cell.world_size} needs {cell.world_size} GPUs on this node; "
+                f"{caps.gpu_count} visible")
+    if caps.device == "cpu" and cell.world_size > caps.cpu_count:
+        return (f"world_size {cell.world_size} exceeds the {caps.cpu_count} CPU cores of this machine "
+                "(without CUDA each rank is a gloo process on its own core)")
+    return None
+
+
+# ---------------------------------------------------------------- faults (tests and fire drills only)
+
+def fault_for(cell: Cell, spec: str | None) -> str | None:
+    """Match NVBENCH_FAULT rules `axis=value&axis=value:kind[@rank]` (';'-separated, '*' = any) to a cell."""
+    for rule in filter(None, (spec or "").split(";")):
+        matcher, _, kind = rule.rpartition(":")
+        conds = [c.partition("=") for c in matcher.split("&") if c and c != "*"]
+        if all(str(cell.axes.get(axis.strip())) == value.strip() for axis, _, value in conds):
+            return kind.strip()
+    return None
+
+
+# ---------------------------------------------------------------- the run folder
+
+def new_run_id(name: str, now: datetime) -> str:
+    slug = re.sub(r"[^A-Za-z0-9]+", "-", name).strip("-").lower() or "run"
+    return f"{now:%Y%m%d-%H%M%S}-{slug}-{secrets.token_hex(2)}"
+
+
+def create_run(matrix: Matrix, cells: list[Cell], *, run_dir: Path | None, reports_root: Path,
+               smoke: bool, only: list[str], env: dict[str, Any], now: datetime | None = None) -> Path:
+    """Make the run folder with its plan and manifest; nothing runs yet."""
+    now = now or datetime.now(timezone.utc)
+    run_id = new_run_id(matrix.benchmark.name, now) if run_dir is None else Path(run_dir).name
+    run_dir = Path(run_dir) if run_dir is not None else reports_root / run_id
+    if (run_dir / PLAN).exists():
+        raise FileExistsError(f"{run_dir} already holds a run; finish it with `nvbench run --resume {run_dir}`")
+    by_id = {c.cell_id: c for c in cells}
+    jobs = schedule(list(by_id), matrix.run.repeats, matrix.run.order, matrix.run.shuffle_seed)
+    plan = {"run_id": run_id, "jobs": jobs, "cells": {cid: c.to_plain() for cid, c in by_id.items()}}
+    manifest = {
+        "run_id": run_id, "created_at": now.isoformat(), "nvbench_version": __version__,
+        "git_sha": env.get("nvbench_git_sha"), "host": env.get("hostname"), "matrix_source": matrix.source,
+        "matrix_text": matrix.source_text, "smoke": smoke, "only": only, "repeats": matrix.run.repeats,
+        "order": matrix.run.order, "shuffle_seed": matrix.run.shuffle_seed, "num_cells": len(by_id),
+        "num_jobs": len(jobs), "environment": env, "sessions": [],
+    }
+    store.write_json(run_dir / PLAN, plan)
+    store.write_json(run_dir / MANIFEST, manifest)
+    return run_dir
+
+
+def load_plan(run_dir: Path) -> tuple[str, list[tuple[str, int]], dict[str, Cell]]:
+    plan = store.read_json(Path(run_dir) / PLAN)
+    cells = {cid: Cell.from_plain(c) for cid, c in plan["cells"].items()}
+    return plan["run_id"], [(cid, int(r)) for cid, r in plan["jobs"]], cells
+
+
+def pending(run_dir: Path, jobs: list[tuple[str, int]]) -> list[tuple[str, int]]:
+    """Jobs without a terminal row."""
+    return [(cid, r) for cid, r in jobs if not (run_dir / "cells" / f"{job_key(cid, r)}.parquet").exists()]
+
+
+# ---------------------------------------------------------------- one job
+
+@dataclass(slots=True)
+class JobContext:
+    run_dir: Path
+    run_id: str
+    caps: Capabilities
+    env: dict[str, Any]
+    env_key: str
+    fault_spec: str | None
+    data_roots: dict[Any, Path] = field(default_factory=dict)
+    notify: Callable[[str], None] = print
+
+
+def _data_root(cell: Cell, ctx: JobContext) -> Path | None:
+    if cell.backend == "synthetic":
+        return None
+    if cell.data.path:
+        return Path(cell.data.path).expanduser().resolve()
+    key = (cell.data.cache_dir, cell.data.generate)
+    if key not in ctx.data_roots:
+        from harness.data.generate import ensure_dataset
+
+        cache = Path(cell.data.cache_dir or os.environ.get("NVBENCH_CACHE") or Path.home() / ".cache" / "nvbench")
+        g = cell.data.generate
+        ctx.notify(f"dataset: generating or reusing {g.kind} {g.image_size}px x {g.num_classes} classes "
+                   f"under {cache / 'datasets'}")
+        ctx.data_roots[key] = ensure_dataset(cache / "datasets", kind=g.kind, image_size=g.image_size,
+                                             num_classes=g.num_classes, train_per_class=g.train_per_class,
+                                             val_per_class=g.val_per_class, seed=g.seed)
+    return ctx.data_roots[key]
+
+
+_EXITCODE = re.compile(r"exitcode\s*:\s*(-?\d+)")
+
+
+def _signal_name(code: int) -> str:
+    try:
+        return signal.Signals(code).name
+    except ValueError:
+        return f"signal {code}"
+
+
+def _log_tail(log_path: Path, lines: int = 1) -> str:
+    try:
+        text = log_path.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return ""
+    return " | ".join(t.strip() for t in text[-lines:])
+
+
+def classify(outcome: Outcome, work: Path, log_path: Path, timeout_s: float) -> tuple[str, str]:
+    """(status, reason) of a finished job from its exit and the files its ranks left."""
+    if outcome.timed_out:
+        return "timeout", f"no exit within timeout_s = {timeout_s:g} s; the cell's processes were killed"
+    if outcome.returncode == 0 and (work / "result.json").exists():
+        return "ok", ""
+    errors = sorted(work.glob("error-rank*.json"))
+    if errors:
+        err = store.read_json(errors[0])
+        return "failed", f"rank {err['rank']}: {err['type']}: {err['message']}"
+    code = outcome.returncode
+    if code is not None and code < 0:
+        return "crashed", f"killed by {_signal_name(-code)}" + (
+            " (the kernel OOM killer sends this)" if code == -signal.SIGKILL else "")
+    match = _EXITCODE.search(log_path.read_text(errors="replace")) if log_path.exists() else None
+    if match and int(match.group(1)) < 0:  # torchrun reports a rank's death in its log
+        return "crashed", f"a rank was killed by {_signal_name(-int(match.group(1)))}"
+    tail = _log_tail(log_path)
+    return "crashed", f"exited with status {code} without a result" + (f": {tail}" if tail else "")
+
+
+def base_row(cell: Cell, repeat: int, ctx: JobContext, fault: str | None) -> dict[str, Any]:
+    return {
+        "run_id": ctx.run_id, "cell_id": cell.cell_id, "repeat": repeat, **cell.axes,
+        "nnodes": cell.launch.nnodes, "model": cell.benchmark.model, "batch_size": cell.benchmark.batch_size,
+        "image_size": cell.benchmark.image_size, "num_classes": cell.benchmark.num_classes,
+        "images_per_step": cell.images_per_step, "device": ctx.caps.device, "device_name": ctx.caps.device_name,
+        "is_smoke": cell.is_smoke, "env_key": ctx.env_key, "hostname": ctx.env.get("hostname"),
+        "nvbench_version": __version__, "git_sha": ctx.env.get("nvbench_git_sha"), "injected_fault": fault,
+        "config_json": json.dumps(cell.to_plain(), sort_keys=True),
+    }
+
+
+def write_row(run_dir: Path, key: str, row: dict[str, Any]) -> None:
+    store.write_table(run_dir / "cells" / f"{key}.parquet", cell_table([row]))
+
+
+def run_job(cell: Cell, repeat: int, ctx: JobContext) -> dict[str, Any]:
+    """Run one (cell, repeat) to its terminal row, whatever the cell's processes do."""
+    key = job_key(cell.cell_id, repeat)
+    fault = fault_for(cell, ctx.fault_spec)
+    row = base_row(cell, repeat, ctx, fault)
+    started = datetime.now(timezone.utc)
+    reason = skip_reason(cell, ctx.caps)
+    if reason:
+        row |= {"status": "skipped", "reason": reason, "started_at": started, "duration_s": 0.0}
+        write_row(ctx.run_dir, key, row)
+        return row
+    work = ctx.run_dir / "work" / key
+    shutil.rmtree(work, ignore_errors=True)  # leftovers of an interrupted attempt
+    work.mkdir(parents=True)
+    log_rel = Path("logs") / f"{key}.log"
+    log_path = ctx.run_dir / log_rel
+    log_path.unlink(missing_ok=True)
+    try:
+        data_root = _data_root(cell, ctx)
+    except Exception as exc:  # a dataset that cannot be made is this cell's failure, not the matrix's
+        row |= {"status": "failed", "reason": f"dataset: {exc}", "started_at": started, "duration_s": 0.0}
+        write_row(ctx.run_dir, key, row)
+        return row
+    job = {"cell": cell.to_plain(), "run_id": ctx.run_id, "repeat": repeat, "device": ctx.caps.device,
+           "data_root": str(data_root) if data_root else None, "out_dir": str(work), "fault": fault}
+    store.write_json(work / "job.json", job)
+    t0 = time.monotonic()
+    outcome = run_process(launcher_for(cell).command(cell, work / "job.json"), log_path=log_path,
+                          timeout_s=cell.benchmark.timeout_s, env=_child_env(cell, ctx))
+    status, reason = classify(outcome, work, log_path, cell.benchmark.timeout_s)
+    row |= {"status": status, "reason": reason, "started_at": started, "duration_s": time.monotonic() - t0,
+            "log_path": str(log_rel)}
+    if status == "ok":
+        result = store.read_json(work / "result.json")
+        row |= {k: v for k, v in result.items() if k in CELL_SCHEMA.names}
+    _collect_steps(work, ctx.run_dir / "steps" / f"{key}.parquet")
+    write_row(ctx.run_dir, key, row)  # last: the row's existence marks the job done
+    shutil.rmtree(work, ignore_errors=True)
+    return row
+
+
+def _child_env(cell: Cell, ctx: JobContext) -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop(FAULT_ENV, None)  # the job file carries the matched fault; ranks must not re-match it
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    env[PARENT_PID_ENV] = str(os.getpid())  # lets the child notice a runner that died as it started
+    if ctx.caps.device == "cpu":
+        env.setdefault("OMP_NUM_THREADS", str(max(1, ctx.caps.cpu_count // cell.world_size)))
+    return env
+
+
+def _collect_steps(work: Path, target: Path) -> None:
+    """Merge the ranks' step files (whatever ranks got that far) into one atomic file."""
+    parts = sorted(work.glob("steps-rank*.parquet"))
+    if parts:
+        store.write_table(target, pa.concat_tables([pq.read_table(p) for p in parts]))
+
+
+# ---------------------------------------------------------------- a session over the run folder
+
+def execute(run_dir: Path, *, caps: Capabilities, env: dict[str, Any], env_key: str,
+            on_start: Callable[[int, int, str], None] | None = None,
+            on_done: Callable[[dict[str, Any]], None] | None = None,
+            notify: Callable[[str], None] = print) -> list[dict[str, Any]]:
+    """Run every pending job of the run folder in plan order; return the rows written in this session."""
+    run_id, jobs, cells = load_plan(run_dir)
+    todo = pending(run_dir, jobs)
+    ctx = JobContext(run_dir=run_dir, run_id=run_id, caps=caps, env=env, env_key=env_key,
+                     fault_spec=os.environ.get(FAULT_ENV), notify=notify)
+    manifest = store.read_json(run_dir / MANIFEST)
+    session = {"started_at": datetime.now(timezone.utc).isoformat(), "pending_at_start": len(todo)}
+    manifest["sessions"].append(session)
+    store.write_json(run_dir / MANIFEST, manifest)
+    rows = []
+    for i, (cid, repeat) in enumerate(todo):
+        if on_start:
+            on_start(i, len(todo), job_key(cid, repeat))
+        row = run_job(cells[cid], repeat, ctx)
+        rows.append(row)
+        if on_done:
+            on_done(row)
+    session["finished_at"] = datetime.now(timezone.utc).isoformat()
+    manifest["finished_at"] = session["finished_at"]
+    store.write_json(run_dir / MANIFEST, manifest)
+    shutil.rmtree(run_dir / "work", ignore_errors=True)
+    return rows
+
+
+def exit_code(rows: list[dict[str, Any]]) -> int:
+    """0 when every row is ok or skipped, 1 when the matrix completed with failures."""
+    return 0 if all(r["status"] in ("ok", "skipped") for r in rows) else 1

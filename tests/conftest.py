@@ -1,0 +1,64 @@
+"""Shared fixtures: tiny matrices that real worker processes finish in seconds on a 2-core CPU."""
+
+from __future__ import annotations
+
+import os
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+TINY = """
+version = 1
+[benchmark]
+name = "tiny"
+model = "resnet18"
+num_classes = 10
+image_size = 16
+batch_size = 4
+warmup_steps = 1
+measure_steps = 3
+val_steps = 1
+timeout_s = {timeout}
+[data]
+workers = 0
+cache_dir = "{cache}"
+[data.generate]
+image_size = 20
+num_classes = 10
+train_per_class = 4
+val_per_class = 2
+[axes]
+{axes}
+[run]
+repeats = {repeats}
+threads_per_process = 1
+nvtx = {nvtx}
+"""
+
+
+@pytest.fixture
+def tiny_matrix(tmp_path):
+    """Write a tiny matrix; returns its path. Axes are TOML lines."""
+
+    def make(axes: str = 'backend = ["synthetic"]', *, repeats: int = 1, timeout: float = 120,
+             nvtx: bool = False, extra: str = "") -> Path:
+        path = tmp_path / "tiny.toml"
+        text = TINY.format(axes=textwrap.dedent(axes), repeats=repeats, timeout=timeout,
+                           cache=tmp_path / "cache", nvtx=str(nvtx).lower())
+        path.write_text(text + textwrap.dedent(extra))
+        return path
+
+    return make
+
+
+def nvbench(*args: str, env: dict | None = None, timeout: float = 600, cwd: Path | None = None):
+    """Run the real CLI in a fresh interpreter."""
+    import subprocess
+
+    full_env = dict(os.environ, **(env or {}))
+    return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True,
+                          env=full_env, timeout=timeout, cwd=cwd or ROOT)

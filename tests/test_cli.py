@@ -1,0 +1,86 @@
+"""The CLI on bad input: one line per problem naming file and key, exit 2, nothing written."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, nvbench
+
+
+def assert_rejected(proc, *fragments: str) -> list[str]:
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert lines and all(line.startswith("error: ") for line in lines), proc.stderr
+    for fragment in fragments:
+        assert any(fragment in line for line in lines), (fragment, lines)
+    return lines
+
+
+@pytest.mark.parametrize("body, fragment", [
+    ("[benchmark\n", "malformed TOML"),
+    ("[benchmak]\n", "benchmak: unknown section (did you mean 'benchmark'?)"),
+    ("[axes]\nprecison = ['fp16']\n", "axes.precison: unknown axis (did you mean 'precision'?)"),
+    ("[axes]\nbackend = ['tensorflow']\n", "axes.backend: unknown value 'tensorflow'"),
+    ("[axes]\nbackend = []\n", "axes.backend: empty list"),
+    ("[benchmark]\nbatch_size = 'large'\n", "benchmark.batch_size: must be int, got str"),
+    ("[benchmark]\nimage_size = 0\n", "benchmark.image_size: must be >= 8, got 0"),
+    ("[[exclude]]\nbackend = 'pytorch'\n", "exclude[0].backend: value 'pytorch' is not on the axis"),
+    ("[[exclude]]\nprecisoin = 'fp16'\n", "exclude[0].precisoin: unknown axis"),
+    ("[data]\npath = '/nonexistent/imagenet'\n[axes]\nbackend = ['pytorch']\n", "data.path: dataset"),
+])
+def test_bad_matrix_is_rejected_before_anything_is_written(tmp_path, body, fragment):
+    matrix = tmp_path / "bad.toml"
+    matrix.write_text(body)
+    reports = tmp_path / "reports"
+    proc = nvbench("run", str(matrix), "--reports", str(reports))
+    lines = assert_rejected(proc, fragment)
+    assert all(str(matrix) in line for line in lines)
+    assert not reports.exists()
+
+
+def test_validate_reports_every_problem_together(tmp_path):
+    matrix = tmp_path / "bad.toml"
+    matrix.write_text("[benchmark]\nbatch_size = 0\nwarmup_steps = -2\n[axes]\nprecision = ['fp8']\n")
+    lines = assert_rejected(nvbench("validate", str(matrix)),
+                            "benchmark.batch_size", "benchmark.warmup_steps", "axes.precision")
+    assert len(lines) == 3
+
+
+def test_missing_matrix_and_unmatched_only(tmp_path):
+    assert_rejected(nvbench("run", str(tmp_path / "none.toml")), "none.toml: matrix file not found")
+    reports = tmp_path / "reports"
+    proc = nvbench("run", str(ROOT / "matrices" / "resnet50.toml"), "--only", "world_size=3",
+                   "--reports", str(reports))
+    assert_rejected(proc, "no cell left to run after --only world_size=3")
+    assert_rejected(nvbench("run", str(ROOT / "matrices" / "resnet50.toml"), "--only", "precision=fp64"),
+                    "--only precision: unknown value 'fp64'")
+    assert not reports.exists()
+
+
+def test_resume_of_something_that_is_not_a_run(tmp_path):
+    assert_rejected(nvbench("run", "--resume", str(tmp_path)), "not an nvbench run folder")
+
+
+def test_dry_run_lists_cells_and_writes_nothing(tmp_path):
+    reports = tmp_path / "reports"
+    proc = nvbench("run", str(ROOT / "matrices" / "resnet50.toml"), "--only", "backend=synthetic",
+                   "--only", "precision=bf16", "--dry-run", "--reports", str(reports))
+    assert proc.returncode == 0, proc.stderr
+    lines = [l for l in proc.stdout.splitlines() if l.startswith("synthetic_")]
+    assert len(lines) == 2 * 2 * 2
+    assert all("_bf16_" in l for l in lines)
+    assert "nothing was run or written" in proc.stdout
+    assert not reports.exists()
+
+
+def test_env_prints_fingerprint():
+    import json
+
+    proc = nvbench("env", "--json")
+    assert proc.returncode == 0, proc.stderr
+    env = json.loads(proc.stdout)
+    assert env["python_version"] and len(env["env_key"]) >= 8
+    human = nvbench("env")
+    assert human.returncode == 0 and "env_key" in human.stdout
