@@ -79,6 +79,8 @@ CELL_COLUMNS: tuple[Column, ...] = (
     _c("tf32_allowed", B, "", "Whether TF32 matmul/conv was allowed (meaningful for fp32 on CUDA)."),
     _c("mem_peak_bytes", I, "bytes", "Peak memory: device allocator peak on CUDA, process RSS peak on CPU."),
     _c("mem_kind", S, "", "device or host_rss: what mem_peak_bytes measured."),
+    _c("loader_efficiency", F, "", "throughput / throughput of the synthetic twin (same other axes) in this run."),
+    _c("scaling_efficiency", F, "", "per-process throughput / that of the world_size-1 twin in this run."),
     _c("build_s", F, "s", "Model, engine and process-group setup inside the cell."),
     _c("val_s", F, "s", "Wall time of validation."),
     _c("started_at", TS, "UTC", "When the cell's process was launched."),

@@ -297,11 +297,45 @@ def execute(run_dir: Path, *, caps: Capabilities, env: dict[str, Any], env_key: 
         rows.append(row)
         if on_done:
             on_done(row)
+    derive_twin_columns(run_dir)
     session["finished_at"] = datetime.now(timezone.utc).isoformat()
     manifest["finished_at"] = session["finished_at"]
     store.write_json(run_dir / MANIFEST, manifest)
     shutil.rmtree(run_dir / "work", ignore_errors=True)
     return rows
+
+
+def _twin_key(row: dict[str, Any], **override: Any) -> tuple:
+    axes = {axis: row[axis] for axis in ("backend", "memory_format", "precision", "world_size", "grad_accum")}
+    axes |= override
+    return (*axes.values(), row["repeat"], row["model"], row["batch_size"], row["image_size"], row["is_smoke"])
+
+
+def derive_twin_columns(run_dir: Path) -> int:
+    """Fill loader_efficiency and scaling_efficiency from twins in the same run; return rows rewritten.
+
+    A real-data cell's synthetic twin (same other axes and repeat) gives the loader efficiency, the
+    figure that says whether the input pipeline or the compute is the bottleneck; the world_size-1 twin
+    gives scaling efficiency. Rows are rewritten atomically, and the step is idempotent (resume reruns it).
+    """
+    rows = store.read_cells(run_dir).to_pylist()
+    ok = {_twin_key(r): r for r in rows if r["status"] == "ok"}
+    changed = 0
+    for row in rows:
+        if row["status"] != "ok":
+            continue
+        synth = ok.get(_twin_key(row, backend="synthetic"))
+        single = ok.get(_twin_key(row, world_size=1))
+        new = {
+            "loader_efficiency": row["throughput_img_per_s"] / synth["throughput_img_per_s"]
+            if synth and row["backend"] != "synthetic" else None,
+            "scaling_efficiency": row["throughput_per_process_img_per_s"] / single["throughput_per_process_img_per_s"]
+            if single and row["world_size"] > 1 else None,
+        }
+        if any(row[k] != v for k, v in new.items()):
+            write_row(run_dir, job_key(row["cell_id"], row["repeat"]), row | new)
+            changed += 1
+    return changed
 
 
 def exit_code(rows: list[dict[str, Any]]) -> int:

@@ -48,6 +48,11 @@ def test_end_to_end_run_reads_back_with_pyarrow_and_duckdb(tiny_matrix, tmp_path
         assert json.loads(row["config_json"])["backend"] == row["backend"]
         assert (row["top1"] is None) == (row["backend"] == "synthetic")
         assert 0 <= row["data_wait_frac"] < 1
+        if row["backend"] == "pytorch":  # its synthetic twin ran in the same run
+            assert row["loader_efficiency"] > 0
+        else:
+            assert row["loader_efficiency"] is None
+        assert row["scaling_efficiency"] is None
         assert (out / row["log_path"]).is_file()
     steps = pq.read_table(out / "steps").to_pylist()
     assert len(steps) == 8 * (1 + 3)
