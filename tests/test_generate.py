@@ -1,0 +1,144 @@
+"""The offline dataset generator: layout, manifest, caching and atomic publication."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from harness.data import generate
+from harness.data.generate import DatasetParams, class_names, ensure_dataset, make_dataset
+
+TINY = dict(image_size=16, num_classes=3, train_per_class=4, val_per_class=2)
+
+
+def _files(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("*") if p.is_file())
+
+
+@pytest.mark.parametrize("kind", ["shapes", "digits"])
+def test_make_dataset_writes_an_image_folder(tmp_path, kind):
+    out = make_dataset(tmp_path / "ds", kind=kind, **TINY)
+    assert out == tmp_path / "ds"
+    for split, per_class in (("train", 4), ("val", 2)):
+        classes = sorted(d.name for d in (out / split).iterdir())
+        assert classes == ["c000", "c001", "c002"]
+        for name in classes:
+            images = sorted((out / split / name).iterdir())
+            assert len(images) == per_class
+            with Image.open(images[0]) as img:
+                assert img.format == "JPEG" and img.mode == "RGB" and img.size == (16, 16)
+                img.load()
+    manifest = json.loads((out / "dataset.json").read_text())
+    assert manifest["kind"] == kind and manifest["num_classes"] == 3 and manifest["image_size"] == 16
+    assert manifest["num_train"] == 12 and manifest["num_val"] == 6
+    assert manifest["classes"] == ["c000", "c001", "c002"]
+    assert manifest["key"] == DatasetParams(kind=kind, **TINY).key()
+
+
+def test_same_parameters_give_identical_bytes(tmp_path):
+    a = make_dataset(tmp_path / "a", **TINY)
+    b = make_dataset(tmp_path / "b", **TINY)
+    c = make_dataset(tmp_path / "c", seed=1, **TINY)
+    read = lambda root: [p.read_bytes() for p in _files(root / "train")]  # noqa: E731
+    assert read(a) == read(b)
+    assert read(a) != read(c)
+
+
+def test_shapes_classes_differ_in_colour_and_images_vary(tmp_path):
+    out = make_dataset(tmp_path / "ds", image_size=32, num_classes=10, train_per_class=3, val_per_class=1)
+    means = []
+    for name in class_names(10):
+        pixels = [np.asarray(Image.open(p), dtype=np.float32) for p in sorted((out / "train" / name).iterdir())]
+        assert not np.array_equal(pixels[0], pixels[1])
+        means.append(np.mean([p.mean(axis=(0, 1)) for p in pixels], axis=0))
+    # Two palettes of five textures: classes 0-4 and 5-9 have clearly different mean colours.
+    assert np.linalg.norm(np.mean(means[:5], axis=0) - np.mean(means[5:], axis=0)) > 30
+
+
+def test_ensure_dataset_names_by_parameters_and_generates_once(tmp_path, monkeypatch):
+    first = ensure_dataset(tmp_path, **TINY)
+    assert first.parent == tmp_path
+    assert first.name == f"shapes-16px-3c-{DatasetParams(**TINY).key()}"
+    stamp = (first / "dataset.json").stat().st_mtime_ns
+
+    def must_not_run(*args, **kwargs):
+        raise AssertionError("regenerated a dataset that was already complete")
+
+    monkeypatch.setattr(generate, "make_dataset", must_not_run)
+    assert ensure_dataset(tmp_path, **TINY) == first
+    assert (first / "dataset.json").stat().st_mtime_ns == stamp
+    monkeypatch.undo()
+    other = ensure_dataset(tmp_path, **{**TINY, "seed": 3})
+    assert other != first and (other / "dataset.json").exists()
+
+
+def test_invalid_parameters_are_reported_together(tmp_path):
+    with pytest.raises(ValueError, match="image_size: 4 is below.*quality: 100 outside"):
+        make_dataset(tmp_path / "x", image_size=4, quality=100)
+    with pytest.raises(ValueError, match="digits has 10 classes"):
+        ensure_dataset(tmp_path, kind="digits", num_classes=11)
+    with pytest.raises(TypeError):
+        ensure_dataset(tmp_path, colour="red")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_failure_midway_leaves_nothing_visible(tmp_path, monkeypatch):
+    calls = 0
+    real = generate._render_shape
+
+    def fail_on_third(*args):
+        nonlocal calls
+        calls += 1
+        if calls == 3:
+            raise RuntimeError("disk full")
+        return real(*args)
+
+    monkeypatch.setattr(generate, "_render_shape", fail_on_third)
+    with pytest.raises(RuntimeError, match="disk full"):
+        make_dataset(tmp_path / "ds", **TINY)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_dataset_appears_only_when_complete(tmp_path, monkeypatch):
+    # Watch the destination while the generator writes: it must not exist until the manifest is in.
+    seen = []
+    real = generate._write_split
+
+    def spy(root, *args):
+        seen.append((root.name.startswith("."), (tmp_path / "ds").exists()))
+        return real(root, *args)
+
+    monkeypatch.setattr(generate, "_write_split", spy)
+    make_dataset(tmp_path / "ds", **TINY)
+    assert seen == [(True, False), (True, False)]
+    assert [p.name for p in tmp_path.iterdir()] == ["ds"]
+
+
+def test_losing_the_race_keeps_the_winners_dataset(tmp_path, monkeypatch):
+    out = tmp_path / "ds"
+    winner = make_dataset(tmp_path / "winner", **TINY)
+    real_rename = os.rename
+
+    def rival_finishes_first(src, dst):
+        real_rename(winner, dst)  # another process published the same dataset meanwhile
+        real_rename(src, dst)  # ours then fails: the destination is a non-empty directory
+
+    monkeypatch.setattr(generate.os, "rename", rival_finishes_first)
+    marker = out / "train" / "c000" / "00000.jpg"
+    assert make_dataset(out, **TINY) == out
+    assert marker.exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["ds"]
+
+
+def test_existing_different_or_partial_dataset_is_an_error(tmp_path):
+    out = make_dataset(tmp_path / "ds", **TINY)
+    with pytest.raises(FileExistsError, match="holds a different dataset"):
+        make_dataset(out, **{**TINY, "seed": 9})
+    (tmp_path / "junk").mkdir()
+    with pytest.raises(FileExistsError, match="has no dataset.json"):
+        make_dataset(tmp_path / "junk", **TINY)
