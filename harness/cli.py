@@ -45,8 +45,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     from harness import runner, store
     from harness.matrix import expand
 
-    if args.resume and (args.matrix or args.only or args.smoke or args.out or args.dry_run):
-        return _bad_input(["--resume takes the run folder alone (its plan fixes matrix, filters and --smoke)"])
+    if args.resume and (args.matrix or args.only or args.smoke or args.out or args.dry_run or args.fire_drill):
+        return _bad_input(["--resume takes the run folder alone (its plan fixes matrix, filters, --smoke "
+                           "and --fire-drill)"])
+    if args.fire_drill is not None and not 0 < args.fire_drill <= 1000:
+        return _bad_input([f"--fire-drill {args.fire_drill:g}: must be a percentage in (0, 1000]"])
     if args.resume:
         run_dir = Path(args.resume)
         if not (run_dir / runner.PLAN).is_file():
@@ -73,7 +76,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         return EXIT_OK
     if not args.resume:
         run_dir = runner.create_run(matrix, cell_list, run_dir=Path(args.out) if args.out else None,
-                                    reports_root=Path(args.reports), smoke=args.smoke, only=args.only, env=env)
+                                    reports_root=Path(args.reports), smoke=args.smoke, only=args.only, env=env,
+                                    fire_drill_pct=args.fire_drill or 0.0)
     return _execute(run_dir, caps, env, key, progress=not args.no_progress)
 
 
@@ -98,6 +102,143 @@ def _execute(run_dir: Path, caps, env, key, *, progress: bool) -> int:
     Console().print(summary_table(rows))
     console.print(counts_line(rows, run_dir))
     return runner.exit_code(rows)
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    from datetime import datetime, timezone
+
+    from harness import profile, runner
+    from harness.matrix import expand
+
+    if args.steps < 1:
+        return _bad_input([f"--steps must be >= 1, got {args.steps}"])
+    nsys = profile.nsys_path() if args.tool == "nsys" else None
+    if args.tool == "nsys" and nsys is None:
+        return _bad_input(["nsys (Nsight Systems) is not on PATH; install it, or profile with --tool torch"])
+    try:
+        matrix = load_matrix(args.matrix)
+        cell = profile.select_cell(expand(matrix, smoke=args.smoke, only=args.only), args.cell)
+    except MatrixError as exc:
+        return _bad_input(exc.problems)
+    except ValueError as exc:
+        return _bad_input([str(exc)])
+    env, key, caps = _env_and_caps(matrix.run.device)
+    reason = runner.skip_reason(cell, caps) or profile.unsupported_reason(args.tool, caps.device)
+    if reason:
+        return _bad_input([f"{cell.cell_id}: cannot be profiled here: {reason}"])
+    run_dir = Path(args.out) if args.out else Path(args.reports) / runner.new_run_id(
+        f"{matrix.benchmark.name}-profile", datetime.now(timezone.utc))
+    spec = profile.ProfileSpec(tool=args.tool, steps=args.steps, out_dir=run_dir / profile.PROFILE_DIR,
+                               nsys=nsys or "nsys")
+    print(f"profiling {cell.cell_id} with {args.tool} over {args.steps} measured steps -> {spec.out_dir}",
+          file=sys.stderr)
+    result = profile.profile_cell(cell, spec, run_id=run_dir.name, caps=caps, env=env, env_key=key,
+                                  matrix_source=matrix.source, notify=lambda m: print(m, file=sys.stderr))
+    row = result.row
+    if row["status"] != "ok":
+        print(f"error: profiled cell {row['status']}: {row['reason']} (log: {result.log_path})", file=sys.stderr)
+        return EXIT_FAILURES
+    for path in result.files:
+        print(path)
+    print(f"profiled throughput {row['throughput_img_per_s']:.1f} img/s (not a timed result); "
+          f"row in {spec.out_dir / 'cells'}", file=sys.stderr)
+    return EXIT_OK
+
+
+def _thresholds(args: argparse.Namespace):
+    """compare.Thresholds from the report/ab flags that were given (the rest keep their defaults)."""
+    from harness.compare import Thresholds
+
+    given = {name: getattr(args, name) for name in ("floor_pct", "fdr_q", "min_repeats", "exclude_unsteady",
+                                                     "history_runs", "accuracy_tolerance")
+             if getattr(args, name, None) is not None}
+    return Thresholds(**given)
+
+
+def _print_report(result, fail_on_regression: bool) -> int:
+    from harness.report import headline_words
+
+    comparison = result.comparison
+    for path in result.files:
+        print(path)
+    print(f"{comparison.candidate.run_id} vs {comparison.baseline_label}: {headline_words(comparison)}",
+          file=sys.stderr)
+    for v in comparison.regressions:
+        print(f"regression: {v.cell_id}: {v.reason}", file=sys.stderr)
+    return EXIT_FAILURES if fail_on_regression and comparison.regressions else EXIT_OK
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from harness.compare import RunInputError
+    from harness.report import make_report
+
+    try:
+        thresholds = _thresholds(args)
+        result = make_report(Path(args.run_dir), baseline=Path(args.baseline) if args.baseline else None,
+                             history=Path(args.history) if args.history else None,
+                             out_dir=Path(args.out) if args.out else None, thresholds=thresholds)
+    except RunInputError as exc:
+        return _bad_input(exc.problems)
+    except ValueError as exc:
+        return _bad_input([str(exc)])
+    return _print_report(result, args.fail_on_regression)
+
+
+def cmd_ab(args: argparse.Namespace) -> int:
+    from datetime import datetime, timezone
+
+    from harness import ab, compare, runner
+    from harness.matrix import expand
+    from harness.report import write_report
+
+    try:
+        thresholds = _thresholds(args)
+        matrix = load_matrix(args.matrix)
+        cells = expand(matrix, smoke=args.smoke, only=args.only)
+        pythons = {"a": ab.resolve_python(args.a), "b": ab.resolve_python(args.b)}
+        envs = {name: ab.collect_env_under(py) for name, py in pythons.items()}
+    except MatrixError as exc:
+        return _bad_input(exc.problems)
+    except ab.AbInputError as exc:
+        return _bad_input(exc.problems)
+    except ValueError as exc:
+        return _bad_input([str(exc)])
+    out = Path(args.out) if args.out else Path(args.reports) / runner.new_run_id(
+        f"{matrix.benchmark.name}-ab", datetime.now(timezone.utc))
+    if out.exists() and any(out.iterdir()):
+        return _bad_input([f"--out {out}: not empty"])
+    caps = runner.probe_capabilities(matrix.run.device, {k: v for k, v in envs["a"].items() if k != "env_key"})
+    ab.create_ab(matrix, cells, out_dir=out, pythons=pythons, envs=envs, smoke=args.smoke, only=args.only,
+                 seed=args.seed)
+    print(f"A/B folder: {out}  (A = {pythons['a']}, B = {pythons['b']}; "
+          f"{2 * len(cells) * matrix.run.repeats} jobs)", file=sys.stderr)
+
+    def done(side: str, row: dict) -> None:
+        detail = f"{row['throughput_img_per_s']:.1f} img/s" if row["status"] == "ok" else row["reason"]
+        print(f"{side.upper()} {row['status']:>8} {row['cell_id']} r{row['repeat']}  {detail}", file=sys.stderr)
+
+    try:
+        ab.run_ab(out, caps=caps, envs=envs, pythons=pythons, seed=args.seed, on_done=done,
+                  notify=lambda m: print(m, file=sys.stderr))
+    except KeyboardInterrupt:
+        print(f"interrupted; the rows so far are in {out}/a and {out}/b", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    comparison = compare.compare_runs(compare.load_run(out / "b"), compare.load_run(out / "a"), thresholds,
+                                      require_same_env=False, mode="ab", baseline_label=f"A ({pythons['a']})")
+    return _print_report(write_report(comparison, out / "report"), args.fail_on_regression)
+
+
+def _add_threshold_flags(p: argparse.ArgumentParser, *, history: bool) -> None:
+    p.add_argument("--fail-on-regression", action="store_true", help="exit 1 when a regression is confirmed")
+    p.add_argument("--floor", dest="floor_pct", type=float, metavar="PCT",
+                   help="practical floor: smaller changes are never a regression (default: see harness/compare.py)")
+    p.add_argument("--fdr", dest="fdr_q", type=float, metavar="Q", help="Benjamini-Hochberg FDR across cells (0.01)")
+    p.add_argument("--min-repeats", type=int, metavar="N", help="fewest usable repeats per side (5)")
+    p.add_argument("--exclude-unsteady", action="store_true", default=None,
+                   help="leave out repeats whose window failed the steadiness check")
+    p.add_argument("--accuracy-tolerance", type=float, metavar="FRACTION", help="top-1 band half-width (0.01)")
+    if history:
+        p.add_argument("--history-runs", type=int, metavar="N", help="past runs that form the history baseline (10)")
 
 
 def cmd_env(args: argparse.Namespace) -> int:
@@ -142,7 +283,44 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--out", metavar="DIR", help="run folder (default: REPORTS/<run_id>)")
     r.add_argument("--reports", default="reports", metavar="DIR", help="where run folders go (default: reports)")
     r.add_argument("--no-progress", action="store_true", help="no progress bar (a line per cell is still printed)")
+    r.add_argument("--fire-drill", type=float, metavar="PCT",
+                   help="add calibrated extra work of PCT %% of each measured step (tests the regression detector; "
+                        "every row is flagged)")
     r.set_defaults(func=cmd_run)
+
+    pr = sub.add_parser("profile", help="run one cell under nsys or torch.profiler, apart from timed runs")
+    pr.add_argument("matrix")
+    pr.add_argument("--cell", metavar="ID", help="cell id or a unique prefix (optional when one cell is left)")
+    pr.add_argument("--only", action="append", default=[], metavar="AXIS=VALUE", help="filter cells as in run")
+    pr.add_argument("--smoke", action="store_true", help="shrink the cell as `run --smoke` does")
+    pr.add_argument("--tool", choices=("nsys", "torch"), default="nsys",
+                    help="nsys: Nsight Systems timeline; torch: torch.profiler trace and table (default: nsys)")
+    pr.add_argument("--steps", type=int, default=10, metavar="N", help="measured steps to capture (default: 10)")
+    pr.add_argument("--out", metavar="DIR", help="run folder whose profile/ receives the results "
+                    "(default: REPORTS/<run_id>); may be an existing run: its timed results stay untouched")
+    pr.add_argument("--reports", default="reports", metavar="DIR", help="where run folders go (default: reports)")
+    pr.set_defaults(func=cmd_profile)
+
+    rp = sub.add_parser("report", help="verdicts vs a baseline run or a history: HTML, Markdown, JUnit, Parquet")
+    rp.add_argument("run_dir", metavar="RUN_DIR")
+    side = rp.add_mutually_exclusive_group()
+    side.add_argument("--baseline", metavar="RUN_DIR", help="run folder (or pointer file) to compare with")
+    side.add_argument("--history", metavar="DIR", help="folder of past runs: screen each cell against its history")
+    rp.add_argument("--out", metavar="DIR", help="where the report goes (default: RUN_DIR/report)")
+    _add_threshold_flags(rp, history=True)
+    rp.set_defaults(func=cmd_report)
+
+    ab = sub.add_parser("ab", help="run a matrix under two interpreters, interleaved, and compare B with A")
+    ab.add_argument("matrix")
+    ab.add_argument("--a", required=True, metavar="PYTHON", help="interpreter of side A (the baseline)")
+    ab.add_argument("--b", required=True, metavar="PYTHON", help="interpreter of side B (the candidate)")
+    ab.add_argument("--only", action="append", default=[], metavar="AXIS=VALUE", help="filter cells as in run")
+    ab.add_argument("--smoke", action="store_true", help="shrink every cell as `run --smoke` does")
+    ab.add_argument("--seed", type=int, default=0, help="seed of the A/B order within each pair (default: 0)")
+    ab.add_argument("--out", metavar="DIR", help="A/B folder (default: REPORTS/<id>); holds a/, b/, report/")
+    ab.add_argument("--reports", default="reports", metavar="DIR", help="where A/B folders go (default: reports)")
+    _add_threshold_flags(ab, history=False)
+    ab.set_defaults(func=cmd_ab)
 
     e = sub.add_parser("env", help="print the environment fingerprint")
     e.add_argument("--json", action="store_true")

@@ -125,7 +125,7 @@ class RunConfig:
 @dataclass(**_FROZEN)
 class LaunchConfig:
     nnodes: int = knob(1, "Nodes in a torchrun group (world_size counts processes per node).", min=1)
-    node_rank: int = knob(0, "This node's rank when rdzv_endpoint is empty (static rendezvous).", min=0)
+    node_rank: int = knob(0, "This node's rank under the static rendezvous backend (c10d assigns ranks itself).", min=0)
     rdzv_endpoint: str = knob("", "host:port of the rendezvous for multi-node; empty = --standalone.")
     rdzv_id: str = knob("nvbench", "Rendezvous id shared by all nodes of a run.")
     rdzv_backend: Literal["c10d", "static"] = knob("c10d", "torchrun rendezvous backend for multi-node.")

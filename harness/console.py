@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
     TimeRemainingColumn
 from rich.table import Table
@@ -40,7 +41,7 @@ class RunProgress:
     def done(self, row: dict[str, Any]) -> None:
         status = row["status"]
         detail = (f"{_fmt(row.get('throughput_img_per_s'), '.1f')} img/s  top1 {_fmt(row.get('top1'), '.3f')}"
-                  if status == "ok" else row["reason"])
+                  if status == "ok" else escape(row["reason"]))  # reasons quote logs: '[' is not markup
         self.console.print(f"[{STATUS_STYLE[status]}]{status:>8}[/] {row['cell_id']} r{row['repeat']}  {detail}",
                            highlight=False, soft_wrap=True)
         self.progress.advance(self.task)
@@ -57,7 +58,7 @@ def summary_table(rows: Iterable[dict[str, Any]]) -> Table:
         half = (high - low) / 2 if None not in (low, high) and low == low else None
         table.add_row(r["cell_id"], str(r["repeat"]), f"[{STATUS_STYLE[r['status']]}]{r['status']}[/]",
                       _fmt(tput, ".1f"), _fmt(half, ".1f"), _fmt(r.get("top1"), ".3f"),
-                      _fmt(r.get("data_wait_frac"), ".1%"), r.get("reason") or "")
+                      _fmt(r.get("data_wait_frac"), ".1%"), escape(r.get("reason") or ""))
     return table
 
 

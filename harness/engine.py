@@ -18,6 +18,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from harness.timing import BACKWARD, FORWARD, OPTIMIZER, Ranges, make_ranges
+
 Precision = Literal["fp32", "fp16", "bf16"]
 MemoryFormat = Literal["nchw", "nhwc"]
 Schedule = Literal["cosine", "linear", "step", "constant"]
@@ -183,8 +185,11 @@ class Engine:
         opts: EngineOptions,
         *,
         wrap: Callable[[nn.Module], nn.Module] | None = None,
+        ranges: Ranges | None = None,
     ) -> None:
         self.opts = opts
+        # forward / backward / optimizer ranges (NVTX, harness.timing); none by default.
+        self._ranges = ranges or make_ranges(False)
         self.device = torch.device(opts.device)
         self._channels_last = opts.memory_format == "nhwc"
         memory_format = torch.channels_last if self._channels_last else torch.contiguous_format
@@ -259,18 +264,24 @@ class Engine:
         no_sync = getattr(self.model, "no_sync", None)
         grad_sync = no_sync() if (not sync_grads and no_sync is not None) else contextlib.nullcontext()
         with grad_sync:
-            with self._autocast():
-                loss = self._criterion(self.model(images), labels)
-            scaled = loss / self.opts.grad_accum
-            if self.scaler is not None:
-                scaled = self.scaler.scale(scaled)
-            scaled.backward()
+            with self._ranges(FORWARD):
+                with self._autocast():
+                    loss = self._criterion(self.model(images), labels)
+                scaled = loss / self.opts.grad_accum
+                if self.scaler is not None:
+                    scaled = self.scaler.scale(scaled)
+            with self._ranges(BACKWARD):
+                scaled.backward()
         batch = images.shape[0]
         self._train_acc[0].add_(loss.detach().to(torch.float64), alpha=batch)
         self._train_acc[1].add_(batch)
 
     def optimizer_step(self) -> None:
         """Apply the accumulated gradients (skipped on fp16 overflow), clear them, advance the LR."""
+        with self._ranges(OPTIMIZER):
+            self._apply_step()
+
+    def _apply_step(self) -> None:
         if self.scaler is not None:
             self.scaler.step(self.optimizer)
             self.scaler.update()

@@ -51,9 +51,9 @@ class TorchrunLauncher:
                 f"--nproc_per_node={cell.world_size}", "--max_restarts=0"]
         if launch.nnodes == 1:
             args.append("--standalone")
-        elif launch.rdzv_backend == "static":
+        elif launch.rdzv_backend == "static":  # node 0 serves the store at MASTER_ADDR:MASTER_PORT
             host, _, port = launch.rdzv_endpoint.rpartition(":")
-            args += [f"--nnodes={launch.nnodes}", f"--node_rank={launch.node_rank}",
+            args += [f"--nnodes={launch.nnodes}", "--rdzv_backend=static", f"--node_rank={launch.node_rank}",
                      f"--master_addr={host}", f"--master_port={port}"]
         else:
             args += [f"--nnodes={launch.nnodes}", "--rdzv_backend=c10d",

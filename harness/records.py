@@ -1,7 +1,9 @@
 """The result schema: every column of the cell and step tables, with its unit, and the version history.
 
 Schema history (bump RESULT_SCHEMA_VERSION and teach store.migrate the step when columns change):
-  1 (0.1.0): first release: cell summary rows and per-rank step rows.
+  1 (0.1.0): first release: cell summary rows (throughput with its interval, accuracy, loss, memory,
+     data wait, twin efficiencies, NVML telemetry, MFU, profile and fire-drill flags) and per-rank
+     step rows. Columns added later read as null from older files (store.migrate).
 """
 
 from __future__ import annotations
@@ -79,6 +81,20 @@ CELL_COLUMNS: tuple[Column, ...] = (
     _c("tf32_allowed", B, "", "Whether TF32 matmul/conv was allowed (meaningful for fp32 on CUDA)."),
     _c("mem_peak_bytes", I, "bytes", "Peak memory: device allocator peak on CUDA, process RSS peak on CPU."),
     _c("mem_kind", S, "", "device or host_rss: what mem_peak_bytes measured."),
+    _c("power_avg_w", F, "W", "Mean NVML board power in the measured window, summed over the cell's GPUs; null without NVML."),
+    _c("energy_j", F, "J", "GPU energy in the measured window (NVML counter), summed over the cell's GPUs."),
+    _c("img_per_joule", F, "images/J", "images_measured / energy_j."),
+    _c("gpu_util_avg_pct", F, "%", "Mean NVML utilisation (time a kernel ran, not SM occupancy), mean over GPUs."),
+    _c("sm_clock_avg_mhz", F, "MHz", "Mean SM clock in the measured window, mean over GPUs."),
+    _c("mem_clock_avg_mhz", F, "MHz", "Mean memory clock in the measured window, mean over GPUs."),
+    _c("gpu_mem_used_peak_bytes", I, "bytes", "Peak device memory in use by all processes (NVML), highest GPU."),
+    _c("is_throttled", B, "", "Some GPU reported a clock-event reason other than idle or application clocks."),
+    _c("throttle_reasons", S, "", "Clock-event reasons seen on any GPU, comma-separated (benign ones included)."),
+    _c("num_telemetry_samples", I, "samples", "NVML polls in the measured window (fewest over GPUs); 0 without NVML."),
+    _c("flops_per_image", F, "FLOP", "Forward + backward FLOPs of one training image (FlopCounterMode, multiply-add = 2)."),
+    _c("achieved_tflops", F, "TFLOP/s", "flops_per_image x throughput_img_per_s / 1e12, all processes."),
+    _c("mfu_peak_tflops", F, "TFLOP/s", "Dense datasheet peak of one GPU at the cell's math precision (harness/flops.py)."),
+    _c("mfu_pct", F, "%", "Model FLOPs utilisation: per-process achieved TFLOP/s / mfu_peak_tflops; null when the peak is unknown."),
     _c("loader_efficiency", F, "", "throughput / throughput of the synthetic twin (same other axes) in this run."),
     _c("scaling_efficiency", F, "", "per-process throughput / that of the world_size-1 twin in this run."),
     _c("build_s", F, "s", "Model, engine and process-group setup inside the cell."),
@@ -90,6 +106,9 @@ CELL_COLUMNS: tuple[Column, ...] = (
     _c("nvbench_version", S, "", "nvbench version."),
     _c("git_sha", S, "", "git sha of the nvbench checkout (null outside git)."),
     _c("injected_fault", S, "", "Test-only fault injected into this cell (NVBENCH_FAULT); null in real runs."),
+    _c("fire_drill_pct", F, "%", "Fire drill (nvbench run --fire-drill): extra work in every measured step, in % "
+       "of the step's own cost; 0 in real runs. A drill row is a calibration, never a result."),
+    _c("profile_tool", S, "", "Profiler the cell ran under (nsys, torch): not a timed result. Null in timed runs."),
     _c("log_path", S, "", "The cell's stdout/stderr log, relative to the run folder."),
     _c("config_json", S, "", "The fully resolved cell configuration as JSON."),
 )

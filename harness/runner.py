@@ -13,6 +13,7 @@ import re
 import secrets
 import shutil
 import signal
+import sys
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -95,8 +96,13 @@ def new_run_id(name: str, now: datetime) -> str:
 
 
 def create_run(matrix: Matrix, cells: list[Cell], *, run_dir: Path | None, reports_root: Path,
-               smoke: bool, only: list[str], env: dict[str, Any], now: datetime | None = None) -> Path:
-    """Make the run folder with its plan and manifest; nothing runs yet."""
+               smoke: bool, only: list[str], env: dict[str, Any], now: datetime | None = None,
+               fire_drill_pct: float = 0.0) -> Path:
+    """Make the run folder with its plan and manifest; nothing runs yet.
+
+    `fire_drill_pct` > 0 makes every job of the run a fire drill (extra work of that % of each measured
+    step, see worker.FireDrill): the plan carries it, so a resumed run drills the same way.
+    """
     now = now or datetime.now(timezone.utc)
     run_id = new_run_id(matrix.benchmark.name, now) if run_dir is None else Path(run_dir).name
     run_dir = Path(run_dir) if run_dir is not None else reports_root / run_id
@@ -104,13 +110,14 @@ def create_run(matrix: Matrix, cells: list[Cell], *, run_dir: Path | None, repor
         raise FileExistsError(f"{run_dir} already holds a run; finish it with `nvbench run --resume {run_dir}`")
     by_id = {c.cell_id: c for c in cells}
     jobs = schedule(list(by_id), matrix.run.repeats, matrix.run.order, matrix.run.shuffle_seed)
-    plan = {"run_id": run_id, "jobs": jobs, "cells": {cid: c.to_plain() for cid, c in by_id.items()}}
+    plan = {"run_id": run_id, "jobs": jobs, "cells": {cid: c.to_plain() for cid, c in by_id.items()},
+            "fire_drill_pct": fire_drill_pct}
     manifest = {
         "run_id": run_id, "created_at": now.isoformat(), "nvbench_version": __version__,
         "git_sha": env.get("nvbench_git_sha"), "host": env.get("hostname"), "matrix_source": matrix.source,
         "matrix_text": matrix.source_text, "smoke": smoke, "only": only, "repeats": matrix.run.repeats,
         "order": matrix.run.order, "shuffle_seed": matrix.run.shuffle_seed, "num_cells": len(by_id),
-        "num_jobs": len(jobs), "environment": env, "sessions": [],
+        "num_jobs": len(jobs), "environment": env, "sessions": [], "fire_drill_pct": fire_drill_pct,
     }
     store.write_json(run_dir / PLAN, plan)
     store.write_json(run_dir / MANIFEST, manifest)
@@ -121,6 +128,11 @@ def load_plan(run_dir: Path) -> tuple[str, list[tuple[str, int]], dict[str, Cell
     plan = store.read_json(Path(run_dir) / PLAN)
     cells = {cid: Cell.from_plain(c) for cid, c in plan["cells"].items()}
     return plan["run_id"], [(cid, int(r)) for cid, r in plan["jobs"]], cells
+
+
+def plan_fire_drill(run_dir: Path) -> float:
+    """The run's fire-drill percentage (0.0 for real runs and for plans written before fire drills)."""
+    return float(store.read_json(Path(run_dir) / PLAN).get("fire_drill_pct") or 0.0)
 
 
 def pending(run_dir: Path, jobs: list[tuple[str, int]]) -> list[tuple[str, int]]:
@@ -140,6 +152,12 @@ class JobContext:
     fault_spec: str | None
     data_roots: dict[Any, Path] = field(default_factory=dict)
     notify: Callable[[str], None] = print
+    profile: Any = None
+    """A harness.profile.ProfileSpec under `nvbench profile` (run_dir is then RUN/profile); None when timed."""
+    fire_drill_pct: float = 0.0
+    """Extra work per measured step in % of its cost (nvbench run --fire-drill); recorded in every row."""
+    python: str | None = None
+    """Interpreter that runs the cells instead of this one (nvbench ab); it runs this checkout's harness."""
 
 
 def _data_root(cell: Cell, ctx: JobContext) -> Path | None:
@@ -161,7 +179,10 @@ def _data_root(cell: Cell, ctx: JobContext) -> Path | None:
     return ctx.data_roots[key]
 
 
-_EXITCODE = re.compile(r"exitcode\s*:\s*(-?\d+)")
+# torchrun's failure summary (ChildFailedError) gives each failed worker's global rank and exit code.
+_TORCHRUN_FAILURE = re.compile(r"^\s*rank\s*:\s*(\d+)\s*\(local_rank:\s*\d+\)\s*\n\s*exitcode\s*:\s*(-?\d+)", re.M)
+# A faulthandler dump (the worker writes one per rank on SIGTERM): frames innermost first.
+_FRAME = re.compile(r'File "([^"]+)", line (\d+) in (\S+)')
 
 
 def _signal_name(code: int) -> str:
@@ -171,31 +192,76 @@ def _signal_name(code: int) -> str:
         return f"signal {code}"
 
 
-def _log_tail(log_path: Path, lines: int = 1) -> str:
+def _killed_by(code: int) -> str:
+    return f"killed by {_signal_name(code)}" + (" (the kernel OOM killer sends this)" if code == signal.SIGKILL else "")
+
+
+def _read(path: Path) -> str:
     try:
-        text = log_path.read_text(errors="replace").strip().splitlines()
+        return path.read_text(errors="replace")
     except OSError:
         return ""
+
+
+def _log_tail(log_path: Path, lines: int = 1) -> str:
+    text = _read(log_path).strip().splitlines()
     return " | ".join(t.strip() for t in text[-lines:])
 
 
+def _where(dump: str) -> str | None:
+    """'in FUNC (harness/FILE:LINE)' at the innermost nvbench frame of a faulthandler dump; None if none.
+
+    The thread running nvbench code is the one that matters; frames of torch.distributed above it mean
+    the rank was waiting for its peers, not stuck itself.
+    """
+    for block in re.split(r"\n(?=(?:Current thread|Thread) 0x)", dump):
+        frames = _FRAME.findall(block)
+        for i, (file, line, func) in enumerate(frames):
+            if "/harness/" in file:
+                waiting = any("torch/distributed/" in f for f, _, _ in frames[:i])
+                here = f"{func} ({file[file.rindex('/harness/') + 1:]}:{line})"
+                return f"waiting for its peers in {here}" if waiting else f"in {here}"
+    return None
+
+
+def _timeout_reason(work: Path, timeout_s: float) -> str:
+    reason = f"no exit within timeout_s = {timeout_s:g} s; the cell's processes were killed"
+    stacks = {int(p.stem.removeprefix("stack-rank")): _where(_read(p)) for p in work.glob("stack-rank*.txt")}
+    wheres = [f"rank {rank} {where}" for rank, where in sorted(stacks.items()) if where]
+    return reason + (f"; at the kill: {', '.join(wheres)}" if wheres else "")
+
+
 def classify(outcome: Outcome, work: Path, log_path: Path, timeout_s: float) -> tuple[str, str]:
-    """(status, reason) of a finished job from its exit and the files its ranks left."""
+    """(status, reason) of a finished job from its exit and the files its ranks left.
+
+    In a torchrun group one rank's failure makes the others fail too (a collective loses its peer, torchrun
+    stops the rest with SIGTERM), so the cause is chosen in order: a rank's own exception; a rank killed by
+    a signal torchrun did not send, or exited without writing its error (both from torchrun's log); an
+    error torch.distributed raised on a surviving rank.
+    """
     if outcome.timed_out:
-        return "timeout", f"no exit within timeout_s = {timeout_s:g} s; the cell's processes were killed"
+        return "timeout", _timeout_reason(work, timeout_s)
     if outcome.returncode == 0 and (work / "result.json").exists():
         return "ok", ""
-    errors = sorted(work.glob("error-rank*.json"))
+    errors = sorted((store.read_json(p) for p in work.glob("error-rank*.json")),
+                    key=lambda e: (bool(e.get("in_collective")), e.get("time", 0.0), e["rank"]))
+    if errors and not errors[0].get("in_collective"):
+        return "failed", f"rank {errors[0]['rank']}: {errors[0]['type']}: {errors[0]['message']}"
+    exits = {int(r): int(c) for r, c in _TORCHRUN_FAILURE.findall(_read(log_path))}
+    for rank, code in sorted(exits.items()):
+        if code < 0 and code != -signal.SIGTERM:
+            return "crashed", f"rank {rank} {_killed_by(-code)}"
+    reported = {e["rank"] for e in errors}
+    for rank, code in sorted(exits.items()):
+        if code > 0 and rank not in reported:
+            return "crashed", f"rank {rank} exited with status {code} without a result"
     if errors:
-        err = store.read_json(errors[0])
-        return "failed", f"rank {err['rank']}: {err['type']}: {err['message']}"
+        err = errors[0]
+        return "failed", (f"rank {err['rank']}: {err['type']}: {err['message']} (raised by torch.distributed: "
+                          "a peer rank or node probably failed first; see its log)")
     code = outcome.returncode
     if code is not None and code < 0:
-        return "crashed", f"killed by {_signal_name(-code)}" + (
-            " (the kernel OOM killer sends this)" if code == -signal.SIGKILL else "")
-    match = _EXITCODE.search(log_path.read_text(errors="replace")) if log_path.exists() else None
-    if match and int(match.group(1)) < 0:  # torchrun reports a rank's death in its log
-        return "crashed", f"a rank was killed by {_signal_name(-int(match.group(1)))}"
+        return "crashed", _killed_by(-code)
     tail = _log_tail(log_path)
     return "crashed", f"exited with status {code} without a result" + (f": {tail}" if tail else "")
 
@@ -208,6 +274,7 @@ def base_row(cell: Cell, repeat: int, ctx: JobContext, fault: str | None) -> dic
         "images_per_step": cell.images_per_step, "device": ctx.caps.device, "device_name": ctx.caps.device_name,
         "is_smoke": cell.is_smoke, "env_key": ctx.env_key, "hostname": ctx.env.get("hostname"),
         "nvbench_version": __version__, "git_sha": ctx.env.get("nvbench_git_sha"), "injected_fault": fault,
+        "profile_tool": ctx.profile.tool if ctx.profile else None, "fire_drill_pct": ctx.fire_drill_pct,
         "config_json": json.dumps(cell.to_plain(), sort_keys=True),
     }
 
@@ -240,11 +307,17 @@ def run_job(cell: Cell, repeat: int, ctx: JobContext) -> dict[str, Any]:
         write_row(ctx.run_dir, key, row)
         return row
     job = {"cell": cell.to_plain(), "run_id": ctx.run_id, "repeat": repeat, "device": ctx.caps.device,
-           "data_root": str(data_root) if data_root else None, "out_dir": str(work), "fault": fault}
+           "data_root": str(data_root) if data_root else None, "out_dir": str(work), "fault": fault,
+           "profile": ctx.profile.job_section(key) if ctx.profile else None,
+           "fire_drill_pct": ctx.fire_drill_pct}
     store.write_json(work / "job.json", job)
+    argv = launcher_for(cell).command(cell, work / "job.json")
+    if ctx.python:  # every interpreter slot of the command (torchrun's agent and its ranks alike)
+        argv = [ctx.python if arg == sys.executable else arg for arg in argv]
+    if ctx.profile:
+        argv = ctx.profile.command(argv, key)
     t0 = time.monotonic()
-    outcome = run_process(launcher_for(cell).command(cell, work / "job.json"), log_path=log_path,
-                          timeout_s=cell.benchmark.timeout_s, env=_child_env(cell, ctx))
+    outcome = run_process(argv, log_path=log_path, timeout_s=cell.benchmark.timeout_s, env=_child_env(cell, ctx))
     status, reason = classify(outcome, work, log_path, cell.benchmark.timeout_s)
     row |= {"status": status, "reason": reason, "started_at": started, "duration_s": time.monotonic() - t0,
             "log_path": str(log_rel)}
@@ -262,8 +335,14 @@ def _child_env(cell: Cell, ctx: JobContext) -> dict[str, str]:
     env.pop(FAULT_ENV, None)  # the job file carries the matched fault; ranks must not re-match it
     env.setdefault("PYTHONUNBUFFERED", "1")
     env[PARENT_PID_ENV] = str(os.getpid())  # lets the child notice a runner that died as it started
+    if ctx.python:  # another interpreter (nvbench ab) runs this checkout's harness, not its own copy
+        checkout = str(Path(__file__).resolve().parents[1])
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, (checkout, env.get("PYTHONPATH"))))
     if ctx.caps.device == "cpu":
-        env.setdefault("OMP_NUM_THREADS", str(max(1, ctx.caps.cpu_count // cell.world_size)))
+        # The ranks of a node share its cores; the worker sets torch's intra-op threads the same way, and
+        # DataLoader workers run one thread each (PyTorch sets that in every worker).
+        threads = cell.run.threads_per_process or max(1, ctx.caps.cpu_count // cell.world_size)
+        env.setdefault("OMP_NUM_THREADS", str(threads))
     return env
 
 
@@ -284,7 +363,8 @@ def execute(run_dir: Path, *, caps: Capabilities, env: dict[str, Any], env_key: 
     run_id, jobs, cells = load_plan(run_dir)
     todo = pending(run_dir, jobs)
     ctx = JobContext(run_dir=run_dir, run_id=run_id, caps=caps, env=env, env_key=env_key,
-                     fault_spec=os.environ.get(FAULT_ENV), notify=notify)
+                     fault_spec=os.environ.get(FAULT_ENV), notify=notify,
+                     fire_drill_pct=plan_fire_drill(run_dir))
     manifest = store.read_json(run_dir / MANIFEST)
     session = {"started_at": datetime.now(timezone.utc).isoformat(), "pending_at_start": len(todo)}
     manifest["sessions"].append(session)

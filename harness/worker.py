@@ -1,8 +1,10 @@
 """What runs inside one cell's process (one per rank under torchrun): build, train, validate, and write
-this rank's step rows plus, on rank 0, the cell's result. Started as `python -m harness.launch cell JOB_JSON`."""
+this rank's step rows plus, on each node's local rank 0, the cell's result. Started as
+`python -m harness.launch cell JOB_JSON`."""
 
 from __future__ import annotations
 
+import faulthandler
 import math
 import os
 import random
@@ -13,19 +15,20 @@ import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
-from harness import stats, store
+from harness import flops, profile, stats, store
 from harness.data import LoaderSpec, build_loader
 from harness.engine import Engine, EngineOptions
 from harness.matrix import Cell
 from harness.models import build_model
 from harness.records import step_table
-from harness.timing import CELL, DATA, MEASURE, STEP, VALIDATION, WARMUP, Ranges, StepClock, make_ranges
+from harness.telemetry import THROTTLE_REASON_BITS, TelemetrySampler, TelemetrySummary
+from harness.timing import CELL, DATA, MEASURE, STEP, VALIDATION, WARMUP, Instrument, Ranges, StepClock, make_ranges
 
 
 class NonFiniteLoss(RuntimeError):
@@ -47,6 +50,10 @@ class Context:
     world_size: int
     device: torch.device
     ranges: Ranges
+    profile: dict[str, Any] | None = None
+    """The job's profile section (tool, steps, dir, name) under `nvbench profile`; None in timed runs."""
+    fire_drill_pct: float = 0.0
+    """Extra work per measured step in % of the step's cost (nvbench run --fire-drill); 0 in real runs."""
 
     @property
     def is_distributed(self) -> bool:
@@ -54,7 +61,8 @@ class Context:
 
 
 def _setup(job: dict[str, Any]) -> Context:
-    cell = Cell.from_plain(job["cell"])
+    cell = profile.cell_for_job(Cell.from_plain(job["cell"]), job.get("profile"))
+    nvtx_on, profiler_ranges = profile.range_modes(cell, job.get("profile"))
     rank = int(os.environ.get("RANK", 0))
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     world_size = int(os.environ.get("WORLD_SIZE", 1))
@@ -64,8 +72,13 @@ def _setup(job: dict[str, Any]) -> Context:
         torch.backends.cudnn.benchmark = cell.recipe.cudnn_benchmark
     else:
         device = torch.device("cpu")
+        # The node's cores (as this process may use them: taskset, cgroups, SLURM) shared by its ranks.
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
         local_world = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
-        torch.set_num_threads(cell.run.threads_per_process or max(1, (os.cpu_count() or 1) // local_world))
+        torch.set_num_threads(cell.run.threads_per_process or max(1, cores // local_world))
+    if world_size != cell.world_size * cell.launch.nnodes:  # images_per_step and every rate assume the cell's
+        raise RuntimeError(f"WORLD_SIZE={world_size} but the cell runs world_size x nnodes = "
+                           f"{cell.world_size} x {cell.launch.nnodes} processes; start it with nvbench run")
     if world_size > 1:
         dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo",
                                 device_id=device if device.type == "cuda" else None)
@@ -76,7 +89,8 @@ def _setup(job: dict[str, Any]) -> Context:
     return Context(cell=cell, run_id=job["run_id"], repeat=job["repeat"], out_dir=Path(job["out_dir"]),
                    data_root=Path(job["data_root"]) if job.get("data_root") else None, fault=job.get("fault"),
                    rank=rank, local_rank=local_rank, world_size=world_size, device=device,
-                   ranges=make_ranges(cell.run.nvtx))
+                   ranges=make_ranges(nvtx_on, profiler=profiler_ranges), profile=job.get("profile"),
+                   fire_drill_pct=float(job.get("fire_drill_pct") or 0.0))
 
 
 def _loader(ctx: Context, split: str):
@@ -116,7 +130,7 @@ def _engine(ctx: Context) -> Engine:
 
         ids = [ctx.device.index] if ctx.device.type == "cuda" else None
         wrap = lambda m: DistributedDataParallel(m, device_ids=ids)  # noqa: E731
-    return Engine(model, opts, wrap=wrap)
+    return Engine(model, opts, wrap=wrap, ranges=ctx.ranges)
 
 
 def _fence(ctx: Context) -> None:
@@ -127,16 +141,25 @@ def _fence(ctx: Context) -> None:
         dist.barrier()  # sync: every rank opens and closes the same window
 
 
-def _window(ctx: Context, engine: Engine, batches, clock: StepClock, name: str) -> float:
-    """Run `clock.num_steps` optimizer steps; return the window's wall time. No host sync inside."""
+def _window(ctx: Context, engine: Engine, batches, clock: StepClock, name: str,
+            instruments: Sequence[Instrument] = (), drill: FireDrill | None = None) -> float:
+    """Run `clock.num_steps` optimizer steps; return the window's wall time. No host sync inside.
+
+    `instruments` start after the opening fence and stop after the closing one, in reverse order, so
+    their own start-up and shutdown stay out of the timed interval.
+    """
     accum, ranges = ctx.cell.grad_accum, ctx.ranges
     perf = time.perf_counter
     _fence(ctx)
+    for instrument in instruments:
+        instrument.start()
     t0 = perf()
     with ranges(name):
         for i in range(clock.num_steps):
             with ranges(STEP):
                 clock.begin(i)
+                if drill is not None:
+                    drill.begin()
                 wait = 0.0
                 for micro in range(accum):
                     t = perf()
@@ -145,10 +168,15 @@ def _window(ctx: Context, engine: Engine, batches, clock: StepClock, name: str) 
                     wait += perf() - t
                     engine.forward_backward(images, labels, sync_grads=micro == accum - 1)
                 engine.optimizer_step()
+                if drill is not None:
+                    drill()
                 clock.end(i)
                 clock.data_wait_s[i] = wait
     _fence(ctx)
-    return perf() - t0
+    elapsed = perf() - t0
+    for instrument in reversed(instruments):
+        instrument.stop()
+    return elapsed
 
 
 def _all_reduce(ctx: Context, t: torch.Tensor, op=None) -> torch.Tensor:
@@ -198,6 +226,86 @@ def _validate(ctx: Context, engine: Engine) -> dict[str, Any]:
             "val_s": time.perf_counter() - t0}
 
 
+class FireDrill:
+    """Known extra work in every measured step (`nvbench run --fire-drill PCT`): a calibrated slowdown that
+    proves the regression detector. Every row of a drilled run carries fire_drill_pct, so a drill can never
+    pass for a real result.
+
+    On CPU, where a step's work is synchronous, each step's own elapsed time is read as it ends and PCT %
+    of it is added as a loop of small matmuls: the drill stays proportional to the step under any load (a
+    calibration on warm-up steps would be off by however busy the machine was then). The last matmul of a
+    step can overrun (the thread may be descheduled in it), so what each step did beyond its share is
+    owed back by the next: over the window the extra time is PCT % of the steps' own time to within one
+    overrun. On CUDA, where reading
+    the clock inside the window would need a sync, the drill is device work calibrated before the window:
+    PCT % of the fastest warm-up step after the first (device time from CUDA events), queued each step as
+    torch.cuda._sleep of a matching cycle count, without a host sync.
+    """
+
+    _CPU_SIDE = 64
+    """Matrix side of the CPU work unit: tens of microseconds, fine enough for a 1 % drill of a 10 ms step."""
+
+    def __init__(self, device: torch.device, pct: float, warmup_step_times_s: np.ndarray):
+        self.fraction = pct / 100.0
+        self.is_cuda = device.type == "cuda"
+        self._t0 = 0.0
+        self._owed_s = 0.0
+        if self.is_cuda:
+            if len(warmup_step_times_s) == 0:
+                raise ValueError("--fire-drill on CUDA needs warmup steps to calibrate on "
+                                 "(benchmark.warmup_steps = 0)")
+            times = warmup_step_times_s[1:] if len(warmup_step_times_s) > 1 else warmup_step_times_s
+            self.cycles = max(1, round(self.fraction * float(np.min(times)) * self._sleep_cycles_per_s(device)))
+        else:
+            side = self._CPU_SIDE
+            self._a, self._b, self._out = torch.randn(side, side), torch.randn(side, side), torch.empty(side, side)
+            self._half_unit_s = self._cpu_unit_s() / 2
+
+    def describe(self) -> str:
+        if self.is_cuda:
+            return f"{self.cycles} GPU sleep cycles per step (calibrated on the warm-up steps)"
+        return f"{100 * self.fraction:g}% of each step's own time as extra CPU work"
+
+    @staticmethod
+    def _sleep_cycles_per_s(device: torch.device) -> float:
+        probe = 1_000_000
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        best = math.inf
+        for _ in range(3):
+            start.record()
+            torch.cuda._sleep(probe)
+            end.record()
+            torch.cuda.synchronize(device)  # sync: calibration, before the measured window opens
+            best = min(best, start.elapsed_time(end) / 1e3)
+        return probe / best
+
+    def _cpu_unit_s(self) -> float:
+        best = math.inf
+        for _ in range(5):
+            t0 = time.perf_counter()
+            for _ in range(20):
+                torch.mm(self._a, self._b, out=self._out)
+            best = min(best, (time.perf_counter() - t0) / 20)
+        return best
+
+    def begin(self) -> None:
+        """The step starts (CPU: remember when)."""
+        if not self.is_cuda:
+            self._t0 = time.perf_counter()
+
+    def __call__(self) -> None:
+        """The step's work is queued or done: add the drill's share."""
+        if self.is_cuda:
+            torch.cuda._sleep(self.cycles)
+            return
+        now = time.perf_counter()
+        target = (now - self._t0) * self.fraction + self._owed_s
+        until = now + target - self._half_unit_s  # stop nearest the target
+        while time.perf_counter() < until:
+            torch.mm(self._a, self._b, out=self._out)
+        self._owed_s = target - (time.perf_counter() - now)  # an overrun is paid back by the next step
+
+
 def _train(ctx: Context, engine: Engine) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     b = ctx.cell.benchmark
     loader = _loader(ctx, "train")
@@ -208,7 +316,14 @@ def _train(ctx: Context, engine: Engine) -> tuple[dict[str, Any], dict[str, np.n
     warm_s = _window(ctx, engine, batches, warm, WARMUP) if b.warmup_steps else 0.0
     engine.pop_train_loss()  # warmup loss is not the measured loss
     _inject_fault(ctx, engine)
-    window_s = _window(ctx, engine, batches, meas, MEASURE)
+    # NVML sampling of this process's GPU (nothing on CPU); started last and stopped first, nearest the work.
+    sampler = TelemetrySampler(ctx.device.index if ctx.device.type == "cuda" else None)
+    capture = profile.capture(ctx.profile, rank=ctx.rank, is_cuda=ctx.device.type == "cuda")
+    drill = FireDrill(ctx.device, ctx.fire_drill_pct, warm.resolve()) if ctx.fire_drill_pct else None
+    if drill is not None:
+        print(f"fire drill: +{ctx.fire_drill_pct:g}%: {drill.describe()}", flush=True)
+    window_s = _window(ctx, engine, batches, meas, MEASURE, [i for i in (capture, sampler) if i is not None],
+                       drill=drill)
     loader.close()
     # Everything below reads device values: outside the window, after its closing fence.
     loss_sum, count = _all_reduce(ctx, engine.pop_train_loss().double()).tolist()
@@ -226,13 +341,13 @@ def _train(ctx: Context, engine: Engine) -> tuple[dict[str, Any], dict[str, np.n
         "window_s": window_s, "warmup_window_s": warm_s,
         "throughput_img_per_s": images / window_s,
         "throughput_ci_low_img_per_s": interval.low, "throughput_ci_high_img_per_s": interval.high,
-        "throughput_per_process_img_per_s": images / window_s / (ctx.world_size * ctx.cell.launch.nnodes),
+        "throughput_per_process_img_per_s": images / window_s / ctx.world_size,  # all ranks of all nodes
         "step_time_mean_s": float(step_times.mean()), "step_time_median_s": float(np.median(step_times)),
         "step_time_cv": float(step_times.std(ddof=1) / step_times.mean()) if len(step_times) > 1 else None,
         "data_wait_s": wait, "data_wait_frac": wait / window_s,
         "is_steady": steady.is_steady, "steadiness": steady.reason,
         "train_loss": train_loss, "lr_final": engine.lr(), "loss_scale": engine.loss_scale(),
-    }
+    } | _telemetry_columns(ctx, sampler.summary, images)
     local_images = ctx.cell.benchmark.batch_size * ctx.cell.grad_accum
     steps = {
         "step": np.arange(b.warmup_steps + b.measure_steps),
@@ -244,6 +359,63 @@ def _train(ctx: Context, engine: Engine) -> tuple[dict[str, Any], dict[str, np.n
     return metrics, steps
 
 
+def _telemetry_columns(ctx: Context, summary: TelemetrySummary, images: int) -> dict[str, Any]:
+    """The ranks' NVML summaries as one row: power and energy summed over the cell's GPUs, rates averaged,
+    memory at its highest, throttling on any GPU. A figure missing on some rank is null, never partial."""
+    mine = {"power_avg_w": summary.power_avg_w, "energy_j": summary.energy_j,
+            "gpu_util_avg_pct": summary.gpu_util_avg_pct, "sm_clock_avg_mhz": summary.sm_clock_avg_mhz,
+            "mem_clock_avg_mhz": summary.mem_clock_avg_mhz, "gpu_mem_used_peak_bytes": summary.mem_used_peak_bytes,
+            "is_throttled": summary.is_throttled, "throttle_reasons": summary.throttle_reasons,
+            "num_telemetry_samples": summary.num_samples}
+    ranks = [mine]
+    if ctx.is_distributed:  # outside the window; a collective every rank reaches
+        ranks = [None] * ctx.world_size
+        dist.all_gather_object(ranks, mine)
+
+    def every(key: str) -> list | None:
+        values = [r[key] for r in ranks]
+        return None if any(v is None for v in values) else values
+
+    def mean(key: str) -> float | None:
+        values = every(key)
+        return None if values is None else sum(values) / len(values)
+
+    energy, power, peak, throttled, reasons = map(
+        every, ("energy_j", "power_avg_w", "gpu_mem_used_peak_bytes", "is_throttled", "throttle_reasons"))
+    seen = {name for names in reasons or () for name in names}
+    known = [name for _, name in THROTTLE_REASON_BITS]
+    ordered = [name for name in known if name in seen] + sorted(seen.difference(known))
+    return {
+        "power_avg_w": sum(power) if power else None, "energy_j": sum(energy) if energy else None,
+        "img_per_joule": images / sum(energy) if energy and sum(energy) > 0 else None,
+        "gpu_util_avg_pct": mean("gpu_util_avg_pct"), "sm_clock_avg_mhz": mean("sm_clock_avg_mhz"),
+        "mem_clock_avg_mhz": mean("mem_clock_avg_mhz"), "gpu_mem_used_peak_bytes": max(peak) if peak else None,
+        "is_throttled": any(throttled) if throttled else None,
+        "throttle_reasons": ",".join(ordered) if reasons is not None else None,
+        "num_telemetry_samples": min(r["num_telemetry_samples"] for r in ranks),
+    }
+
+
+def _count_flops(ctx: Context) -> float | None:
+    """FLOPs of one training image, counted on the meta device before any window (rank 0 reports them)."""
+    b = ctx.cell.benchmark
+    try:
+        return flops.training_flops_per_image(b.model, num_classes=b.num_classes, image_size=b.image_size)
+    except Exception as exc:  # a model the meta device cannot run costs the MFU columns, not the cell
+        print(f"nvbench: warning: FLOPs not counted ({type(exc).__name__}: {exc}); MFU columns are null",
+              file=sys.stderr)
+        return None
+
+
+def _mfu(ctx: Context, flops_per_image: float | None, metrics: dict[str, Any], tf32: bool) -> dict[str, Any]:
+    name = torch.cuda.get_device_name(ctx.device) if ctx.device.type == "cuda" else "cpu"
+    peak = flops.peak_tflops(name, ctx.cell.precision, tf32_allowed=tf32)
+    if peak.tflops is None:
+        print(f"nvbench: warning: mfu_pct is null: {peak.why_none}", file=sys.stderr)
+    return flops.mfu_columns(flops_per_image=flops_per_image, throughput_img_per_s=metrics["throughput_img_per_s"],
+                             throughput_per_process_img_per_s=metrics["throughput_per_process_img_per_s"], peak=peak)
+
+
 def _memory(ctx: Context) -> dict[str, Any]:
     if ctx.device.type == "cuda":
         return {"mem_peak_bytes": torch.cuda.max_memory_allocated(ctx.device), "mem_kind": "device"}
@@ -251,11 +423,12 @@ def _memory(ctx: Context) -> dict[str, Any]:
 
 
 def run_cell(ctx: Context) -> dict[str, Any]:
-    """Train and validate one cell; write this rank's steps; return the cell metrics (global on rank 0)."""
+    """Train and validate one cell; write this rank's steps; return the cell metrics (all-reduced: global)."""
     with ctx.ranges(CELL):
         t0 = time.perf_counter()
         engine = _engine(ctx)
         build_s = time.perf_counter() - t0
+        flops_per_image = _count_flops(ctx) if ctx.local_rank == 0 else None  # each node's result writer
         metrics, steps = _train(ctx, engine)
         metrics |= _validate(ctx, engine)
     n = len(steps["step"])
@@ -263,7 +436,8 @@ def run_cell(ctx: Context) -> dict[str, Any]:
               "rank": np.full(n, ctx.rank)}
     store.write_table(ctx.out_dir / f"steps-rank{ctx.rank}.parquet", step_table(steps))
     tf32 = ctx.device.type == "cuda" and ctx.cell.recipe.allow_tf32
-    return metrics | _memory(ctx) | {"build_s": build_s, "tf32_allowed": tf32}
+    mfu = _mfu(ctx, flops_per_image, metrics, tf32) if ctx.local_rank == 0 else {}
+    return metrics | mfu | _memory(ctx) | {"build_s": build_s, "tf32_allowed": tf32}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -273,17 +447,42 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     job = store.read_json(Path(argv[0]))
     out_dir, rank = Path(job["out_dir"]), int(os.environ.get("RANK", 0))
+    _stack_on_sigterm(out_dir / f"stack-rank{rank}.txt")
     try:
         ctx = _setup(job)
         result = run_cell(ctx)
-        if ctx.rank == 0:
+        # The metrics are all-reduced, so every node's local rank 0 holds the global figures: each node's
+        # runner (out_dir is node-local) gets a full row. Per-rank extras (step times, memory) are its own.
+        if ctx.local_rank == 0:
             store.write_json(out_dir / "result.json", result)
         if ctx.is_distributed:
             dist.destroy_process_group()
         return 0
     except BaseException as exc:  # every failure becomes the cell's reason, then a non-zero exit
-        store.write_json(out_dir / f"error-rank{rank}.json",
-                         {"rank": rank, "type": type(exc).__name__, "message": str(exc) or type(exc).__name__,
-                          "traceback": traceback.format_exc()})
+        store.write_json(out_dir / f"error-rank{rank}.json", _error_record(exc, rank))
         traceback.print_exc()
         return 1
+
+
+_STACK_FILE = None
+
+
+def _stack_on_sigterm(path: Path) -> None:
+    """On SIGTERM (a cell timeout, or torchrun stopping the group) write this process's Python stacks to `path`,
+    then die as before: a timed-out cell's row can say where each rank was (a hung rank vs. one in a barrier)."""
+    global _STACK_FILE
+    _STACK_FILE = open(path, "w")  # kept open: faulthandler writes to the fd from inside the signal handler
+    faulthandler.register(signal.SIGTERM, file=_STACK_FILE, all_threads=True, chain=True)
+    # Forked DataLoader workers inherit the handler; they must not write into this rank's file.
+    os.register_at_fork(after_in_child=lambda: faulthandler.unregister(signal.SIGTERM))
+
+
+def _error_record(exc: BaseException, rank: int) -> dict[str, Any]:
+    """What the runner reports for this rank. `in_collective` marks an error that torch.distributed raised
+    (a peer that died or hung shows up on the other ranks this way), so the runner can prefer the cause."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    in_dist = any("torch/distributed/" in f.filename or "torch/nn/parallel/" in f.filename for f in frames)
+    in_collective = (in_dist or isinstance(exc, dist.DistError)
+                     or any(word in str(exc) for word in ("gloo", "NCCL", "ProcessGroup")))
+    return {"rank": rank, "type": type(exc).__name__, "message": str(exc) or type(exc).__name__,
+            "time": time.time(), "in_collective": in_collective, "traceback": traceback.format_exc()}
