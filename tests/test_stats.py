@@ -406,3 +406,59 @@ def test_steadiness_on_raw_values_catches_a_short_slow_head_that_batch_means_mis
     times[:30] *= 1.2  # first 10 % is 4 sigma slower: a too-short warm-up
     assert stats.steadiness(times, num_batches=len(times)).change_p < 0.01
     assert stats.steadiness(times).is_steady  # documented limitation of the batch-means default
+
+
+# --- permutation p-value, FCR-adjusted level, two proportions (harness.compare) ----------------
+
+# Efron & Tibshirani (1993), Table 2.1: survival days of mice, treatment vs control.
+MOUSE_TREATMENT = [94, 197, 16, 38, 99, 141, 23]
+MOUSE_CONTROL = [52, 104, 146, 10, 51, 30, 40, 27, 46]
+
+
+def test_fcr_adjusted_confidence_follows_benjamini_yekutieli():
+    # The BH (1995) example rejects 4 of 15 at q = 0.05: selected intervals at 1 - 4 (0.05) / 15.
+    p = [0.0001, 0.0004, 0.0019, 0.0095, 0.0201, 0.0278, 0.0298, 0.0344, 0.0459, 0.3240, 0.4262,
+         0.5719, 0.6528, 0.7590, 1.0]
+    _, rejected = stats.benjamini_hochberg(p, q=0.05)
+    level = stats.fcr_adjusted_confidence(int(rejected.sum()), len(p), q=0.05)
+    assert level == pytest.approx(1 - 4 * 0.05 / 15)
+    assert stats.fcr_adjusted_confidence(0, 15) == pytest.approx(1 - 0.05 / 15)
+    assert stats.fcr_adjusted_confidence(1, 1, q=0.05) == pytest.approx(0.95)
+    with pytest.raises(ValueError, match=r"num_selected=3: must lie in \[0, num_tests=2\]"):
+        stats.fcr_adjusted_confidence(3, 2)
+
+
+def test_two_proportion_interval_matches_agresti_aspirin_example():
+    ci = stats.two_proportion_interval(189 / 11034, 11034, 104 / 11037, 11037)
+    assert ci.estimate == pytest.approx(0.0077, abs=5e-5)
+    assert (ci.low, ci.high) == pytest.approx((0.005, 0.011), abs=5e-4)
+    assert ci.method == "wald"
+    with pytest.raises(ValueError, match=r"p1=1.5: a proportion must lie in \[0, 1\]"):
+        stats.two_proportion_interval(1.5, 10, 0.5, 10)
+
+
+def test_permutation_p_value_exact_on_a_complete_separation():
+    # 3 + 3 values, fully separated: 2 of the C(6, 3) = 20 splits are as extreme (one per direction).
+    assert stats.permutation_p_value([1.0, 2.0, 3.0], [4.0, 5.0, 6.0]) == pytest.approx(2 / 20)
+    assert stats.permutation_p_value([1.0] * 5, [2.0] * 5) == pytest.approx(2 / 252)
+    assert stats.permutation_p_value([3.0, 1.0, 2.0], [2.0, 3.0, 1.0]) == 1.0
+
+
+def test_permutation_p_value_matches_scipy_on_the_mouse_data():
+    def stat(x, y, axis=-1):
+        return np.abs(np.log(np.mean(x, axis=axis) / np.mean(y, axis=axis)))
+
+    ref = sps.permutation_test((MOUSE_TREATMENT, MOUSE_CONTROL), stat, permutation_type="independent",
+                               alternative="greater", n_resamples=np.inf).pvalue  # all C(16, 7) = 11440
+    p = stats.permutation_p_value(MOUSE_TREATMENT, MOUSE_CONTROL)
+    assert p == pytest.approx(ref, rel=1e-9)
+    assert 0.1 < p < 0.4  # E&T ch. 15: the treatment effect is not significant
+    mc = stats.permutation_p_value(MOUSE_TREATMENT, MOUSE_CONTROL, max_exact=10, num_permutations=20_000)
+    assert mc == pytest.approx(ref, abs=0.01)
+
+
+def test_permutation_test_holds_its_level_on_skewed_noise():
+    rng = np.random.default_rng(5)
+    p = [stats.permutation_p_value(rng.lognormal(0, 0.4, 5), rng.lognormal(0, 0.4, 5)) for _ in range(2000)]
+    assert np.mean(np.array(p) <= 0.05) <= 0.05 + 0.01  # exact: at most the level, up to sampling
+
