@@ -135,15 +135,15 @@ class LaunchConfig:
 class SmokeConfig:
     """What `--smoke` shrinks every cell to."""
 
-    image_size: int = knob(32, "Crop size under --smoke.", min=8)
-    batch_size: int = knob(8, "Per-process batch under --smoke.", min=1)
-    warmup_steps: int = knob(2, "Warmup steps under --smoke.", min=0)
-    measure_steps: int = knob(6, "Measured steps under --smoke.", min=2)
-    val_steps: int = knob(2, "Validation batches under --smoke.", min=0)
+    image_size: int = knob(16, "Crop size under --smoke.", min=8)
+    batch_size: int = knob(4, "Per-process batch under --smoke.", min=1)
+    warmup_steps: int = knob(1, "Warmup steps under --smoke.", min=0)
+    measure_steps: int = knob(3, "Measured steps under --smoke.", min=2)
+    val_steps: int = knob(1, "Validation batches under --smoke.", min=0)
     num_classes: int = knob(10, "Classes under --smoke (the generated dataset's).", min=2)
     workers: int = knob(1, "DataLoader workers under --smoke.", min=0)
     timeout_s: float = knob(300.0, "Per-cell timeout under --smoke.", gt=0)
-    dataset_image_size: int = knob(40, "Generated JPEG side under --smoke.", min=8)
+    dataset_image_size: int = knob(24, "Generated JPEG side under --smoke.", min=16)
     dataset_train_per_class: int = knob(8, "Generated training images per class under --smoke.", min=1)
     dataset_val_per_class: int = knob(4, "Generated validation images per class under --smoke.", min=1)
 

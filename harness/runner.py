@@ -309,7 +309,7 @@ def run_job(cell: Cell, repeat: int, ctx: JobContext) -> dict[str, Any]:
     job = {"cell": cell.to_plain(), "run_id": ctx.run_id, "repeat": repeat, "device": ctx.caps.device,
            "data_root": str(data_root) if data_root else None, "out_dir": str(work), "fault": fault,
            "profile": ctx.profile.job_section(key) if ctx.profile else None,
-           "fire_drill_pct": ctx.fire_drill_pct}
+           "fire_drill_pct": ctx.fire_drill_pct, "flops_cache": str(ctx.run_dir / "flops.json")}
     store.write_json(work / "job.json", job)
     argv = launcher_for(cell).command(cell, work / "job.json")
     if ctx.python:  # every interpreter slot of the command (torchrun's agent and its ranks alike)

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats as _sps
+from scipy import special as _special  # light: scipy.stats costs ~1 s of every cell's start-up
 
 __all__ = [
     "Interval",
@@ -174,7 +174,7 @@ def mean_t_interval(values: Sequence[float], *, confidence: float = 0.95) -> Int
         return Interval(
             estimate=mean, low=math.nan, high=math.nan, confidence=confidence, method="t"
         )
-    half = _sps.t.ppf((1 + confidence) / 2, x.size - 1) * x.std(ddof=1) / math.sqrt(x.size)
+    half = _special.stdtrit(x.size - 1, (1 + confidence) / 2) * x.std(ddof=1) / math.sqrt(x.size)
     return Interval(
         estimate=mean, low=float(mean - half), high=float(mean + half), confidence=confidence,
         method="t",
@@ -228,7 +228,7 @@ def batch_means_interval(
     i_b, _ = _batch_sums(images, k)
     r = t_b.sum() / i_b.sum()
     se = math.sqrt(np.sum((t_b - r * i_b) ** 2) / (k * (k - 1))) / i_b.mean()
-    half = _sps.t.ppf((1 + confidence) / 2, k - 1) * se
+    half = _special.stdtrit(k - 1, (1 + confidence) / 2) * se
     high = 1.0 / (r - half) if r - half > 0 else math.inf
     return Interval(
         estimate=estimate, low=float(1.0 / (r + half)), high=float(high), confidence=confidence,
@@ -238,6 +238,16 @@ def batch_means_interval(
 
 # ---------------------------------------------------------------------------------------------
 # steadiness of a window
+
+
+def _average_ranks(x: np.ndarray) -> np.ndarray:
+    """1-based ranks with ties given their average rank (scipy.stats.rankdata's 'average')."""
+    order = np.argsort(x, kind="mergesort")
+    ranks = np.empty(len(x))
+    ranks[order] = np.arange(1, len(x) + 1)
+    _, inverse, counts = np.unique(x, return_inverse=True, return_counts=True)
+    sums = np.bincount(inverse, weights=ranks)
+    return sums[inverse] / counts[inverse]
 
 
 def mann_kendall(values: Sequence[float]) -> MannKendall:
@@ -266,7 +276,7 @@ def mann_kendall(values: Sequence[float]) -> MannKendall:
     if var_s <= 0:
         return MannKendall(s=s, var_s=var_s, z=0.0, p=1.0)
     z = (s - np.sign(s)) / math.sqrt(var_s)
-    return MannKendall(s=s, var_s=var_s, z=float(z), p=float(2.0 * _sps.norm.sf(abs(z))))
+    return MannKendall(s=s, var_s=var_s, z=float(z), p=float(2.0 * _special.ndtr(-abs(z))))
 
 
 def pettitt(values: Sequence[float]) -> Pettitt:
@@ -282,7 +292,7 @@ def pettitt(values: Sequence[float]) -> Pettitt:
     if x.size < 2:
         raise ValueError(f"values: {x.size} value(s); the Pettitt test needs at least 2")
     n = x.size
-    u = np.cumsum(2.0 * _sps.rankdata(x) - (n + 1.0))[:-1]
+    u = np.cumsum(2.0 * _average_ranks(x) - (n + 1.0))[:-1]
     t = int(np.argmax(np.abs(u)))
     k = float(abs(u[t]))
     p = min(1.0, 2.0 * math.exp(-6.0 * k * k / (n**3 + n**2)))
@@ -460,7 +470,9 @@ def welch_t_test(a: Sequence[float], b: Sequence[float]) -> float:
     for arr, name in ((x, "a"), (y, "b")):
         if arr.size < 2:
             raise ValueError(f"{name}: {arr.size} value(s); Welch's t test needs at least 2 per side")
-    return float(_sps.ttest_ind(x, y, equal_var=False).pvalue)
+    from scipy import stats as sps
+
+    return float(sps.ttest_ind(x, y, equal_var=False).pvalue)
 
 
 def mann_whitney_p(a: Sequence[float], b: Sequence[float]) -> float:
@@ -472,7 +484,9 @@ def mann_whitney_p(a: Sequence[float], b: Sequence[float]) -> float:
     Statistical Methods, 1999, sec. 4.1.
     """
     x, y = _as_array(a, "a"), _as_array(b, "b")
-    return float(_sps.mannwhitneyu(x, y, alternative="two-sided", method="auto").pvalue)
+    from scipy import stats as sps
+
+    return float(sps.mannwhitneyu(x, y, alternative="two-sided", method="auto").pvalue)
 
 
 def min_detectable_change(
@@ -493,7 +507,7 @@ def min_detectable_change(
     _check_open_unit(alpha, "alpha")
     _check_open_unit(power, "power")
     nu = n_a + n_b - 2
-    factor = _sps.t.ppf(1 - alpha / 2, nu) + _sps.t.ppf(power, nu)
+    factor = _special.stdtrit(nu, 1 - alpha / 2) + _special.stdtrit(nu, power)
     return float(factor * baseline_cv * math.sqrt(1 / n_a + 1 / n_b))
 
 
@@ -536,7 +550,7 @@ def two_proportion_interval(
             raise ValueError(f"{name}={value}: must be finite and > 0")
     _check_open_unit(confidence, "confidence")
     se = math.sqrt(p1 * (1 - p1) / n1 + p2 * (1 - p2) / n2)
-    half = _sps.norm.ppf((1 + confidence) / 2) * se
+    half = _special.ndtri((1 + confidence) / 2) * se
     diff = p1 - p2
     return Interval(
         estimate=diff, low=diff - half, high=diff + half, confidence=confidence, method="wald"

@@ -52,6 +52,8 @@ class Context:
     ranges: Ranges
     profile: dict[str, Any] | None = None
     """The job's profile section (tool, steps, dir, name) under `nvbench profile`; None in timed runs."""
+    flops_cache: str | None = None
+    """File where this run keeps FLOP counts per (model, classes, image size)."""
     fire_drill_pct: float = 0.0
     """Extra work per measured step in % of the step's cost (nvbench run --fire-drill); 0 in real runs."""
 
@@ -90,7 +92,7 @@ def _setup(job: dict[str, Any]) -> Context:
                    data_root=Path(job["data_root"]) if job.get("data_root") else None, fault=job.get("fault"),
                    rank=rank, local_rank=local_rank, world_size=world_size, device=device,
                    ranges=make_ranges(nvtx_on, profiler=profiler_ranges), profile=job.get("profile"),
-                   fire_drill_pct=float(job.get("fire_drill_pct") or 0.0))
+                   fire_drill_pct=float(job.get("fire_drill_pct") or 0.0), flops_cache=job.get("flops_cache"))
 
 
 def _loader(ctx: Context, split: str):
@@ -101,7 +103,7 @@ def _loader(ctx: Context, split: str):
         rank=ctx.rank, world_size=ctx.world_size, seed=c.benchmark.seed + ctx.rank, workers=c.data.workers,
         prefetch_factor=c.data.prefetch_factor, dali_threads=c.data.dali_threads,
         dali_prefetch_queue=c.data.dali_prefetch_queue)
-    return build_loader(c.backend, spec)
+    return build_loader(c.backend, spec, ranges=ctx.ranges)
 
 
 def _endless(loader) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
@@ -397,14 +399,26 @@ def _telemetry_columns(ctx: Context, summary: TelemetrySummary, images: int) -> 
 
 
 def _count_flops(ctx: Context) -> float | None:
-    """FLOPs of one training image, counted on the meta device before any window (rank 0 reports them)."""
+    """FLOPs of one training image, counted on the meta device before any window (rank 0 reports them).
+
+    Counting takes a second or two and depends only on model, classes and image size, so a run keeps
+    the counts in one small file (job["flops_cache"]) that later cells of the run reuse.
+    """
     b = ctx.cell.benchmark
+    key = f"{b.model}/{b.num_classes}/{b.image_size}"
+    cache = Path(ctx.flops_cache) if ctx.flops_cache else None
+    known = store.read_json(cache) if cache and cache.is_file() else {}
+    if key in known:
+        return known[key]
     try:
-        return flops.training_flops_per_image(b.model, num_classes=b.num_classes, image_size=b.image_size)
+        value = flops.training_flops_per_image(b.model, num_classes=b.num_classes, image_size=b.image_size)
     except Exception as exc:  # a model the meta device cannot run costs the MFU columns, not the cell
         print(f"nvbench: warning: FLOPs not counted ({type(exc).__name__}: {exc}); MFU columns are null",
               file=sys.stderr)
         return None
+    if cache:
+        store.write_json(cache, known | {key: value})
+    return value
 
 
 def _mfu(ctx: Context, flops_per_image: float | None, metrics: dict[str, Any], tf32: bool) -> dict[str, Any]:

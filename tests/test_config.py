@@ -149,7 +149,7 @@ def test_smoke_shrinks_every_cell():
     cells = expand(m, smoke=True)
     assert len(cells) == 96
     c = cells[0]
-    assert (c.benchmark.image_size, c.benchmark.batch_size, c.benchmark.measure_steps) == (32, 8, 6)
+    assert (c.benchmark.image_size, c.benchmark.batch_size, c.benchmark.measure_steps) == (16, 4, 3)
     assert c.data.path == "" and c.data.generate.train_per_class == 8 and c.is_smoke
 
 

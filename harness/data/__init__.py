@@ -82,8 +82,9 @@ def backend_module(name: str):
         raise ValueError(f"unknown data backend {name!r}; known: {', '.join(BACKENDS)}") from None
 
 
-def build_loader(backend: str, spec: LoaderSpec) -> Loader:
-    return backend_module(backend).build(spec, backend=backend)
+def build_loader(backend: str, spec: LoaderSpec, *, ranges=None) -> Loader:
+    """`ranges` (harness.timing.make_ranges) lets a backend mark its host-to-device hand-over as `h2d`."""
+    return backend_module(backend).build(spec, backend=backend, ranges=ranges)
 
 
 def unavailable_reason(backend: str, device: str) -> str | None:

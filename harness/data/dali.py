@@ -56,7 +56,7 @@ def unavailable_reason(device: str, *, backend: str) -> str | None:
     return None
 
 
-def build(spec: LoaderSpec, *, backend: str) -> DaliLoader:
+def build(spec: LoaderSpec, *, backend: str, ranges=None) -> DaliLoader:
     """A DALI loader for one split of one rank's shard, yielding batches on spec.device."""
     import torch
 
@@ -78,7 +78,7 @@ def build(spec: LoaderSpec, *, backend: str) -> DaliLoader:
                          f"{spec.num_classes}: labels would overflow the model head")
     device_id = None if device.type == "cpu" else (
         device.index if device.index is not None else torch.cuda.current_device())
-    return DaliLoader(spec, backend=backend, split_dir=split_dir, device_id=device_id)
+    return DaliLoader(spec, backend=backend, split_dir=split_dir, device_id=device_id, ranges=ranges)
 
 
 def _decode_args(backend: str) -> dict:
@@ -153,9 +153,12 @@ class DaliLoader:
     dropped) when the next one starts, because DALI's reader cannot rewind without a rebuild.
     """
 
-    def __init__(self, spec: LoaderSpec, *, backend: str, split_dir: Path, device_id: int | None):
+    def __init__(self, spec: LoaderSpec, *, backend: str, split_dir: Path, device_id: int | None, ranges=None):
         from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
 
+        from harness.timing import H2D, make_ranges  # here: importing this module must stay torch-free
+
+        self._ranges, self._h2d = ranges or make_ranges(False), H2D
         self.spec = spec
         self._is_train = spec.split == "train"
         self._pipe = _pipeline(spec, backend, split_dir, device_id)
@@ -220,7 +223,8 @@ class DaliLoader:
         self._epochs_started += 1
         while generation == self._generation:
             try:
-                out = next(self._it)[0]
+                with self._ranges(self._h2d):  # the hand-over: DALI's outputs become torch tensors
+                    out = next(self._it)[0]
             except StopIteration:  # auto_reset has already re-armed DALI's iterator
                 self._in_epoch = False
                 return

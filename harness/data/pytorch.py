@@ -16,6 +16,7 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
 
 from harness.data import MEAN_255, STD_255, LoaderSpec
 from harness.data.transforms import Compose, train_transform, val_transform
+from harness.timing import H2D, make_ranges
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png")
 
@@ -108,8 +109,9 @@ def _memory_format(name: str) -> torch.memory_format:
 class PytorchLoader:
     """Loader protocol over a DataLoader; yields normalised float32 images and int64 labels on the device."""
 
-    def __init__(self, spec: LoaderSpec, dataloader: DataLoader, sampler: Sampler) -> None:
+    def __init__(self, spec: LoaderSpec, dataloader: DataLoader, sampler: Sampler, ranges=None) -> None:
         self.device = torch.device(spec.device)
+        self._ranges = ranges or make_ranges(False)
         self.memory_format = _memory_format(spec.memory_format)
         self._dataloader = dataloader
         self._sampler = sampler
@@ -171,7 +173,7 @@ class PytorchLoader:
             images, labels = next(batches)
         except StopIteration:
             return None
-        with torch.cuda.stream(self._stream):
+        with self._ranges(H2D), torch.cuda.stream(self._stream):
             # non_blocking from pinned memory: the copy is asynchronous to the host; the pinned-memory
             # allocator records the stream, so the host buffer outlives the copy.
             images = images.to(self.device, non_blocking=True)
@@ -189,7 +191,7 @@ def _sampler(spec: LoaderSpec, size: int, train: bool) -> Sampler:
     return EpochShuffleSampler(size, shuffle=train, seed=shuffle_seed)
 
 
-def build(spec: LoaderSpec, *, backend: str = "pytorch") -> PytorchLoader:
+def build(spec: LoaderSpec, *, backend: str = "pytorch", ranges=None) -> PytorchLoader:
     if spec.root is None:
         raise ValueError("the pytorch backend needs a dataset root")
     train = spec.split == "train"
@@ -213,7 +215,7 @@ def build(spec: LoaderSpec, *, backend: str = "pytorch") -> PytorchLoader:
         prefetch_factor=spec.prefetch_factor if has_workers else None,
         worker_init_fn=functools.partial(_seed_worker, spec.seed) if has_workers else None,
     )
-    return PytorchLoader(spec, dataloader, sampler)
+    return PytorchLoader(spec, dataloader, sampler, ranges)
 
 
 def unavailable_reason(device: str, *, backend: str = "pytorch") -> str | None:

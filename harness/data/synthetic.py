@@ -41,7 +41,7 @@ class SyntheticLoader:
         pass
 
 
-def build(spec: LoaderSpec, *, backend: str = "synthetic") -> SyntheticLoader:
+def build(spec: LoaderSpec, *, backend: str = "synthetic", ranges=None) -> SyntheticLoader:
     return SyntheticLoader(spec)
 
 
