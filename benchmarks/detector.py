@@ -1,0 +1,302 @@
+"""How often the regression detector cries wolf, and how often it catches a known slowdown, measured on
+this machine with real cell processes.
+
+    python benchmarks/detector.py --out reports/detector            # collect (~20 min here) + analyse
+    python benchmarks/detector.py --analyze reports/detector        # analyse an existing collection again
+
+Collect: one cell (resnet18, synthetic data, 32 px, batch 16, one CPU thread) runs as five pools of
+--repeats real repeats each, every repeat its own process as in `nvbench run`: two pools of the code as
+it is (a1, a2) and one fire-drill pool per --drills percentage (`nvbench run --fire-drill`: calibrated
+extra work in every measured step, rows flagged). The pools are interleaved (harness.ab.run_interleaved):
+round k runs the k-th repeat of every pool in a random order, so drift of the machine lands on all pools
+alike.
+
+Analyse: --trials comparisons per setting drawn from the pools, each judged by harness.compare exactly
+as `nvbench report` judges two runs with n repeats per side (default thresholds; the floor is applied
+afterwards, so one set of trials gives the rates for every floor in --floors):
+  A/A:        2n distinct repeats of the unchanged code, split n | n at random: any verdict other than
+              `unchanged` is a false alarm;
+  A/A drift:  n repeats from the later half of the session against n from the earlier half: the same
+              code, but time has passed, as between a baseline and a nightly run;
+  A/B:        n unchanged repeats as baseline, n of a fire-drill pool as candidate: `regression` is a
+              detection.
+The realised slowdown of each drill pool (its mean vs the unchanged pools) is printed next to the nominal,
+and for each n the smallest floor that keeps both A/A settings at <= 1 % alarms.
+
+What this captures: real processes, real step-time noise of this box under whatever else it runs (other
+engineers' tests and training jobs), the real verdict code. What it does not: (1) trials resample a finite
+pool, so they are not independent; a rate's uncertainty is closer to that of pool / (2n) independent
+comparisons than of --trials; (2) the random A/A split is exchangeable by construction, which is exactly
+the case where the permutation test's guarantee holds; real baselines are older than their candidates,
+and the A/A drift split is the only glimpse of that here (one session, not days: thermal state, driver
+updates, another node are not in it); (3) one cell and one model; a GPU's noise is a different animal;
+(4) the drill's slowdown is exact by construction on CPU (each step adds PCT % of its own time), so the
+realised change printed per pool measures the noise of the pools, not the drill.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from harness import compare, runner  # noqa: E402
+from harness.compare import IMPROVEMENT, REGRESSION, RunData, Thresholds  # noqa: E402
+
+MATRIX = """\
+# benchmarks/detector.py: one small cell, repeated in pools.
+version = 1
+[benchmark]
+name = "detector"
+model = "resnet18"
+num_classes = 10
+image_size = 32
+batch_size = 16
+warmup_steps = 5
+measure_steps = {measure_steps}
+val_steps = 1
+timeout_s = 300
+[data]
+workers = 0
+[axes]
+backend = ["synthetic"]
+[run]
+repeats = {repeats}
+order = "sequential"
+threads_per_process = 1
+nvtx = false
+"""
+
+BASE_POOLS = ("a1", "a2")
+
+
+def _pools(drills: list[float]) -> dict[str, float]:
+    return {**{name: 0.0 for name in BASE_POOLS}, **{f"fd{d:g}": d for d in drills}}
+
+
+# ---------------------------------------------------------------------------------------------
+# collect
+
+
+def collect(out: Path, *, repeats: int, drills: list[float], measure_steps: int, seed: int) -> None:
+    from harness import ab
+    from harness.config import load_matrix
+    from harness.env import collect_env, env_key
+    from harness.matrix import expand
+
+    out.mkdir(parents=True, exist_ok=True)
+    matrix_path = out / "detector.toml"
+    if not matrix_path.exists():
+        matrix_path.write_text(MATRIX.format(repeats=repeats, measure_steps=measure_steps))
+    matrix = load_matrix(matrix_path)
+    cells = expand(matrix)
+    env = collect_env()
+    key = env_key(env)
+    caps = runner.probe_capabilities(matrix.run.device, env)
+    sides = []
+    for name, pct in _pools(drills).items():
+        if not (out / name / runner.PLAN).exists():
+            runner.create_run(matrix, cells, run_dir=out / name, reports_root=out, smoke=False, only=[], env=env,
+                              fire_drill_pct=pct)
+        sides.append(ab.side_for(out / name, caps=caps, env=env, env_key=key, notify=_log))
+    total = sum(len(s.jobs) for s in sides)
+    started, done = time.monotonic(), [0]
+
+    def progress(side: str, row: dict) -> None:
+        done[0] += 1
+        value = f"{row['throughput_img_per_s']:.1f} img/s" if row["status"] == "ok" else row["reason"]
+        elapsed = time.monotonic() - started
+        _log(f"[{done[0]}/{total} {elapsed / 60:.1f} min] {side:>5} r{row['repeat']:<3} {row['status']} {value}")
+
+    _log(f"collecting {total} jobs into {out} (pools: {', '.join(s.name for s in sides)})")
+    ab.run_interleaved(sides, seed=seed, on_done=progress)
+    _log(f"collected in {(time.monotonic() - started) / 60:.1f} min")
+
+
+def _log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# analyse
+
+
+def _rows(run: RunData) -> list[dict]:
+    return [dict(r) for r in run.rows if r["status"] == "ok"]
+
+
+def _as_run(rows: list[dict], run_id: str, env: dict) -> RunData:
+    return RunData(path=run_id, run_id=run_id, created_at="", environment=env, rows=tuple(rows))
+
+
+def _trial(base_rows: list[dict], cand_rows: list[dict], env: dict, th: Thresholds) -> tuple[float, bool]:
+    """(change in %, significant): the verdict's two ingredients before the floor is applied.
+
+    Judged with floor 0, so one set of trials serves every floor: `regression` = significant and
+    change <= -floor, exactly the rule of compare._decide.
+    """
+    comparison = compare.compare_runs(_as_run(cand_rows, "cand", env), _as_run(base_rows, "base", env),
+                                      dataclasses.replace(th, floor_pct=0.0))
+    (v,) = comparison.verdicts
+    return v.effect_pct, v.verdict in (REGRESSION, IMPROVEMENT)
+
+
+def _relabel(rows: list[dict]) -> list[dict]:
+    return [r | {"repeat": i} for i, r in enumerate(rows)]
+
+
+def _draws(rng, base_pool: list[dict], cand_pool: list[dict] | None, n: int, trials: int, env: dict,
+           th: Thresholds) -> np.ndarray:
+    """trials x (change %, significant). cand_pool None: A/A, 2n distinct repeats of base_pool split n | n."""
+    out = np.empty((trials, 2))
+    for t in range(trials):
+        if cand_pool is None:
+            pick = rng.choice(len(base_pool), 2 * n, replace=False)
+            base, cand = [base_pool[i] for i in pick[:n]], [base_pool[i] for i in pick[n:]]
+        else:
+            base = [base_pool[i] for i in rng.choice(len(base_pool), n, replace=False)]
+            cand = [cand_pool[i] for i in rng.choice(len(cand_pool), n, replace=False)]
+        out[t] = _trial(_relabel(base), _relabel(cand), env, dataclasses.replace(th, seed=t))
+    return out
+
+
+def rates(draws: np.ndarray, floor_pct: float) -> dict[str, float]:
+    effect, significant = draws[:, 0], draws[:, 1].astype(bool)
+    return {"alarm": float(np.mean(significant & (np.abs(effect) >= floor_pct))),
+            "regression": float(np.mean(significant & (effect <= -floor_pct)))}
+
+
+def simulate(a_rows: list[dict], drill_rows: dict[str, list[dict]], env: dict, *, n: int, trials: int,
+             th: Thresholds, seed: int) -> dict:
+    """Per-trial outcomes with n repeats per side: A/A random split, A/A later-vs-earlier half (drift
+    within the session), and A/B for every drill pool."""
+    rng = np.random.default_rng(seed)
+    by_time = sorted(a_rows, key=lambda r: r["started_at"])
+    early, late = by_time[: len(by_time) // 2], by_time[len(by_time) // 2:]
+    out = {"aa": _draws(rng, a_rows, None, n, trials, env, th)}
+    if min(len(early), len(late)) >= n:
+        out["aa_drift"] = _draws(rng, early, late, n, trials, env, th)
+    for name, rows in drill_rows.items():
+        if len(rows) >= n:
+            out[name] = _draws(rng, a_rows, rows, n, trials, env, th)
+    return out
+
+
+def pool_summary(a_rows: list[dict], drill_rows: dict[str, list[dict]]) -> list[dict]:
+    a = np.array([r["throughput_img_per_s"] for r in a_rows])
+    out = [{"pool": "a (a1 + a2)", "repeats": a.size, "mean_img_per_s": a.mean(), "cv": a.std(ddof=1) / a.mean(),
+            "realised_pct": 0.0, "unsteady": sum(r["is_steady"] is False for r in a_rows)}]
+    for name, rows in drill_rows.items():
+        x = np.array([r["throughput_img_per_s"] for r in rows])
+        if x.size < 2:
+            continue
+        out.append({"pool": name, "repeats": x.size, "mean_img_per_s": x.mean(), "cv": x.std(ddof=1) / x.mean(),
+                    "realised_pct": 100 * (x.mean() / a.mean() - 1),
+                    "unsteady": sum(r["is_steady"] is False for r in rows)})
+    return out
+
+
+def smallest_floor(draws: dict[str, np.ndarray], *, target: float = 0.01, step: float = 0.5) -> float:
+    """The smallest floor (a multiple of `step`) at which every A/A setting alarms in <= target of trials."""
+    floor = 0.0
+    while any(rates(d, floor)["alarm"] > target for k, d in draws.items() if k.startswith("aa")):
+        floor += step
+    return floor
+
+
+def analyze(out: Path, *, sizes: list[int], trials: int, seed: int, th: Thresholds,
+            floors: list[float]) -> dict:
+    pools = {p.name: p for p in (out.iterdir() if out.is_dir() else []) if (p / "manifest.json").exists()}
+    if not all(name in pools for name in BASE_POOLS):
+        raise SystemExit(f"{out}: no collection here (expected {', '.join(BASE_POOLS)} pools); run without --analyze")
+    runs = {name: compare.load_run(path) for name, path in sorted(pools.items())}
+    env = runs["a1"].environment
+    a_rows = [r for name in BASE_POOLS for r in _rows(runs[name])]
+    if th.exclude_unsteady:
+        a_rows = [r for r in a_rows if r["is_steady"] is not False]
+    drills = sorted((n for n in runs if n not in BASE_POOLS), key=lambda n: float(n[2:]))
+    drill_rows = {name: [r for r in _rows(runs[name]) if not th.exclude_unsteady or r["is_steady"] is not False]
+                  for name in drills}
+    failed = sum(r["status"] != "ok" for run in runs.values() for r in run.rows)
+    results = {"thresholds": dataclasses.asdict(th), "trials": trials, "failed_rows": failed,
+               "pools": pool_summary(a_rows, drill_rows), "sizes": []}
+    for n in sizes:
+        if 2 * n > len(a_rows):
+            continue
+        draws = simulate(a_rows, drill_rows, env, n=n, trials=trials, th=th, seed=seed + n)
+        results["sizes"].append({
+            "n": n, "smallest_floor_for_1pct_pct": smallest_floor(draws),
+            "aa_abs_change_p99_pct": float(np.quantile(np.abs(draws["aa"][:, 0]), 0.99)),
+            "by_floor": {f"{floor:g}": {k: rates(d, floor) for k, d in draws.items()} for floor in floors}})
+    return results
+
+
+def render(results: dict) -> str:
+    th = results["thresholds"]
+    lines = ["Pools (realised = pool mean vs the unchanged pools):", "",
+             "| pool | repeats | mean img/s | CV | realised change | unsteady |", "|---|---|---|---|---|---|"]
+    for p in results["pools"]:
+        lines.append(f"| {p['pool']} | {p['repeats']} | {p['mean_img_per_s']:.1f} | {100 * p['cv']:.1f}% | "
+                     f"{p['realised_pct']:+.1f}% | {p['unsteady']} |")
+    lines += ["", f"Verdicts, {results['trials']} trials per number (FDR q {th['fdr_q']:g}, min repeats "
+              f"{th['min_repeats']}{', unsteady repeats left out' if th['exclude_unsteady'] else ''}). A/A: any "
+              "alarm (regression or improvement); A/A drift: later half of the session vs the earlier half; "
+              "fdP: `regression` verdicts against a P % fire drill.", ""]
+    for size in results["sizes"]:
+        first = next(iter(size["by_floor"].values()))
+        names = list(first)
+        lines += [f"n = {size['n']} repeats per side (A/A |change| p99 {size['aa_abs_change_p99_pct']:.1f}%; "
+                  f"smallest floor keeping every A/A setting <= 1 %: {size['smallest_floor_for_1pct_pct']:g}%)", "",
+                  "| floor | " + " | ".join(("A/A alarms" if k == "aa" else "A/A drift alarms" if k == "aa_drift"
+                                               else f"detect {k}") for k in names) + " |",
+                  "|---|" + "---|" * len(names)]
+        for floor, by in size["by_floor"].items():
+            cells = [100 * (by[k]["alarm"] if k.startswith("aa") else by[k]["regression"]) for k in names]
+            lines.append(f"| {floor}% | " + " | ".join(f"{c:.1f}%" for c in cells) + " |")
+        lines.append("")
+    if results["failed_rows"]:
+        lines.append(f"{results['failed_rows']} repeat(s) did not finish ok and were left out.")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", type=Path, default=ROOT / "reports" / "detector", help="collection folder")
+    p.add_argument("--analyze", type=Path, metavar="DIR", help="only analyse an existing collection")
+    p.add_argument("--repeats", type=int, default=12, help="repeats per pool (default 12: 60 jobs, ~20 min here)")
+    p.add_argument("--drills", default="2,5,10", help="fire-drill percentages, comma-separated (default 2,5,10)")
+    p.add_argument("--measure-steps", type=int, default=30, help="measured steps per repeat (default 30)")
+    p.add_argument("--sizes", default="5,10", help="repeats per side to evaluate (default 5,10)")
+    p.add_argument("--trials", type=int, default=1000, help="comparisons per setting (default 1000)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--floors", default="0,1,2,3,5", help="practical floors (%%) to tabulate (default 0,1,2,3,5)")
+    p.add_argument("--exclude-unsteady", action="store_true", help="analyse with unsteady repeats left out")
+    args = p.parse_args(argv)
+    out = args.analyze or args.out
+    if not args.analyze:
+        collect(out, repeats=args.repeats, drills=[float(d) for d in args.drills.split(",")],
+                measure_steps=args.measure_steps, seed=args.seed)
+    th = Thresholds(exclude_unsteady=args.exclude_unsteady)
+    t0 = time.monotonic()
+    results = analyze(out, sizes=[int(x) for x in args.sizes.split(",")], trials=args.trials, seed=args.seed, th=th,
+                      floors=[float(x) for x in args.floors.split(",")])
+    results["analysis_s"] = time.monotonic() - t0
+    suffix = "-steady" if args.exclude_unsteady else ""
+    (out / f"results{suffix}.json").write_text(json.dumps(results, indent=2, default=float) + "\n")
+    table = render(results)
+    (out / f"results{suffix}.md").write_text(table + "\n")
+    print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
