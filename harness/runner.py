@@ -338,9 +338,11 @@ def _child_env(cell: Cell, ctx: JobContext) -> dict[str, str]:
     if ctx.python:  # another interpreter (nvbench ab) runs this checkout's harness, not its own copy
         checkout = str(Path(__file__).resolve().parents[1])
         env["PYTHONPATH"] = os.pathsep.join(filter(None, (checkout, env.get("PYTHONPATH"))))
-    if ctx.caps.device == "cpu":
-        # The ranks of a node share its cores; the worker sets torch's intra-op threads the same way, and
-        # DataLoader workers run one thread each (PyTorch sets that in every worker).
+    if ctx.caps.device == "cpu" and cell.world_size > 1:
+        # The ranks of a node share its cores. torchrun would otherwise force OMP_NUM_THREADS=1; the
+        # worker sets torch's intra-op threads itself either way. A single process gets no
+        # OMP_NUM_THREADS at all: merely setting it to the core count made the same CPU training loop
+        # ~20% slower here (benchmarks/overhead.py, docs/performance.md).
         threads = cell.run.threads_per_process or max(1, ctx.caps.cpu_count // cell.world_size)
         env.setdefault("OMP_NUM_THREADS", str(threads))
     return env
