@@ -42,7 +42,7 @@ def _env_and_caps(device: str):
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from harness import runner, store
+    from harness import runner
     from harness.matrix import expand
 
     if args.resume and (args.matrix or args.only or args.smoke or args.out or args.dry_run or args.fire_drill):

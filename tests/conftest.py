@@ -41,6 +41,17 @@ nvtx = {nvtx}
 
 
 @pytest.fixture
+def one_torch_thread():
+    """In-process training tests use one intra-op thread, then restore the previous count."""
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+@pytest.fixture
 def tiny_matrix(tmp_path):
     """Write a tiny matrix; returns its path. Axes are TOML lines."""
 

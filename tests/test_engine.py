@@ -16,12 +16,7 @@ from harness.engine import Engine, EngineOptions, LrSchedule, param_groups
 from harness.models import build_model
 
 
-@pytest.fixture(autouse=True)
-def _few_threads():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # other engineers' tests share the 2 cores
 
 
 def options(**overrides) -> EngineOptions:

@@ -20,12 +20,7 @@ PARAM_COUNTS = {
 }
 
 
-@pytest.fixture(autouse=True)
-def _few_threads():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # other engineers' tests share the 2 cores
 
 
 @pytest.mark.parametrize("name", sorted(PARAM_COUNTS))

@@ -4,8 +4,6 @@ flagged row kept out of the timed table), the one-line answer when nsys is missi
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest

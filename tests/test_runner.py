@@ -11,7 +11,6 @@ import sys
 import time
 from pathlib import Path
 
-import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 
