@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from harness import __version__
-from harness.config import MatrixError, load_matrix
+from harness.config import MatrixError, load_matrix, with_repeats
 
 EXIT_OK, EXIT_FAILURES, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -45,9 +45,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     from harness import runner
     from harness.matrix import expand
 
-    if args.resume and (args.matrix or args.only or args.smoke or args.out or args.dry_run or args.fire_drill):
-        return _bad_input(["--resume takes the run folder alone (its plan fixes matrix, filters, --smoke "
-                           "and --fire-drill)"])
+    if args.resume and (args.matrix or args.only or args.smoke or args.out or args.dry_run or args.fire_drill
+                        or args.repeats is not None):
+        return _bad_input(["--resume takes the run folder alone (its plan fixes matrix, filters, --smoke, "
+                           "--repeats and --fire-drill)"])
     if args.fire_drill is not None and not 0 < args.fire_drill <= 1000:
         return _bad_input([f"--fire-drill {args.fire_drill:g}: must be a percentage in (0, 1000]"])
     if args.resume:
@@ -60,7 +61,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         if not args.matrix:
             return _bad_input(["nvbench run needs a MATRIX file or --resume RUN_DIR"])
         try:
-            matrix = load_matrix(args.matrix)
+            matrix = with_repeats(load_matrix(args.matrix), args.repeats)
             cell_list = expand(matrix, smoke=args.smoke, only=args.only)
         except MatrixError as exc:
             return _bad_input(exc.problems)
@@ -193,7 +194,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
 
     try:
         thresholds = _thresholds(args)
-        matrix = load_matrix(args.matrix)
+        matrix = with_repeats(load_matrix(args.matrix), args.repeats)
         cells = expand(matrix, smoke=args.smoke, only=args.only)
         pythons = {"a": ab.resolve_python(args.a), "b": ab.resolve_python(args.b)}
         envs = {name: ab.collect_env_under(py) for name, py in pythons.items()}
@@ -278,6 +279,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--smoke", action="store_true", help="shrink every cell to run anywhere in minutes")
     r.add_argument("--only", action="append", default=[], metavar="AXIS=VALUE",
                    help="keep cells with this axis value (repeat: same axis widens, other axes narrow)")
+    r.add_argument("--repeats", type=int, metavar="N", help="run every cell N times (overrides run.repeats)")
     r.add_argument("--dry-run", action="store_true", help="list the cells and what would be skipped")
     r.add_argument("--resume", metavar="RUN_DIR", help="finish an interrupted run")
     r.add_argument("--out", metavar="DIR", help="run folder (default: REPORTS/<run_id>)")
@@ -316,6 +318,7 @@ def build_parser() -> argparse.ArgumentParser:
     ab.add_argument("--b", required=True, metavar="PYTHON", help="interpreter of side B (the candidate)")
     ab.add_argument("--only", action="append", default=[], metavar="AXIS=VALUE", help="filter cells as in run")
     ab.add_argument("--smoke", action="store_true", help="shrink every cell as `run --smoke` does")
+    ab.add_argument("--repeats", type=int, metavar="N", help="repeats per side (overrides run.repeats)")
     ab.add_argument("--seed", type=int, default=0, help="seed of the A/B order within each pair (default: 0)")
     ab.add_argument("--out", metavar="DIR", help="A/B folder (default: REPORTS/<id>); holds a/, b/, report/")
     ab.add_argument("--reports", default="reports", metavar="DIR", help="where A/B folders go (default: reports)")

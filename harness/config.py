@@ -120,6 +120,11 @@ class RunConfig:
     device: Literal["auto", "cuda", "cpu"] = knob("auto", "Where cells train; auto = CUDA when available.")
     nvtx: bool = knob(True, "Emit NVTX ranges (cheap; see docs/performance.md).")
     threads_per_process: int = knob(0, "torch intra-op threads per CPU process; 0 = cores / processes.", min=0)
+    malloc: Literal["stable", "system"] = knob(
+        "stable", "stable: cell processes start with GLIBC_TUNABLES that make glibc malloc keep freed memory "
+        "(mmap_threshold 32 MiB, trim_threshold 4 GiB) instead of returning and re-faulting it every step, "
+        "which made CPU throughput vary ~3x more between processes (docs/performance.md); system: the C "
+        "library's defaults. Variables you set in GLIBC_TUNABLES yourself are kept.")
 
 
 @dataclass(**_FROZEN)
@@ -386,6 +391,15 @@ def load_matrix(path: str | Path, *, check_paths: bool = True) -> Matrix:
     except tomllib.TOMLDecodeError as exc:
         raise MatrixError([f"{path}: malformed TOML: {exc}"]) from None
     return parse_matrix(raw, str(path), text, check_paths=check_paths)
+
+
+def with_repeats(matrix: Matrix, repeats: int | None) -> Matrix:
+    """`matrix` with run.repeats replaced (the `--repeats` flag); None leaves it as written."""
+    if repeats is None:
+        return matrix
+    if repeats < 1:
+        raise MatrixError([f"--repeats {repeats}: run.repeats must be >= 1"])
+    return dataclasses.replace(matrix, run=dataclasses.replace(matrix.run, repeats=repeats))
 
 
 # ---------------------------------------------------------------- round trip

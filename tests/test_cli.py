@@ -74,6 +74,19 @@ def test_dry_run_lists_cells_and_writes_nothing(tmp_path):
     assert not reports.exists()
 
 
+
+def test_repeats_flag_overrides_the_matrix(tmp_path):
+    matrix = str(ROOT / "matrices" / "resnet50.toml")
+    proc = nvbench("run", matrix, "--only", "backend=synthetic", "--only", "precision=bf16", "--repeats", "3",
+                   "--dry-run", "--reports", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    assert "8 cells, 24 jobs" in proc.stdout
+    assert all(" x3 " in l for l in proc.stdout.splitlines() if l.startswith("synthetic_"))
+    assert_rejected(nvbench("run", matrix, "--repeats", "0", "--reports", str(tmp_path)),
+                    "--repeats 0: run.repeats must be >= 1")
+    assert_rejected(nvbench("run", "--resume", str(tmp_path), "--repeats", "2"), "--resume takes the run folder alone")
+    assert not any(tmp_path.iterdir())
+
 def test_env_prints_fingerprint():
     import json
 
