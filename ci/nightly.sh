@@ -18,6 +18,7 @@ MATRIX=${NVBENCH_MATRIX:-matrices/resnet50.toml}
 REPORTS=${NVBENCH_REPORTS:-reports}
 BASELINE=${NVBENCH_BASELINE:-$REPORTS/baselines/current}
 HISTORY=${NVBENCH_HISTORY:-$REPORTS/history}
+REPEATS=${NVBENCH_REPEATS-10}         # repeats per cell (one process each); empty = the matrix's run.repeats
 RUN_ARGS=${NVBENCH_RUN_ARGS:-}        # e.g. "--fire-drill 10" for a monthly drill: the job must fail
 REPORT_ARGS=${NVBENCH_REPORT_ARGS:-}  # e.g. "--floor 2"
 RUN_ID=${NVBENCH_RUN_ID:-nightly-$(date -u +%Y%m%d-%H%M%S)}
@@ -29,7 +30,10 @@ publish() {  # GitHub Actions: Markdown as the job summary, the report folder as
   if [ -n "${GITHUB_OUTPUT:-}" ]; then echo "report_dir=$1" >> "$GITHUB_OUTPUT"; fi
 }
 
-log "run $RUN_ID: $MATRIX"
+# Verdicts compare repeats, never single samples: fewer than 5 per side can never be a confirmed regression.
+if [ -n "$REPEATS" ]; then RUN_ARGS="--repeats $REPEATS $RUN_ARGS"; fi
+
+log "run $RUN_ID: $MATRIX${REPEATS:+ x$REPEATS repeats}"
 # shellcheck disable=SC2086  # RUN_ARGS is a list of flags
 nvbench run "$MATRIX" --out "$RUN" --no-progress $RUN_ARGS
 run_rc=$?
