@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import statistics
 import subprocess
@@ -97,7 +98,11 @@ def harness_run(args: argparse.Namespace, workdir: Path, index: int) -> float:
 def bare_run(args: argparse.Namespace) -> float:
     argv = [sys.executable, __file__, "--bare"] + [f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items()
                                                    if k not in ("bare", "rounds", "seed")]
-    proc = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT)
+    from harness.runner import with_stable_malloc
+
+    # the allocator settings nvbench gives its cells (run.malloc = "stable"): overhead, not malloc, is measured
+    env = dict(os.environ, GLIBC_TUNABLES=with_stable_malloc(os.environ.get("GLIBC_TUNABLES")))
+    proc = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, env=env)
     if proc.returncode != 0:
         raise SystemExit(f"bare loop failed:\n{proc.stderr[-2000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])["img_per_s"]

@@ -42,7 +42,8 @@ DEFAULT_FLOOR_PCT = 3.0
 """Practical floor in %. How it was chosen (benchmarks/detector.py, see the Thresholds docstring): false
 alarms from exchangeable noise are the permutation test's job, not the floor's; the floor is the largest
 round number that still lets a 5 % slowdown be caught 95 % of the time once the noise allows it at all
-(standard error of the change <= 1.2 %, i.e. repeat-to-repeat CV <= ~2.6 % with 10 + 10 repeats)."""
+(standard error of the change <= 1.2 %, i.e. repeat-to-repeat CV <= ~2.6 % with 10 + 10 repeats; the
+CPU box measures 4.7 %, a dedicated GPU node should do far better: measure it with the detector)."""
 
 class RunInputError(ValueError):
     """A path given as a run, baseline or history is not what it should be; one line per problem."""
@@ -56,15 +57,16 @@ class RunInputError(ValueError):
 class Thresholds:
     """What it takes to call a change. Validated at construction; every problem is reported at once.
 
-    Measured on the shared 2-core CPU box (benchmarks/detector.py, 60 real repeats, 1000 resampled
-    comparisons per setting): A/A comparisons of repeats taken at random from one session alarm in
-    0.7 % (5 + 5 repeats) and 1.1 % (10 + 10) of trials at q = 0.01 with any floor from 0 to 10 %: the
-    exact permutation test, not the floor, keeps noise from raising alarms. The same noise (CV 33 %
-    between repeats, other users' load) puts the 99th percentile of |A/A change| at 41 % (10 + 10): a
-    floor set from it would hide every realistic regression, and the later half of that session ran
-    57 % faster than the earlier half (the load changed), which no floor below ~75 % absorbs. So the
-    floor is set by what must stay visible (see DEFAULT_FLOOR_PCT), and a machine's fitness is judged
-    by its noise: the report's MDC column says which changes a comparison could have seen.
+    Measured on the shared 2-core CPU box (benchmarks/detector.py: 60 real repeats of one cell, 300
+    timed steps each, 1000 resampled comparisons per setting; docs/performance.md): A/A comparisons of
+    repeats drawn at random from one session alarm in 0.8 % (5 + 5 repeats) and 0.9 % (10 + 10) of
+    trials at q = 0.01 with any floor from 0 to 5 %: the exact permutation test, not the floor, keeps
+    exchangeable noise from raising alarms. Drift is another matter: the later half of that session
+    against the earlier half alarmed in 1.8 % / 3.4 % of trials, and only a floor of 6-7.5 % would have
+    absorbed it, which would also hide every regression worth catching. So the floor is set by what must
+    stay visible (see DEFAULT_FLOOR_PCT), and a machine's fitness is judged by its noise: the report's
+    MDC column says which changes a comparison could have seen, and `nvbench ab` (interleaved) is the
+    answer to drift between a stored baseline and tonight.
     """
 
     floor_pct: float = DEFAULT_FLOOR_PCT

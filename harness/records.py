@@ -103,6 +103,7 @@ CELL_COLUMNS: tuple[Column, ...] = (
     _c("duration_s", F, "s", "Launch to exit of the cell's process(es), build and validation included."),
     _c("env_key", S, "", "Hash of the environment fields that must match for results to be comparable."),
     _c("hostname", S, "", "Host the cell ran on."),
+    _c("glibc_tunables", S, "", "GLIBC_TUNABLES the cell's processes started with (run.malloc); empty: C library defaults."),
     _c("nvbench_version", S, "", "nvbench version."),
     _c("git_sha", S, "", "git sha of the nvbench checkout (null outside git)."),
     _c("injected_fault", S, "", "Test-only fault injected into this cell (NVBENCH_FAULT); null in real runs."),

@@ -273,6 +273,7 @@ def base_row(cell: Cell, repeat: int, ctx: JobContext, fault: str | None) -> dic
         "image_size": cell.benchmark.image_size, "num_classes": cell.benchmark.num_classes,
         "images_per_step": cell.images_per_step, "device": ctx.caps.device, "device_name": ctx.caps.device_name,
         "is_smoke": cell.is_smoke, "env_key": ctx.env_key, "hostname": ctx.env.get("hostname"),
+        "glibc_tunables": malloc_tunables(cell, os.environ.get("GLIBC_TUNABLES")) or "",
         "nvbench_version": __version__, "git_sha": ctx.env.get("nvbench_git_sha"), "injected_fault": fault,
         "profile_tool": ctx.profile.tool if ctx.profile else None, "fire_drill_pct": ctx.fire_drill_pct,
         "config_json": json.dumps(cell.to_plain(), sort_keys=True),
@@ -330,8 +331,36 @@ def run_job(cell: Cell, repeat: int, ctx: JobContext) -> dict[str, Any]:
     return row
 
 
+STABLE_MALLOC = {"glibc.malloc.mmap_threshold": "33554432", "glibc.malloc.trim_threshold": "4294967296"}
+"""GLIBC_TUNABLES of run.malloc = "stable". With glibc's defaults a CPU training step frees its activations
+and the heap top is trimmed back to the kernel (and large blocks are unmapped), so the next step faults
+the same memory in again: 0.1-0.85 M minor faults and 0.3-1.9 s of kernel time per 160 resnet18 steps,
+depending on the process's allocation history. A fixed mmap threshold (32 MiB, glibc's maximum) and a
+trim threshold beyond any heap keep the memory mapped: ~0.1 M faults and ~0.35 s in every process, steps
+6-8 % faster (benchmarks/malloc_noise.py, docs/performance.md). The setting is read at process start, so
+it can only be given to the cell's processes (torchrun passes it to its ranks, DataLoader workers inherit
+it)."""
+
+
+def malloc_tunables(cell: Cell, inherited: str | None) -> str | None:
+    """GLIBC_TUNABLES for the cell's processes: the inherited value with the stable-malloc settings added
+    where the user did not set them (theirs win); the inherited value unchanged for run.malloc = "system"."""
+    return with_stable_malloc(inherited) if cell.run.malloc == "stable" else inherited
+
+
+def with_stable_malloc(inherited: str | None) -> str:
+    """`inherited` GLIBC_TUNABLES plus STABLE_MALLOC's settings for the names it does not set."""
+    items = [item for item in (inherited or "").split(":") if item]
+    mine = {item.partition("=")[0] for item in items}
+    items += [f"{name}={value}" for name, value in STABLE_MALLOC.items() if name not in mine]
+    return ":".join(items)
+
+
 def _child_env(cell: Cell, ctx: JobContext) -> dict[str, str]:
     env = dict(os.environ)
+    tunables = malloc_tunables(cell, env.get("GLIBC_TUNABLES"))
+    if tunables:
+        env["GLIBC_TUNABLES"] = tunables
     env.pop(FAULT_ENV, None)  # the job file carries the matched fault; ranks must not re-match it
     env.setdefault("PYTHONUNBUFFERED", "1")
     env[PARENT_PID_ENV] = str(os.getpid())  # lets the child notice a runner that died as it started

@@ -451,7 +451,9 @@ def run_cell(ctx: Context) -> dict[str, Any]:
     store.write_table(ctx.out_dir / f"steps-rank{ctx.rank}.parquet", step_table(steps))
     tf32 = ctx.device.type == "cuda" and ctx.cell.recipe.allow_tf32
     mfu = _mfu(ctx, flops_per_image, metrics, tf32) if ctx.local_rank == 0 else {}
-    return metrics | mfu | _memory(ctx) | {"build_s": build_s, "tf32_allowed": tf32}
+    # what this process really started with (the runner sets it from run.malloc): the row shows the fact
+    return metrics | mfu | _memory(ctx) | {"build_s": build_s, "tf32_allowed": tf32,
+                                           "glibc_tunables": os.environ.get("GLIBC_TUNABLES", "")}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import ROOT, nvbench
+from harness import runner
 from harness.records import RESULT_SCHEMA_VERSION
 
 
@@ -68,6 +69,23 @@ def test_end_to_end_run_reads_back_with_pyarrow_and_duckdb(tiny_matrix, tmp_path
     assert manifest["run_id"] == "run" and manifest["num_jobs"] == 8
     assert "[axes]" in manifest["matrix_text"] and manifest["environment"]["python_version"]
     assert not (out / "work").exists()
+    # run.malloc = "stable" (the default) reached the cell processes themselves (the worker reports its env)
+    assert all(set(runner.STABLE_MALLOC.items()) <= {tuple(t.split("=")) for t in r["glibc_tunables"].split(":")}
+               for r in cells.to_pylist())
+
+
+def test_malloc_tunables_keep_what_the_user_set(tiny_matrix):
+    from harness.config import load_matrix
+    from harness.matrix import expand
+
+    (stable,) = expand(load_matrix(tiny_matrix()))
+    (system,) = expand(load_matrix(tiny_matrix(extra='malloc = "system"\n')))
+    assert system.run.malloc == "system" and system.cell_id != stable.cell_id
+    mine = "glibc.malloc.trim_threshold=1024:glibc.pthread.rseq=0"
+    merged = runner.malloc_tunables(stable, mine).split(":")
+    assert merged == ["glibc.malloc.trim_threshold=1024", "glibc.pthread.rseq=0",
+                      f"glibc.malloc.mmap_threshold={runner.STABLE_MALLOC['glibc.malloc.mmap_threshold']}"]
+    assert runner.malloc_tunables(system, mine) == mine and runner.malloc_tunables(system, None) is None
 
 
 def test_every_failure_kind_is_a_row_and_the_matrix_completes(tiny_matrix, tmp_path):
