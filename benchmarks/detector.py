@@ -1,13 +1,13 @@
 """How often the regression detector cries wolf, and how often it catches a known slowdown, measured on
 this machine with real cell processes.
 
-    python benchmarks/detector.py --out reports/detector            # collect (~20 min here) + analyse
+    python benchmarks/detector.py --out reports/detector            # collect (~30 min here) + analyse
     python benchmarks/detector.py --analyze reports/detector        # analyse an existing collection again
 
-Collect: one cell (resnet18, synthetic data, 32 px, batch 16, one CPU thread) runs as five pools of
---repeats real repeats each, every repeat its own process as in `nvbench run`: two pools of the code as
-it is (a1, a2) and one fire-drill pool per --drills percentage (`nvbench run --fire-drill`: calibrated
-extra work in every measured step, rows flagged). The pools are interleaved (harness.ab.run_interleaved):
+Collect: one cell (resnet18, synthetic data, 32 px, batch 16, one CPU thread, --measure-steps timed
+steps, run.malloc = --malloc) runs as five pools of --repeats real repeats each, every repeat its own
+process as in `nvbench run`: two pools of the code as it is (a1, a2) and one fire-drill pool per --drills
+percentage (`nvbench run --fire-drill`: calibrated extra work in every measured step, rows flagged). The pools are interleaved (harness.ab.run_interleaved):
 round k runs the k-th repeat of every pool in a random order, so drift of the machine lands on all pools
 alike.
 
@@ -73,6 +73,7 @@ repeats = {repeats}
 order = "sequential"
 threads_per_process = 1
 nvtx = false
+malloc = "{malloc}"
 """
 
 BASE_POOLS = ("a1", "a2")
@@ -86,7 +87,7 @@ def _pools(drills: list[float]) -> dict[str, float]:
 # collect
 
 
-def collect(out: Path, *, repeats: int, drills: list[float], measure_steps: int, seed: int) -> None:
+def collect(out: Path, *, repeats: int, drills: list[float], measure_steps: int, malloc: str, seed: int) -> None:
     from harness import ab
     from harness.config import load_matrix
     from harness.env import collect_env, env_key
@@ -95,7 +96,7 @@ def collect(out: Path, *, repeats: int, drills: list[float], measure_steps: int,
     out.mkdir(parents=True, exist_ok=True)
     matrix_path = out / "detector.toml"
     if not matrix_path.exists():
-        matrix_path.write_text(MATRIX.format(repeats=repeats, measure_steps=measure_steps))
+        matrix_path.write_text(MATRIX.format(repeats=repeats, measure_steps=measure_steps, malloc=malloc))
     matrix = load_matrix(matrix_path)
     cells = expand(matrix)
     env = collect_env()
@@ -272,9 +273,12 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", type=Path, default=ROOT / "reports" / "detector", help="collection folder")
     p.add_argument("--analyze", type=Path, metavar="DIR", help="only analyse an existing collection")
-    p.add_argument("--repeats", type=int, default=12, help="repeats per pool (default 12: 60 jobs, ~20 min here)")
+    p.add_argument("--repeats", type=int, default=12, help="repeats per pool (default 12: 60 jobs, ~30 min here)")
     p.add_argument("--drills", default="2,5,10", help="fire-drill percentages, comma-separated (default 2,5,10)")
-    p.add_argument("--measure-steps", type=int, default=30, help="measured steps per repeat (default 30)")
+    p.add_argument("--measure-steps", type=int, default=300,
+                   help="measured steps per repeat (default 300: ~25 s here; 30 left the noise of short windows)")
+    p.add_argument("--malloc", choices=("stable", "system"), default="stable",
+                   help="run.malloc of the cell (default stable, nvbench's default; system: glibc's defaults)")
     p.add_argument("--sizes", default="5,10", help="repeats per side to evaluate (default 5,10)")
     p.add_argument("--trials", type=int, default=1000, help="comparisons per setting (default 1000)")
     p.add_argument("--seed", type=int, default=0)
@@ -284,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     out = args.analyze or args.out
     if not args.analyze:
         collect(out, repeats=args.repeats, drills=[float(d) for d in args.drills.split(",")],
-                measure_steps=args.measure_steps, seed=args.seed)
+                measure_steps=args.measure_steps, malloc=args.malloc, seed=args.seed)
     th = Thresholds(exclude_unsteady=args.exclude_unsteady)
     t0 = time.monotonic()
     results = analyze(out, sizes=[int(x) for x in args.sizes.split(",")], trials=args.trials, seed=args.seed, th=th,
