@@ -7,9 +7,9 @@ this machine with real cell processes.
 Collect: one cell (resnet18, synthetic data, 32 px, batch 16, one CPU thread, --measure-steps timed
 steps, run.malloc = --malloc) runs as five pools of --repeats real repeats each, every repeat its own
 process as in `nvbench run`: two pools of the code as it is (a1, a2) and one fire-drill pool per --drills
-percentage (`nvbench run --fire-drill`: calibrated extra work in every measured step, rows flagged). The pools are interleaved (harness.ab.run_interleaved):
-round k runs the k-th repeat of every pool in a random order, so drift of the machine lands on all pools
-alike.
+percentage (`nvbench run --fire-drill`: calibrated extra work in every measured step, rows flagged). The
+pools are interleaved (harness.ab.run_interleaved): round k runs the k-th repeat of every pool in a random
+order, so drift of the machine lands on all pools alike.
 
 Analyse: --trials comparisons per setting drawn from the pools, each judged by harness.compare exactly
 as `nvbench report` judges two runs with n repeats per side (default thresholds; the floor is applied

@@ -5,9 +5,9 @@ glibc malloc handing memory back to the kernel and faulting it in again every st
 
 Runs --processes fresh interpreters per setting, alternating the settings in a seeded random order so
 drift hits all alike: `system` (the C library's defaults) and `stable` (harness.runner.STABLE_MALLOC via
-GLIBC_TUNABLES, what nvbench gives its cells), and on request the variants in SETTINGS. Each process trains resnet18 (32 px, batch 16, one thread,
-synthetic data) for --steps timed steps after 10 untimed ones and reports its mean step time, minor page
-faults and kernel CPU time. Prints one line per process and a table per setting: mean step time, the CV
+GLIBC_TUNABLES, what nvbench gives its cells), and on request the variants in SETTINGS. Each process
+trains resnet18 (32 px, batch 16, one thread, synthetic data) for --steps timed steps after 10 untimed
+ones and reports its mean step time, minor page faults and kernel CPU time. Prints one line per process and a table per setting: mean step time, the CV
 of the process means (the noise a comparison of repeats sees), faults and kernel time per process.
 """
 
@@ -24,6 +24,17 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from harness.runner import with_stable_malloc  # noqa: E402
+
+STABLE = with_stable_malloc(None)
+SETTINGS = {"system": (None, []), "stable": (STABLE, []),
+            "stable-thp": (with_stable_malloc("glibc.malloc.hugetlb=1"), []),
+            "stable-noaslr": (STABLE, ["setarch", "-R"]),
+            "stable-cpu0": (STABLE, ["taskset", "-c", "0"]), "stable-cpu1": (STABLE, ["taskset", "-c", "1"])}
+"""Per setting: GLIBC_TUNABLES (None: unset) and the launcher the process runs under. stable-thp also
+asks for transparent huge pages (madvise), stable-noaslr turns address-space randomisation off, stable-cpuN
+pins the process to CPU N."""
 
 
 def child(steps: int) -> None:
@@ -51,26 +62,13 @@ def child(steps: int) -> None:
     print(json.dumps({"step_s": statistics.fmean(times), "minflt": usage.ru_minflt, "sys_s": usage.ru_stime}))
 
 
-from harness.runner import with_stable_malloc  # noqa: E402
-
-SETTINGS = {"stable": with_stable_malloc(None), "stable-thp": with_stable_malloc("glibc.malloc.hugetlb=1"),
-            "stable-noaslr": with_stable_malloc(None), "stable-cpu0": with_stable_malloc(None),
-            "stable-cpu1": with_stable_malloc(None)}
-"""GLIBC_TUNABLES per setting; `system` sets none. stable-thp also asks for transparent huge pages
-(madvise), stable-noaslr runs the process with address-space randomisation off (setarch -R), stable-cpuN
-pins it to CPU N (taskset)."""
-
-
 def run(setting: str, steps: int) -> dict:
+    tunables, launcher = SETTINGS[setting]
     env = dict(os.environ)
     env.pop("GLIBC_TUNABLES", None)
-    if setting in SETTINGS:
-        env["GLIBC_TUNABLES"] = SETTINGS[setting]
-    argv = [sys.executable, __file__, "--child", "--steps", str(steps)]
-    if setting == "stable-noaslr":
-        argv = ["setarch", "-R", *argv]
-    elif setting.startswith("stable-cpu"):
-        argv = ["taskset", "-c", setting.removeprefix("stable-cpu"), *argv]
+    if tunables:
+        env["GLIBC_TUNABLES"] = tunables
+    argv = [*launcher, sys.executable, __file__, "--child", "--steps", str(steps)]
     proc = subprocess.run(argv, capture_output=True, text=True, env=env, check=True)
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -80,7 +78,7 @@ def main() -> None:
     p.add_argument("--processes", type=int, default=6, help="fresh processes per setting (default 6)")
     p.add_argument("--steps", type=int, default=150, help="timed steps per process (default 150)")
     p.add_argument("--settings", default="system,stable",
-                   help=f"comma-separated, from system,{','.join(SETTINGS)} (default system,stable)")
+                   help=f"comma-separated, from {','.join(SETTINGS)} (default system,stable)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -89,7 +87,7 @@ def main() -> None:
         return
     rng = random.Random(args.seed)
     settings = args.settings.split(",")
-    unknown = [s for s in settings if s != "system" and s not in SETTINGS]
+    unknown = [s for s in settings if s not in SETTINGS]
     if unknown:
         p.error(f"--settings: unknown {', '.join(unknown)}")
     order = [s for _ in range(args.processes) for s in rng.sample(settings, len(settings))]

@@ -74,7 +74,6 @@ def test_dry_run_lists_cells_and_writes_nothing(tmp_path):
     assert not reports.exists()
 
 
-
 def test_repeats_flag_overrides_the_matrix(tmp_path):
     matrix = str(ROOT / "matrices" / "resnet50.toml")
     proc = nvbench("run", matrix, "--only", "backend=synthetic", "--only", "precision=bf16", "--repeats", "3",
@@ -86,6 +85,7 @@ def test_repeats_flag_overrides_the_matrix(tmp_path):
                     "--repeats 0: run.repeats must be >= 1")
     assert_rejected(nvbench("run", "--resume", str(tmp_path), "--repeats", "2"), "--resume takes the run folder alone")
     assert not any(tmp_path.iterdir())
+
 
 def test_env_prints_fingerprint():
     import json
