@@ -126,6 +126,11 @@ class RunConfig:
         "step, by an amount that differs from process to process (on the CPU box: 5x fewer page faults, CPU "
         "steps 6-8% faster; docs/performance.md); system: the C library's defaults. Names you set in "
         "GLIBC_TUNABLES yourself are kept.")
+    speed_probe: bool = knob(
+        True, "Single-process CPU cells time a fixed reference computation (SHA-256 + numpy multiply-adds, "
+        "~0.2 ms) between measured steps, outside step times and window, and record how fast the machine ran "
+        "(speed_probe_s; harness/probe.py); nvbench report --speed-adjust can compare at equal probe time "
+        "(experimental). Ignored on CUDA and in torchrun groups.")
 
 
 @dataclass(**_FROZEN)

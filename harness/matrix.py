@@ -18,7 +18,9 @@ from harness.config import (
 # Knobs that change how a cell is run or kept, not what it measures: left out of the cell id so that
 # ids stay comparable across runs, machines and timeouts.
 _ID_EXCLUDED = {"benchmark": {"name", "timeout_s"}, "data": {"cache_dir"},
-                "run": {"repeats", "order", "shuffle_seed", "device"},
+                # speed_probe: what the probe takes is kept out of step times and window, so it is how a
+                # cell is observed, not what it measures.
+                "run": {"repeats", "order", "shuffle_seed", "device", "speed_probe"},
                 # Where a node sits in its rendezvous, not what the group measures: all nodes share one id.
                 "launch": {"node_rank", "rdzv_endpoint", "rdzv_id", "rdzv_backend"}}
 

@@ -58,7 +58,7 @@ CELL_COLUMNS: tuple[Column, ...] = (
     _c("num_warmup_steps", I, "steps", "Optimizer steps run as warmup (recorded, excluded)."),
     _c("num_measure_steps", I, "steps", "Optimizer steps in the measured window."),
     _c("images_measured", I, "images", "Images processed by all ranks in the measured window."),
-    _c("window_s", F, "s", "Wall time of the measured window, bounded by device sync and barrier."),
+    _c("window_s", F, "s", "Wall time of the measured window, bounded by device sync and barrier; less the speed probe's time (CPU)."),
     _c("warmup_window_s", F, "s", "Wall time of the warmup steps."),
     _c("throughput_img_per_s", F, "images/s", "Global: images_measured / window_s (a ratio of sums)."),
     _c("throughput_ci_low_img_per_s", F, "images/s", "Lower bound of the within-run 95% interval (batch means)."),
@@ -104,6 +104,11 @@ CELL_COLUMNS: tuple[Column, ...] = (
     _c("env_key", S, "", "Hash of the environment fields that must match for results to be comparable."),
     _c("hostname", S, "", "Host the cell ran on."),
     _c("glibc_tunables", S, "", "GLIBC_TUNABLES the cell's processes started with (run.malloc); empty: C library defaults."),
+    _c("speed_probe_kind", S, "", "What the machine-speed probe computed (harness/probe.py); null without a probe (CUDA, torchrun groups, run.speed_probe = false)."),
+    _c("speed_probe_s", F, "s", "Median time of the machine-speed probe between measured steps (rank 0): the covariate nvbench report adjusts CPU comparisons with."),
+    _c("speed_probe_count", I, "probes", "Probes run in the measured window."),
+    _c("speed_probe_every", I, "steps", "A probe ran after every this many measured steps."),
+    _c("speed_probe_total_s", F, "s", "Time the probes took, taken out of window_s (never in step times)."),
     _c("nvbench_version", S, "", "nvbench version."),
     _c("git_sha", S, "", "git sha of the nvbench checkout (null outside git)."),
     _c("injected_fault", S, "", "Test-only fault injected into this cell (NVBENCH_FAULT); null in real runs."),
@@ -124,6 +129,7 @@ STEP_COLUMNS: tuple[Column, ...] = (
     _c("step_time_s", F, "s", "Step time: CUDA events on GPU (resolved after the window), perf_counter on CPU."),
     _c("data_wait_s", F, "s", "Host time blocked waiting for this step's batches."),
     _c("images", I, "images", "Images this rank processed in the step."),
+    _c("speed_probe_s", F, "s", "Machine-speed probe run right after this step, outside its time; null where none ran."),
 )
 
 

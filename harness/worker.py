@@ -26,6 +26,8 @@ from harness.data import LoaderSpec, build_loader
 from harness.engine import Engine, EngineOptions
 from harness.matrix import Cell
 from harness.models import build_model
+from harness.probe import SpeedProbe, probe_every
+from harness.probe import time_once as probe_time_once
 from harness.records import step_table
 from harness.telemetry import THROTTLE_REASON_BITS, TelemetrySampler, TelemetrySummary
 from harness.timing import CELL, DATA, MEASURE, STEP, VALIDATION, WARMUP, Instrument, Ranges, StepClock, make_ranges
@@ -144,11 +146,13 @@ def _fence(ctx: Context) -> None:
 
 
 def _window(ctx: Context, engine: Engine, batches, clock: StepClock, name: str,
-            instruments: Sequence[Instrument] = (), drill: FireDrill | None = None) -> float:
+            instruments: Sequence[Instrument] = (), drill: FireDrill | None = None,
+            probe: SpeedProbe | None = None) -> float:
     """Run `clock.num_steps` optimizer steps; return the window's wall time. No host sync inside.
 
     `instruments` start after the opening fence and stop after the closing one, in reverse order, so
-    their own start-up and shutdown stay out of the timed interval.
+    their own start-up and shutdown stay out of the timed interval. `probe` (CPU only) runs between a
+    step's end mark and the next step's start mark; its time is taken out of the returned wall time.
     """
     accum, ranges = ctx.cell.grad_accum, ctx.ranges
     perf = time.perf_counter
@@ -174,8 +178,10 @@ def _window(ctx: Context, engine: Engine, batches, clock: StepClock, name: str,
                     drill()
                 clock.end(i)
                 clock.data_wait_s[i] = wait
+            if probe is not None:
+                probe.after_step(i)
     _fence(ctx)
-    elapsed = perf() - t0
+    elapsed = perf() - t0 - (probe.total_s if probe is not None else 0.0)
     for instrument in reversed(instruments):
         instrument.stop()
     return elapsed
@@ -324,8 +330,9 @@ def _train(ctx: Context, engine: Engine) -> tuple[dict[str, Any], dict[str, np.n
     drill = FireDrill(ctx.device, ctx.fire_drill_pct, warm.resolve()) if ctx.fire_drill_pct else None
     if drill is not None:
         print(f"fire drill: +{ctx.fire_drill_pct:g}%: {drill.describe()}", flush=True)
+    probe = _speed_probe(ctx, warm)
     window_s = _window(ctx, engine, batches, meas, MEASURE, [i for i in (capture, sampler) if i is not None],
-                       drill=drill)
+                       drill=drill, probe=probe)
     loader.close()
     # Everything below reads device values: outside the window, after its closing fence.
     loss_sum, count = _all_reduce(ctx, engine.pop_train_loss().double()).tolist()
@@ -349,7 +356,7 @@ def _train(ctx: Context, engine: Engine) -> tuple[dict[str, Any], dict[str, np.n
         "data_wait_s": wait, "data_wait_frac": wait / window_s,
         "is_steady": steady.is_steady, "steadiness": steady.reason,
         "train_loss": train_loss, "lr_final": engine.lr(), "loss_scale": engine.loss_scale(),
-    } | _telemetry_columns(ctx, sampler.summary, images)
+    } | _telemetry_columns(ctx, sampler.summary, images) | (probe.summary() if probe is not None else {})
     local_images = ctx.cell.benchmark.batch_size * ctx.cell.grad_accum
     steps = {
         "step": np.arange(b.warmup_steps + b.measure_steps),
@@ -358,7 +365,22 @@ def _train(ctx: Context, engine: Engine) -> tuple[dict[str, Any], dict[str, np.n
         "data_wait_s": np.concatenate([warm.data_wait_s, meas.data_wait_s]),
         "images": np.full(b.warmup_steps + b.measure_steps, local_images),
     }
+    if probe is not None:
+        ran = np.concatenate([np.full(b.warmup_steps, np.nan), probe.per_step])
+        steps["speed_probe_s"] = [None if math.isnan(v) else float(v) for v in ran]  # null where none ran
     return metrics, steps
+
+
+def _speed_probe(ctx: Context, warm: StepClock) -> SpeedProbe | None:
+    """The machine-speed probe of a timed single-process CPU cell (run.speed_probe; harness/probe.py), or
+    None. Not in torchrun groups: one rank probing while the others wait in the next all-reduce would put
+    the probe into their step times."""
+    if not ctx.cell.run.speed_probe or ctx.device.type != "cpu" or ctx.profile or ctx.is_distributed:
+        return None
+    warm_times = warm.resolve()
+    step_s = float(np.median(warm_times)) if warm_times.size else 0.0
+    probe_s = min(probe_time_once() for _ in range(5))
+    return SpeedProbe(ctx.cell.benchmark.measure_steps, probe_every(step_s, probe_s, ctx.cell.benchmark.measure_steps))
 
 
 def _telemetry_columns(ctx: Context, summary: TelemetrySummary, images: int) -> dict[str, Any]:

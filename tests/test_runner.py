@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import ROOT, nvbench
-from harness import runner
+from harness import probe, runner
 from harness.records import RESULT_SCHEMA_VERSION
 
 
@@ -58,6 +58,16 @@ def test_end_to_end_run_reads_back_with_pyarrow_and_duckdb(tiny_matrix, tmp_path
     assert len(steps) == 8 * (1 + 3)
     assert sum(s["is_warmup"] for s in steps) == 8
     assert all(s["step_time_s"] > 0 and s["rank"] == 0 for s in steps)
+    # the machine-speed probe (CPU, run.speed_probe on by default): after every measured step of a short
+    # window, outside the step times, and its time is not in window_s either
+    for row in cells.to_pylist():
+        assert row["speed_probe_kind"] == probe.PROBE_KIND and row["speed_probe_s"] > 0
+        assert (row["speed_probe_count"], row["speed_probe_every"]) == (3, 1)
+        mine = [s for s in steps if (s["cell_id"], s["repeat"]) == (row["cell_id"], row["repeat"])]
+        measured = [s for s in mine if not s["is_warmup"]]
+        assert all(s["speed_probe_s"] > 0 for s in measured) and all(s["speed_probe_s"] is None for s in mine if s["is_warmup"])
+        assert row["speed_probe_total_s"] == pytest.approx(sum(s["speed_probe_s"] for s in measured), rel=1e-9)
+        assert sum(s["step_time_s"] for s in measured) <= row["window_s"]
 
     duckdb = pytest.importorskip("duckdb")
     n, ok = duckdb.sql(f"select count(*), count_if(status = 'ok') from read_parquet('{out}/cells/*.parquet')").fetchall()[0]
