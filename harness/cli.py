@@ -151,7 +151,7 @@ def _thresholds(args: argparse.Namespace):
     from harness.compare import Thresholds
 
     given = {name: getattr(args, name) for name in ("floor_pct", "fdr_q", "min_repeats", "exclude_unsteady",
-                                                     "history_runs", "accuracy_tolerance")
+                                                     "history_runs", "accuracy_tolerance", "speed_adjust")
              if getattr(args, name, None) is not None}
     return Thresholds(**given)
 
@@ -238,6 +238,9 @@ def _add_threshold_flags(p: argparse.ArgumentParser, *, history: bool) -> None:
     p.add_argument("--exclude-unsteady", action="store_true", default=None,
                    help="leave out repeats whose window failed the steadiness check")
     p.add_argument("--accuracy-tolerance", type=float, metavar="FRACTION", help="top-1 band half-width (0.01)")
+    p.add_argument("--speed-adjust", action="store_true", default=None,
+                   help="experimental: compare CPU cells at equal machine-speed probe time (docs/performance.md "
+                        "says why it is not the default)")
     if history:
         p.add_argument("--history-runs", type=int, metavar="N", help="past runs that form the history baseline (10)")
 

@@ -83,6 +83,13 @@ class Thresholds:
     """Bootstrap seed: the same inputs always give the same verdicts."""
     exclude_unsteady: bool = False
     """Leave out repeats whose window failed the steadiness check (is_steady false)."""
+    speed_adjust: bool = False
+    """Experimental (`nvbench report --speed-adjust`): compare throughput adjusted for the machine-speed
+    probe (stats.ancova_fit) when every usable repeat on both sides has one of the same kind (CPU cells,
+    run.speed_probe); otherwise the plain comparison. Off by default because an adjustment is only sound
+    when the change under test cannot move the covariate, and on the CPU box it does: the detector's
+    10 % fire drill made the probe itself 2.7 % slower, so the adjustment explained most of the drill away
+    (detection of 10 % fell from 100 % to 30 % at 10 + 10 repeats; docs/performance.md)."""
     accuracy_tolerance: float = 0.01
     """Top-1 band half-width (absolute, 0.01 = 1 point): an accuracy change counts only beyond it."""
     history_runs: int = 10
@@ -170,6 +177,12 @@ class CellVerdict:
     history_mad_img_per_s: float | None = None
     robust_z: float | None = None
     num_history_runs: int = 0
+    unadjusted_effect_pct: float | None = None
+    """Speed-adjusted comparisons: the change before the adjustment (mean log throughput)."""
+    speed_probe_change_pct: float | None = None
+    """Speed-adjusted comparisons: change of the probe's time, candidate vs baseline (+ = machine slower)."""
+    speed_slope: float | None = None
+    """Speed-adjusted comparisons: fitted d log throughput / d log probe time."""
     fire_drill_pct: float = 0.0
     baseline_fire_drill_pct: float = 0.0
     is_smoke: bool = False
@@ -365,6 +378,29 @@ class _Pending:
     cand: np.ndarray
     baseline: np.ndarray
     p: float = 1.0
+    cand_probe: np.ndarray | None = None
+    """Machine-speed probe seconds of each candidate repeat, when the comparison adjusts for it."""
+    base_probe: np.ndarray | None = None
+
+    @property
+    def adjusted(self) -> bool:
+        return self.cand_probe is not None and self.base_probe is not None
+
+
+def _probes(cand_ok: Sequence[Mapping[str, Any]], base_ok: Sequence[Mapping[str, Any]],
+            th: Thresholds) -> tuple[np.ndarray, np.ndarray] | None:
+    """Probe seconds of both sides when the comparison can adjust for machine speed: every usable repeat has
+    a probe, all of one kind, and the probe varied within a side (else its slope is unknowable)."""
+    if not th.speed_adjust:
+        return None
+    rows = [*cand_ok, *base_ok]
+    if any(not (r.get("speed_probe_s") or 0) > 0 for r in rows) or len({r.get("speed_probe_kind") for r in rows}) != 1:
+        return None
+    c = np.array([r["speed_probe_s"] for r in cand_ok], dtype=float)
+    b = np.array([r["speed_probe_s"] for r in base_ok], dtype=float)
+    if np.ptp(np.log(c)) <= 1e-12 and np.ptp(np.log(b)) <= 1e-12:
+        return None
+    return c, b
 
 
 def _prepare(cid: str, cand_rows: list, base_rows: list | None, candidate: RunData, baseline: RunData,
@@ -416,16 +452,44 @@ def _prepare(cid: str, cand_rows: list, base_rows: list | None, candidate: RunDa
         why = (f"{len(cand_ok)} + {len(base_ok)} repeats usable{dropped}: no outcome could reach p <= {th.fdr_q:g} "
                f"(the smallest possible is {smallest_p:.3g}); add repeats")
         return common | {"verdict": INSUFFICIENT, "reason": why}, None
-    return common, _Pending(base=common, cand=cand_x, baseline=base_x)
+    probes = _probes(cand_ok, base_ok, th)
+    return common, _Pending(base=common, cand=cand_x, baseline=base_x, cand_probe=probes and probes[0],
+                            base_probe=probes and probes[1])
+
+
+def _p_value(p: _Pending, th: Thresholds) -> float:
+    if p.adjusted:
+        return stats.ancova_permutation_p(p.cand, p.baseline, p.cand_probe, p.base_probe,
+                                          num_permutations=th.num_resamples, seed=th.seed)
+    return stats.permutation_p_value(p.cand, p.baseline, num_permutations=th.num_resamples, seed=th.seed)
+
+
+def _interval(pending: _Pending, level: float, th: Thresholds) -> tuple[stats.Interval, dict[str, Any], str]:
+    """The change's interval, the speed-adjustment fields, and the method in words."""
+    if not pending.adjusted:
+        ci = stats.bootstrap_log_ratio(pending.cand, pending.baseline, confidence=level,
+                                       num_resamples=th.num_resamples, seed=th.seed)
+        return ci, {}, f"permutation + benjamini_hochberg; {ci.method} interval"
+    fit = stats.ancova_fit(pending.cand, pending.baseline, pending.cand_probe, pending.base_probe)
+    n_c, n_b = pending.cand.size, pending.baseline.size
+    extra = {"unadjusted_effect_pct": stats.to_percent(fit.unadjusted),
+             "speed_probe_change_pct": stats.to_percent(fit.covariate_shift), "speed_slope": fit.slope,
+             # what the adjusted comparison could see: its residual noise in place of the raw spread
+             "mdc_pct": 100 * stats.min_detectable_change(fit.residual_sd, n_c, n_b, alpha=th.fdr_q)
+             if math.isfinite(fit.residual_sd) and fit.residual_sd > 0 else pending.base.get("mdc_pct")}
+    return fit.interval(level), extra, "speed-adjusted (ancova on the probe) freedman_lane permutation + " \
+        "benjamini_hochberg; ancova_t interval"
 
 
 def _decide(pending: _Pending, rejected: bool, p_adjusted: float, level: float, th: Thresholds) -> dict[str, Any]:
-    ci = stats.bootstrap_log_ratio(pending.cand, pending.baseline, confidence=level,
-                                   num_resamples=th.num_resamples, seed=th.seed)
+    ci, extra, method = _interval(pending, level, th)
     effect, low, high = stats.to_percent(ci.estimate), stats.to_percent(ci.low), stats.to_percent(ci.high)
-    out = {"method": f"permutation + benjamini_hochberg; {ci.method} interval", "effect_pct": effect,
-           "ci_low_pct": low, "ci_high_pct": high, "ci_level": level, "p_value": pending.p, "p_adjusted": p_adjusted}
+    out = {"method": method, "effect_pct": effect, "ci_low_pct": low, "ci_high_pct": high, "ci_level": level,
+           "p_value": pending.p, "p_adjusted": p_adjusted} | extra
     change = f"{effect:+.1f}% [{low:+.1f}, {high:+.1f}] at {level:.1%}"
+    if pending.adjusted:
+        change += (f" adjusted for machine speed (probe {extra['speed_probe_change_pct']:+.1f}%, "
+                   f"unadjusted {extra['unadjusted_effect_pct']:+.1f}%)")
     excludes_zero = rejected and (ci.high < 0 or ci.low > 0)
     if excludes_zero and effect <= -th.floor_pct:
         return out | {"verdict": REGRESSION, "reason": f"{change}: slower beyond the {th.floor_pct:g}% floor"}
@@ -434,13 +498,13 @@ def _decide(pending: _Pending, rejected: bool, p_adjusted: float, level: float, 
     if excludes_zero:
         why = f"real but within the {th.floor_pct:g}% practical floor"
     elif rejected:
-        why = "the permutation test rejects but the bootstrap interval includes 0"
+        why = "the permutation test rejects but the interval includes 0"
     elif ci.high < 0 or ci.low > 0:
         why = f"the interval excludes 0 but the permutation test does not reject (p = {pending.p:.2g}, " \
               f"BH-adjusted {p_adjusted:.2g} > {th.fdr_q:g})"
     else:
         why = "the interval includes 0"
-    mdc = pending.base.get("mdc_pct")
+    mdc = out.get("mdc_pct", pending.base.get("mdc_pct"))
     if mdc is not None and mdc > max(th.floor_pct, abs(effect)):
         why += f"; at this noise only changes beyond ~{mdc:.0f}% are reliably seen"
     return out | {"verdict": UNCHANGED, "reason": f"{change}: {why}"}
@@ -455,8 +519,12 @@ def compare_runs(candidate: RunData, baseline: RunData, thresholds: Thresholds |
     (stats.bootstrap_log_ratio, resampling repeats) and an exact permutation p-value of the same statistic
     (stats.permutation_p_value: its false-alarm rate is at most the level at any number of repeats, where
     the percentile bootstrap's is not); Benjamini-Hochberg across the testable cells at fdr_q; intervals at
-    the FCR-adjusted level 1 - R q / m (Benjamini & Yekutieli). A regression needs all three: BH rejects,
-    the whole interval lies below 0, and the change is beyond the floor. `require_same_env=False` (A/B runs, where the
+    the FCR-adjusted level 1 - R q / m (Benjamini & Yekutieli). When every usable repeat on both sides
+    carries a machine-speed probe of one kind (CPU cells; Thresholds.speed_adjust), the change is instead
+    the difference of mean log throughput at equal probe time (stats.ancova_fit, t interval) tested by a
+    Freedman-Lane permutation (stats.ancova_permutation_p): the part of the noise that the machine's
+    momentary speed explains drops out, and so does a machine that ran slower on one side. A regression
+    needs all three: BH rejects, the whole interval lies below 0, and the change is beyond the floor. `require_same_env=False` (A/B runs, where the
     environment is what is being compared) reports environment differences instead of refusing.
     """
     th = thresholds or Thresholds()
@@ -465,7 +533,7 @@ def compare_runs(candidate: RunData, baseline: RunData, thresholds: Thresholds |
                 for cid, rows in sorted(cand_cells.items())]
     testable = [p for _, p in prepared if p is not None]
     for p in testable:
-        p.p = stats.permutation_p_value(p.cand, p.baseline, num_permutations=th.num_resamples, seed=th.seed)
+        p.p = _p_value(p, th)
     decided: dict[int, dict[str, Any]] = {}
     if testable:
         adjusted, rejected = stats.benjamini_hochberg([p.p for p in testable], q=th.fdr_q)

@@ -30,8 +30,9 @@ from harness.compare import (
 )
 from harness.env import ENV_KEY_FIELDS
 
-VERDICTS_VERSION = 1
-"""Version of verdicts.parquet (schema metadata nvbench.verdicts_version)."""
+VERDICTS_VERSION = 2
+"""Version of verdicts.parquet (schema metadata nvbench.verdicts_version). 1: first release. 2: the
+speed-adjustment columns unadjusted_effect_pct, speed_probe_change_pct and speed_slope."""
 
 REPORT_FILES = ("report.html", "summary.md", "verdicts.parquet", "junit.xml")
 
@@ -176,7 +177,16 @@ def _method_text(comparison: Comparison) -> str:
             f"whole interval lies below 0 and the change is beyond the {th.floor_pct:g}% floor; at least "
             f"{th.min_repeats} repeats per side{'; unsteady repeats left out' if th.exclude_unsteady else ''}. "
             f"Top-1: Wald interval of the difference, band +/- {th.accuracy_tolerance:g}. MDC: minimum detectable "
-            "change (80% power) at the baseline's repeat-to-repeat spread.")
+            "change (80% power) at the baseline's repeat-to-repeat spread." + _adjusted_text(comparison))
+
+
+def _adjusted_text(comparison: Comparison) -> str:
+    adjusted = sum(v.unadjusted_effect_pct is not None for v in comparison.verdicts)
+    if not adjusted:
+        return ""
+    return (f" Speed-adjusted ({adjusted} cell(s): every repeat on both sides carried a machine-speed probe): "
+            "change = difference of mean log throughput at equal probe time (analysis of covariance, t "
+            "interval), Freedman-Lane permutation test; MDC at the spread the probe leaves unexplained.")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -240,3 +240,54 @@ def test_noise_labels():
     assert compare.noise_label(0.02, 1) == "moderate, 1 unsteady"
     assert compare.noise_label(0.2, 0) == "very noisy"
     assert math.isclose(compare.DEFAULT_FLOOR_PCT, Thresholds().floor_pct)
+
+
+# --- speed-adjusted comparisons (CPU cells with a machine-speed probe) -----------------------------
+
+
+ADJUST = Thresholds(speed_adjust=True)
+
+
+def probed(values, probes, kind="sha256-256KiB+fma-3x64KiB/1", **kw):
+    return [r | {"speed_probe_s": p, "speed_probe_kind": kind} for r, p in zip(rows(values, **kw), probes)]
+
+
+def _machine(rng, n, slow):
+    """Probe times and throughputs of a machine whose speed wanders (and is `slow` slower on average):
+    throughput follows the probe with slope -1 in logs, plus 0.5 % of noise the probe does not see."""
+    x = rng.normal(slow, 0.04, n)
+    return 1e-3 * np.exp(x), 100 * np.exp(-x + rng.normal(0, 0.005, n))
+
+
+def test_a_slower_machine_on_the_baseline_night_is_not_a_code_change():
+    rng = np.random.default_rng(0)
+    (pc, yc), (pb, yb) = _machine(rng, 8, 0.0), _machine(rng, 8, 0.08)  # baseline machine ~8 % slower
+    plain = one(probed(yc, pc), probed(yb, pb))  # the default: no adjustment
+    assert plain.verdict == IMPROVEMENT and plain.unadjusted_effect_pct is None  # what drift looks like unadjusted
+    v = one(probed(yc, pc), probed(yb, pb), ADJUST)
+    assert v.verdict == UNCHANGED and v.method.startswith("speed-adjusted")
+    assert abs(v.effect_pct) < 1.5 and v.unadjusted_effect_pct > 5
+    assert v.speed_probe_change_pct < -5 and v.speed_slope == pytest.approx(-1.0, abs=0.2)
+    assert "adjusted for machine speed" in v.reason and v.mdc_pct < plain.mdc_pct
+
+
+def test_a_real_slowdown_is_found_through_the_machine_noise():
+    rng = np.random.default_rng(1)
+    (pc, yc), (pb, yb) = _machine(rng, 8, 0.0), _machine(rng, 8, 0.0)
+    v = one(probed(yc * 0.95, pc), probed(yb, pb), ADJUST)
+    assert v.verdict == REGRESSION and v.ci_high_pct < 0 and v.method.startswith("speed-adjusted")
+    assert v.effect_pct == pytest.approx(-5.0, abs=1.0)
+    assert v.ci_level == pytest.approx(0.99) and v.p_value < 0.001
+
+
+@pytest.mark.parametrize("change", [
+    lambda c, b: (c[:-1] + [c[-1] | {"speed_probe_s": None}], b),  # one repeat without a probe
+    lambda c, b: (c, [r | {"speed_probe_kind": "older/0"} for r in b]),  # the probe changed between runs
+])
+def test_no_adjustment_unless_every_repeat_has_the_same_probe(change):
+    rng = np.random.default_rng(2)
+    (pc, yc), (pb, yb) = _machine(rng, 6, 0.0), _machine(rng, 6, 0.0)
+    cand, base = change(probed(yc, pc), probed(yb, pb))
+    v = one(cand, base, ADJUST)
+    assert v.method == "permutation + benjamini_hochberg; bootstrap_percentile interval"
+    assert v.unadjusted_effect_pct is None and "adjusted" not in v.reason

@@ -462,3 +462,68 @@ def test_permutation_test_holds_its_level_on_skewed_noise():
     p = [stats.permutation_p_value(rng.lognormal(0, 0.4, 5), rng.lognormal(0, 0.4, 5)) for _ in range(2000)]
     assert np.mean(np.array(p) <= 0.05) <= 0.05 + 0.01  # exact: at most the level, up to sampling
 
+
+
+# --- covariate adjustment (the machine-speed probe) ---------------------------------------------
+
+
+def _speed_data(rng, n, *, effect=0.0, base_shift=0.0, noise=0.01, slope=-1.0):
+    """Throughputs whose log follows a probe time's log with `slope`, plus noise; the baseline's machine
+    is `base_shift` slower (log probe) on average."""
+    x_c, x_b = rng.normal(0, 0.05, n), rng.normal(base_shift, 0.05, n)
+    y_c = 100 * np.exp(effect + slope * x_c + rng.normal(0, noise, n))
+    y_b = 100 * np.exp(slope * x_b + rng.normal(0, noise, n))
+    return y_c, y_b, np.exp(x_c) * 1e-3, np.exp(x_b) * 1e-3
+
+
+def test_ancova_fit_is_the_adjusted_difference_of_means_with_the_pooled_within_slope():
+    rng = np.random.default_rng(3)
+    y_c, y_b, x_c, x_b = _speed_data(rng, 7, effect=-0.04, base_shift=0.05)
+    fit = stats.ancova_fit(y_c, y_b, x_c, x_b)
+    ly_c, ly_b, lx_c, lx_b = map(np.log, (y_c, y_b, x_c, x_b))
+    sxy = ((lx_c - lx_c.mean()) * (ly_c - ly_c.mean())).sum() + ((lx_b - lx_b.mean()) * (ly_b - ly_b.mean())).sum()
+    sxx = ((lx_c - lx_c.mean()) ** 2).sum() + ((lx_b - lx_b.mean()) ** 2).sum()
+    slope = sxy / sxx
+    assert fit.slope == pytest.approx(slope, rel=1e-9)
+    adjusted = (ly_c.mean() - ly_b.mean()) - slope * (lx_c.mean() - lx_b.mean())  # Snedecor & Cochran 18.3
+    assert fit.effect == pytest.approx(adjusted, rel=1e-9)
+    assert fit.unadjusted == pytest.approx(ly_c.mean() - ly_b.mean(), rel=1e-12)
+    assert fit.covariate_shift == pytest.approx(lx_c.mean() - lx_b.mean(), rel=1e-12)
+    # standard error of an adjusted difference: s^2 (1/n_c + 1/n_b + shift^2 / Sxx)
+    resid = np.concatenate([ly_c - ly_c.mean() - slope * (lx_c - lx_c.mean()),
+                            ly_b - ly_b.mean() - slope * (lx_b - lx_b.mean())])
+    s2 = (resid ** 2).sum() / (14 - 3)
+    assert fit.df == 11 and fit.residual_sd == pytest.approx(math.sqrt(s2), rel=1e-9)
+    assert fit.se == pytest.approx(math.sqrt(s2 * (2 / 7 + fit.covariate_shift ** 2 / sxx)), rel=1e-9)
+    ci = fit.interval(0.95)
+    half = sps.t.ppf(0.975, 11) * fit.se
+    assert (ci.low, ci.high, ci.method) == (pytest.approx(fit.effect - half), pytest.approx(fit.effect + half), "ancova_t")
+
+
+def test_ancova_removes_a_machine_that_was_slower_on_one_side():
+    rng = np.random.default_rng(4)
+    y_c, y_b, x_c, x_b = _speed_data(rng, 10, base_shift=0.1)  # no code change; baseline machine 10 % slower
+    assert stats.permutation_p_value(y_c, y_b) < 0.01  # the plain test sees the machine
+    fit = stats.ancova_fit(y_c, y_b, x_c, x_b)
+    assert abs(stats.to_percent(fit.effect)) < 2 and fit.interval(0.99).low < 0 < fit.interval(0.99).high
+    assert stats.ancova_permutation_p(y_c, y_b, x_c, x_b) > 0.05
+    y_c5 = y_c * 0.95  # a real 5 % slowdown on top is seen, and sized right
+    fit5 = stats.ancova_fit(y_c5, y_b, x_c, x_b)
+    assert stats.ancova_permutation_p(y_c5, y_b, x_c, x_b) < 0.001
+    assert stats.to_percent(fit5.effect) == pytest.approx(stats.to_percent(fit.effect + math.log(0.95)), abs=1e-9)
+
+
+def test_ancova_permutation_test_holds_its_level_when_the_covariate_differs_between_groups():
+    rng = np.random.default_rng(6)
+    p = [stats.ancova_permutation_p(*_speed_data(rng, 5, base_shift=0.05, noise=0.02), num_permutations=400)
+         for _ in range(500)]
+    assert np.mean(np.array(p) <= 0.05) <= 0.05 + 0.025  # 500 tests: +2.5 points is ~2.5 standard errors
+
+
+def test_ancova_refuses_a_covariate_without_spread_and_too_few_values():
+    with pytest.raises(ValueError, match="does not vary within either group"):
+        stats.ancova_fit([1.0, 2.0], [1.0, 2.0], [1.0, 1.0], [2.0, 2.0])
+    with pytest.raises(ValueError, match="at least 2 per side"):
+        stats.ancova_fit([1.0], [1.0, 2.0], [1.0], [1.0, 2.0])
+    with pytest.raises(ValueError, match="same length"):
+        stats.ancova_fit([1.0, 2.0], [1.0, 2.0], [1.0], [1.0, 2.0])
