@@ -12,7 +12,8 @@ pools are interleaved (harness.ab.run_interleaved): round k runs the k-th repeat
 order, so drift of the machine lands on all pools alike.
 
 Analyse: --trials comparisons per setting drawn from the pools, each judged by harness.compare exactly
-as `nvbench report` judges two runs with n repeats per side (default thresholds; the floor is applied
+as `nvbench report` judges two runs with n repeats per side (default thresholds; --speed-adjust judges
+adjusted for the machine-speed probe, as `nvbench report --speed-adjust`; the floor is applied
 afterwards, so one set of trials gives the rates for every floor in --floors):
   A/A:        2n distinct repeats of the unchanged code, split n | n at random: any verdict other than
               `unchanged` is a false alarm;
@@ -21,7 +22,9 @@ afterwards, so one set of trials gives the rates for every floor in --floors):
   A/B:        n unchanged repeats as baseline, n of a fire-drill pool as candidate: `regression` is a
               detection.
 The realised slowdown of each drill pool (its mean vs the unchanged pools) is printed next to the nominal,
-and for each n the smallest floor that keeps both A/A settings at <= 1 % alarms.
+with how well the probe tracks each pool (correlation of log throughput with log probe time, and the CV
+left after regressing it out), and for each n the smallest floor that keeps both A/A settings at <= 1 %
+alarms.
 
 What this captures: real processes, real step-time noise of this box under whatever else it runs (other
 engineers' tests and training jobs), the real verdict code. What it does not: (1) trials resample a finite
@@ -191,17 +194,29 @@ def simulate(a_rows: list[dict], drill_rows: dict[str, list[dict]], env: dict, *
     return out
 
 
+def speed_explained(rows: list[dict]) -> tuple[float, float] | tuple[None, None]:
+    """(correlation of log throughput with log probe time, residual CV after regressing it out) over a
+    pool's repeats; Nones when the rows carry no probe."""
+    probe = np.array([r.get("speed_probe_s") or np.nan for r in rows], dtype=float)
+    if len(rows) < 3 or not np.all(probe > 0):
+        return None, None
+    y, x = np.log([r["throughput_img_per_s"] for r in rows]), np.log(probe)
+    slope, intercept = np.polyfit(x, y, 1)
+    return float(np.corrcoef(x, y)[0, 1]), float(np.std(y - slope * x - intercept, ddof=2))
+
+
 def pool_summary(a_rows: list[dict], drill_rows: dict[str, list[dict]]) -> list[dict]:
     a = np.array([r["throughput_img_per_s"] for r in a_rows])
-    out = [{"pool": "a (a1 + a2)", "repeats": a.size, "mean_img_per_s": a.mean(), "cv": a.std(ddof=1) / a.mean(),
-            "realised_pct": 0.0, "unsteady": sum(r["is_steady"] is False for r in a_rows)}]
-    for name, rows in drill_rows.items():
+    out = []
+    for name, rows in {"a (a1 + a2)": a_rows, **drill_rows}.items():
         x = np.array([r["throughput_img_per_s"] for r in rows])
         if x.size < 2:
             continue
+        corr, resid_cv = speed_explained(rows)
         out.append({"pool": name, "repeats": x.size, "mean_img_per_s": x.mean(), "cv": x.std(ddof=1) / x.mean(),
                     "realised_pct": 100 * (x.mean() / a.mean() - 1),
-                    "unsteady": sum(r["is_steady"] is False for r in rows)})
+                    "unsteady": sum(r["is_steady"] is False for r in rows),
+                    "probe_corr": corr, "adjusted_cv": resid_cv})
     return out
 
 
@@ -242,12 +257,17 @@ def analyze(out: Path, *, sizes: list[int], trials: int, seed: int, th: Threshol
 
 def render(results: dict) -> str:
     th = results["thresholds"]
-    lines = ["Pools (realised = pool mean vs the unchanged pools):", "",
-             "| pool | repeats | mean img/s | CV | realised change | unsteady |", "|---|---|---|---|---|---|"]
+    lines = ["Pools (realised = pool mean vs the unchanged pools; probe corr and CV after: correlation of log "
+             "throughput with log speed-probe time, and the spread left once it is regressed out):", "",
+             "| pool | repeats | mean img/s | CV | realised change | unsteady | probe corr | CV after |",
+             "|---|---|---|---|---|---|---|---|"]
     for p in results["pools"]:
+        corr = "-" if p.get("probe_corr") is None else f"{p['probe_corr']:+.2f}"
+        after = "-" if p.get("adjusted_cv") is None else f"{100 * p['adjusted_cv']:.1f}%"
         lines.append(f"| {p['pool']} | {p['repeats']} | {p['mean_img_per_s']:.1f} | {100 * p['cv']:.1f}% | "
-                     f"{p['realised_pct']:+.1f}% | {p['unsteady']} |")
-    lines += ["", f"Verdicts, {results['trials']} trials per number (FDR q {th['fdr_q']:g}, min repeats "
+                     f"{p['realised_pct']:+.1f}% | {p['unsteady']} | {corr} | {after} |")
+    adjust = "speed-adjusted where every repeat has a probe" if th.get("speed_adjust") else "not speed-adjusted"
+    lines += ["", f"Verdicts, {results['trials']} trials per number ({adjust}; FDR q {th['fdr_q']:g}, min repeats "
               f"{th['min_repeats']}{', unsteady repeats left out' if th['exclude_unsteady'] else ''}). A/A: any "
               "alarm (regression or improvement); A/A drift: later half of the session vs the earlier half; "
               "fdP: `regression` verdicts against a P % fire drill.", ""]
@@ -284,17 +304,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--floors", default="0,1,2,3,5", help="practical floors (%%) to tabulate (default 0,1,2,3,5)")
     p.add_argument("--exclude-unsteady", action="store_true", help="analyse with unsteady repeats left out")
+    p.add_argument("--speed-adjust", action="store_true",
+                   help="judge adjusted for the machine-speed probe (Thresholds.speed_adjust, experimental)")
     args = p.parse_args(argv)
     out = args.analyze or args.out
     if not args.analyze:
         collect(out, repeats=args.repeats, drills=[float(d) for d in args.drills.split(",")],
                 measure_steps=args.measure_steps, malloc=args.malloc, seed=args.seed)
-    th = Thresholds(exclude_unsteady=args.exclude_unsteady)
+    th = Thresholds(exclude_unsteady=args.exclude_unsteady, speed_adjust=args.speed_adjust)
     t0 = time.monotonic()
     results = analyze(out, sizes=[int(x) for x in args.sizes.split(",")], trials=args.trials, seed=args.seed, th=th,
                       floors=[float(x) for x in args.floors.split(",")])
     results["analysis_s"] = time.monotonic() - t0
-    suffix = "-steady" if args.exclude_unsteady else ""
+    suffix = ("-steady" if args.exclude_unsteady else "") + ("-adjusted" if args.speed_adjust else "")
     (out / f"results{suffix}.json").write_text(json.dumps(results, indent=2, default=float) + "\n")
     table = render(results)
     (out / f"results{suffix}.md").write_text(table + "\n")

@@ -43,7 +43,7 @@ DEFAULT_FLOOR_PCT = 3.0
 alarms from exchangeable noise are the permutation test's job, not the floor's; the floor is the largest
 round number that still lets a 5 % slowdown be caught 95 % of the time once the noise allows it at all
 (standard error of the change <= 1.2 %, i.e. repeat-to-repeat CV <= ~2.6 % with 10 + 10 repeats; the
-CPU box measures 4.7 %, a dedicated GPU node should do far better: measure it with the detector)."""
+CPU box measures 4.2-4.7 %, a dedicated GPU node should do far better: measure it with the detector)."""
 
 class RunInputError(ValueError):
     """A path given as a run, baseline or history is not what it should be; one line per problem."""
