@@ -519,13 +519,13 @@ def compare_runs(candidate: RunData, baseline: RunData, thresholds: Thresholds |
     (stats.bootstrap_log_ratio, resampling repeats) and an exact permutation p-value of the same statistic
     (stats.permutation_p_value: its false-alarm rate is at most the level at any number of repeats, where
     the percentile bootstrap's is not); Benjamini-Hochberg across the testable cells at fdr_q; intervals at
-    the FCR-adjusted level 1 - R q / m (Benjamini & Yekutieli). When every usable repeat on both sides
-    carries a machine-speed probe of one kind (CPU cells; Thresholds.speed_adjust), the change is instead
-    the difference of mean log throughput at equal probe time (stats.ancova_fit, t interval) tested by a
-    Freedman-Lane permutation (stats.ancova_permutation_p): the part of the noise that the machine's
-    momentary speed explains drops out, and so does a machine that ran slower on one side. A regression
-    needs all three: BH rejects, the whole interval lies below 0, and the change is beyond the floor. `require_same_env=False` (A/B runs, where the
-    environment is what is being compared) reports environment differences instead of refusing.
+    the FCR-adjusted level 1 - R q / m (Benjamini & Yekutieli). With Thresholds.speed_adjust (experimental,
+    off by default) and a machine-speed probe of one kind on every usable repeat of both sides (CPU cells),
+    the change is instead the difference of mean log throughput at equal probe time (stats.ancova_fit, t
+    interval) tested by a Freedman-Lane permutation (stats.ancova_permutation_p). A regression needs all
+    three: BH rejects, the whole interval lies below 0, and the change is beyond the floor.
+    `require_same_env=False` (A/B runs, where the environment is what is being compared) reports
+    environment differences instead of refusing.
     """
     th = thresholds or Thresholds()
     cand_cells, base_cells = _by_cell(candidate.rows), _by_cell(baseline.rows)

@@ -2,12 +2,13 @@
 
 On a shared or virtual CPU host the speed of a core wanders by several per cent over tens of seconds
 (other tenants' cache and memory traffic; on the 2-core CI box a 300-step window of resnet18 varies by
-~6 % within one process, and two processes on the two vCPUs do not vary together: docs/performance.md).
+~5 % within one process, and two processes on the two vCPUs barely vary together: docs/performance.md).
 That wander is most of the repeat-to-repeat noise, and it does not average out between a baseline night
 and tonight. The probe measures it: after every `every`-th measured step the worker times a fixed
 computation (`_work`: no torch, nothing from the code under test), and the row records the median.
-Across processes on the CI box its median correlates with throughput at -0.7 to -0.9 and regressing it
-out leaves ~2-3 % of a ~4-5 % spread (docs/performance.md). `nvbench report --speed-adjust` compares at
+Within a process it follows the step time closely; across processes how much of the spread it explains
+changes by the hour (correlation with throughput -0.7 to -0.9 over one detector collection, leaving
+2-3 % of a 4-7 % spread; far less in another hour: docs/performance.md). `nvbench report --speed-adjust` compares at
 equal probe time (stats.ancova_fit). That is experimental, not the default: it is only sound if the
 change under test cannot move the probe, and the detector's fire drill, which runs right before it, did
 (10 % of extra work made the probe 2.7 % slower).
@@ -72,33 +73,30 @@ def probe_every(step_s: float, probe_s: float, measure_steps: int) -> int:
 
 
 class SpeedProbe:
-    """Probe times of one window, in preallocated storage: `after_step(i)` runs and times PROBE when i is
-    a multiple of `every` and keeps the running total; read `summary()` after the window."""
+    """Probe times of one window, in preallocated storage: `after_step(i)` runs and times the probe when i
+    is a multiple of `every`; read `total_s` and `summary()` after the window."""
 
-    __slots__ = ("every", "_times", "_count", "total_s")
+    __slots__ = ("every", "_times")
 
     def __init__(self, num_steps: int, every: int):
         if every < 1:
             raise ValueError(f"every={every}: must be >= 1")
         self.every = every
         self._times = np.full(num_steps, np.nan)
-        self._count = 0
-        self.total_s = 0.0
 
     def after_step(self, i: int) -> None:
-        if i % self.every:
-            return
-        t0 = time.perf_counter()
-        _work()
-        dt = time.perf_counter() - t0
-        self._times[i] = dt
-        self.total_s += dt
-        self._count += 1
+        if i % self.every == 0:
+            self._times[i] = time_once()
 
     @property
     def per_step(self) -> np.ndarray:
         """Probe seconds after each step, NaN where none ran."""
         return self._times
+
+    @property
+    def total_s(self) -> float:
+        """Seconds all probes of the window took."""
+        return float(np.nansum(self._times))
 
     def summary(self) -> dict[str, object]:
         """The row's probe columns. The median, not the mean: one probe preempted by the host would move a mean."""

@@ -643,8 +643,10 @@ class AncovaFit:
 
 
 def _ancova_design(candidate, baseline, cand_cov, base_cov) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    y_c, y_b = np.log(_as_array(candidate, "candidate", positive=True)), np.log(_as_array(baseline, "baseline", positive=True))
-    x_c, x_b = np.log(_as_array(cand_cov, "cand_cov", positive=True)), np.log(_as_array(base_cov, "base_cov", positive=True))
+    y_c = np.log(_as_array(candidate, "candidate", positive=True))
+    y_b = np.log(_as_array(baseline, "baseline", positive=True))
+    x_c = np.log(_as_array(cand_cov, "cand_cov", positive=True))
+    x_b = np.log(_as_array(base_cov, "base_cov", positive=True))
     _check_same_length(y_c, x_c, "candidate", "cand_cov")
     _check_same_length(y_b, x_b, "baseline", "base_cov")
     if y_c.size < 2 or y_b.size < 2:
