@@ -7,11 +7,19 @@ That wander is most of the repeat-to-repeat noise, and it does not average out b
 and tonight. The probe measures it: after every `every`-th measured step the worker times a fixed
 computation (`_work`: no torch, nothing from the code under test), and the row records the median.
 Within a process it follows the step time closely; across processes how much of the spread it explains
-changes by the hour (correlation with throughput -0.7 to -0.9 over one detector collection, leaving
-2-3 % of a 4-7 % spread; far less in another hour: docs/performance.md). `nvbench report --speed-adjust` compares at
-equal probe time (stats.ancova_fit). That is experimental, not the default: it is only sound if the
-change under test cannot move the probe, and the detector's fire drill, which runs right before it, did
-(10 % of extra work made the probe 2.7 % slower).
+changes by the hour (docs/performance.md). `nvbench report --speed-adjust` compares at equal probe time
+(stats.ancova_fit), which is only sound if the change under test cannot move the probe.
+
+That is why every probe starts equally cold. The first version (/1) timed its computation straight after
+the step, so it also timed refilling the caches from whatever state the step's tail left them in: the
+detector's fire drill, whose extra matmuls run right before it, made it ~3 % slower (10 % drill; paired
+check in benchmarks/speed_probe.py --drill-check). Now each probe first reads a buffer twice the size of
+the last-level cache (untimed), so its data always comes from memory and the caches hold nothing of the
+step; the same check finds no drill effect on it (to within +-1 %), while it follows the machine as well
+as before. Reading a fixed amount of memory
+between steps also means the next step starts with caches full of that buffer: it costs models whose working
+set fits in the cache a little, the same on both sides of a comparison; a resnet18 step was not measurably
+slower after one than after a probe without it.
 
 The probe runs after the step's end mark and before the next step's start mark, so step times never
 include it, and its duration is subtracted from the window's wall time (`speed_probe_total_s` records
@@ -25,17 +33,43 @@ import hashlib
 import math
 import ssl
 import time
+from functools import cache
+from pathlib import Path
 
 import numpy as np
 
-PROBE_KIND = f"sha256-256KiB+fma-3x64KiB/1 numpy {np.__version__}; {ssl.OPENSSL_VERSION}"
+_MIB = 1 << 20
+
+
+def _last_level_cache_bytes() -> int | None:
+    """Size of the largest CPU cache instance CPU 0 uses (Linux sysfs), or None where it cannot be read."""
+    sizes = []
+    for index in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
+        try:
+            text = (index / "size").read_text().strip()
+        except OSError:
+            continue
+        units = {"K": 1 << 10, "M": _MIB, "G": 1 << 30}
+        if text and text[-1] in units and text[:-1].isdigit():
+            sizes.append(int(text[:-1]) * units[text[-1]])
+        elif text.isdigit():
+            sizes.append(int(text))
+    return max(sizes) if sizes else None
+
+
+FLUSH_BYTES = min(max(2 * (_last_level_cache_bytes() or 32 * _MIB), 16 * _MIB), 512 * _MIB)
+"""Bytes read before every probe: twice the last-level cache (64 MiB where it cannot be read), within
+16-512 MiB."""
+
+PROBE_KIND = (f"flush-{FLUSH_BYTES // _MIB}MiB+sha256-256KiB+fma-3x64KiB/2 numpy {np.__version__}; "
+              f"{ssl.OPENSSL_VERSION}")
 """What the probe computes and the libraries that compute it: comparisons adjust only between rows with
-the same kind, so an A/B of two environments with another numpy or OpenSSL is compared unadjusted. Bump
-the /1 when _work changes."""
+the same kind, so an A/B of two environments with another numpy or OpenSSL, or two machines with other
+caches, is compared unadjusted. Bump the /2 when _work or the flush changes."""
 
 OVERHEAD = 0.01
-"""Probe time per measured step as a fraction of the step's time, at most (the probe's own time is not
-measured, but it still lengthens the job and touches the caches)."""
+"""Probe cost (flush included) per measured step as a fraction of the step's time, at most: it is not in
+any step time or in window_s, but it still lengthens the job."""
 
 MIN_PROBES = 30
 """Probe at least this often per window, overhead permitting: a median of fewer is itself noisy."""
@@ -57,11 +91,21 @@ def _work() -> None:
         np.add(_Z, _X, out=_Z)
 
 
-def time_once() -> float:
-    """Seconds one probe takes, now."""
+@cache
+def _flush_buffer() -> np.ndarray:
+    # Written, not np.zeros: pages of a calloc'd buffer that were never written all map the kernel's one
+    # zero page, and reading them would flush nothing.
+    return np.ones(FLUSH_BYTES // 4, dtype=np.float32)
+
+
+def run_once() -> tuple[float, float]:
+    """Run one probe now: (seconds its timed computation took, seconds it cost in all, flush included)."""
     t0 = time.perf_counter()
+    _flush_buffer().sum()  # numpy's own reduction, one thread; the result is not needed
+    t1 = time.perf_counter()
     _work()
-    return time.perf_counter() - t0
+    t2 = time.perf_counter()
+    return t2 - t1, t2 - t0
 
 
 def probe_every(step_s: float, probe_s: float, measure_steps: int) -> int:
@@ -76,17 +120,19 @@ class SpeedProbe:
     """Probe times of one window, in preallocated storage: `after_step(i)` runs and times the probe when i
     is a multiple of `every`; read `total_s` and `summary()` after the window."""
 
-    __slots__ = ("every", "_times")
+    __slots__ = ("every", "_times", "_costs")
 
     def __init__(self, num_steps: int, every: int):
         if every < 1:
             raise ValueError(f"every={every}: must be >= 1")
         self.every = every
         self._times = np.full(num_steps, np.nan)
+        self._costs = np.full(num_steps, np.nan)
+        _flush_buffer()  # allocated and written now, not in the first probe
 
     def after_step(self, i: int) -> None:
         if i % self.every == 0:
-            self._times[i] = time_once()
+            self._times[i], self._costs[i] = run_once()
 
     @property
     def per_step(self) -> np.ndarray:
@@ -95,8 +141,8 @@ class SpeedProbe:
 
     @property
     def total_s(self) -> float:
-        """Seconds all probes of the window took."""
-        return float(np.nansum(self._times))
+        """Seconds all probes of the window took, flushes included: what the window's wall time loses."""
+        return float(np.nansum(self._costs))
 
     def summary(self) -> dict[str, object]:
         """The row's probe columns. The median, not the mean: one probe preempted by the host would move a mean."""

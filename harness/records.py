@@ -108,7 +108,7 @@ CELL_COLUMNS: tuple[Column, ...] = (
     _c("speed_probe_s", F, "s", "Median time of the machine-speed probe between measured steps (rank 0): how fast the host ran; nvbench report --speed-adjust compares at equal values."),
     _c("speed_probe_count", I, "probes", "Probes run in the measured window."),
     _c("speed_probe_every", I, "steps", "A probe ran after every this many measured steps."),
-    _c("speed_probe_total_s", F, "s", "Time the probes took, taken out of window_s (never in step times)."),
+    _c("speed_probe_total_s", F, "s", "Time the probes took, flushes included, taken out of window_s (never in step times)."),
     _c("nvbench_version", S, "", "nvbench version."),
     _c("git_sha", S, "", "git sha of the nvbench checkout (null outside git)."),
     _c("injected_fault", S, "", "Test-only fault injected into this cell (NVBENCH_FAULT); null in real runs."),

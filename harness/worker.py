@@ -27,7 +27,7 @@ from harness.engine import Engine, EngineOptions
 from harness.matrix import Cell
 from harness.models import build_model
 from harness.probe import SpeedProbe, probe_every
-from harness.probe import time_once as probe_time_once
+from harness.probe import run_once as probe_run_once
 from harness.records import step_table
 from harness.telemetry import THROTTLE_REASON_BITS, TelemetrySampler, TelemetrySummary
 from harness.timing import CELL, DATA, MEASURE, STEP, VALIDATION, WARMUP, Instrument, Ranges, StepClock, make_ranges
@@ -379,8 +379,10 @@ def _speed_probe(ctx: Context, warm: StepClock) -> SpeedProbe | None:
         return None
     warm_times = warm.resolve()
     step_s = float(np.median(warm_times)) if warm_times.size else 0.0
-    probe_s = min(probe_time_once() for _ in range(5))
-    return SpeedProbe(ctx.cell.benchmark.measure_steps, probe_every(step_s, probe_s, ctx.cell.benchmark.measure_steps))
+    probe = SpeedProbe(ctx.cell.benchmark.measure_steps, 1)  # allocates the flush buffer before calibrating
+    cost_s = min(probe_run_once()[1] for _ in range(5))
+    probe.every = probe_every(step_s, cost_s, ctx.cell.benchmark.measure_steps)
+    return probe
 
 
 def _telemetry_columns(ctx: Context, summary: TelemetrySummary, images: int) -> dict[str, Any]:

@@ -66,7 +66,8 @@ def test_end_to_end_run_reads_back_with_pyarrow_and_duckdb(tiny_matrix, tmp_path
         mine = [s for s in steps if (s["cell_id"], s["repeat"]) == (row["cell_id"], row["repeat"])]
         measured = [s for s in mine if not s["is_warmup"]]
         assert all(s["speed_probe_s"] > 0 for s in measured) and all(s["speed_probe_s"] is None for s in mine if s["is_warmup"])
-        assert row["speed_probe_total_s"] == pytest.approx(sum(s["speed_probe_s"] for s in measured), rel=1e-9)
+        # what the window lost is the probes' timed part plus the cache flush before each
+        assert row["speed_probe_total_s"] > sum(s["speed_probe_s"] for s in measured)
         assert sum(s["step_time_s"] for s in measured) <= row["window_s"]
 
     duckdb = pytest.importorskip("duckdb")
