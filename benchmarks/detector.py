@@ -12,8 +12,8 @@ pools are interleaved (harness.ab.run_interleaved): round k runs the k-th repeat
 order, so drift of the machine lands on all pools alike.
 
 Analyse: --trials comparisons per setting drawn from the pools, each judged by harness.compare exactly
-as `nvbench report` judges two runs with n repeats per side (default thresholds; --speed-adjust judges
-adjusted for the machine-speed probe, as `nvbench report --speed-adjust`; the floor is applied
+as `nvbench report` judges two runs with n repeats per side (default thresholds, so adjusted for the
+machine-speed probe; --no-speed-adjust judges as `nvbench report --no-speed-adjust`; the floor is applied
 afterwards, so one set of trials gives the rates for every floor in --floors):
   A/A:        2n distinct repeats of the unchanged code, split n | n at random: any verdict other than
               `unchanged` is a false alarm;
@@ -304,8 +304,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--floors", default="0,1,2,3,5", help="practical floors (%%) to tabulate (default 0,1,2,3,5)")
     p.add_argument("--exclude-unsteady", action="store_true", help="analyse with unsteady repeats left out")
-    p.add_argument("--speed-adjust", action="store_true",
-                   help="judge adjusted for the machine-speed probe (Thresholds.speed_adjust, experimental)")
+    p.add_argument("--speed-adjust", action=argparse.BooleanOptionalAction, default=Thresholds().speed_adjust,
+                   help="judge adjusted for the machine-speed probe (Thresholds.speed_adjust; default on)")
     args = p.parse_args(argv)
     out = args.analyze or args.out
     if not args.analyze:
@@ -316,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
     results = analyze(out, sizes=[int(x) for x in args.sizes.split(",")], trials=args.trials, seed=args.seed, th=th,
                       floors=[float(x) for x in args.floors.split(",")])
     results["analysis_s"] = time.monotonic() - t0
-    suffix = ("-steady" if args.exclude_unsteady else "") + ("-adjusted" if args.speed_adjust else "")
+    suffix = ("-steady" if args.exclude_unsteady else "") + ("" if args.speed_adjust else "-unadjusted")
     (out / f"results{suffix}.json").write_text(json.dumps(results, indent=2, default=float) + "\n")
     table = render(results)
     (out / f"results{suffix}.md").write_text(table + "\n")

@@ -3,6 +3,7 @@
     python benchmarks/speed_probe.py --steps 3000                     # one long process (~5 min here)
     python benchmarks/speed_probe.py --steps 2000 --pair              # two at once, on CPU 0 and CPU 1
     python benchmarks/speed_probe.py --steps 250 --processes 14       # candidate probes across processes
+    python benchmarks/speed_probe.py --steps 3000 --drill-check       # does the fire drill move the probe?
 
 Every process trains resnet18 (32 px, batch 16, one thread, synthetic data, nvbench's stable malloc
 setting) for --steps timed steps after 10 untimed ones, and after every step, outside the step's time,
@@ -19,6 +20,15 @@ rotating order): harness.probe's (sha256 + numpy multiply-adds), a torch 192x192
 conv2d and a 4 MiB copy. Printed per candidate: across processes, the correlation of log mean step time
 with the log median probe and the CV left after regressing it out, which is what a comparison of
 repeats gains; within processes (25-step chunks), the same correlation.
+
+--drill-check asks whether a change to the step can move the probe, which would make an adjustment for it
+unsound. One process runs the fire drill of `nvbench run --fire-drill 10` (harness.worker.FireDrill) after
+every other step, and after each step times one candidate in rotation, so each candidate is timed right
+after a drilled step and right after the plain step before it: harness.probe's probe as it is (flush,
+then the timed computation), the flush read itself, the computation without a flush (probe version /1),
+and the computation run twice with the second run timed (warm). Printed per candidate: the drill's
+effect on it (median of the paired log ratios, bootstrap 95 % interval) and, per window length, the
+correlation of window mean step time with window median probe and the CV left after regressing it out.
 """
 
 from __future__ import annotations
@@ -84,6 +94,86 @@ def child(steps: int, out: str, candidates: bool) -> None:
     np.savez(out, **rec)
 
 
+def drill_child(steps: int, out: str) -> None:
+    import time
+
+    import torch
+
+    from harness import probe
+    from harness.models import build_model
+    from harness.worker import FireDrill
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    model = build_model("resnet18", num_classes=10)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    x, y = torch.randn(16, 3, 32, 32), torch.randint(0, 10, (16,))
+    drill = FireDrill(torch.device("cpu"), 10.0, np.array([]))
+    probe._flush_buffer()
+
+    def unflushed():
+        t0 = time.perf_counter()
+        probe._work()
+        return time.perf_counter() - t0
+
+    def warm():
+        probe._work()
+        return unflushed()
+
+    names = ["probe_s", "flush_read_s", "unflushed_s", "warm_s"]
+    rotation = ["probe_s", "unflushed_s", "warm_s"]  # the flush read is timed by the probe's own run
+    rec = {name: np.full(steps, np.nan) for name in names}
+    rec["step_s"], rec["drilled"] = np.empty(steps), np.zeros(steps, dtype=bool)
+    for i in range(steps + 20):  # the first 20 are not recorded
+        drilled = i % 2 == 1
+        t0 = time.perf_counter()
+        drill.begin()
+        opt.zero_grad(set_to_none=True)
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+        step = time.perf_counter() - t0
+        if drilled:
+            drill()
+        name = rotation[(i // 2) % len(rotation)]  # the same candidate after a plain step and the drilled one next
+        if name == "probe_s":
+            seconds, cost = probe.run_once()
+            values = {"probe_s": seconds, "flush_read_s": cost - seconds}
+        else:
+            values = {name: unflushed() if name == "unflushed_s" else warm()}
+        if i >= 20:
+            for key, value in values.items():
+                rec[key][i - 20] = value
+            rec["step_s"][i - 20], rec["drilled"][i - 20] = step, drilled
+    np.savez(out, **rec)
+
+
+def drill_effects(d: dict, seed: int = 0) -> dict:
+    """Per candidate: the drill's effect (paired: each drilled step against the plain step before it) and how
+    well the candidate tracks the step time over windows."""
+    rng = np.random.default_rng(seed)
+    step, drilled = d["step_s"], d["drilled"]
+    out = {}
+    for name in (k for k in d if k not in ("step_s", "drilled")):
+        v = d[name]
+        plain = np.flatnonzero(~np.isnan(v) & ~drilled)
+        plain = plain[(plain + 1 < v.size)]
+        plain = plain[drilled[plain + 1] & ~np.isnan(v[plain + 1])]
+        ratio = np.log(v[plain + 1] / v[plain])
+        boot = np.median(rng.choice(ratio, (2000, ratio.size)), axis=1)
+        res = {"median_s": float(np.nanmedian(v)), "pairs": int(ratio.size),
+               "drill_effect": float(np.median(ratio)),
+               "drill_interval": [float(np.percentile(boot, 2.5)), float(np.percentile(boot, 97.5))]}
+        for size in (100, 300):
+            n = step.size // size * size
+            ys = np.log(step[:n].reshape(-1, size).mean(1))
+            xs = np.log(np.nanmedian(v[:n].reshape(-1, size), 1))
+            slope, intercept = np.polyfit(xs, ys, 1)
+            res[size] = {"cv": float(ys.std(ddof=1)), "corr": float(np.corrcoef(xs, ys)[0, 1]),
+                         "cv_after": float((ys - slope * xs - intercept).std(ddof=2))}
+        out[name] = res
+    return out
+
+
 def across_processes(data: list[dict]) -> dict:
     y = np.log([d["step_s"].mean() for d in data])
     out = {"processes": len(data), "step_cv": float(y.std(ddof=1))}
@@ -115,15 +205,29 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=3000)
     p.add_argument("--pair", action="store_true", help="two processes at once, pinned to CPU 0 and CPU 1")
     p.add_argument("--processes", type=int, default=0, help="N processes in a row, four candidate probes each")
+    p.add_argument("--drill-check", action="store_true", help="does a 10 %% fire drill move the probe? (one process)")
     p.add_argument("--candidates", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--out", type=Path, default=Path("/tmp/nvbench-speed-probe"))
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
-        child(args.steps, args.child, args.candidates)
+        (drill_child if args.drill_check else lambda steps, out: child(steps, out, args.candidates))(args.steps, args.child)
         return
     args.out.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, GLIBC_TUNABLES=with_stable_malloc(os.environ.get("GLIBC_TUNABLES")))
+    if args.drill_check:
+        subprocess.run([sys.executable, __file__, "--steps", str(args.steps), "--drill-check",
+                        "--child", str(args.out / "drill.npz")], env=env, check=True)
+        res = drill_effects(dict(np.load(args.out / "drill.npz")))
+        print("| candidate | median | drill effect [95 %] | 100-step windows: corr, CV -> after | 300-step windows |")
+        print("|---|---|---|---|---|")
+        for name, r in res.items():
+            lo, hi = r["drill_interval"]
+            cols = [f"{r[w]['corr']:+.2f}, {100 * r[w]['cv']:.2f}% -> {100 * r[w]['cv_after']:.2f}%" for w in (100, 300)]
+            print(f"| {name} | {1e3 * r['median_s']:.3f} ms | {100 * r['drill_effect']:+.2f}% [{100 * lo:+.2f}, "
+                  f"{100 * hi:+.2f}] | {cols[0]} | {cols[1]} |")
+        (args.out / "drill.json").write_text(json.dumps(res, indent=2) + "\n")
+        return
     if args.processes:
         for i in range(args.processes):
             cmd = [sys.executable, __file__, "--steps", str(args.steps), "--candidates",

@@ -238,9 +238,9 @@ def _add_threshold_flags(p: argparse.ArgumentParser, *, history: bool) -> None:
     p.add_argument("--exclude-unsteady", action="store_true", default=None,
                    help="leave out repeats whose window failed the steadiness check")
     p.add_argument("--accuracy-tolerance", type=float, metavar="FRACTION", help="top-1 band half-width (0.01)")
-    p.add_argument("--speed-adjust", action="store_true", default=None,
-                   help="experimental: compare CPU cells at equal machine-speed probe time (docs/performance.md "
-                        "says why it is not the default)")
+    p.add_argument("--speed-adjust", action=argparse.BooleanOptionalAction, default=None,
+                   help="compare CPU cells at equal machine-speed probe time where every repeat has a probe "
+                        "(default on; docs/performance.md)")
     if history:
         p.add_argument("--history-runs", type=int, metavar="N", help="past runs that form the history baseline (10)")
 

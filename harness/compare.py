@@ -83,13 +83,17 @@ class Thresholds:
     """Bootstrap seed: the same inputs always give the same verdicts."""
     exclude_unsteady: bool = False
     """Leave out repeats whose window failed the steadiness check (is_steady false)."""
-    speed_adjust: bool = False
-    """Experimental (`nvbench report --speed-adjust`): compare throughput adjusted for the machine-speed
-    probe (stats.ancova_fit) when every usable repeat on both sides has one of the same kind (CPU cells,
-    run.speed_probe); otherwise the plain comparison. Off by default because an adjustment is only sound
-    when the change under test cannot move the covariate, and on the CPU box it does: the detector's
-    10 % fire drill made the probe itself 2.7 % slower, so the adjustment explained most of the drill away
-    (detection of 10 % fell from 100 % to 30 % at 10 + 10 repeats; docs/performance.md)."""
+    speed_adjust: bool = True
+    """Compare throughput adjusted for the machine-speed probe (stats.ancova_fit) when every usable repeat on
+    both sides has one of the same kind (CPU cells, run.speed_probe); otherwise, and always on GPUs, the
+    plain comparison (`nvbench report --no-speed-adjust` forces it). Measured on the CPU box with probe /2
+    (benchmarks/detector.py, 100 processes; docs/performance.md): at 10 + 10 repeats A/A alarms 0.9 %
+    (plain 1.2 %), drift alarms 0.0 % (2.2 %), detection of 5 % 57.5 % (36.8 %) and of 10 % 100 % (97.3 %);
+    at 15 + 15 detection of 5 % 92.7 % (55.4 %). The adjustment assumes the change under test cannot move
+    the probe. A change that slows the probe too is partly taken for a slower machine: a conservative
+    error, never a false alarm; the verdict shows the probe's change and the unadjusted effect beside the
+    adjusted one. The detector's 10 % fire drill moved the first probe (/1) by 2.7 % and made detection
+    collapse; probe /2 starts every probe equally cold and moved by -0.1 to +1.0 % in paired checks."""
     accuracy_tolerance: float = 0.01
     """Top-1 band half-width (absolute, 0.01 = 1 point): an accuracy change counts only beyond it."""
     history_runs: int = 10
@@ -519,8 +523,8 @@ def compare_runs(candidate: RunData, baseline: RunData, thresholds: Thresholds |
     (stats.bootstrap_log_ratio, resampling repeats) and an exact permutation p-value of the same statistic
     (stats.permutation_p_value: its false-alarm rate is at most the level at any number of repeats, where
     the percentile bootstrap's is not); Benjamini-Hochberg across the testable cells at fdr_q; intervals at
-    the FCR-adjusted level 1 - R q / m (Benjamini & Yekutieli). With Thresholds.speed_adjust (experimental,
-    off by default) and a machine-speed probe of one kind on every usable repeat of both sides (CPU cells),
+    the FCR-adjusted level 1 - R q / m (Benjamini & Yekutieli). With Thresholds.speed_adjust (the default)
+    and a machine-speed probe of one kind on every usable repeat of both sides (CPU cells),
     the change is instead the difference of mean log throughput at equal probe time (stats.ancova_fit, t
     interval) tested by a Freedman-Lane permutation (stats.ancova_permutation_p). A regression needs all
     three: BH rejects, the whole interval lies below 0, and the change is beyond the floor.

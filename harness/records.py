@@ -105,7 +105,7 @@ CELL_COLUMNS: tuple[Column, ...] = (
     _c("hostname", S, "", "Host the cell ran on."),
     _c("glibc_tunables", S, "", "GLIBC_TUNABLES the cell's processes started with (run.malloc); empty: C library defaults."),
     _c("speed_probe_kind", S, "", "What the machine-speed probe computed (harness/probe.py); null without a probe (CUDA, torchrun groups, run.speed_probe = false)."),
-    _c("speed_probe_s", F, "s", "Median time of the machine-speed probe between measured steps (rank 0): how fast the host ran; nvbench report --speed-adjust compares at equal values."),
+    _c("speed_probe_s", F, "s", "Median time of the machine-speed probe between measured steps (rank 0): how fast the host ran; nvbench report compares at equal values (--no-speed-adjust: not)."),
     _c("speed_probe_count", I, "probes", "Probes run in the measured window."),
     _c("speed_probe_every", I, "steps", "A probe ran after every this many measured steps."),
     _c("speed_probe_total_s", F, "s", "Time the probes took, flushes included, taken out of window_s (never in step times)."),

@@ -245,7 +245,7 @@ def test_noise_labels():
 # --- speed-adjusted comparisons (CPU cells with a machine-speed probe) -----------------------------
 
 
-ADJUST = Thresholds(speed_adjust=True)
+ADJUST = Thresholds()  # speed_adjust is the default
 
 
 def probed(values, probes, kind="sha256-256KiB+fma-3x64KiB/1", **kw):
@@ -262,7 +262,7 @@ def _machine(rng, n, slow):
 def test_a_slower_machine_on_the_baseline_night_is_not_a_code_change():
     rng = np.random.default_rng(0)
     (pc, yc), (pb, yb) = _machine(rng, 8, 0.0), _machine(rng, 8, 0.08)  # baseline machine ~8 % slower
-    plain = one(probed(yc, pc), probed(yb, pb))  # the default: no adjustment
+    plain = one(probed(yc, pc), probed(yb, pb), Thresholds(speed_adjust=False))  # --no-speed-adjust
     assert plain.verdict == IMPROVEMENT and plain.unadjusted_effect_pct is None  # what drift looks like unadjusted
     v = one(probed(yc, pc), probed(yb, pb), ADJUST)
     assert v.verdict == UNCHANGED and v.method.startswith("speed-adjusted")

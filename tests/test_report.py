@@ -134,12 +134,12 @@ def test_report_of_a_run_against_itself(runs):
     table = pq.read_table(out / "verdicts.parquet")
     assert table.schema.metadata[b"nvbench.verdicts_version"] == b"2"
     thresholds = json.loads(table.schema.metadata[b"nvbench.thresholds"])
-    assert thresholds["min_repeats"] == 5 and thresholds["speed_adjust"] is False
-    adjusted = root / "adjusted"
-    proc = nvbench("report", str(a), "--baseline", str(a), "--out", str(adjusted), "--speed-adjust")
+    assert thresholds["min_repeats"] == 5 and thresholds["speed_adjust"] is True
+    plain = root / "plain"
+    proc = nvbench("report", str(a), "--baseline", str(a), "--out", str(plain), "--no-speed-adjust")
     assert proc.returncode == 0, proc.stderr
-    meta = pq.read_table(adjusted / "verdicts.parquet").schema.metadata
-    assert json.loads(meta[b"nvbench.thresholds"])["speed_adjust"] is True
+    meta = pq.read_table(plain / "verdicts.parquet").schema.metadata
+    assert json.loads(meta[b"nvbench.thresholds"])["speed_adjust"] is False
     rows = table.to_pylist()
     assert [r["verdict"] for r in rows] == ["insufficient data"] * 2
     pytorch = next(r for r in rows if r["backend"] == "pytorch")
