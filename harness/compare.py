@@ -87,13 +87,15 @@ class Thresholds:
     """Compare throughput adjusted for the machine-speed probe (stats.ancova_fit) when every usable repeat on
     both sides has one of the same kind (CPU cells, run.speed_probe); otherwise, and always on GPUs, the
     plain comparison (`nvbench report --no-speed-adjust` forces it). Measured on the CPU box with probe /2
-    (benchmarks/detector.py, 100 processes; docs/performance.md): at 10 + 10 repeats A/A alarms 0.9 %
-    (plain 1.2 %), drift alarms 0.0 % (2.2 %), detection of 5 % 57.5 % (36.8 %) and of 10 % 100 % (97.3 %);
-    at 15 + 15 detection of 5 % 92.7 % (55.4 %). The adjustment assumes the change under test cannot move
+    (benchmarks/detector.py, two collections; docs/performance.md): at 10 + 10 repeats A/A alarms 0.9-1.0 %
+    (plain 0.5-1.2 %), detection of 5 % 57.5-77.9 % (22.3-36.8 %) and of 10 % 100 % (81.5-97.3 %); at 15 + 15
+    detection of 5 % 92.7-100 % (42.4-55.4 %); drift alarms between the halves of a session 0.0 % in a
+    steady hour (2.2 %) and 14 % in one where the box slowed by 9 % (100 %). The adjustment assumes the change under test cannot move
     the probe. A change that slows the probe too is partly taken for a slower machine: a conservative
     error, never a false alarm; the verdict shows the probe's change and the unadjusted effect beside the
     adjusted one. The detector's 10 % fire drill moved the first probe (/1) by 2.7 % and made detection
-    collapse; probe /2 starts every probe equally cold and moved by -0.1 to +1.0 % in paired checks."""
+    collapse; probe /2 starts every probe equally cold and moved by +1.0 % in the paired check
+    (benchmarks/speed_probe.py --drill-check), +0.7 % over the detector collection's pools."""
     accuracy_tolerance: float = 0.01
     """Top-1 band half-width (absolute, 0.01 = 1 point): an accuracy change counts only beyond it."""
     history_runs: int = 10

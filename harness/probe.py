@@ -15,10 +15,10 @@ the step, so it also timed refilling the caches from whatever state the step's t
 detector's fire drill, whose extra matmuls run right before it, made it ~3 % slower (10 % drill; paired
 check in benchmarks/speed_probe.py --drill-check). Now each probe first reads a buffer twice the size of
 the last-level cache (untimed), so its data always comes from memory and the caches hold nothing of the
-step. That shrinks the drill's reach without removing it entirely: in three paired checks the drill moved
-this probe by +0.0, -0.1 and +1.0 % against +3.0, +1.3 and +2.1 % without the read, and over a detector
-collection the 10 % drill pool's median probe was 0.7 % above the unchanged pools'. What is left makes
-the adjusted verdict conservative (part of the slowdown is taken for a slower machine), never alarmed.
+step. That shrinks the drill's reach without removing it entirely: in the paired check the drill moved
+this probe by +1.0 % against +2.1 % without the read, and over a detector collection the 10 % drill pool's
+median probe was 0.7 % above the unchanged pools' (docs/performance.md). What is left makes the adjusted
+verdict conservative (part of the slowdown is taken for a slower machine), never an alarm.
 Reading a fixed amount of memory between steps also means the next step starts with caches full of that
 buffer: it costs models whose working set fits in the cache a little, the same on both sides of a
 comparison; a resnet18 step was not measurably slower after one than after a probe without it.
