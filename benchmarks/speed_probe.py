@@ -164,12 +164,8 @@ def drill_effects(d: dict, seed: int = 0) -> dict:
                "drill_effect": float(np.median(ratio)),
                "drill_interval": [float(np.percentile(boot, 2.5)), float(np.percentile(boot, 97.5))]}
         for size in (100, 300):
-            n = step.size // size * size
-            ys = np.log(step[:n].reshape(-1, size).mean(1))
-            xs = np.log(np.nanmedian(v[:n].reshape(-1, size), 1))
-            slope, intercept = np.polyfit(xs, ys, 1)
-            res[size] = {"cv": float(ys.std(ddof=1)), "corr": float(np.corrcoef(xs, ys)[0, 1]),
-                         "cv_after": float((ys - slope * xs - intercept).std(ddof=2))}
+            w = windows(step, v, size)
+            res[size] = {key: w[key] for key in ("cv", "corr", "cv_after")}
         out[name] = res
     return out
 
@@ -190,14 +186,15 @@ def across_processes(data: list[dict]) -> dict:
 
 
 def windows(step_s: np.ndarray, probe_s: np.ndarray, size: int) -> dict:
-    """Per window of `size` steps: log mean step time (y) and log median probe time (x), and their fit."""
+    """Per window of `size` steps: log mean step time (y) and log median probe time (x, NaN = no probe after
+    that step), and their fit."""
     n = step_s.size // size * size
     y = np.log(step_s[:n].reshape(-1, size).mean(1))
-    x = np.log(np.median(probe_s[:n].reshape(-1, size), 1))
+    x = np.log(np.nanmedian(probe_s[:n].reshape(-1, size), 1))
     slope, intercept = np.polyfit(x, y, 1)
     return {"windows": int(y.size), "cv": float(y.std(ddof=1)), "corr": float(np.corrcoef(x, y)[0, 1]),
             "cv_after": float((y - slope * x - intercept).std(ddof=2)), "mean_step_s": float(step_s.mean()),
-            "probe_median_s": float(np.median(probe_s)), "x": x, "y": y}
+            "probe_median_s": float(np.nanmedian(probe_s)), "x": x, "y": y}
 
 
 def main() -> None:
@@ -211,7 +208,10 @@ def main() -> None:
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
-        (drill_child if args.drill_check else lambda steps, out: child(steps, out, args.candidates))(args.steps, args.child)
+        if args.drill_check:
+            drill_child(args.steps, args.child)
+        else:
+            child(args.steps, args.child, args.candidates)
         return
     args.out.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, GLIBC_TUNABLES=with_stable_malloc(os.environ.get("GLIBC_TUNABLES")))
@@ -223,7 +223,8 @@ def main() -> None:
         print("|---|---|---|---|---|")
         for name, r in res.items():
             lo, hi = r["drill_interval"]
-            cols = [f"{r[w]['corr']:+.2f}, {100 * r[w]['cv']:.2f}% -> {100 * r[w]['cv_after']:.2f}%" for w in (100, 300)]
+            cols = [f"{r[w]['corr']:+.2f}, {100 * r[w]['cv']:.2f}% -> {100 * r[w]['cv_after']:.2f}%"
+                    for w in (100, 300)]
             print(f"| {name} | {1e3 * r['median_s']:.3f} ms | {100 * r['drill_effect']:+.2f}% [{100 * lo:+.2f}, "
                   f"{100 * hi:+.2f}] | {cols[0]} | {cols[1]} |")
         (args.out / "drill.json").write_text(json.dumps(res, indent=2) + "\n")

@@ -90,12 +90,12 @@ class Thresholds:
     (benchmarks/detector.py, two collections; docs/performance.md): at 10 + 10 repeats A/A alarms 0.9-1.0 %
     (plain 0.5-1.2 %), detection of 5 % 57.5-77.9 % (22.3-36.8 %) and of 10 % 100 % (81.5-97.3 %); at 15 + 15
     detection of 5 % 92.7-100 % (42.4-55.4 %); drift alarms between the halves of a session 0.0 % in a
-    steady hour (2.2 %) and 14 % in one where the box slowed by 9 % (100 %). The adjustment assumes the change under test cannot move
-    the probe. A change that slows the probe too is partly taken for a slower machine: a conservative
-    error, never a false alarm; the verdict shows the probe's change and the unadjusted effect beside the
-    adjusted one. The detector's 10 % fire drill moved the first probe (/1) by 2.7 % and made detection
-    collapse; probe /2 starts every probe equally cold and moved by +1.0 % in the paired check
-    (benchmarks/speed_probe.py --drill-check), +0.7 % over the detector collection's pools."""
+    steady hour (2.2 %) and 14 % in one where the box slowed by 9 % (100 %). The adjustment assumes the
+    change under test cannot move the probe. A change that slows the probe too is partly taken for a
+    slower machine: an error towards a miss, not an alarm; the verdict shows the probe's change and the
+    unadjusted effect beside the adjusted one. The detector's 10 % fire drill moved the first probe (/1) by
+    2.7 % and made detection collapse; probe /2 starts every probe equally cold and moved by +1.0 % in the
+    paired check (benchmarks/speed_probe.py --drill-check), +0.7 / +0.4 % over the two detector collections' pools."""
     accuracy_tolerance: float = 0.01
     """Top-1 band half-width (absolute, 0.01 = 1 point): an accuracy change counts only beyond it."""
     history_runs: int = 10
@@ -400,7 +400,8 @@ def _probes(cand_ok: Sequence[Mapping[str, Any]], base_ok: Sequence[Mapping[str,
     if not th.speed_adjust:
         return None
     rows = [*cand_ok, *base_ok]
-    if any(not (r.get("speed_probe_s") or 0) > 0 for r in rows) or len({r.get("speed_probe_kind") for r in rows}) != 1:
+    if any(not (r.get("speed_probe_s") or 0) > 0 for r in rows) or \
+            len({r.get("speed_probe_kind") for r in rows}) != 1:
         return None
     c = np.array([r["speed_probe_s"] for r in cand_ok], dtype=float)
     b = np.array([r["speed_probe_s"] for r in base_ok], dtype=float)

@@ -128,9 +128,9 @@ class RunConfig:
         "GLIBC_TUNABLES yourself are kept.")
     speed_probe: bool = knob(
         True, "Single-process CPU cells time a fixed reference computation (SHA-256 + numpy multiply-adds, "
-        "~0.2 ms, after reading twice the last-level cache) between measured steps, outside step times and window, and record how fast the machine ran "
-        "(speed_probe_s; harness/probe.py); nvbench report compares at equal probe time unless "
-        "--no-speed-adjust. Ignored on CUDA and in torchrun groups.")
+        "~0.25 ms, after reading twice the last-level cache) between measured steps, outside step times and "
+        "window, and record how fast the machine ran (speed_probe_s; harness/probe.py); nvbench report "
+        "compares at equal probe time unless --no-speed-adjust. Ignored on CUDA and in torchrun groups.")
 
 
 @dataclass(**_FROZEN)

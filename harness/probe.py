@@ -41,6 +41,7 @@ from pathlib import Path
 import numpy as np
 
 _MIB = 1 << 20
+_SIZE_UNITS = {"K": 1 << 10, "M": _MIB, "G": 1 << 30}
 
 
 def _last_level_cache_bytes() -> int | None:
@@ -51,9 +52,8 @@ def _last_level_cache_bytes() -> int | None:
             text = (index / "size").read_text().strip()
         except OSError:
             continue
-        units = {"K": 1 << 10, "M": _MIB, "G": 1 << 30}
-        if text and text[-1] in units and text[:-1].isdigit():
-            sizes.append(int(text[:-1]) * units[text[-1]])
+        if text and text[-1] in _SIZE_UNITS and text[:-1].isdigit():
+            sizes.append(int(text[:-1]) * _SIZE_UNITS[text[-1]])
         elif text.isdigit():
             sizes.append(int(text))
     return max(sizes) if sizes else None

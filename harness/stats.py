@@ -718,7 +718,8 @@ def ancova_permutation_p(candidate: Sequence[float], baseline: Sequence[float], 
 
     def t_ratio(r: np.ndarray) -> np.ndarray:
         # The reduced fit lies in the full model's column space: it adds nothing to effect or residuals.
-        rss = np.einsum("ij,ij->i", r @ hat_resid, r @ hat_resid)
+        e = r @ hat_resid
+        rss = np.einsum("ij,ij->i", e, e)
         return (r @ c) / np.sqrt(np.maximum(rss, 1e-300) / df * inv[1, 1])
 
     observed = abs(float(t_ratio(resid0[None, :])[0]))

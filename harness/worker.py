@@ -379,10 +379,9 @@ def _speed_probe(ctx: Context, warm: StepClock) -> SpeedProbe | None:
         return None
     warm_times = warm.resolve()
     step_s = float(np.median(warm_times)) if warm_times.size else 0.0
-    probe = SpeedProbe(ctx.cell.benchmark.measure_steps, 1)  # allocates the flush buffer before calibrating
-    cost_s = min(probe_run_once()[1] for _ in range(5))
-    probe.every = probe_every(step_s, cost_s, ctx.cell.benchmark.measure_steps)
-    return probe
+    cost_s = min(probe_run_once()[1] for _ in range(5))  # the first run also allocates the flush buffer
+    steps = ctx.cell.benchmark.measure_steps
+    return SpeedProbe(steps, probe_every(step_s, cost_s, steps))
 
 
 def _telemetry_columns(ctx: Context, summary: TelemetrySummary, images: int) -> dict[str, Any]:
