@@ -5,11 +5,20 @@
 #
 # Judging, first that applies:
 #   1. $NVBENCH_BASELINE exists (a run folder or a pointer file, see reports/baselines/README.md):
-#      `nvbench report --baseline` -> confirmed verdicts; a confirmed regression fails the job.
+#      `nvbench report --baseline` -> verdicts; a regression there is confirmed (below), and a
+#      confirmed regression fails the job.
 #   2. $NVBENCH_HISTORY holds past runs: `nvbench report --history` screens every cell against its
-#      own history; suspects are rerun (a confirmation run of just those cells) and the rerun is
-#      judged against the newest past run; a regression confirmed there fails the job.
+#      own history; suspects are confirmed (below) against the newest past run; a regression
+#      confirmed there fails the job.
 #   3. neither: the report describes the run (no verdicts) and only failed cells fail the job.
+# Confirming ($NVBENCH_CONFIRM): a baseline ran on another night, and the machine drifts between
+# nights by more than between interleaved repeats (docs/performance.md). So where the baseline's code
+# differs from tonight's and its commit is recorded clean, its cells run again as an interleaved
+# `nvbench ab`: A = the baseline's commit (a git worktree), B = tonight's checkout, and that verdict
+# decides. Otherwise (same code, or not re-creatable) history suspects get a sequential rerun judged
+# against the newest past run, and a baseline verdict stands as it is. `interleaved` confirms by A/B
+# even when the code is the same (a slower machine alone then never fails the job); `sequential`
+# never uses A/B.
 # Tonight's run is then linked into the history. Exit: 0 ok; 1 confirmed regression or failed cells;
 # 2 bad input; 130 interrupted.
 set -uo pipefail
@@ -21,13 +30,47 @@ HISTORY=${NVBENCH_HISTORY:-$REPORTS/history}
 REPEATS=${NVBENCH_REPEATS-10}         # repeats per cell (one process each); empty = the matrix's run.repeats
 RUN_ARGS=${NVBENCH_RUN_ARGS:-}        # e.g. "--fire-drill 10" for a monthly drill: the job must fail
 REPORT_ARGS=${NVBENCH_REPORT_ARGS:-}  # e.g. "--floor 2"
+CONFIRM=${NVBENCH_CONFIRM:-auto}     # auto | interleaved | sequential (see above)
 RUN_ID=${NVBENCH_RUN_ID:-nightly-$(date -u +%Y%m%d-%H%M%S)}
 RUN=$REPORTS/$RUN_ID
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+case "$CONFIRM" in auto|interleaved|sequential) ;;
+  *) echo "nightly: NVBENCH_CONFIRM=$CONFIRM: must be auto, interleaved or sequential" >&2; exit 2 ;;
+esac
 
 log() { echo "nightly: $*" >&2; }
 publish() {  # GitHub Actions: Markdown as the job summary, the report folder as a step output
   if [ -n "${GITHUB_STEP_SUMMARY:-}" ] && [ -f "$1/summary.md" ]; then cat "$1/summary.md" >> "$GITHUB_STEP_SUMMARY"; fi
   if [ -n "${GITHUB_OUTPUT:-}" ]; then echo "report_dir=$1" >> "$GITHUB_OUTPUT"; fi
+}
+
+# confirm_ab BASE_RUN OUT ONLY...: the cells selected by ONLY, interleaved, under the baseline's commit
+# (A) and tonight's checkout (B); nvbench ab's exit status, or 3 when an A/B confirmation cannot be had.
+confirm_ab() {
+  local base=$1 out=$2 sha head src rc
+  shift 2
+  [ "$CONFIRM" != sequential ] || return 3
+  sha=$(python -m harness.nightly code "$base") || return 3
+  if [ -z "$sha" ]; then log "the baseline's commit is not recorded clean: no A/B confirmation"; return 3; fi
+  head=$(python -m harness.nightly code)
+  if [ "$CONFIRM" = auto ] && [ "$sha" = "$head" ]; then
+    log "tonight runs the baseline's code ($sha): no A/B confirmation (NVBENCH_CONFIRM=interleaved forces one)"
+    return 3
+  fi
+  src="$out-baseline-src"
+  if ! git -C "$ROOT" worktree add --detach --force "$src" "$sha" >/dev/null 2>&1; then
+    log "cannot check out the baseline's commit $sha: no A/B confirmation"; return 3
+  fi
+  log "confirming by A/B: A = $sha (baseline), B = tonight${head:+ ($head)}: $*"
+  # shellcheck disable=SC2086  # RUN_ARGS and REPORT_ARGS are lists of flags
+  nvbench ab "$MATRIX" --a-checkout "$src" --out "$out" "$@" $RUN_ARGS --fail-on-regression $REPORT_ARGS
+  rc=$?
+  git -C "$ROOT" worktree remove --force "$src" >/dev/null 2>&1
+  if [ "$rc" -ge 2 ] || ! python -m harness.nightly ran "$out"; then
+    log "the A/B confirmation did not run (exit $rc): no A/B confirmation"; return 3
+  fi
+  publish "$out/report"
+  return "$rc"
 }
 
 # Verdicts compare repeats, never single samples: fewer than 5 per side can never be a confirmed regression.
@@ -46,17 +89,28 @@ if [ -e "$BASELINE" ]; then
   nvbench report "$RUN" --baseline "$BASELINE" --out "$RUN/report" --fail-on-regression $REPORT_ARGS
   report_rc=$?
   publish "$RUN/report"
+  if [ "$report_rc" -eq 1 ]; then
+    # shellcheck disable=SC2046  # the targets are a list of flags
+    confirm_ab "$BASELINE" "$RUN-ab" $(python -m harness.nightly targets "$RUN/report")
+    ab_rc=$?
+    if [ "$ab_rc" -ne 3 ]; then report_rc=$ab_rc; fi
+  fi
 elif [ -d "$HISTORY" ] && [ -n "$(ls -A "$HISTORY" 2>/dev/null)" ]; then
   log "screening against the history in $HISTORY"
   # shellcheck disable=SC2086
   nvbench report "$RUN" --history "$HISTORY" --out "$RUN/report" $REPORT_ARGS
   report_rc=$?
   publish "$RUN/report"
-  only=$(python -c 'import json, sys
-flags = sorted({f for s in json.load(open(sys.argv[1])) for f in s["only"]})
-print(" ".join(f"--only {f}" for f in flags))' "$RUN/report/suspects.json" 2>/dev/null)
-  if [ "$report_rc" -eq 0 ] && [ -n "$only" ]; then
-    previous=$(ls -1d "$HISTORY"/*/ 2>/dev/null | sort | tail -n 1)
+  only=$(python -m harness.nightly targets "$RUN/report" 2>/dev/null)
+  previous=$(ls -1d "$HISTORY"/*/ 2>/dev/null | sort | tail -n 1)
+  ab_rc=3
+  if [ "$report_rc" -eq 0 ] && [ -n "$only" ] && [ -n "$previous" ]; then
+    # shellcheck disable=SC2086
+    confirm_ab "$previous" "$RUN-ab" $only
+    ab_rc=$?
+    if [ "$ab_rc" -ne 3 ]; then report_rc=$ab_rc; fi
+  fi
+  if [ "$report_rc" -eq 0 ] && [ -n "$only" ] && [ "$ab_rc" -eq 3 ]; then
     log "suspects: confirming with a rerun ($only) against ${previous:-nothing}"
     # shellcheck disable=SC2086
     nvbench run "$MATRIX" --out "$RUN-confirm" --no-progress $only $RUN_ARGS

@@ -1,5 +1,5 @@
-"""A/B of two interpreters (two venvs, two library versions) on one machine: every (cell, repeat) runs
-under both, back to back, the order within each pair drawn at random (seeded), into two run folders
+"""A/B of two interpreters (two venvs, two library versions) or two checkouts (the baseline's code and
+tonight's) on one machine: every (cell, repeat) runs under both, back to back, the order within each pair drawn at random (seeded), into two run folders
 OUT/a and OUT/b; the report compares B (candidate) with A (baseline). Interleaving puts slow drift of the
 machine (thermals, other load) on both sides alike instead of on whichever side ran later.
 
@@ -25,8 +25,8 @@ from harness.matrix import Cell
 AB_FILE = "ab.json"
 SIDES = ("a", "b")
 
-_ENV_SNIPPET = ("import json; from harness.env import collect_env, env_key; e = collect_env(); "
-                "e['env_key'] = env_key(e); print(json.dumps(e, default=str))")
+_ENV_SNIPPET = ("import json, harness; from harness.env import collect_env, env_key; e = collect_env(); "
+                "e['env_key'] = env_key(e); print(harness.__file__); print(json.dumps(e, default=str))")
 
 
 class AbInputError(ValueError):
@@ -49,10 +49,13 @@ def checkout_root() -> Path:
     return Path(__file__).resolve().parents[1]
 
 
-def collect_env_under(python: str, *, timeout_s: float = 120.0) -> dict[str, Any]:
-    """The environment fingerprint as `python` sees it (its torch, its DALI), with its env_key."""
+def collect_env_under(python: str, *, checkout: Path | None = None, timeout_s: float = 120.0) -> dict[str, Any]:
+    """The environment fingerprint as `python` sees it (its torch, its DALI) running `checkout`'s harness
+    (None: this one), with its env_key."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(checkout_root()), env.get("PYTHONPATH"))))
+    root = checkout or checkout_root()
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(root), env.get("PYTHONPATH"))))
+    env["PYTHONSAFEPATH"] = "1"  # as runner._child_env: the working directory must not shadow the checkout
     try:
         done = subprocess.run([python, "-c", _ENV_SNIPPET], capture_output=True, text=True, env=env,
                               timeout=timeout_s, check=False)
@@ -60,8 +63,21 @@ def collect_env_under(python: str, *, timeout_s: float = 120.0) -> dict[str, Any
         raise AbInputError([f"{python}: cannot run it: {exc}"]) from exc
     if done.returncode != 0:
         tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        raise AbInputError([f"{python}: cannot import nvbench's harness and its dependencies: {tail}"])
-    return json.loads(done.stdout.strip().splitlines()[-1])
+        where = f" from {checkout}" if checkout else ""
+        raise AbInputError([f"{python}: cannot import nvbench's harness{where} and its dependencies: {tail}"])
+    *_, imported, fingerprint = done.stdout.strip().splitlines()
+    if Path(imported).resolve().parents[1] != root.resolve():  # Python < 3.11 ignores PYTHONSAFEPATH
+        raise AbInputError([f"{python}: imports nvbench's harness from {Path(imported).parent}, not from {root} "
+                            f"(run it from another directory, or with Python >= 3.11)"])
+    return json.loads(fingerprint)
+
+
+def resolve_checkout(path: str) -> Path:
+    """A folder holding an nvbench checkout (its harness/ package), e.g. a git worktree of the baseline's commit."""
+    root = Path(path).expanduser().absolute()
+    if not (root / "harness" / "__init__.py").is_file():
+        raise AbInputError([f"{path}: not an nvbench checkout (no harness/__init__.py)"])
+    return root
 
 
 def resolve_python(python: str) -> str:
@@ -76,12 +92,13 @@ def resolve_python(python: str) -> str:
 
 
 def side_for(run_dir: Path, *, caps: runner.Capabilities, env: dict[str, Any], env_key: str,
-             python: str | None = None, notify: Callable[[str], None] = print) -> Side:
-    """A side over an existing run folder: its pending jobs, run under `python` (None: this interpreter)."""
+             python: str | None = None, checkout: Path | None = None, notify: Callable[[str], None] = print) -> Side:
+    """A side over an existing run folder: its pending jobs, run under `python` (None: this interpreter)
+    from `checkout` (None: this checkout)."""
     run_id, jobs, cells = runner.load_plan(run_dir)
     ctx = runner.JobContext(run_dir=run_dir, run_id=run_id, caps=caps, env=env, env_key=env_key,
                             fault_spec=os.environ.get(runner.FAULT_ENV), notify=notify,
-                            fire_drill_pct=runner.plan_fire_drill(run_dir), python=python)
+                            fire_drill_pct=runner.plan_fire_drill(run_dir), python=python, checkout=checkout)
     return Side(name=run_dir.name, ctx=ctx, cells=cells, jobs=runner.pending(run_dir, jobs))
 
 
@@ -132,27 +149,35 @@ def _close_session(side: Side, session: dict[str, Any]) -> None:
 
 
 def create_ab(matrix: Matrix, cells: list[Cell], *, out_dir: Path, pythons: dict[str, str],
-              envs: dict[str, dict[str, Any]], smoke: bool, only: list[str], seed: int) -> dict[str, Path]:
-    """OUT/a and OUT/b with the same plan (same cells, same job order) and OUT/ab.json; nothing runs yet."""
+              envs: dict[str, dict[str, Any]], smoke: bool, only: list[str], seed: int,
+              checkouts: dict[str, Path | None] | None = None, fire_drill_pct: float = 0.0) -> dict[str, Path]:
+    """OUT/a and OUT/b with the same plan (same cells, same job order) and OUT/ab.json; nothing runs yet.
+
+    A fire drill (nvbench ab --fire-drill) slows side B only: B is the candidate, and the drill proves that
+    a confirmation by A/B still rings."""
+    checkouts = checkouts or {}
     if (out_dir / AB_FILE).exists():
         raise AbInputError([f"{out_dir}: already holds an A/B run"])
     dirs = {}
     for name in SIDES:
         env = {k: v for k, v in envs[name].items() if k != "env_key"}
         dirs[name] = runner.create_run(matrix, cells, run_dir=out_dir / name, reports_root=out_dir, smoke=smoke,
-                                       only=only, env=env)
+                                       only=only, env=env, fire_drill_pct=fire_drill_pct if name == "b" else 0.0)
     store.write_json(out_dir / AB_FILE, {
         "created_at": datetime.now(timezone.utc).isoformat(), "matrix_source": matrix.source, "seed": seed,
-        "python": pythons, "env_key": {n: envs[n]["env_key"] for n in SIDES}, "order": []})
+        "python": pythons, "checkout": {n: str(checkouts[n]) if checkouts.get(n) else None for n in SIDES},
+        "env_key": {n: envs[n]["env_key"] for n in SIDES}, "order": []})
     return dirs
 
 
 def run_ab(out_dir: Path, *, caps: runner.Capabilities, envs: dict[str, dict[str, Any]], pythons: dict[str, str],
-           seed: int, notify: Callable[[str], None] = print,
+           seed: int, checkouts: dict[str, Path | None] | None = None, notify: Callable[[str], None] = print,
            on_done: Callable[[str, dict[str, Any]], None] | None = None) -> None:
     """Run both sides interleaved; the order actually run is appended to ab.json."""
+    checkouts = checkouts or {}
     sides = [side_for(out_dir / name, caps=caps, env={k: v for k, v in envs[name].items() if k != "env_key"},
-                      env_key=envs[name]["env_key"], python=pythons[name], notify=notify) for name in SIDES]
+                      env_key=envs[name]["env_key"], python=pythons[name], checkout=checkouts.get(name),
+                      notify=notify) for name in SIDES]
     order = run_interleaved(sides, seed=seed, on_done=on_done)
     meta = store.read_json(out_dir / AB_FILE)
     meta["order"] += [list(item) for item in order]

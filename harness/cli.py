@@ -196,8 +196,12 @@ def cmd_ab(args: argparse.Namespace) -> int:
         thresholds = _thresholds(args)
         matrix = with_repeats(load_matrix(args.matrix), args.repeats)
         cells = expand(matrix, smoke=args.smoke, only=args.only)
+        if args.fire_drill is not None and not 0 < args.fire_drill <= 1000:
+            raise ValueError(f"--fire-drill {args.fire_drill:g}: must be a percentage in (0, 1000]")
         pythons = {"a": ab.resolve_python(args.a), "b": ab.resolve_python(args.b)}
-        envs = {name: ab.collect_env_under(py) for name, py in pythons.items()}
+        checkouts = {name: ab.resolve_checkout(path) if path else None
+                     for name, path in (("a", args.a_checkout), ("b", args.b_checkout))}
+        envs = {name: ab.collect_env_under(py, checkout=checkouts[name]) for name, py in pythons.items()}
     except MatrixError as exc:
         return _bad_input(exc.problems)
     except ab.AbInputError as exc:
@@ -210,8 +214,9 @@ def cmd_ab(args: argparse.Namespace) -> int:
         return _bad_input([f"--out {out}: not empty"])
     caps = runner.probe_capabilities(matrix.run.device, {k: v for k, v in envs["a"].items() if k != "env_key"})
     ab.create_ab(matrix, cells, out_dir=out, pythons=pythons, envs=envs, smoke=args.smoke, only=args.only,
-                 seed=args.seed)
-    print(f"A/B folder: {out}  (A = {pythons['a']}, B = {pythons['b']}; "
+                 seed=args.seed, checkouts=checkouts, fire_drill_pct=args.fire_drill or 0.0)
+    label = {n: pythons[n] + (f" in {checkouts[n]}" if checkouts[n] else "") for n in ab.SIDES}
+    print(f"A/B folder: {out}  (A = {label['a']}, B = {label['b']}; "
           f"{2 * len(cells) * matrix.run.repeats} jobs)", file=sys.stderr)
 
     def done(side: str, row: dict) -> None:
@@ -219,13 +224,13 @@ def cmd_ab(args: argparse.Namespace) -> int:
         print(f"{side.upper()} {row['status']:>8} {row['cell_id']} r{row['repeat']}  {detail}", file=sys.stderr)
 
     try:
-        ab.run_ab(out, caps=caps, envs=envs, pythons=pythons, seed=args.seed, on_done=done,
+        ab.run_ab(out, caps=caps, envs=envs, pythons=pythons, seed=args.seed, checkouts=checkouts, on_done=done,
                   notify=lambda m: print(m, file=sys.stderr))
     except KeyboardInterrupt:
         print(f"interrupted; the rows so far are in {out}/a and {out}/b", file=sys.stderr)
         return EXIT_INTERRUPTED
     comparison = compare.compare_runs(compare.load_run(out / "b"), compare.load_run(out / "a"), thresholds,
-                                      require_same_env=False, mode="ab", baseline_label=f"A ({pythons['a']})")
+                                      require_same_env=False, mode="ab", baseline_label=f"A ({label['a']})")
     return _print_report(write_report(comparison, out / "report"), args.fail_on_regression)
 
 
@@ -315,10 +320,17 @@ def build_parser() -> argparse.ArgumentParser:
     _add_threshold_flags(rp, history=True)
     rp.set_defaults(func=cmd_report)
 
-    ab = sub.add_parser("ab", help="run a matrix under two interpreters, interleaved, and compare B with A")
+    ab = sub.add_parser("ab", help="run a matrix under two interpreters or checkouts, interleaved, and compare B with A")
     ab.add_argument("matrix")
-    ab.add_argument("--a", required=True, metavar="PYTHON", help="interpreter of side A (the baseline)")
-    ab.add_argument("--b", required=True, metavar="PYTHON", help="interpreter of side B (the candidate)")
+    ab.add_argument("--a", default=sys.executable, metavar="PYTHON",
+                    help="interpreter of side A, the baseline (default: this one)")
+    ab.add_argument("--b", default=sys.executable, metavar="PYTHON",
+                    help="interpreter of side B, the candidate (default: this one)")
+    ab.add_argument("--a-checkout", metavar="DIR", help="checkout whose harness side A runs, e.g. a git worktree "
+                    "of the baseline's commit (default: this one)")
+    ab.add_argument("--b-checkout", metavar="DIR", help="checkout whose harness side B runs (default: this one)")
+    ab.add_argument("--fire-drill", type=float, metavar="PCT",
+                    help="slow side B by PCT %% of each measured step (proves an A/B confirmation still rings)")
     ab.add_argument("--only", action="append", default=[], metavar="AXIS=VALUE", help="filter cells as in run")
     ab.add_argument("--smoke", action="store_true", help="shrink every cell as `run --smoke` does")
     ab.add_argument("--repeats", type=int, metavar="N", help="repeats per side (overrides run.repeats)")

@@ -158,6 +158,8 @@ class JobContext:
     """Extra work per measured step in % of its cost (nvbench run --fire-drill); recorded in every row."""
     python: str | None = None
     """Interpreter that runs the cells instead of this one (nvbench ab); it runs this checkout's harness."""
+    checkout: Path | None = None
+    """Checkout whose harness the cells run instead of this one (nvbench ab --a-checkout: the baseline's code)."""
 
 
 def _data_root(cell: Cell, ctx: JobContext) -> Path | None:
@@ -364,9 +366,12 @@ def _child_env(cell: Cell, ctx: JobContext) -> dict[str, str]:
     env.pop(FAULT_ENV, None)  # the job file carries the matched fault; ranks must not re-match it
     env.setdefault("PYTHONUNBUFFERED", "1")
     env[PARENT_PID_ENV] = str(os.getpid())  # lets the child notice a runner that died as it started
-    if ctx.python:  # another interpreter (nvbench ab) runs this checkout's harness, not its own copy
-        checkout = str(Path(__file__).resolve().parents[1])
+    if ctx.python or ctx.checkout:  # nvbench ab: the side's harness comes first, not the interpreter's own copy
+        checkout = str(ctx.checkout or Path(__file__).resolve().parents[1])
         env["PYTHONPATH"] = os.pathsep.join(filter(None, (checkout, env.get("PYTHONPATH"))))
+        # `python -m` puts the working directory first on sys.path, ahead of PYTHONPATH: run from a
+        # checkout, it would import that checkout's harness whatever the side asked for (Python >= 3.11).
+        env["PYTHONSAFEPATH"] = "1"
     if ctx.caps.device == "cpu" and cell.world_size > 1:
         # The ranks of a node share its cores. torchrun would otherwise force OMP_NUM_THREADS=1; the
         # worker sets torch's intra-op threads itself either way. A single process gets no

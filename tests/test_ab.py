@@ -4,13 +4,14 @@ report compares B with A; plus the interleaving schedule on its own (no processe
 from __future__ import annotations
 
 import json
+import shutil
 import stat
 import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from conftest import nvbench
+from conftest import ROOT, nvbench
 from harness import ab, runner
 
 
@@ -81,3 +82,34 @@ def test_ab_rejects_an_interpreter_that_cannot_run_nvbench(tiny_matrix, tmp_path
     assert proc.returncode == 2
     assert "cannot import nvbench's harness and its dependencies: ImportError: no torch here" in proc.stderr
     assert not (tmp_path / "y").exists()
+
+
+def test_ab_side_a_runs_another_checkout_and_the_fire_drill_slows_only_b(tiny_matrix, tmp_path):
+    matrix = tiny_matrix('backend = ["synthetic"]', repeats=2)
+    other = tmp_path / "baseline-src"  # a copy of the harness that logs every process importing it
+    shutil.copytree(ROOT / "harness", other / "harness", ignore=shutil.ignore_patterns("__pycache__"))
+    marks = tmp_path / "imported.txt"
+    with open(other / "harness" / "__init__.py", "a") as init:
+        init.write("\nimport os as _os, sys as _sys\n"
+                   "with open(_os.environ['NVB_TEST_MARKS'], 'a') as _f:\n    _f.write(' '.join(_sys.argv) + '\\n')\n")
+    out = tmp_path / "ab"
+    proc = nvbench("ab", str(matrix), "--a-checkout", str(other), "--fire-drill", "50", "--out", str(out),
+                   env={"NVB_TEST_MARKS": str(marks)})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = marks.read_text().splitlines()
+    cells = [line for line in lines if "job.json" in line]
+    assert len(cells) == 2 and all(str(out / "a" / "work") in line for line in cells)  # never side B's
+    meta = json.loads((out / "ab.json").read_text())
+    assert meta["checkout"] == {"a": str(other), "b": None}
+    rows = {side: pq.read_table(out / side / "cells").to_pylist() for side in ("a", "b")}
+    assert [r["status"] for r in rows["a"] + rows["b"]] == ["ok"] * 4
+    assert [r["fire_drill_pct"] for r in rows["a"]] == [0.0, 0.0]
+    assert [r["fire_drill_pct"] for r in rows["b"]] == [50.0, 50.0]
+    summary = (out / "report" / "summary.md").read_text().replace("\\_", "_")  # Markdown escapes underscores
+    assert f"vs A ({sys.executable} in {other})" in summary
+
+
+def test_ab_rejects_a_folder_that_is_not_a_checkout(tiny_matrix, tmp_path):
+    proc = nvbench("ab", str(tiny_matrix()), "--a-checkout", str(tmp_path), "--out", str(tmp_path / "x"))
+    assert proc.returncode == 2 and f"{tmp_path}: not an nvbench checkout (no harness/__init__.py)" in proc.stderr
+    assert not (tmp_path / "x").exists()

@@ -1,18 +1,23 @@
 """ci/nightly.sh end to end with real cells: a night without a baseline only describes and joins the
 history; a fire drill against a promoted baseline fails the job with a confirmed regression and stays
-out of the history."""
+out of the history, confirmed sequentially and by an interleaved A/B against a worktree of the
+baseline's commit; plus harness.nightly, the helper that picks the targets and the baseline's code."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from conftest import ROOT
+from harness import nightly, runner, store
 
 
 def night(matrix: Path, reports: Path, run_id: str, **extra: str) -> subprocess.CompletedProcess:
@@ -48,3 +53,66 @@ def test_nightly_describes_then_fails_on_a_fire_drill(tmp_path, tiny_matrix):
     failures = suite.findall(".//testcase/failure")
     assert len(failures) == 1 and "regression" in failures[0].get("message", "")
     assert not (reports / "history" / "night2").exists()
+    same_code = nightly.recorded_code(None)
+    assert ("tonight runs the baseline's code" if same_code else "not recorded clean") in drill.stderr
+    assert not (reports / "night2-ab").exists()  # same code: the baseline verdict stands
+
+    bad = night(matrix, reports, "night3", NVBENCH_CONFIRM="sometimes")
+    assert bad.returncode == 2 and "NVBENCH_CONFIRM=sometimes: must be auto, interleaved or sequential" in bad.stderr
+    assert not (reports / "night3").exists()
+    if same_code is None:
+        pytest.skip("the A/B confirmation checks out the baseline's commit: needs a clean git checkout")
+    drill = night(matrix, reports, "night4", NVBENCH_RUN_ARGS="--fire-drill 200", NVBENCH_CONFIRM="interleaved")
+    assert drill.returncode == 1, drill.stdout + drill.stderr
+    assert f"confirming by A/B: A = {same_code} (baseline)" in drill.stderr
+    meta = json.loads((reports / "night4-ab" / "ab.json").read_text())
+    assert meta["checkout"]["a"] == str(reports / "night4-ab-baseline-src") and meta["checkout"]["b"] is None
+    assert not (reports / "night4-ab-baseline-src").exists()  # the worktree is gone again
+    assert "night4-ab-baseline-src" not in subprocess.run(["git", "-C", str(ROOT), "worktree", "list"],
+                                                           capture_output=True, text=True).stdout
+    (verdict,) = pq.read_table(reports / "night4-ab" / "report" / "verdicts.parquet").to_pylist()
+    assert verdict["verdict"] == "regression" and verdict["fire_drill_pct"] == 200
+    drilled = {side: {r["fire_drill_pct"] for r in store.read_cells(reports / "night4-ab" / side).to_pylist()}
+               for side in ("a", "b")}
+    assert drilled == {"a": {0.0}, "b": {200.0}}
+
+
+def _run_folder(path: Path, environment: dict, rows: list[dict]) -> Path:
+    path.mkdir(parents=True)
+    store.write_json(path / "manifest.json", {"run_id": path.name, "environment": environment})
+    (path / "cells").mkdir()
+    for k, row in enumerate(rows):
+        runner.write_row(path, f"row{k}", row)
+    return path
+
+
+def test_targets_are_the_regressions_of_a_baseline_report_or_the_suspects_of_a_screen(tmp_path):
+    axes = {"memory_format": "nchw", "precision": "fp32", "world_size": 1, "grad_accum": 1}
+    table = pa.Table.from_pylist([{"verdict": "regression", "backend": "pytorch", **axes},
+                                  {"verdict": "unchanged", "backend": "synthetic", **axes},
+                                  {"verdict": "regression", "backend": "dali-cpu", **axes}])
+    pq.write_table(table, tmp_path / "verdicts.parquet")
+    assert nightly.targets(tmp_path) == [
+        "--only", "backend=dali-cpu", "--only", "backend=pytorch", "--only", "grad_accum=1",
+        "--only", "memory_format=nchw", "--only", "precision=fp32", "--only", "world_size=1"]
+    store.write_json(tmp_path / "suspects.json", [{"cell_id": "c", "only": ["backend=synthetic", "precision=bf16"]}])
+    assert nightly.targets(tmp_path) == ["--only", "backend=synthetic", "--only", "precision=bf16"]
+
+
+def test_code_is_the_recorded_commit_only_when_clean_and_ran_needs_an_ok_repeat_per_cell_and_side(tmp_path):
+    sha = "0123456789abcdef0123456789abcdef01234567"
+    ok, crashed = {"cell_id": "c1", "status": "ok"}, {"cell_id": "c1", "status": "crashed"}
+    clean = _run_folder(tmp_path / "clean", {"nvbench_git_sha": sha, "nvbench_git_dirty": False}, [ok])
+    assert nightly.recorded_code(clean) == sha
+    dirty = _run_folder(tmp_path / "dirty", {"nvbench_git_sha": sha, "nvbench_git_dirty": True}, [ok])
+    assert nightly.recorded_code(dirty) is None
+    assert nightly.recorded_code(_run_folder(tmp_path / "installed", {}, [ok])) is None
+
+    _run_folder(tmp_path / "ab" / "a", {}, [ok, crashed])
+    _run_folder(tmp_path / "ab" / "b", {}, [crashed, crashed])
+    assert nightly.unusable_side(tmp_path / "ab").endswith("no ok repeat of c1 (see its logs/)")
+    assert nightly.main(["ran", str(tmp_path / "ab")]) == 1
+    runner.write_row(tmp_path / "ab" / "b", "row9", ok)
+    assert nightly.unusable_side(tmp_path / "ab") is None and nightly.main(["ran", str(tmp_path / "ab")]) == 0
+    assert nightly.main(["code", str(tmp_path / "nowhere")]) == 2
+    assert nightly.main(["sideways"]) == 2
