@@ -53,6 +53,7 @@ sys.path.insert(0, str(ROOT))
 
 from harness import compare, runner  # noqa: E402
 from harness.compare import IMPROVEMENT, REGRESSION, RunData, Thresholds  # noqa: E402
+from harness.nightly import SCREEN_P  # noqa: E402  the nightly's loose screen
 
 MATRIX = """\
 # benchmarks/detector.py: one small cell, repeated in pools.
@@ -141,8 +142,8 @@ def _as_run(rows: list[dict], run_id: str, env: dict) -> RunData:
     return RunData(path=run_id, run_id=run_id, created_at="", environment=env, rows=tuple(rows))
 
 
-def _trial(base_rows: list[dict], cand_rows: list[dict], env: dict, th: Thresholds) -> tuple[float, bool]:
-    """(change in %, significant): the verdict's two ingredients before the floor is applied.
+def _trial(base_rows: list[dict], cand_rows: list[dict], env: dict, th: Thresholds) -> tuple[float, bool, float]:
+    """(change in %, significant, p-value): the verdict's ingredients before the floor is applied.
 
     Judged with floor 0, so one set of trials serves every floor: `regression` = significant and
     change <= -floor, exactly the rule of compare._decide.
@@ -150,7 +151,7 @@ def _trial(base_rows: list[dict], cand_rows: list[dict], env: dict, th: Threshol
     comparison = compare.compare_runs(_as_run(cand_rows, "cand", env), _as_run(base_rows, "base", env),
                                       dataclasses.replace(th, floor_pct=0.0))
     (v,) = comparison.verdicts
-    return v.effect_pct, v.verdict in (REGRESSION, IMPROVEMENT)
+    return v.effect_pct, v.verdict in (REGRESSION, IMPROVEMENT), v.p_value
 
 
 def _relabel(rows: list[dict]) -> list[dict]:
@@ -160,7 +161,7 @@ def _relabel(rows: list[dict]) -> list[dict]:
 def _draws(rng, base_pool: list[dict], cand_pool: list[dict] | None, n: int, trials: int, env: dict,
            th: Thresholds) -> np.ndarray:
     """trials x (change %, significant). cand_pool None: A/A, 2n distinct repeats of base_pool split n | n."""
-    out = np.empty((trials, 2))
+    out = np.empty((trials, 3))
     for t in range(trials):
         if cand_pool is None:
             pick = rng.choice(len(base_pool), 2 * n, replace=False)
@@ -172,25 +173,76 @@ def _draws(rng, base_pool: list[dict], cand_pool: list[dict] | None, n: int, tri
     return out
 
 
+def _pipeline_draws(rng, a_rows: list[dict], x_rows: list[dict] | None, n: int, m: int, trials: int, env: dict,
+                    th: Thresholds) -> np.ndarray:
+    """trials x (screen change %, significant, p; confirmation change %, significant, p): ci/nightly.sh
+    with an A/B confirmation. The screen judges n candidate repeats from the later half of the session
+    against n baseline repeats from the earlier half (a baseline from an earlier night); the confirmation
+    judges m further candidate repeats against m further unchanged repeats, none used by the screen, drawn
+    across the session, where every pool was interleaved (the A/B: baseline's code and tonight's in turn).
+    x_rows None: the candidate is the unchanged code (a false alarm is a confirmed regression)."""
+    early, late = _halves(a_rows)
+    x_early, x_late = _halves(x_rows) if x_rows is not None else (None, None)
+    out = np.empty((trials, 6))
+    for t in range(trials):
+        base = rng.choice(len(early), n, replace=False)
+        used = {id(early[i]) for i in base}
+        if x_rows is None:
+            cand = [late[i] for i in rng.choice(len(late), n, replace=False)]
+            used |= {id(r) for r in cand}
+            rest = [r for r in a_rows if id(r) not in used]
+            pick = rng.choice(len(rest), 2 * m, replace=False)
+            a2, x2 = [rest[i] for i in pick[:m]], [rest[i] for i in pick[m:]]
+        else:
+            cand = [x_late[i] for i in rng.choice(len(x_late), n, replace=False)]
+            rest_a = [r for r in a_rows if id(r) not in used]
+            rest_x = [r for r in x_rows if id(r) not in {id(c) for c in cand}]
+            a2 = [rest_a[i] for i in rng.choice(len(rest_a), m, replace=False)]
+            x2 = [rest_x[i] for i in rng.choice(len(rest_x), m, replace=False)]
+        th_t = dataclasses.replace(th, seed=t)
+        out[t, :3] = _trial(_relabel([early[i] for i in base]), _relabel(cand), env, th_t)
+        out[t, 3:] = _trial(_relabel(a2), _relabel(x2), env, th_t)
+    return out
+
+
+def _halves(rows: list[dict]) -> tuple[list[dict], list[dict]]:
+    by_time = sorted(rows, key=lambda r: r["started_at"])
+    return by_time[: len(by_time) // 2], by_time[len(by_time) // 2:]
+
+
 def rates(draws: np.ndarray, floor_pct: float) -> dict[str, float]:
     effect, significant = draws[:, 0], draws[:, 1].astype(bool)
-    return {"alarm": float(np.mean(significant & (np.abs(effect) >= floor_pct))),
-            "regression": float(np.mean(significant & (effect <= -floor_pct)))}
+    out = {"alarm": float(np.mean(significant & (np.abs(effect) >= floor_pct))),
+           "regression": float(np.mean(significant & (effect <= -floor_pct)))}
+    if draws.shape[1] == 6:  # a nightly pipeline: the job fails on a regression confirmed by the A/B
+        strict = significant & (effect <= -floor_pct)
+        loose = strict | ((effect < 0) & (draws[:, 2] <= SCREEN_P))
+        confirmed = draws[:, 4].astype(bool) & (draws[:, 3] <= -floor_pct)
+        out |= {"screen_strict": float(np.mean(strict)), "screen_loose": float(np.mean(loose)),
+                "fail_strict": float(np.mean(strict & confirmed)), "fail_loose": float(np.mean(loose & confirmed))}
+    return out
 
 
 def simulate(a_rows: list[dict], drill_rows: dict[str, list[dict]], env: dict, *, n: int, trials: int,
-             th: Thresholds, seed: int) -> dict:
+             th: Thresholds, seed: int, confirm: int = 0) -> dict:
     """Per-trial outcomes with n repeats per side: A/A random split, A/A later-vs-earlier half (drift
-    within the session), and A/B for every drill pool."""
+    within the session), A/B for every drill pool, and the nightly pipeline (screen against an earlier
+    baseline, then an A/B confirmation of `confirm` repeats a side, 0: n) for the unchanged code and
+    every drill pool where the pools are large enough."""
     rng = np.random.default_rng(seed)
-    by_time = sorted(a_rows, key=lambda r: r["started_at"])
-    early, late = by_time[: len(by_time) // 2], by_time[len(by_time) // 2:]
+    early, late = _halves(a_rows)
     out = {"aa": _draws(rng, a_rows, None, n, trials, env, th)}
     if min(len(early), len(late)) >= n:
         out["aa_drift"] = _draws(rng, early, late, n, trials, env, th)
     for name, rows in drill_rows.items():
         if len(rows) >= n:
             out[name] = _draws(rng, a_rows, rows, n, trials, env, th)
+    m = confirm or n
+    if len(a_rows) >= 2 * (n + m) and min(len(early), len(late)) >= n:
+        out["nightly_aa"] = _pipeline_draws(rng, a_rows, None, n, m, trials, env, th)
+        for name, rows in drill_rows.items():
+            if len(rows) >= n + m and len(rows) - len(rows) // 2 >= n:
+                out[f"nightly_{name}"] = _pipeline_draws(rng, a_rows, rows, n, m, trials, env, th)
     return out
 
 
@@ -229,7 +281,7 @@ def smallest_floor(draws: dict[str, np.ndarray], *, target: float = 0.01, step: 
 
 
 def analyze(out: Path, *, sizes: list[int], trials: int, seed: int, th: Thresholds,
-            floors: list[float]) -> dict:
+            floors: list[float], confirm: int = 0) -> dict:
     pools = {p.name: p for p in (out.iterdir() if out.is_dir() else []) if (p / "manifest.json").exists()}
     if not all(name in pools for name in BASE_POOLS):
         raise SystemExit(f"{out}: no collection here (expected {', '.join(BASE_POOLS)} pools); run without --analyze")
@@ -242,12 +294,12 @@ def analyze(out: Path, *, sizes: list[int], trials: int, seed: int, th: Threshol
     drill_rows = {name: [r for r in _rows(runs[name]) if not th.exclude_unsteady or r["is_steady"] is not False]
                   for name in drills}
     failed = sum(r["status"] != "ok" for run in runs.values() for r in run.rows)
-    results = {"thresholds": dataclasses.asdict(th), "trials": trials, "failed_rows": failed,
+    results = {"thresholds": dataclasses.asdict(th), "trials": trials, "failed_rows": failed, "confirm": confirm,
                "pools": pool_summary(a_rows, drill_rows), "sizes": []}
     for n in sizes:
         if 2 * n > len(a_rows):
             continue
-        draws = simulate(a_rows, drill_rows, env, n=n, trials=trials, th=th, seed=seed + n)
+        draws = simulate(a_rows, drill_rows, env, n=n, trials=trials, th=th, seed=seed + n, confirm=confirm)
         results["sizes"].append({
             "n": n, "smallest_floor_for_1pct_pct": smallest_floor(draws),
             "aa_abs_change_p99_pct": float(np.quantile(np.abs(draws["aa"][:, 0]), 0.99)),
@@ -273,7 +325,7 @@ def render(results: dict) -> str:
               "fdP: `regression` verdicts against a P % fire drill.", ""]
     for size in results["sizes"]:
         first = next(iter(size["by_floor"].values()))
-        names = list(first)
+        names = [k for k in first if not k.startswith("nightly_")]
         lines += [f"n = {size['n']} repeats per side (A/A |change| p99 {size['aa_abs_change_p99_pct']:.1f}%; "
                   f"smallest floor keeping every A/A setting <= 1 %: {size['smallest_floor_for_1pct_pct']:g}%)", "",
                   "| floor | " + " | ".join(("A/A alarms" if k == "aa" else "A/A drift alarms" if k == "aa_drift"
@@ -283,6 +335,20 @@ def render(results: dict) -> str:
             cells = [100 * (by[k]["alarm"] if k.startswith("aa") else by[k]["regression"]) for k in names]
             lines.append(f"| {floor}% | " + " | ".join(f"{c:.1f}%" for c in cells) + " |")
         lines.append("")
+        pipeline = [k for k in first if k.startswith("nightly_")]
+        if pipeline:
+            m = results.get("confirm") or size["n"]
+            lines += [f"n = {size['n']}, the nightly pipeline (screen: n later-half repeats against n earlier-half "
+                      f"ones; confirmation: an A/B of {m} + {m} further repeats). Job fails after a strict screen "
+                      f"(a `regression` verdict) / a loose one (a slowdown with p <= {SCREEN_P:g}); in brackets "
+                      "the share of trials the screen sent to the A/B:", "",
+                      "| floor | " + " | ".join("A/A fails" if k == "nightly_aa" else f"detect {k[8:]}"
+                                               for k in pipeline) + " |", "|---|" + "---|" * len(pipeline)]
+            for floor, by in size["by_floor"].items():
+                cells = [f"{100 * by[k]['fail_strict']:.1f} / {100 * by[k]['fail_loose']:.1f}% "
+                         f"({100 * by[k]['screen_strict']:.0f} / {100 * by[k]['screen_loose']:.0f}%)" for k in pipeline]
+                lines.append(f"| {floor}% | " + " | ".join(cells) + " |")
+            lines.append("")
     if results["failed_rows"]:
         lines.append(f"{results['failed_rows']} repeat(s) did not finish ok and were left out.")
     return "\n".join(lines)
@@ -301,6 +367,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="run.malloc of the cell (default stable, nvbench's default; system: glibc's defaults)")
     p.add_argument("--sizes", default="5,10", help="repeats per side to evaluate (default 5,10)")
     p.add_argument("--trials", type=int, default=1000, help="comparisons per setting (default 1000)")
+    p.add_argument("--confirm-repeats", type=int, default=0, metavar="M",
+                   help="repeats per side of the nightly pipeline's A/B confirmation (default: n, as the screen)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--floors", default="0,1,2,3,5", help="practical floors (%%) to tabulate (default 0,1,2,3,5)")
     p.add_argument("--exclude-unsteady", action="store_true", help="analyse with unsteady repeats left out")
@@ -314,9 +382,10 @@ def main(argv: list[str] | None = None) -> int:
     th = Thresholds(exclude_unsteady=args.exclude_unsteady, speed_adjust=args.speed_adjust)
     t0 = time.monotonic()
     results = analyze(out, sizes=[int(x) for x in args.sizes.split(",")], trials=args.trials, seed=args.seed, th=th,
-                      floors=[float(x) for x in args.floors.split(",")])
+                      floors=[float(x) for x in args.floors.split(",")], confirm=args.confirm_repeats)
     results["analysis_s"] = time.monotonic() - t0
-    suffix = ("-steady" if args.exclude_unsteady else "") + ("" if args.speed_adjust else "-unadjusted")
+    suffix = (("-steady" if args.exclude_unsteady else "") + ("" if args.speed_adjust else "-unadjusted")
+              + (f"-confirm{args.confirm_repeats}" if args.confirm_repeats else ""))
     (out / f"results{suffix}.json").write_text(json.dumps(results, indent=2, default=float) + "\n")
     table = render(results)
     (out / f"results{suffix}.md").write_text(table + "\n")

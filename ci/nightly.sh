@@ -5,8 +5,8 @@
 #
 # Judging, first that applies:
 #   1. $NVBENCH_BASELINE exists (a run folder or a pointer file, see reports/baselines/README.md):
-#      `nvbench report --baseline` -> verdicts; a regression there is confirmed (below), and a
-#      confirmed regression fails the job.
+#      `nvbench report --baseline` -> verdicts; its regressions and slowdowns with p <= 0.2 are
+#      confirmed (below), and a confirmed regression fails the job.
 #   2. $NVBENCH_HISTORY holds past runs: `nvbench report --history` screens every cell against its
 #      own history; suspects are confirmed (below) against the newest past run; a regression
 #      confirmed there fails the job.
@@ -16,9 +16,9 @@
 # differs from tonight's and its commit is recorded clean, its cells run again as an interleaved
 # `nvbench ab`: A = the baseline's commit (a git worktree), B = tonight's checkout, and that verdict
 # decides. Otherwise (same code, or not re-creatable) history suspects get a sequential rerun judged
-# against the newest past run, and a baseline verdict stands as it is. `interleaved` confirms by A/B
-# even when the code is the same (a slower machine alone then never fails the job); `sequential`
-# never uses A/B.
+# against the newest past run, and a baseline verdict stands as it is (only a `regression` fails).
+# `interleaved` confirms by A/B even when the code is the same (a slower machine alone then never
+# fails the job); `sequential` never uses A/B.
 # Tonight's run is then linked into the history. Exit: 0 ok; 1 confirmed regression or failed cells;
 # 2 bad input; 130 interrupted.
 set -uo pipefail
@@ -89,9 +89,10 @@ if [ -e "$BASELINE" ]; then
   nvbench report "$RUN" --baseline "$BASELINE" --out "$RUN/report" --fail-on-regression $REPORT_ARGS
   report_rc=$?
   publish "$RUN/report"
-  if [ "$report_rc" -eq 1 ]; then
-    # shellcheck disable=SC2046  # the targets are a list of flags
-    confirm_ab "$BASELINE" "$RUN-ab" $(python -m harness.nightly targets "$RUN/report")
+  only=$(python -m harness.nightly targets "$RUN/report" 2>/dev/null)
+  if [ "$report_rc" -le 1 ] && [ -n "$only" ]; then
+    # shellcheck disable=SC2086  # the targets are a list of flags
+    confirm_ab "$BASELINE" "$RUN-ab" $only
     ab_rc=$?
     if [ "$ab_rc" -ne 3 ]; then report_rc=$ab_rc; fi
   fi

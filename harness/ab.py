@@ -1,7 +1,8 @@
 """A/B of two interpreters (two venvs, two library versions) or two checkouts (the baseline's code and
-tonight's) on one machine: every (cell, repeat) runs under both, back to back, the order within each pair drawn at random (seeded), into two run folders
-OUT/a and OUT/b; the report compares B (candidate) with A (baseline). Interleaving puts slow drift of the
-machine (thermals, other load) on both sides alike instead of on whichever side ran later.
+tonight's) on one machine: every (cell, repeat) runs under both, back to back, the order within each
+pair drawn at random (seeded), into two run folders OUT/a and OUT/b; the report compares B (candidate)
+with A (baseline). Interleaving puts slow drift of the machine (thermals, other load) on both sides
+alike instead of on whichever side ran later.
 
 `run_interleaved` is the scheduling core, also used by benchmarks/detector.py for its pools.
 """

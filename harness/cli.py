@@ -320,7 +320,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_threshold_flags(rp, history=True)
     rp.set_defaults(func=cmd_report)
 
-    ab = sub.add_parser("ab", help="run a matrix under two interpreters or checkouts, interleaved, and compare B with A")
+    ab = sub.add_parser("ab", help="run a matrix under two interpreters or checkouts, interleaved; compare B with A")
     ab.add_argument("matrix")
     ab.add_argument("--a", default=sys.executable, metavar="PYTHON",
                     help="interpreter of side A, the baseline (default: this one)")

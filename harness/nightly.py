@@ -6,11 +6,15 @@
     python -m harness.nightly ran AB_DIR           # exit 1 (and say why) when a side of an A/B has a
                                                    # cell without one ok repeat: no confirmation then
 
-A confirmation targets the suspects of a history screen (suspects.json) or the regressions of a
-baseline comparison (verdicts.parquet). The baseline's code can be checked out again (a git worktree)
-only when its run recorded a commit and no uncommitted changes; otherwise `code` prints nothing and the
-nightly falls back to a sequential rerun. So it does when the A/B could not run a side (an old commit
-whose harness no longer runs under tonight's runner fails every repeat).
+A confirmation targets the suspects of a history screen (suspects.json) or, in a baseline comparison
+(verdicts.parquet), every regression and every slowdown with p <= SCREEN_P: the A/B decides, so the
+screen can be loose, and a slowdown the sequential comparison cannot confirm across nights (it carries
+the machine's drift between them) still gets its interleaved test (benchmarks/detector.py measures both).
+
+The baseline's code can be checked out again (a git worktree) only when its run recorded a commit and no
+uncommitted changes; otherwise `code` prints nothing and the nightly falls back: a sequential rerun of
+history suspects, the baseline verdict as it is. So it does when the A/B could not run a side (an old
+commit whose harness no longer runs under tonight's runner fails every repeat).
 """
 
 from __future__ import annotations
@@ -24,15 +28,25 @@ from harness import compare, store
 from harness.env import git_state
 
 
+SCREEN_P = 0.2
+"""A baseline comparison's slowdown with a p-value up to this goes to the A/B confirmation."""
+
+
 def targets(report_dir: Path) -> list[str]:
     """Sorted, de-duplicated `--only AXIS=VALUE` flags covering every cell the report asks to confirm."""
     if (report_dir / "suspects.json").is_file():
         flags = {f for s in store.read_json(report_dir / "suspects.json") for f in s["only"]}
     else:
         rows = pq.read_table(report_dir / "verdicts.parquet").to_pylist()
-        flags = {f"{axis}={row[axis]}" for row in rows if row["verdict"] == compare.REGRESSION
-                 for axis in compare.AXIS_COLUMNS}
+        flags = {f"{axis}={row[axis]}" for row in rows if _screened(row) for axis in compare.AXIS_COLUMNS}
     return [arg for flag in sorted(flags) for arg in ("--only", flag)]
+
+
+def _screened(row: dict) -> bool:
+    if row["verdict"] == compare.REGRESSION:
+        return True
+    effect, p = row.get("effect_pct"), row.get("p_value")
+    return effect is not None and p is not None and effect < 0 and p <= SCREEN_P
 
 
 def recorded_code(run_dir: Path | None) -> str | None:

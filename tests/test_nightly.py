@@ -87,14 +87,21 @@ def _run_folder(path: Path, environment: dict, rows: list[dict]) -> Path:
 
 
 def test_targets_are_the_regressions_of_a_baseline_report_or_the_suspects_of_a_screen(tmp_path):
-    axes = {"memory_format": "nchw", "precision": "fp32", "world_size": 1, "grad_accum": 1}
+    axes = {"memory_format": "nchw", "precision": "fp32", "world_size": 1, "grad_accum": 1, "effect_pct": None,
+            "p_value": None}
     table = pa.Table.from_pylist([{"verdict": "regression", "backend": "pytorch", **axes},
                                   {"verdict": "unchanged", "backend": "synthetic", **axes},
-                                  {"verdict": "regression", "backend": "dali-cpu", **axes}])
+                                  {"verdict": "regression", "backend": "dali-cpu", **axes},
+                                  {"verdict": "unchanged", "backend": "dali-gpu", **axes | {"effect_pct": -2.0,
+                                   "p_value": 0.15}},  # a slowdown the loose screen sends to the A/B
+                                  {"verdict": "unchanged", "backend": "synthetic", **axes | {"effect_pct": -2.0,
+                                   "p_value": 0.3}},
+                                  {"verdict": "unchanged", "backend": "synthetic", **axes | {"effect_pct": 2.0,
+                                   "p_value": 0.01}}])
     pq.write_table(table, tmp_path / "verdicts.parquet")
     assert nightly.targets(tmp_path) == [
-        "--only", "backend=dali-cpu", "--only", "backend=pytorch", "--only", "grad_accum=1",
-        "--only", "memory_format=nchw", "--only", "precision=fp32", "--only", "world_size=1"]
+        "--only", "backend=dali-cpu", "--only", "backend=dali-gpu", "--only", "backend=pytorch",
+        "--only", "grad_accum=1", "--only", "memory_format=nchw", "--only", "precision=fp32", "--only", "world_size=1"]
     store.write_json(tmp_path / "suspects.json", [{"cell_id": "c", "only": ["backend=synthetic", "precision=bf16"]}])
     assert nightly.targets(tmp_path) == ["--only", "backend=synthetic", "--only", "precision=bf16"]
 
