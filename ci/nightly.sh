@@ -31,6 +31,7 @@ REPEATS=${NVBENCH_REPEATS-10}         # repeats per cell (one process each); emp
 RUN_ARGS=${NVBENCH_RUN_ARGS:-}        # e.g. "--fire-drill 10" for a monthly drill: the job must fail
 REPORT_ARGS=${NVBENCH_REPORT_ARGS:-}  # e.g. "--floor 2"
 CONFIRM=${NVBENCH_CONFIRM:-auto}     # auto | interleaved | sequential (see above)
+CONFIRM_REPEATS=${NVBENCH_CONFIRM_REPEATS:-$REPEATS}  # repeats per side of an A/B confirmation
 RUN_ID=${NVBENCH_RUN_ID:-nightly-$(date -u +%Y%m%d-%H%M%S)}
 RUN=$REPORTS/$RUN_ID
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -63,7 +64,8 @@ confirm_ab() {
   fi
   log "confirming by A/B: A = $sha (baseline), B = tonight${head:+ ($head)}: $*"
   # shellcheck disable=SC2086  # RUN_ARGS and REPORT_ARGS are lists of flags
-  nvbench ab "$MATRIX" --a-checkout "$src" --out "$out" "$@" $RUN_ARGS --fail-on-regression $REPORT_ARGS
+  nvbench ab "$MATRIX" --a-checkout "$src" --out "$out" "$@" $RUN_ARGS ${CONFIRM_REPEATS:+--repeats "$CONFIRM_REPEATS"} \
+    --fail-on-regression $REPORT_ARGS
   rc=$?
   git -C "$ROOT" worktree remove --force "$src" >/dev/null 2>&1
   if [ "$rc" -ge 2 ] || ! python -m harness.nightly ran "$out"; then

@@ -60,9 +60,10 @@ def recorded_code(run_dir: Path | None) -> str | None:
 
 
 def unusable_side(ab_dir: Path) -> str | None:
-    """Why an A/B run confirms nothing (a side with a cell that has no ok repeat), or None."""
+    """Why an A/B run confirms nothing (a side with a cell that has no ok repeat), or None. Cells skipped
+    on this machine (a GPU cell on a CPU box, caught by the widened --only filters) do not count."""
     runs = {side: compare.load_run(ab_dir / side) for side in ("a", "b")}
-    cells = {row["cell_id"] for run in runs.values() for row in run.rows}
+    cells = {row["cell_id"] for run in runs.values() for row in run.rows if row["status"] != "skipped"}
     for side, run in runs.items():
         ok = {row["cell_id"] for row in run.rows if row["status"] == "ok"}
         if missing := sorted(cells - ok):

@@ -115,8 +115,9 @@ def test_code_is_the_recorded_commit_only_when_clean_and_ran_needs_an_ok_repeat_
     assert nightly.recorded_code(dirty) is None
     assert nightly.recorded_code(_run_folder(tmp_path / "installed", {}, [ok])) is None
 
-    _run_folder(tmp_path / "ab" / "a", {}, [ok, crashed])
-    _run_folder(tmp_path / "ab" / "b", {}, [crashed, crashed])
+    skipped = {"cell_id": "gpu-only", "status": "skipped"}
+    _run_folder(tmp_path / "ab" / "a", {}, [ok, crashed, skipped])
+    _run_folder(tmp_path / "ab" / "b", {}, [crashed, crashed, skipped])
     assert nightly.unusable_side(tmp_path / "ab").endswith("no ok repeat of c1 (see its logs/)")
     assert nightly.main(["ran", str(tmp_path / "ab")]) == 1
     runner.write_row(tmp_path / "ab" / "b", "row9", ok)
