@@ -174,34 +174,45 @@ def _draws(rng, base_pool: list[dict], cand_pool: list[dict] | None, n: int, tri
 
 
 def _pipeline_draws(rng, a_rows: list[dict], x_rows: list[dict] | None, n: int, m: int, trials: int, env: dict,
-                    th: Thresholds) -> np.ndarray:
+                    th: Thresholds) -> np.ndarray | None:
     """trials x (screen change %, significant, p; confirmation change %, significant, p): ci/nightly.sh
     with an A/B confirmation. The screen judges n candidate repeats from the later half of the session
-    against n baseline repeats from the earlier half (a baseline from an earlier night); the confirmation
-    judges m further candidate repeats against m further unchanged repeats, none used by the screen, drawn
-    across the session, where every pool was interleaved (the A/B: baseline's code and tonight's in turn).
-    x_rows None: the candidate is the unchanged code (a false alarm is a confirmed regression)."""
+    against n unchanged repeats from the earlier half (a baseline from an earlier night). The confirmation
+    is an interleaved A/B: m rounds of the collection (every round ran one repeat of every pool, in random
+    order), each giving a candidate repeat and an unchanged one from the same round, none used by the
+    screen. x_rows None: the candidate is the unchanged code too (a1 against a2 of a round, sides drawn
+    at random), so a confirmed regression is a false alarm. None when the pools have too few rounds (a
+    draw whose screen leaves fewer than m usable rounds is drawn again, up to 10 x trials attempts)."""
+    a_by_round: dict[int, list[dict]] = {}
+    for r in a_rows:
+        a_by_round.setdefault(r["repeat"], []).append(r)
     early, late = _halves(a_rows)
-    x_early, x_late = _halves(x_rows) if x_rows is not None else (None, None)
+    cand_pool = late if x_rows is None else _halves(x_rows)[1]
+    x_by_round = {r["repeat"]: r for r in x_rows} if x_rows is not None else {}
     out = np.empty((trials, 6))
-    for t in range(trials):
-        base = rng.choice(len(early), n, replace=False)
-        used = {id(early[i]) for i in base}
-        if x_rows is None:
-            cand = [late[i] for i in rng.choice(len(late), n, replace=False)]
-            used |= {id(r) for r in cand}
-            rest = [r for r in a_rows if id(r) not in used]
-            pick = rng.choice(len(rest), 2 * m, replace=False)
-            a2, x2 = [rest[i] for i in pick[:m]], [rest[i] for i in pick[m:]]
-        else:
-            cand = [x_late[i] for i in rng.choice(len(x_late), n, replace=False)]
-            rest_a = [r for r in a_rows if id(r) not in used]
-            rest_x = [r for r in x_rows if id(r) not in {id(c) for c in cand}]
-            a2 = [rest_a[i] for i in rng.choice(len(rest_a), m, replace=False)]
-            x2 = [rest_x[i] for i in rng.choice(len(rest_x), m, replace=False)]
+    t = attempts = 0
+    while t < trials:
+        attempts += 1
+        if attempts > 10 * trials:
+            return None
+        base = [early[i] for i in rng.choice(len(early), n, replace=False)]
+        cand = [cand_pool[i] for i in rng.choice(len(cand_pool), n, replace=False)]
+        used = {id(r) for r in base + cand}
+        pairs = []
+        for k in rng.permutation(sorted(a_by_round)):
+            free = [r for r in a_by_round[k] if id(r) not in used]
+            if x_rows is None and len(free) >= 2:
+                pairs.append(tuple(free[i] for i in rng.permutation(len(free))[:2]))
+            elif x_rows is not None and free and k in x_by_round and id(x_by_round[k]) not in used:
+                pairs.append((free[rng.integers(len(free))], x_by_round[k]))
+            if len(pairs) == m:
+                break
+        if len(pairs) < m:  # the screen took both unchanged repeats of too many rounds: draw again
+            continue
         th_t = dataclasses.replace(th, seed=t)
-        out[t, :3] = _trial(_relabel([early[i] for i in base]), _relabel(cand), env, th_t)
-        out[t, 3:] = _trial(_relabel(a2), _relabel(x2), env, th_t)
+        out[t, :3] = _trial(_relabel(base), _relabel(cand), env, th_t)
+        out[t, 3:] = _trial(_relabel([a for a, _ in pairs]), _relabel([x for _, x in pairs]), env, th_t)
+        t += 1
     return out
 
 
@@ -228,7 +239,7 @@ def simulate(a_rows: list[dict], drill_rows: dict[str, list[dict]], env: dict, *
     """Per-trial outcomes with n repeats per side: A/A random split, A/A later-vs-earlier half (drift
     within the session), A/B for every drill pool, and the nightly pipeline (screen against an earlier
     baseline, then an A/B confirmation of `confirm` repeats a side, 0: n) for the unchanged code and
-    every drill pool where the pools are large enough."""
+    every drill pool where the pools have rounds enough."""
     rng = np.random.default_rng(seed)
     early, late = _halves(a_rows)
     out = {"aa": _draws(rng, a_rows, None, n, trials, env, th)}
@@ -238,11 +249,12 @@ def simulate(a_rows: list[dict], drill_rows: dict[str, list[dict]], env: dict, *
         if len(rows) >= n:
             out[name] = _draws(rng, a_rows, rows, n, trials, env, th)
     m = confirm or n
-    if len(a_rows) >= 2 * (n + m) and min(len(early), len(late)) >= n:
-        out["nightly_aa"] = _pipeline_draws(rng, a_rows, None, n, m, trials, env, th)
-        for name, rows in drill_rows.items():
-            if len(rows) >= n + m and len(rows) - len(rows) // 2 >= n:
-                out[f"nightly_{name}"] = _pipeline_draws(rng, a_rows, rows, n, m, trials, env, th)
+    if min(len(early), len(late)) >= n:
+        for name, rows in {"aa": None, **drill_rows}.items():
+            if rows is None or len(rows) - len(rows) // 2 >= n:
+                draws = _pipeline_draws(rng, a_rows, rows, n, m, trials, env, th)
+                if draws is not None:
+                    out[f"nightly_{name}"] = draws
     return out
 
 
@@ -339,7 +351,8 @@ def render(results: dict) -> str:
         if pipeline:
             m = results.get("confirm") or size["n"]
             lines += [f"n = {size['n']}, the nightly pipeline (screen: n later-half repeats against n earlier-half "
-                      f"ones; confirmation: an A/B of {m} + {m} further repeats). Job fails after a strict screen "
+                      f"ones; confirmation: an A/B of {m} rounds, each an unchanged and a candidate repeat). "
+                      f"Job fails after a strict screen "
                       f"(a `regression` verdict) / a loose one (a slowdown with p <= {SCREEN_P:g}); in brackets "
                       "the share of trials the screen sent to the A/B:", "",
                       "| floor | " + " | ".join("A/A fails" if k == "nightly_aa" else f"detect {k[8:]}"
