@@ -21,6 +21,10 @@ afterwards, so one set of trials gives the rates for every floor in --floors):
               code, but time has passed, as between a baseline and a nightly run;
   A/B:        n unchanged repeats as baseline, n of a fire-drill pool as candidate: `regression` is a
               detection.
+  nightly:    ci/nightly.sh's pipeline where the code changed: a screen (n later-half candidate repeats
+              against n earlier-half unchanged ones), then an interleaved A/B of --confirm-repeats
+              rounds not used by the screen; the job fails on a regression the A/B confirms. Reported
+              for a strict screen (`regression`) and the nightly's loose one (harness.nightly).
 The realised slowdown of each drill pool (its mean vs the unchanged pools) is printed next to the nominal,
 with how well the probe tracks each pool (correlation of log throughput with log probe time, and the CV
 left after regressing it out), and for each n the smallest floor that keeps both A/A settings at <= 1 %
