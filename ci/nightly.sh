@@ -18,7 +18,8 @@
 # decides. Otherwise (same code, or not re-creatable) history suspects get a sequential rerun judged
 # against the newest past run, and a baseline verdict stands as it is (only a `regression` fails).
 # `interleaved` confirms by A/B even when the code is the same (a slower machine alone then never
-# fails the job); `sequential` never uses A/B.
+# fails the job); `every` skips the screen: every cell, every night, is judged by the A/B against the
+# baseline's commit (twice the night's cost, the A/B's full reach); `sequential` never uses A/B.
 # Tonight's run is then linked into the history. Exit: 0 ok; 1 confirmed regression or failed cells;
 # 2 bad input; 130 interrupted.
 set -uo pipefail
@@ -30,13 +31,13 @@ HISTORY=${NVBENCH_HISTORY:-$REPORTS/history}
 REPEATS=${NVBENCH_REPEATS-10}         # repeats per cell (one process each); empty = the matrix's run.repeats
 RUN_ARGS=${NVBENCH_RUN_ARGS:-}        # e.g. "--fire-drill 10" for a monthly drill: the job must fail
 REPORT_ARGS=${NVBENCH_REPORT_ARGS:-}  # e.g. "--floor 2"
-CONFIRM=${NVBENCH_CONFIRM:-auto}     # auto | interleaved | sequential (see above)
+CONFIRM=${NVBENCH_CONFIRM:-auto}     # auto | interleaved | every | sequential (see above)
 CONFIRM_REPEATS=${NVBENCH_CONFIRM_REPEATS:-$REPEATS}  # repeats per side of an A/B confirmation
 RUN_ID=${NVBENCH_RUN_ID:-nightly-$(date -u +%Y%m%d-%H%M%S)}
 RUN=$REPORTS/$RUN_ID
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-case "$CONFIRM" in auto|interleaved|sequential) ;;
-  *) echo "nightly: NVBENCH_CONFIRM=$CONFIRM: must be auto, interleaved or sequential" >&2; exit 2 ;;
+case "$CONFIRM" in auto|interleaved|every|sequential) ;;
+  *) echo "nightly: NVBENCH_CONFIRM=$CONFIRM: must be auto, interleaved, every or sequential" >&2; exit 2 ;;
 esac
 
 log() { echo "nightly: $*" >&2; }
@@ -50,6 +51,7 @@ publish() {  # GitHub Actions: Markdown as the job summary, the report folder as
 confirm_ab() {
   local base=$1 out=$2 sha head src rc
   shift 2
+  if [ "${1:-}" = --only-all ]; then shift; fi  # NVBENCH_CONFIRM=every: no filter, every cell
   [ "$CONFIRM" != sequential ] || return 3
   sha=$(python -m harness.nightly code "$base") || return 3
   if [ -z "$sha" ]; then log "the baseline's commit is not recorded clean: no A/B confirmation"; return 3; fi
@@ -92,9 +94,11 @@ if [ -e "$BASELINE" ]; then
   report_rc=$?
   publish "$RUN/report"
   only=$(python -m harness.nightly targets "$RUN/report" 2>/dev/null)
-  if [ "$report_rc" -le 1 ] && [ -n "$only" ]; then
+  ab_only=$only
+  if [ "$CONFIRM" = every ]; then ab_only="--only-all"; fi
+  if [ "$report_rc" -le 1 ] && [ -n "$ab_only" ]; then
     # shellcheck disable=SC2086  # the targets are a list of flags
-    confirm_ab "$BASELINE" "$RUN-ab" $only
+    confirm_ab "$BASELINE" "$RUN-ab" $ab_only
     ab_rc=$?
     if [ "$ab_rc" -ne 3 ]; then report_rc=$ab_rc; fi
   fi
@@ -105,11 +109,13 @@ elif [ -d "$HISTORY" ] && [ -n "$(ls -A "$HISTORY" 2>/dev/null)" ]; then
   report_rc=$?
   publish "$RUN/report"
   only=$(python -m harness.nightly targets "$RUN/report" 2>/dev/null)
+  ab_only=$only
+  if [ "$CONFIRM" = every ]; then ab_only="--only-all"; fi
   previous=$(ls -1d "$HISTORY"/*/ 2>/dev/null | sort | tail -n 1)
   ab_rc=3
-  if [ "$report_rc" -eq 0 ] && [ -n "$only" ] && [ -n "$previous" ]; then
+  if [ "$report_rc" -eq 0 ] && [ -n "$ab_only" ] && [ -n "$previous" ]; then
     # shellcheck disable=SC2086
-    confirm_ab "$previous" "$RUN-ab" $only
+    confirm_ab "$previous" "$RUN-ab" $ab_only
     ab_rc=$?
     if [ "$ab_rc" -ne 3 ]; then report_rc=$ab_rc; fi
   fi

@@ -1,7 +1,8 @@
 """ci/nightly.sh end to end with real cells: a night without a baseline only describes and joins the
 history; a fire drill against a promoted baseline fails the job with a confirmed regression and stays
 out of the history, confirmed sequentially and by an interleaved A/B against a worktree of the
-baseline's commit; plus harness.nightly, the helper that picks the targets and the baseline's code."""
+baseline's commit (on a screen's targets, or on every cell); plus harness.nightly, the helper that
+picks the targets and the baseline's code."""
 
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ def night(matrix: Path, reports: Path, run_id: str, **extra: str) -> subprocess.
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
                NVBENCH_MATRIX=str(matrix), NVBENCH_REPORTS=str(reports), NVBENCH_RUN_ID=run_id,
                # 3 + 3 repeats keep the test short; an exact permutation test of 3 + 3 can reach p = 0.1
-               NVBENCH_REPEATS="3", NVBENCH_REPORT_ARGS="--min-repeats 3 --fdr 0.1", **extra)
+               NVBENCH_REPEATS="3", NVBENCH_REPORT_ARGS="--min-repeats 3 --fdr 0.1")
+    env.update(extra)
     env.pop("GITHUB_STEP_SUMMARY", None)
     env.pop("GITHUB_OUTPUT", None)
     return subprocess.run(["bash", str(ROOT / "ci" / "nightly.sh")], capture_output=True, text=True, env=env,
@@ -58,7 +60,7 @@ def test_nightly_describes_then_fails_on_a_fire_drill(tmp_path, tiny_matrix):
     assert not (reports / "night2-ab").exists()  # same code: the baseline verdict stands
 
     bad = night(matrix, reports, "night3", NVBENCH_CONFIRM="sometimes")
-    assert bad.returncode == 2 and "NVBENCH_CONFIRM=sometimes: must be auto, interleaved or sequential" in bad.stderr
+    assert bad.returncode == 2 and "NVBENCH_CONFIRM=sometimes: must be auto, interleaved, every" in bad.stderr
     assert not (reports / "night3").exists()
     if same_code is None:
         pytest.skip("the A/B confirmation checks out the baseline's commit: needs a clean git checkout")
@@ -75,6 +77,15 @@ def test_nightly_describes_then_fails_on_a_fire_drill(tmp_path, tiny_matrix):
     drilled = {side: {r["fire_drill_pct"] for r in store.read_cells(reports / "night4-ab" / side).to_pylist()}
                for side in ("a", "b")}
     assert drilled == {"a": {0.0}, "b": {200.0}}
+
+    # NVBENCH_CONFIRM=every: no screen, the A/B judges every cell (here at the default thresholds, so
+    # 2 + 2 repeats are `insufficient data` and cannot fail by chance)
+    quiet = night(matrix, reports, "night5", NVBENCH_CONFIRM="every", NVBENCH_REPORT_ARGS="", NVBENCH_REPEATS="2")
+    assert quiet.returncode == 0, quiet.stdout + quiet.stderr
+    assert "confirming by A/B" in quiet.stderr
+    (verdict,) = pq.read_table(reports / "night5-ab" / "report" / "verdicts.parquet").to_pylist()
+    assert verdict["verdict"] == "insufficient data" and verdict["num_candidate"] == 2
+    assert (reports / "history" / "night5").is_symlink()
 
 
 def _run_folder(path: Path, environment: dict, rows: list[dict]) -> Path:
