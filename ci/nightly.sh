@@ -70,6 +70,7 @@ confirm_ab() {
     --fail-on-regression $REPORT_ARGS
   rc=$?
   git -C "$ROOT" worktree remove --force "$src" >/dev/null 2>&1
+  if [ "$rc" -eq 130 ]; then log "interrupted during the A/B confirmation (rows so far in $out)"; exit 130; fi
   if [ "$rc" -ge 2 ] || ! python -m harness.nightly ran "$out"; then
     log "the A/B confirmation did not run (exit $rc): no A/B confirmation"; return 3
   fi
