@@ -41,6 +41,12 @@ def _env_and_caps(device: str):
     return env, env_key(env), probe_capabilities(device, env)
 
 
+def _fire_drill_problem(pct: float | None) -> str | None:
+    if pct is not None and not 0 < pct <= 1000:
+        return f"--fire-drill {pct:g}: must be a percentage in (0, 1000]"
+    return None
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from harness import runner
     from harness.matrix import expand
@@ -49,8 +55,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                         or args.repeats is not None):
         return _bad_input(["--resume takes the run folder alone (its plan fixes matrix, filters, --smoke, "
                            "--repeats and --fire-drill)"])
-    if args.fire_drill is not None and not 0 < args.fire_drill <= 1000:
-        return _bad_input([f"--fire-drill {args.fire_drill:g}: must be a percentage in (0, 1000]"])
+    if problem := _fire_drill_problem(args.fire_drill):
+        return _bad_input([problem])
     if args.resume:
         run_dir = Path(args.resume)
         if not (run_dir / runner.PLAN).is_file():
@@ -196,8 +202,8 @@ def cmd_ab(args: argparse.Namespace) -> int:
         thresholds = _thresholds(args)
         matrix = with_repeats(load_matrix(args.matrix), args.repeats)
         cells = expand(matrix, smoke=args.smoke, only=args.only)
-        if args.fire_drill is not None and not 0 < args.fire_drill <= 1000:
-            raise ValueError(f"--fire-drill {args.fire_drill:g}: must be a percentage in (0, 1000]")
+        if problem := _fire_drill_problem(args.fire_drill):
+            raise ValueError(problem)
         pythons = {"a": ab.resolve_python(args.a), "b": ab.resolve_python(args.b)}
         checkouts = {name: ab.resolve_checkout(path) if path else None
                      for name, path in (("a", args.a_checkout), ("b", args.b_checkout))}

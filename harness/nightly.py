@@ -1,4 +1,4 @@
-"""Two questions ci/nightly.sh asks before it confirms a verdict with an interleaved A/B run:
+"""What ci/nightly.sh asks before and after it confirms a verdict with an interleaved A/B run:
 
     python -m harness.nightly targets REPORT_DIR   # the --only flags of the cells to confirm (empty: none)
     python -m harness.nightly code [RUN_DIR]       # the commit of the run's harness (no RUN_DIR: this
