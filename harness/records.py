@@ -67,6 +67,11 @@ CELL_COLUMNS: tuple[Column, ...] = (
     _c("step_time_mean_s", F, "s", "Mean measured step time (rank 0; CUDA events on GPU)."),
     _c("step_time_median_s", F, "s", "Median measured step time (rank 0)."),
     _c("step_time_cv", F, "", "Coefficient of variation of measured step times (rank 0)."),
+    _c("step_time_p10_s", F, "s", "10th percentile of measured step times (rank 0): the fast steps, which "
+       "interference from other processes seldom reaches."),
+    _c("fast_step_img_per_s", F, "images/s", "Global images per step / step_time_p10_s: the speed of the fast "
+       "steps. The comparison's second metric (far less noisy than throughput on a shared machine; blind to "
+       "a slowdown of a few steps)."),
     _c("data_wait_s", F, "s", "Host time blocked on the loader in the window (mean over ranks)."),
     _c("data_wait_frac", F, "", "data_wait_s / window_s."),
     _c("is_steady", B, "", "No trend or level shift inside the window (Mann-Kendall + Pettitt)."),

@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
@@ -58,6 +59,12 @@ def test_end_to_end_run_reads_back_with_pyarrow_and_duckdb(tiny_matrix, tmp_path
     assert len(steps) == 8 * (1 + 3)
     assert sum(s["is_warmup"] for s in steps) == 8
     assert all(s["step_time_s"] > 0 and s["rank"] == 0 for s in steps)
+    for row in cells.to_pylist():  # the fast-step rate is computed from the very step times stored
+        measured = [s["step_time_s"] for s in steps if s["cell_id"] == row["cell_id"] and s["repeat"] == row["repeat"]
+                    and not s["is_warmup"]]
+        assert row["step_time_p10_s"] == pytest.approx(float(np.quantile(measured, 0.1)))
+        assert row["fast_step_img_per_s"] == pytest.approx(4 / row["step_time_p10_s"])
+        assert row["step_time_p10_s"] <= row["step_time_median_s"]
     # the machine-speed probe (CPU, run.speed_probe on by default): after every measured step of a short
     # window, outside the step times, and its time is not in window_s either
     for row in cells.to_pylist():

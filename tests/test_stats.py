@@ -43,6 +43,37 @@ def test_ratio_of_sums_rejects_bad_input(images, seconds, match):
         stats.ratio_of_sums_throughput(images, seconds)
 
 
+# --- fast-step rate ---------------------------------------------------------------------------
+
+
+def test_fast_step_rate_is_images_over_the_tenth_percentile_step_time():
+    # 1..10 s: numpy's linear 10th percentile sits 0.9 of the way from the 1st to the 2nd value, 1.9 s
+    assert stats.fast_step_rate(np.arange(1.0, 11.0), 19.0) == pytest.approx(10.0)
+    assert stats.FAST_STEP_QUANTILE == 0.1
+
+
+def test_fast_step_rate_ignores_interference_that_only_slows_some_steps():
+    rng = np.random.default_rng(0)
+    quiet = np.full(300, 0.1) * rng.uniform(1.0, 1.01, 300)
+    disturbed = quiet.copy()
+    disturbed[rng.choice(300, 150, replace=False)] *= 1.5  # half the steps shared the core with a neighbour
+    assert stats.ratio_of_sums_throughput(np.full(300, 16.0), disturbed) < 0.85 * 160
+    assert stats.fast_step_rate(disturbed, 16) == pytest.approx(stats.fast_step_rate(quiet, 16), rel=0.005)
+    # a slower step everywhere (the code's own slowdown) moves it as much as it moves the mean
+    assert stats.fast_step_rate(disturbed * 1.05, 16) == pytest.approx(stats.fast_step_rate(disturbed, 16) / 1.05)
+
+
+@pytest.mark.parametrize(
+    ("times", "images", "match"),
+    [([], 16, r"step_times: empty"), ([0.1, 0.0], 16, r"step_times\[1\] = 0.0"),
+     ([0.1], 0, r"images_per_step must be a positive finite number"),
+     ([0.1], math.nan, r"images_per_step must be a positive finite number")],
+)
+def test_fast_step_rate_rejects_bad_input(times, images, match):
+    with pytest.raises(ValueError, match=match):
+        stats.fast_step_rate(times, images)
+
+
 # --- t interval and batch means ---------------------------------------------------------------
 
 
