@@ -51,12 +51,13 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pyarrow.parquet as pq
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from harness import compare, runner  # noqa: E402
-from harness.compare import IMPROVEMENT, REGRESSION, RunData, Thresholds  # noqa: E402
+from harness import compare, runner, stats  # noqa: E402
+from harness.compare import RunData, Thresholds  # noqa: E402
 from harness.nightly import SCREEN_P  # noqa: E402  the nightly's loose screen
 
 MATRIX = """\
@@ -139,23 +140,42 @@ def _log(message: str) -> None:
 
 
 def _rows(run: RunData) -> list[dict]:
-    return [dict(r) for r in run.rows if r["status"] == "ok"]
+    """The ok rows of a pool; rows from before nvbench recorded the fast-step rate get it from their step
+    file, computed as the worker computes it (stats.fast_step_rate over the measured steps)."""
+    rows = [dict(r) for r in run.rows if r["status"] == "ok"]
+    for r in rows:
+        if not (r.get("fast_step_img_per_s") or 0) > 0:
+            steps = pq.read_table(Path(run.path) / "steps" / f"{r['cell_id']}-r{r['repeat']}.parquet").to_pandas()
+            measured = steps[~steps["is_warmup"] & (steps["rank"] == 0)]["step_time_s"].to_numpy()
+            r["fast_step_img_per_s"] = stats.fast_step_rate(measured, r["images_measured"] / r["num_measure_steps"])
+    return rows
 
 
 def _as_run(rows: list[dict], run_id: str, env: dict) -> RunData:
     return RunData(path=run_id, run_id=run_id, created_at="", environment=env, rows=tuple(rows))
 
 
-def _trial(base_rows: list[dict], cand_rows: list[dict], env: dict, th: Thresholds) -> tuple[float, bool, float]:
-    """(change in %, significant, p-value): the verdict's ingredients before the floor is applied.
+TRIAL = ("throughput change %", "throughput significant", "fast-step change %", "fast-step significant",
+         "cell p-value", "decided change %")
+"""What one trial keeps: the verdict's ingredients before the floor is applied (fast-step columns NaN /
+0 when the comparison tested throughput alone)."""
 
-    Judged with floor 0, so one set of trials serves every floor: `regression` = significant and
-    change <= -floor, exactly the rule of compare._decide.
-    """
+
+def _trial(base_rows: list[dict], cand_rows: list[dict], env: dict, th: Thresholds) -> tuple[float, ...]:
+    """One comparison judged by compare.compare_runs, as TRIAL. A metric is significant as in
+    compare._decide (Holm within the cell at the level of a one-cell family, fdr_q) with its interval
+    excluding 0, so one set of trials serves every floor: `regression` at floor F = some metric
+    significant with change <= -F, exactly the rule of compare._decide."""
     comparison = compare.compare_runs(_as_run(cand_rows, "cand", env), _as_run(base_rows, "base", env),
                                       dataclasses.replace(th, floor_pct=0.0))
     (v,) = comparison.verdicts
-    return v.effect_pct, v.verdict in (REGRESSION, IMPROVEMENT), v.p_value
+    metrics = [(v.throughput_p_value, v.effect_pct, v.ci_low_pct, v.ci_high_pct)]
+    if v.fast_p_value is not None:
+        metrics.append((v.fast_p_value, v.fast_effect_pct, v.fast_ci_low_pct, v.fast_ci_high_pct))
+    held = compare.holm_within([m[0] for m in metrics], th.fdr_q)
+    sig = [h and (high < 0 or low > 0) for h, (_, _, low, high) in zip(held, metrics)]
+    fast = (metrics[1][1], sig[1]) if len(metrics) > 1 else (np.nan, False)
+    return v.effect_pct, sig[0], *fast, v.p_value, v.decided_effect_pct
 
 
 def _relabel(rows: list[dict]) -> list[dict]:
@@ -165,7 +185,7 @@ def _relabel(rows: list[dict]) -> list[dict]:
 def _draws(rng, base_pool: list[dict], cand_pool: list[dict] | None, n: int, trials: int, env: dict,
            th: Thresholds) -> np.ndarray:
     """trials x (change %, significant). cand_pool None: A/A, 2n distinct repeats of base_pool split n | n."""
-    out = np.empty((trials, 3))
+    out = np.empty((trials, len(TRIAL)))
     for t in range(trials):
         if cand_pool is None:
             pick = rng.choice(len(base_pool), 2 * n, replace=False)
@@ -179,7 +199,7 @@ def _draws(rng, base_pool: list[dict], cand_pool: list[dict] | None, n: int, tri
 
 def _pipeline_draws(rng, a_rows: list[dict], x_rows: list[dict] | None, n: int, m: int, trials: int, env: dict,
                     th: Thresholds) -> np.ndarray | None:
-    """trials x (screen change %, significant, p; confirmation change %, significant, p): ci/nightly.sh
+    """trials x (TRIAL of the screen, TRIAL of the confirmation): ci/nightly.sh
     with an A/B confirmation. The screen judges n candidate repeats from the later half of the session
     against n unchanged repeats from the earlier half (a baseline from an earlier night). The confirmation
     is an interleaved A/B: m rounds of the collection (every round ran one repeat of every pool, in random
@@ -193,7 +213,8 @@ def _pipeline_draws(rng, a_rows: list[dict], x_rows: list[dict] | None, n: int, 
     early, late = _halves(a_rows)
     cand_pool = late if x_rows is None else _halves(x_rows)[1]
     x_by_round = {r["repeat"]: r for r in x_rows} if x_rows is not None else {}
-    out = np.empty((trials, 6))
+    width = len(TRIAL)
+    out = np.empty((trials, 2 * width))
     t = attempts = 0
     while t < trials:
         attempts += 1
@@ -214,8 +235,8 @@ def _pipeline_draws(rng, a_rows: list[dict], x_rows: list[dict] | None, n: int, 
         if len(pairs) < m:  # the screen took both unchanged repeats of too many rounds: draw again
             continue
         th_t = dataclasses.replace(th, seed=t)
-        out[t, :3] = _trial(_relabel(base), _relabel(cand), env, th_t)
-        out[t, 3:] = _trial(_relabel([a for a, _ in pairs]), _relabel([x for _, x in pairs]), env, th_t)
+        out[t, :width] = _trial(_relabel(base), _relabel(cand), env, th_t)
+        out[t, width:] = _trial(_relabel([a for a, _ in pairs]), _relabel([x for _, x in pairs]), env, th_t)
         t += 1
     return out
 
@@ -225,14 +246,26 @@ def _halves(rows: list[dict]) -> tuple[list[dict], list[dict]]:
     return by_time[: len(by_time) // 2], by_time[len(by_time) // 2:]
 
 
+def _calls(trial: np.ndarray, floor_pct: float) -> tuple[np.ndarray, np.ndarray]:
+    """(any verdict other than unchanged, a regression) per trial at this floor."""
+    alarm = np.zeros(trial.shape[0], dtype=bool)
+    regression = alarm.copy()
+    for effect, significant in ((trial[:, 0], trial[:, 1]), (trial[:, 2], trial[:, 3])):
+        significant = significant.astype(bool)
+        with np.errstate(invalid="ignore"):  # NaN: the metric was not tested
+            alarm |= significant & (np.abs(effect) >= floor_pct)
+            regression |= significant & (effect <= -floor_pct)
+    return alarm, regression
+
+
 def rates(draws: np.ndarray, floor_pct: float) -> dict[str, float]:
-    effect, significant = draws[:, 0], draws[:, 1].astype(bool)
-    out = {"alarm": float(np.mean(significant & (np.abs(effect) >= floor_pct))),
-           "regression": float(np.mean(significant & (effect <= -floor_pct)))}
-    if draws.shape[1] == 6:  # a nightly pipeline: the job fails on a regression confirmed by the A/B
-        strict = significant & (effect <= -floor_pct)
-        loose = strict | ((effect < 0) & (draws[:, 2] <= SCREEN_P))
-        confirmed = draws[:, 4].astype(bool) & (draws[:, 3] <= -floor_pct)
+    k = len(TRIAL)
+    alarm, regression = _calls(draws[:, :k], floor_pct)
+    out = {"alarm": float(np.mean(alarm)), "regression": float(np.mean(regression))}
+    if draws.shape[1] == 2 * k:  # a nightly pipeline: the job fails on a regression confirmed by the A/B
+        strict = regression
+        loose = strict | ((draws[:, 5] < 0) & (draws[:, 4] <= SCREEN_P))  # as harness.nightly.targets
+        confirmed = _calls(draws[:, k:], floor_pct)[1]
         out |= {"screen_strict": float(np.mean(strict)), "screen_loose": float(np.mean(loose)),
                 "fail_strict": float(np.mean(strict & confirmed)), "fail_loose": float(np.mean(loose & confirmed))}
     return out
@@ -275,14 +308,18 @@ def speed_explained(rows: list[dict]) -> tuple[float, float] | tuple[None, None]
 
 def pool_summary(a_rows: list[dict], drill_rows: dict[str, list[dict]]) -> list[dict]:
     a = np.array([r["throughput_img_per_s"] for r in a_rows])
+    a_fast = np.array([r["fast_step_img_per_s"] for r in a_rows])
     out = []
     for name, rows in {"a (a1 + a2)": a_rows, **drill_rows}.items():
         x = np.array([r["throughput_img_per_s"] for r in rows])
+        fast = np.array([r["fast_step_img_per_s"] for r in rows])
         if x.size < 2:
             continue
         corr, resid_cv = speed_explained(rows)
         out.append({"pool": name, "repeats": x.size, "mean_img_per_s": x.mean(), "cv": x.std(ddof=1) / x.mean(),
                     "realised_pct": 100 * (x.mean() / a.mean() - 1),
+                    "fast_cv": fast.std(ddof=1) / fast.mean(),
+                    "fast_realised_pct": 100 * (fast.mean() / a_fast.mean() - 1),
                     "unsteady": sum(r["is_steady"] is False for r in rows),
                     "probe_corr": corr, "adjusted_cv": resid_cv})
     return out
@@ -327,14 +364,17 @@ def render(results: dict) -> str:
     th = results["thresholds"]
     lines = ["Pools (realised = pool mean vs the unchanged pools; probe corr and CV after: correlation of log "
              "throughput with log speed-probe time, and the spread left once it is regressed out):", "",
-             "| pool | repeats | mean img/s | CV | realised change | unsteady | probe corr | CV after |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| pool | repeats | mean img/s | CV | realised change | fast-step CV | fast-step change | unsteady | "
+             "probe corr | CV after |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for p in results["pools"]:
         corr = "-" if p.get("probe_corr") is None else f"{p['probe_corr']:+.2f}"
         after = "-" if p.get("adjusted_cv") is None else f"{100 * p['adjusted_cv']:.1f}%"
         lines.append(f"| {p['pool']} | {p['repeats']} | {p['mean_img_per_s']:.1f} | {100 * p['cv']:.1f}% | "
-                     f"{p['realised_pct']:+.1f}% | {p['unsteady']} | {corr} | {after} |")
+                     f"{p['realised_pct']:+.1f}% | {100 * p['fast_cv']:.1f}% | {p['fast_realised_pct']:+.1f}% | "
+                     f"{p['unsteady']} | {corr} | {after} |")
     adjust = "speed-adjusted where every repeat has a probe" if th.get("speed_adjust") else "not speed-adjusted"
+    adjust += "; throughput and the fast-step rate" if th.get("fast_steps") else "; throughput alone"
     lines += ["", f"Verdicts, {results['trials']} trials per number ({adjust}; FDR q {th['fdr_q']:g}, min repeats "
               f"{th['min_repeats']}{', unsteady repeats left out' if th['exclude_unsteady'] else ''}). A/A: any "
               "alarm (regression or improvement); A/A drift: later half of the session vs the earlier half; "
@@ -391,17 +431,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--exclude-unsteady", action="store_true", help="analyse with unsteady repeats left out")
     p.add_argument("--speed-adjust", action=argparse.BooleanOptionalAction, default=Thresholds().speed_adjust,
                    help="judge adjusted for the machine-speed probe (Thresholds.speed_adjust; default on)")
+    p.add_argument("--fast-steps", action=argparse.BooleanOptionalAction, default=Thresholds().fast_steps,
+                   help="test the fast-step rate beside throughput (Thresholds.fast_steps; default on)")
     args = p.parse_args(argv)
     out = args.analyze or args.out
     if not args.analyze:
         collect(out, repeats=args.repeats, drills=[float(d) for d in args.drills.split(",")],
                 measure_steps=args.measure_steps, malloc=args.malloc, seed=args.seed)
-    th = Thresholds(exclude_unsteady=args.exclude_unsteady, speed_adjust=args.speed_adjust)
+    th = Thresholds(exclude_unsteady=args.exclude_unsteady, speed_adjust=args.speed_adjust, fast_steps=args.fast_steps)
     t0 = time.monotonic()
     results = analyze(out, sizes=[int(x) for x in args.sizes.split(",")], trials=args.trials, seed=args.seed, th=th,
                       floors=[float(x) for x in args.floors.split(",")], confirm=args.confirm_repeats)
     results["analysis_s"] = time.monotonic() - t0
     suffix = (("-steady" if args.exclude_unsteady else "") + ("" if args.speed_adjust else "-unadjusted")
+              + ("" if args.fast_steps else "-throughput")
               + (f"-confirm{args.confirm_repeats}" if args.confirm_repeats else ""))
     (out / f"results{suffix}.json").write_text(json.dumps(results, indent=2, default=float) + "\n")
     table = render(results)

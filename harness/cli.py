@@ -157,7 +157,8 @@ def _thresholds(args: argparse.Namespace):
     from harness.compare import Thresholds
 
     given = {name: getattr(args, name) for name in ("floor_pct", "fdr_q", "min_repeats", "exclude_unsteady",
-                                                     "history_runs", "accuracy_tolerance", "speed_adjust")
+                                                     "history_runs", "accuracy_tolerance", "speed_adjust",
+                                                     "fast_steps")
              if getattr(args, name, None) is not None}
     return Thresholds(**given)
 
@@ -252,6 +253,9 @@ def _add_threshold_flags(p: argparse.ArgumentParser, *, history: bool) -> None:
     p.add_argument("--speed-adjust", action=argparse.BooleanOptionalAction, default=None,
                    help="compare CPU cells at equal machine-speed probe time where every repeat has a probe "
                         "(default on; docs/performance.md)")
+    p.add_argument("--fast-steps", action=argparse.BooleanOptionalAction, default=None,
+                   help="test the fast-step rate beside throughput where every repeat recorded it; either "
+                        "can call a regression (default on; --no-fast-steps: throughput alone)")
     if history:
         p.add_argument("--history-runs", type=int, metavar="N", help="past runs that form the history baseline (10)")
 

@@ -3,7 +3,10 @@ history of past runs. Pure given rows and manifests (`compare_runs`, `screen_his
 `load_history` are the only functions here that read the disk.
 
 A verdict is an effect size with an interval and a practical floor: `regression` only when the whole
-(FDR-adjusted) bootstrap interval of the change lies below zero AND the change is larger than the floor.
+(FDR-adjusted) interval of the change lies below zero AND the change is larger than the floor. Two
+metrics are tested per cell (Bonferroni within the cell, Benjamini-Hochberg across cells): throughput
+(the ratio of sums, the headline) and the fast-step rate (stats.fast_step_rate), which sees through the
+interference of a shared machine; either can call a regression, and the verdict says which did.
 """
 
 from __future__ import annotations
@@ -37,6 +40,9 @@ ACCURACY_BELOW, ACCURACY_ABOVE, ACCURACY_WITHIN, ACCURACY_NA = "below band", "ab
 
 BAD_STATUSES = ("failed", "timeout", "crashed")
 AXIS_COLUMNS = ("backend", "memory_format", "precision", "world_size", "grad_accum")
+THROUGHPUT, FAST_STEPS = "throughput", "fast steps"
+"""The metrics a comparison tests: throughput_img_per_s and fast_step_img_per_s of every repeat."""
+METRIC_COLUMNS = {THROUGHPUT: "throughput_img_per_s", FAST_STEPS: "fast_step_img_per_s"}
 
 DEFAULT_FLOOR_PCT = 3.0
 """Practical floor in %. How it was chosen (benchmarks/detector.py, see the Thresholds docstring): false
@@ -96,6 +102,13 @@ class Thresholds:
     unadjusted effect beside the adjusted one. The detector's 10 % fire drill moved the first probe (/1) by
     2.7 % and made detection collapse; probe /2 starts every probe equally cold and moved by +1.0 % in the
     paired check (benchmarks/speed_probe.py --drill-check), +0.7 / +0.4 % over the two detector collections' pools."""
+    fast_steps: bool = True
+    """Test the fast-step rate (stats.fast_step_rate) beside throughput, where every usable repeat on both
+    sides recorded it: a regression of either, Bonferroni within the cell (each metric at half the level).
+    Measured on the CPU box (benchmarks/detector.py, five collections; docs/performance.md): its repeat-to-
+    repeat CV is 2.1-3.2 % against throughput's 4.3-8.4 %, so a 5 % slowdown of the code is caught far more
+    often at the same number of repeats. Throughput stays the headline and the only metric of history
+    screening; `nvbench report --no-fast-steps` judges on throughput alone."""
     accuracy_tolerance: float = 0.01
     """Top-1 band half-width (absolute, 0.01 = 1 point): an accuracy change counts only beyond it."""
     history_runs: int = 10
@@ -160,7 +173,19 @@ class CellVerdict:
     ci_high_pct: float | None = None
     ci_level: float | None = None
     p_value: float | None = None
+    """The cell's p-value as Benjamini-Hochberg saw it: the smallest of the metrics' p-values times their
+    number (Bonferroni within the cell)."""
     p_adjusted: float | None = None
+    decided_by: str = ""
+    """The metric the verdict rests on (throughput or fast steps); for `unchanged`, the one with the smaller
+    p-value. effect_pct and its interval are always throughput's; fast_* are the fast-step rate's."""
+    throughput_p_value: float | None = None
+    fast_effect_pct: float | None = None
+    fast_ci_low_pct: float | None = None
+    fast_ci_high_pct: float | None = None
+    fast_p_value: float | None = None
+    candidate_fast_img_per_s: float | None = None
+    baseline_fast_img_per_s: float | None = None
     floor_pct: float
     fdr_q: float
     mdc_pct: float | None = None
@@ -195,6 +220,11 @@ class CellVerdict:
     env_diff: str = ""
     candidate_run_id: str = ""
     baseline_run_id: str = ""
+
+    @property
+    def decided_effect_pct(self) -> float | None:
+        """The change of the metric the verdict rests on."""
+        return self.fast_effect_pct if self.decided_by == FAST_STEPS else self.effect_pct
 
     @property
     def is_regression(self) -> bool:
@@ -377,13 +407,26 @@ def accuracy_check(cand: Sequence[Mapping[str, Any]], base: Sequence[Mapping[str
 
 
 @dataclass(slots=True)
-class _Pending:
-    """A cell that reached the bootstrap: its samples and the verdict fields known so far."""
+class _Metric:
+    """One metric of a testable cell: its per-repeat values on both sides and its own p-value."""
 
-    base: dict[str, Any]
+    name: str
     cand: np.ndarray
     baseline: np.ndarray
     p: float = 1.0
+
+
+@dataclass(slots=True)
+class _Pending:
+    """A cell that reached the tests: its samples and the verdict fields known so far."""
+
+    base: dict[str, Any]
+    metrics: list[_Metric]
+    """Throughput first, then the fast-step rate where both sides have it (Thresholds.fast_steps)."""
+    p: float = 1.0
+    """The cell's p-value: the smallest metric p-value times the number of metrics (Bonferroni)."""
+    note: str = ""
+    """Appended to the verdict's reason."""
     cand_probe: np.ndarray | None = None
     """Machine-speed probe seconds of each candidate repeat, when the comparison adjusts for it."""
     base_probe: np.ndarray | None = None
@@ -460,61 +503,137 @@ def _prepare(cid: str, cand_rows: list, base_rows: list | None, candidate: RunDa
                f"(the smallest possible is {smallest_p:.3g}); add repeats")
         return common | {"verdict": INSUFFICIENT, "reason": why}, None
     probes = _probes(cand_ok, base_ok, th)
-    return common, _Pending(base=common, cand=cand_x, baseline=base_x, cand_probe=probes and probes[0],
-                            base_probe=probes and probes[1])
+    metrics = [_Metric(THROUGHPUT, cand_x, base_x)]
+    fast = _fast_steps(cand_ok, base_ok, th)
+    if fast is not None and 2 * smallest_p > th.fdr_q:  # split two ways the level would be out of reach
+        fast, note = None, (f" (fast steps not tested: at {len(cand_ok)} + {len(base_ok)} repeats only one metric "
+                            f"can reach p <= {th.fdr_q:g})")
+    else:
+        note = ""
+    if fast is not None:
+        metrics.append(_Metric(FAST_STEPS, *fast))
+        common |= {"candidate_fast_img_per_s": float(fast[0].mean()), "baseline_fast_img_per_s": float(fast[1].mean())}
+    return common, _Pending(base=common, metrics=metrics, cand_probe=probes and probes[0],
+                            base_probe=probes and probes[1], note=note)
 
 
-def _p_value(p: _Pending, th: Thresholds) -> float:
+def _fast_steps(cand_ok: Sequence[Mapping[str, Any]], base_ok: Sequence[Mapping[str, Any]],
+                th: Thresholds) -> tuple[np.ndarray, np.ndarray] | None:
+    """Fast-step rates of both sides when the comparison tests them: every usable repeat recorded one
+    (rows written before nvbench recorded it read as null: those cells are judged on throughput)."""
+    column = METRIC_COLUMNS[FAST_STEPS]
+    if not th.fast_steps or any(not (r.get(column) or 0) > 0 for r in [*cand_ok, *base_ok]):
+        return None
+    return (np.array([r[column] for r in cand_ok], dtype=float), np.array([r[column] for r in base_ok], dtype=float))
+
+
+def _p_value(p: _Pending, m: _Metric, th: Thresholds) -> float:
     if p.adjusted:
-        return stats.ancova_permutation_p(p.cand, p.baseline, p.cand_probe, p.base_probe,
+        return stats.ancova_permutation_p(m.cand, m.baseline, p.cand_probe, p.base_probe,
                                           num_permutations=th.num_resamples, seed=th.seed)
-    return stats.permutation_p_value(p.cand, p.baseline, num_permutations=th.num_resamples, seed=th.seed)
+    return stats.permutation_p_value(m.cand, m.baseline, num_permutations=th.num_resamples, seed=th.seed)
 
 
-def _interval(pending: _Pending, level: float, th: Thresholds) -> tuple[stats.Interval, dict[str, Any], str]:
-    """The change's interval, the speed-adjustment fields, and the method in words."""
+def _interval(pending: _Pending, m: _Metric, level: float,
+              th: Thresholds) -> tuple[stats.Interval, dict[str, Any], str]:
+    """The metric's change with its interval, the speed-adjustment fields (with the metric's minimum
+    detectable change at its share of the level), and the method in words."""
+    n_c, n_b, alpha = m.cand.size, m.baseline.size, th.fdr_q / len(pending.metrics)
     if not pending.adjusted:
-        ci = stats.bootstrap_log_ratio(pending.cand, pending.baseline, confidence=level,
-                                       num_resamples=th.num_resamples, seed=th.seed)
-        return ci, {}, f"permutation + benjamini_hochberg; {ci.method} interval"
-    fit = stats.ancova_fit(pending.cand, pending.baseline, pending.cand_probe, pending.base_probe)
-    n_c, n_b = pending.cand.size, pending.baseline.size
+        ci = stats.bootstrap_log_ratio(m.cand, m.baseline, confidence=level, num_resamples=th.num_resamples,
+                                       seed=th.seed)
+        cv = _cv(m.baseline)
+        mdc = 100 * stats.min_detectable_change(cv, n_c, n_b, alpha=alpha) if cv else None
+        return ci, {"mdc_pct": mdc}, f"permutation + benjamini_hochberg; {ci.method} interval"
+    fit = stats.ancova_fit(m.cand, m.baseline, pending.cand_probe, pending.base_probe)
     extra = {"unadjusted_effect_pct": stats.to_percent(fit.unadjusted),
              "speed_probe_change_pct": stats.to_percent(fit.covariate_shift), "speed_slope": fit.slope,
              # what the adjusted comparison could see: its residual noise in place of the raw spread
-             "mdc_pct": 100 * stats.min_detectable_change(fit.residual_sd, n_c, n_b, alpha=th.fdr_q)
-             if math.isfinite(fit.residual_sd) and fit.residual_sd > 0 else pending.base.get("mdc_pct")}
+             "mdc_pct": 100 * stats.min_detectable_change(fit.residual_sd, n_c, n_b, alpha=alpha)
+             if math.isfinite(fit.residual_sd) and fit.residual_sd > 0 else None}
     return fit.interval(level), extra, "speed-adjusted (ancova on the probe) freedman_lane permutation + " \
         "benjamini_hochberg; ancova_t interval"
 
 
-def _decide(pending: _Pending, rejected: bool, p_adjusted: float, level: float, th: Thresholds) -> dict[str, Any]:
-    ci, extra, method = _interval(pending, level, th)
-    effect, low, high = stats.to_percent(ci.estimate), stats.to_percent(ci.low), stats.to_percent(ci.high)
-    out = {"method": method, "effect_pct": effect, "ci_low_pct": low, "ci_high_pct": high, "ci_level": level,
-           "p_value": pending.p, "p_adjusted": p_adjusted} | extra
-    change = f"{effect:+.1f}% [{low:+.1f}, {high:+.1f}] at {level:.1%}"
-    if pending.adjusted:
-        change += (f" adjusted for machine speed (probe {extra['speed_probe_change_pct']:+.1f}%, "
-                   f"unadjusted {extra['unadjusted_effect_pct']:+.1f}%)")
-    excludes_zero = rejected and (ci.high < 0 or ci.low > 0)
-    if excludes_zero and effect <= -th.floor_pct:
-        return out | {"verdict": REGRESSION, "reason": f"{change}: slower beyond the {th.floor_pct:g}% floor"}
-    if excludes_zero and effect >= th.floor_pct:
-        return out | {"verdict": IMPROVEMENT, "reason": f"{change}: faster beyond the {th.floor_pct:g}% floor"}
-    if excludes_zero:
+def holm_within(p_values: Sequence[float], alpha: float) -> list[bool]:
+    """Which metrics of one cell are significant when the cell is tested at `alpha` (Holm's step-down,
+    i.e. closed testing over Bonferroni: the smallest p-value needs k p <= alpha, the next (k - 1) p <=
+    alpha, and so on while they pass). With one metric: p <= alpha."""
+    order = sorted(range(len(p_values)), key=lambda i: p_values[i])
+    out = [False] * len(p_values)
+    for rank, i in enumerate(order):
+        if (len(p_values) - rank) * p_values[i] > alpha * (1 + 1e-12):
+            break
+        out[i] = True
+    return out
+
+
+def _decide(pending: _Pending, alpha: float, p_adjusted: float, level: float, th: Thresholds) -> dict[str, Any]:
+    """The verdict of a tested cell. `alpha`: the level Benjamini-Hochberg tested the cell at (R q / m with
+    R cells rejected; 0 when none was). Which metrics are significant follows Holm within the cell
+    (holm_within); each metric's interval is at the FCR level split between the metrics; a regression of
+    either metric makes the verdict (a regression is never hidden by an improvement of the other)."""
+    k = len(pending.metrics)
+    level_m = 1 - (1 - level) / k
+    out = {"p_value": pending.p, "p_adjusted": p_adjusted, "ci_level": level_m}
+    calls, texts, reach = {}, [], []
+    for m, significant in zip(pending.metrics, holm_within([m.p for m in pending.metrics], alpha)):
+        ci, extra, method = _interval(pending, m, level_m, th)
+        if extra.get("mdc_pct") is not None:
+            reach.append(extra["mdc_pct"])
+        extra = {k: v for k, v in extra.items() if k != "mdc_pct"}
+        effect, low, high = stats.to_percent(ci.estimate), stats.to_percent(ci.low), stats.to_percent(ci.high)
+        text = f"{effect:+.1f}% [{low:+.1f}, {high:+.1f}]"
+        if m.name == THROUGHPUT:
+            out |= {"method": method + (f"; Bonferroni over {k} metrics" if k > 1 else ""), "effect_pct": effect,
+                    "ci_low_pct": low, "ci_high_pct": high, "throughput_p_value": m.p} | extra
+            if pending.adjusted:
+                text += (f" adjusted for machine speed (probe {extra['speed_probe_change_pct']:+.1f}%, "
+                         f"unadjusted {extra['unadjusted_effect_pct']:+.1f}%)")
+        else:
+            out |= {"fast_effect_pct": effect, "fast_ci_low_pct": low, "fast_ci_high_pct": high, "fast_p_value": m.p}
+        texts.append(f"{m.name} {text}" if k > 1 else text)
+        excludes_zero = ci.high < 0 or ci.low > 0
+        if significant and excludes_zero and effect <= -th.floor_pct:
+            calls.setdefault(REGRESSION, m.name)
+        elif significant and excludes_zero and effect >= th.floor_pct:
+            calls.setdefault(IMPROVEMENT, m.name)
+        elif significant and excludes_zero:
+            calls.setdefault("within floor", m.name)
+        elif significant:
+            calls.setdefault("interval includes 0", m.name)
+        elif excludes_zero:
+            calls.setdefault("not rejected", m.name)
+    if reach:  # either metric can call a change: the comparison reaches as far as the better one
+        out["mdc_pct"] = min(reach)
+    change = "; ".join(texts) + f" at {level_m:.1%}"
+    nearest = min(pending.metrics, key=lambda m: m.p).name
+    if REGRESSION in calls:
+        name = calls[REGRESSION]
+        return out | {"verdict": REGRESSION, "decided_by": name,
+                      "reason": f"{change}: {_whose(name, k)}slower beyond the {th.floor_pct:g}% floor{pending.note}"}
+    if IMPROVEMENT in calls:
+        name = calls[IMPROVEMENT]
+        return out | {"verdict": IMPROVEMENT, "decided_by": name,
+                      "reason": f"{change}: {_whose(name, k)}faster beyond the {th.floor_pct:g}% floor{pending.note}"}
+    if "within floor" in calls:
         why = f"real but within the {th.floor_pct:g}% practical floor"
-    elif rejected:
+    elif "interval includes 0" in calls:
         why = "the permutation test rejects but the interval includes 0"
-    elif ci.high < 0 or ci.low > 0:
+    elif "not rejected" in calls:
         why = f"the interval excludes 0 but the permutation test does not reject (p = {pending.p:.2g}, " \
               f"BH-adjusted {p_adjusted:.2g} > {th.fdr_q:g})"
     else:
         why = "the interval includes 0"
     mdc = out.get("mdc_pct", pending.base.get("mdc_pct"))
-    if mdc is not None and mdc > max(th.floor_pct, abs(effect)):
+    effects = [abs(out[f]) for f in ("effect_pct", "fast_effect_pct") if out.get(f) is not None]
+    if mdc is not None and mdc > max(th.floor_pct, *effects):
         why += f"; at this noise only changes beyond ~{mdc:.0f}% are reliably seen"
-    return out | {"verdict": UNCHANGED, "reason": f"{change}: {why}"}
+    return out | {"verdict": UNCHANGED, "decided_by": nearest, "reason": f"{change}: {why}{pending.note}"}
+
+
+def _whose(name: str, k: int) -> str:
+    return f"{name} " if k > 1 else ""
 
 
 def compare_runs(candidate: RunData, baseline: RunData, thresholds: Thresholds | None = None, *,
@@ -540,13 +659,16 @@ def compare_runs(candidate: RunData, baseline: RunData, thresholds: Thresholds |
                 for cid, rows in sorted(cand_cells.items())]
     testable = [p for _, p in prepared if p is not None]
     for p in testable:
-        p.p = _p_value(p, th)
+        for m in p.metrics:
+            m.p = _p_value(p, m, th)
+        p.p = min(1.0, len(p.metrics) * min(m.p for m in p.metrics))
     decided: dict[int, dict[str, Any]] = {}
     if testable:
         adjusted, rejected = stats.benjamini_hochberg([p.p for p in testable], q=th.fdr_q)
         level = stats.fcr_adjusted_confidence(int(rejected.sum()), len(testable), q=th.fdr_q)
+        alpha = int(rejected.sum()) * th.fdr_q / len(testable)  # the BH threshold the rejected cells passed
         for p, adj, rej in zip(testable, adjusted, rejected):
-            decided[id(p)] = _decide(p, bool(rej), float(adj), level, th)
+            decided[id(p)] = _decide(p, alpha if rej else 0.0, float(adj), level, th)
     verdicts = []
     for common, p in prepared:
         fields_ = common | decided[id(p)] if p is not None else common

@@ -45,7 +45,9 @@ def targets(report_dir: Path) -> list[str]:
 def _screened(row: dict) -> bool:
     if row["verdict"] == compare.REGRESSION:
         return True
-    effect, p = row.get("effect_pct"), row.get("p_value")
+    # the change of the metric the verdict rests on (CellVerdict.decided_effect_pct), with the cell's p-value
+    effect = row.get("fast_effect_pct") if row.get("decided_by") == compare.FAST_STEPS else row.get("effect_pct")
+    p = row.get("p_value")
     return effect is not None and p is not None and effect < 0 and p <= SCREEN_P
 
 

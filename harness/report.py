@@ -23,16 +23,18 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import numpy as np
 import pyarrow as pa
 
-from harness import compare, store
+from harness import compare, stats, store
 from harness.compare import (
     ACCURACY_BELOW, FAILED, IMPROVEMENT, INSUFFICIENT, NO_BASELINE, NOT_COMPARABLE, REGRESSION, SKIPPED,
     SUSPECT_IMPROVEMENT, SUSPECT_REGRESSION, UNCHANGED, CellVerdict, Comparison, RunInputError, Thresholds,
 )
 from harness.env import ENV_KEY_FIELDS
 
-VERDICTS_VERSION = 2
+VERDICTS_VERSION = 3
 """Version of verdicts.parquet (schema metadata nvbench.verdicts_version). 1: first release. 2: the
-speed-adjustment columns unadjusted_effect_pct, speed_probe_change_pct and speed_slope."""
+speed-adjustment columns unadjusted_effect_pct, speed_probe_change_pct and speed_slope. 3: the fast-step
+rate (decided_by, throughput_p_value, fast_effect_pct, fast_ci_low_pct, fast_ci_high_pct, fast_p_value,
+candidate_fast_img_per_s, baseline_fast_img_per_s); p_value is the cell's (Bonferroni over its metrics)."""
 
 REPORT_FILES = ("report.html", "summary.md", "verdicts.parquet", "junit.xml")
 
@@ -119,12 +121,22 @@ def _num(value: float | None, spec: str = ".1f", suffix: str = "") -> str:
 
 
 def change_text(v: CellVerdict) -> str:
-    """'-3.1% [-3.8, -2.4]', '-3.1% (z -4.2)' in history mode, or '-'."""
+    """'-3.1% [-3.8, -2.4]', '-3.1% (z -4.2)' in history mode, or '-'; with the fast-step rate's change
+    after it where the comparison tested it ('...; fast steps -5.0% [-6.1, -3.9]'), the metric the
+    verdict rests on marked with '*'."""
     if v.effect_pct is None:
         return "-"
     if v.ci_low_pct is not None and v.ci_high_pct is not None:
-        return f"{v.effect_pct:+.1f}% [{v.ci_low_pct:+.1f}, {v.ci_high_pct:+.1f}]"
-    return f"{v.effect_pct:+.1f}%" + (f" (z {v.robust_z:+.1f})" if v.robust_z is not None else "")
+        text = f"{v.effect_pct:+.1f}% [{v.ci_low_pct:+.1f}, {v.ci_high_pct:+.1f}]"
+    else:
+        return f"{v.effect_pct:+.1f}%" + (f" (z {v.robust_z:+.1f})" if v.robust_z is not None else "")
+    if v.fast_effect_pct is None:
+        return text
+    fast = f"fast steps {v.fast_effect_pct:+.1f}% [{v.fast_ci_low_pct:+.1f}, {v.fast_ci_high_pct:+.1f}]"
+    decided = v.verdict in (REGRESSION, IMPROVEMENT)
+    mark = ("*" if decided and v.decided_by == compare.THROUGHPUT else "",
+            "*" if decided and v.decided_by == compare.FAST_STEPS else "")
+    return f"{text}{mark[0]}; {fast}{mark[1]}"
 
 
 def label(cell_id: str) -> str:
@@ -138,9 +150,10 @@ def _css_class(verdict: str) -> str:
 
 
 def sorted_verdicts(comparison: Comparison) -> list[CellVerdict]:
-    """By effect, most negative first; cells without an effect after them, in VERDICTS order."""
+    """By the change of the metric each verdict rests on, most negative first; cells without an effect
+    after them, in VERDICTS order."""
     order = {name: i for i, name in enumerate(compare.VERDICTS)}
-    return sorted(comparison.verdicts, key=lambda v: (v.effect_pct is None, v.effect_pct or 0.0,
+    return sorted(comparison.verdicts, key=lambda v: (v.decided_effect_pct is None, v.decided_effect_pct or 0.0,
                                                       order.get(v.verdict, 99), v.cell_id))
 
 
@@ -177,7 +190,20 @@ def _method_text(comparison: Comparison) -> str:
             f"whole interval lies below 0 and the change is beyond the {th.floor_pct:g}% floor; at least "
             f"{th.min_repeats} repeats per side{'; unsteady repeats left out' if th.exclude_unsteady else ''}. "
             f"Top-1: Wald interval of the difference, band +/- {th.accuracy_tolerance:g}. MDC: minimum detectable "
-            "change (80% power) at the baseline's repeat-to-repeat spread." + _adjusted_text(comparison))
+            "change (80% power) at the baseline's repeat-to-repeat spread." + _fast_text(comparison)
+            + _adjusted_text(comparison))
+
+
+def _fast_text(comparison: Comparison) -> str:
+    tested = sum(v.fast_effect_pct is not None for v in comparison.verdicts)
+    if not tested:
+        return ""
+    return (f" Fast steps ({tested} cell(s): every repeat on both sides recorded it): images per step over the "
+            f"{100 * stats.FAST_STEP_QUANTILE:g}th percentile of the step times, the speed of the steps "
+            "interference left alone; tested as "
+            "throughput is, Bonferroni within the cell (Holm for which metric), each interval at half the "
+            "level's error; either metric can call a regression (* marks the one that did); MDC: the better "
+            "metric's.")
 
 
 def _adjusted_text(comparison: Comparison) -> str:
@@ -272,11 +298,21 @@ def change_plot(comparison: Comparison) -> str:
         if v.ci_low_pct is not None and v.ci_high_pct is not None:
             line = (f'<line class="ci {_e(css)}" x1="{sx(v.ci_low_pct):.1f}" y1="{y:.1f}" '
                     f'x2="{sx(v.ci_high_pct):.1f}" y2="{y:.1f}"/>')
-        return line + _dot(sx(v.effect_pct), y, css, tip)
+        line += _dot(sx(v.effect_pct), y, css, tip)
+        if v.fast_effect_pct is not None and v.fast_ci_low_pct is not None and v.fast_ci_high_pct is not None:
+            y2 = y + 5  # the fast-step rate just below: hollow dot, dashed interval
+            line += (f'<line class="ci fast {_e(css)}" x1="{sx(v.fast_ci_low_pct):.1f}" y1="{y2:.1f}" '
+                     f'x2="{sx(v.fast_ci_high_pct):.1f}" y2="{y2:.1f}"/>') + \
+                _dot(sx(v.fast_effect_pct), y2, f"fast {css}", tip, r=3)
+        return line
 
-    svg = hplot([label(v.cell_id) for v in rows], lo, hi, draw, x_label="change in throughput, %", zero=0.0,
+    fast = [x for v in rows for x in (v.fast_effect_pct, v.fast_ci_low_pct, v.fast_ci_high_pct)]
+    lo, hi = min(lo, *_finite(fast), lo), max(hi, *_finite(fast), hi)
+    svg = hplot([label(v.cell_id) for v in rows], lo, hi, draw, x_label="change, %", zero=0.0,
                 band=(-floor, floor), titles=[v.cell_id for v in rows])
-    note = f"Dots: change; lines: interval; shaded: the +/-{floor:g}% practical floor."
+    note = f"Dots: change of throughput; lines: interval; shaded: the +/-{floor:g}% practical floor."
+    if _finite(fast):
+        note += " Hollow dots, dashed lines: the fast-step rate (the quieter metric; either can call a regression)."
     return _figure("Change vs baseline, with intervals", svg, note)
 
 

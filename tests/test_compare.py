@@ -242,6 +242,78 @@ def test_noise_labels():
     assert math.isclose(compare.DEFAULT_FLOOR_PCT, Thresholds().floor_pct)
 
 
+# --- two metrics: throughput and the fast-step rate -----------------------------------------------
+
+
+def with_fast(row_list, fast_values):
+    return [r | {"fast_step_img_per_s": f} for r, f in zip(row_list, fast_values)]
+
+
+def _repeats(rng, n, *, slow=0.0, tail=0.0):
+    """Throughput that a shared machine makes noisy (8 %) and a fast-step rate it barely touches (1 %);
+    `slow` slows every step (both metrics), `tail` only the slow steps (throughput alone)."""
+    through = 100 * np.exp(rng.normal(-slow - tail, 0.08, n))
+    fast = 120 * np.exp(rng.normal(-slow, 0.01, n))
+    return list(through), list(fast)
+
+
+def two(rng, n, th=None, **cand):
+    (ct, cf), (bt, bf) = _repeats(rng, n, **cand), _repeats(rng, n)
+    return one(with_fast(rows(ct), cf), with_fast(rows(bt), bf), th)
+
+
+def test_fast_steps_find_a_slowdown_that_throughput_noise_hides():
+    v = two(np.random.default_rng(3), 10, slow=0.05)
+    assert v.verdict == REGRESSION and v.decided_by == compare.FAST_STEPS and v.decided_effect_pct == v.fast_effect_pct
+    assert v.fast_effect_pct == pytest.approx(-5.0, abs=1.0) and v.fast_ci_high_pct < 0
+    assert v.p_value == pytest.approx(2 * v.fast_p_value) and v.throughput_p_value > v.fast_p_value
+    assert v.ci_level == pytest.approx(0.995)  # the 99 % level split between the two metrics
+    assert "fast steps slower beyond the 3% floor" in v.reason and v.reason.startswith("throughput ")
+    assert v.mdc_pct < 3  # the fast-step rate's reach, not throughput's (~15 % at 8 %)
+    alone = two(np.random.default_rng(3), 10, Thresholds(fast_steps=False), slow=0.05)  # --no-fast-steps
+    assert alone.verdict == UNCHANGED and alone.fast_effect_pct is None and alone.decided_by == compare.THROUGHPUT
+
+
+def test_a_slowdown_of_a_few_steps_is_left_to_throughput():
+    rng = np.random.default_rng(4)
+    cand = with_fast(rows([x * 0.9 for x in BASE * 2]), [120.0 + 0.1 * i for i in range(10)])
+    base = with_fast(rows(BASE * 2), [120.0 + 0.1 * i for i in range(10)][::-1])
+    v = one(cand, base)
+    assert v.verdict == REGRESSION and v.decided_by == compare.THROUGHPUT and abs(v.fast_effect_pct) < 1e-9
+    assert "throughput slower" in v.reason
+    assert two(rng, 10).verdict == UNCHANGED  # unchanged code: neither metric calls it
+
+
+def test_a_regression_of_one_metric_is_never_hidden_by_an_improvement_of_the_other():
+    cand = with_fast(rows([x * 0.9 for x in BASE * 2]), [132.0 + 0.1 * i for i in range(10)])  # fast steps +10 %
+    base = with_fast(rows(BASE * 2), [120.0 + 0.1 * i for i in range(10)])
+    v = one(cand, base)
+    assert v.verdict == REGRESSION and v.decided_by == compare.THROUGHPUT and v.fast_effect_pct > 9
+
+
+def test_fast_steps_need_repeats_enough_for_two_tests_and_a_value_in_every_row():
+    rng = np.random.default_rng(5)
+    (ct, cf), (bt, bf) = _repeats(rng, 5, slow=0.05), _repeats(rng, 5)
+    v = one(with_fast(rows(ct), cf), with_fast(rows(bt), bf))  # 5 + 5: 2 x 2/252 > 0.01, out of reach
+    assert v.fast_effect_pct is None and "fast steps not tested: at 5 + 5 repeats" in v.reason
+    (ct, cf), (bt, bf) = _repeats(rng, 8), _repeats(rng, 8)
+    older = with_fast(rows(bt), bf[:-1] + [None])  # a baseline row from before nvbench recorded the rate
+    v = one(with_fast(rows(ct), cf), older)
+    assert v.fast_effect_pct is None and "fast steps" not in v.reason and v.ci_level == pytest.approx(0.99)
+
+
+@pytest.mark.parametrize(("p_values", "alpha", "expected"), [
+    ([0.01], 0.01, [True]),
+    ([0.004, 0.03], 0.05, [True, True]),  # 2 x 0.004 <= 0.05, then 0.03 <= 0.05
+    ([0.03, 0.02], 0.05, [True, True]),
+    ([0.02, 0.2], 0.05, [True, False]),
+    ([0.03, 0.04], 0.05, [False, False]),  # 2 x 0.03 > 0.05: the step-down stops at once
+    ([0.2, 0.01], 0.0, [False, False]),
+])
+def test_holm_within_a_cell(p_values, alpha, expected):
+    assert compare.holm_within(p_values, alpha) == expected
+
+
 # --- speed-adjusted comparisons (CPU cells with a machine-speed probe) -----------------------------
 
 

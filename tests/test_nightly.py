@@ -117,6 +117,16 @@ def test_targets_are_the_regressions_of_a_baseline_report_or_the_suspects_of_a_s
     assert nightly.targets(tmp_path) == ["--only", "backend=synthetic", "--only", "precision=bf16"]
 
 
+def test_the_loose_screen_reads_the_change_of_the_metric_the_verdict_rests_on(tmp_path):
+    axes = {"memory_format": "nchw", "precision": "fp32", "world_size": 1, "grad_accum": 1, "verdict": "unchanged",
+            "effect_pct": 1.0, "fast_effect_pct": -3.0, "p_value": 0.1}
+    table = pa.Table.from_pylist([{"backend": "pytorch", "decided_by": "fast steps", **axes},  # fast steps slower
+                                  {"backend": "synthetic", "decided_by": "throughput", **axes}])  # throughput faster
+    pq.write_table(table, tmp_path / "verdicts.parquet")
+    assert ["--only", "backend=pytorch"] == nightly.targets(tmp_path)[:2]
+    assert "backend=synthetic" not in nightly.targets(tmp_path)
+
+
 def test_code_is_the_recorded_commit_only_when_clean_and_ran_needs_an_ok_repeat_per_cell_and_side(tmp_path):
     sha = "0123456789abcdef0123456789abcdef01234567"
     ok, crashed = {"cell_id": "c1", "status": "ok"}, {"cell_id": "c1", "status": "crashed"}

@@ -46,8 +46,8 @@ def runs(tmp_path_factory):
 
 def copy_run(src: Path, dst: Path, *, scale: float = 1.0, run_id: str | None = None, extra_rows=(),
              created_at: str | None = None, repeats: int | None = None) -> Path:
-    """A copy of a real run whose throughputs are multiplied by `scale` (a constructed other side);
-    `repeats` re-deals the real rows into that many repeats per cell, each 0.5 % apart."""
+    """A copy of a real run whose throughputs (and fast-step rates) are multiplied by `scale` (a constructed
+    other side); `repeats` re-deals the real rows into that many repeats per cell, each 0.5 % apart."""
     shutil.copytree(src, dst)
     manifest = store.read_json(dst / "manifest.json")
     manifest["run_id"] = run_id or dst.name
@@ -60,11 +60,13 @@ def copy_run(src: Path, dst: Path, *, scale: float = 1.0, run_id: str | None = N
         by_cell = {}
         for row in rows:
             by_cell.setdefault(row["cell_id"], []).append(row)
-        rows = [dict(same[i % len(same)], repeat=i, throughput_img_per_s=same[i % len(same)]["throughput_img_per_s"]
-                     * (1 + 0.005 * i)) for same in by_cell.values() for i in range(repeats)]
+        rows = [dict(same[i % len(same)], repeat=i) | {
+                    k: same[i % len(same)][k] * (1 + 0.005 * i) for k in ("throughput_img_per_s", "fast_step_img_per_s")}
+                for same in by_cell.values() for i in range(repeats)]
     for row in [*rows, *extra_rows]:
-        if row.get("throughput_img_per_s"):
-            row["throughput_img_per_s"] *= scale
+        for k in ("throughput_img_per_s", "fast_step_img_per_s"):
+            if row.get(k):
+                row[k] *= scale
         row["run_id"] = manifest["run_id"]
         store.write_table(dst / "cells" / f"{job_key(row['cell_id'], row['repeat'])}.parquet", cell_table([row]))
     return dst
@@ -132,7 +134,7 @@ def test_report_of_a_run_against_itself(runs):
     suite = junit(out / "junit.xml")
     assert [suite.get(k) for k in ("tests", "failures", "errors", "skipped")] == ["2", "0", "0", "2"]
     table = pq.read_table(out / "verdicts.parquet")
-    assert table.schema.metadata[b"nvbench.verdicts_version"] == b"2"
+    assert table.schema.metadata[b"nvbench.verdicts_version"] == b"3"
     thresholds = json.loads(table.schema.metadata[b"nvbench.thresholds"])
     assert thresholds["min_repeats"] == 5 and thresholds["speed_adjust"] is True
     plain = root / "plain"
@@ -149,6 +151,7 @@ def test_report_of_a_run_against_itself(runs):
     result = report.make_report(six, baseline=six, out_dir=root / "six-report")
     assert {v.verdict for v in result.comparison.verdicts} == {"unchanged"}
     assert all(v.effect_pct == pytest.approx(0.0, abs=1e-9) for v in result.comparison.verdicts)
+    assert all(v.fast_effect_pct == pytest.approx(0.0, abs=1e-9) for v in result.comparison.verdicts)
     check_html(result.out_dir / "report.html")
 
 
@@ -171,6 +174,10 @@ def test_a_confirmed_regression_fails_junit_and_the_exit_code(runs):
     rows = pq.read_table(out / "verdicts.parquet").to_pylist()
     assert {r["verdict"] for r in rows} == {"regression"}
     assert all(r["ci_high_pct"] < 0 and r["floor_pct"] == compare.DEFAULT_FLOOR_PCT for r in rows)
+    # both metrics were tested on the real rows' fast-step rates, and both fell by the constructed 90 %
+    assert all(r["fast_effect_pct"] == pytest.approx(-90.0, abs=0.5) and r["fast_ci_high_pct"] < 0 for r in rows)
+    assert all(r["decided_by"] in ("throughput", "fast steps") for r in rows)
+    assert "; fast steps -90.0% \\[" in md
 
 
 def test_bad_input_exits_2(runs, tmp_path):
