@@ -25,7 +25,7 @@ def night(matrix: Path, reports: Path, run_id: str, **extra: str) -> subprocess.
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
                NVBENCH_MATRIX=str(matrix), NVBENCH_REPORTS=str(reports), NVBENCH_RUN_ID=run_id,
                # 3 + 3 repeats keep the test short; an exact permutation test of 3 + 3 can reach p = 0.1
-               NVBENCH_REPEATS="3", NVBENCH_REPORT_ARGS="--min-repeats 3 --fdr 0.1")
+               NVBENCH_REPEATS="3", NVBENCH_CONFIRM_REPEATS="3", NVBENCH_REPORT_ARGS="--min-repeats 3 --fdr 0.1")
     env.update(extra)
     env.pop("GITHUB_STEP_SUMMARY", None)
     env.pop("GITHUB_OUTPUT", None)
@@ -58,6 +58,10 @@ def test_nightly_describes_then_fails_on_a_fire_drill(tmp_path, tiny_matrix):
     same_code = nightly.recorded_code(None)
     assert ("tonight runs the baseline's code" if same_code else "not recorded clean") in drill.stderr
     assert not (reports / "night2-ab").exists()  # same code: the baseline verdict stands
+    assert "no A/B confirmation: the baseline verdict stands, judged on throughput alone" in drill.stderr
+    (verdict,) = pq.read_table(reports / "night2" / "report" / "verdicts.parquet").to_pylist()
+    assert verdict["verdict"] == "regression" and verdict["decided_by"] == "throughput"
+    assert verdict["fast_effect_pct"] is None  # across nights the fast-step rate is not asked
 
     bad = night(matrix, reports, "night3", NVBENCH_CONFIRM="sometimes")
     assert bad.returncode == 2 and "NVBENCH_CONFIRM=sometimes: must be auto, interleaved, every" in bad.stderr
@@ -80,7 +84,8 @@ def test_nightly_describes_then_fails_on_a_fire_drill(tmp_path, tiny_matrix):
 
     # NVBENCH_CONFIRM=every: no screen, the A/B judges every cell (here at the default thresholds, so
     # 2 + 2 repeats are `insufficient data` and cannot fail by chance)
-    quiet = night(matrix, reports, "night5", NVBENCH_CONFIRM="every", NVBENCH_REPORT_ARGS="", NVBENCH_REPEATS="2")
+    quiet = night(matrix, reports, "night5", NVBENCH_CONFIRM="every", NVBENCH_REPORT_ARGS="", NVBENCH_REPEATS="2",
+                  NVBENCH_CONFIRM_REPEATS="")  # empty: as many as the night's run
     assert quiet.returncode == 0, quiet.stdout + quiet.stderr
     assert "confirming by A/B" in quiet.stderr
     (verdict,) = pq.read_table(reports / "night5-ab" / "report" / "verdicts.parquet").to_pylist()

@@ -60,8 +60,8 @@ def copy_run(src: Path, dst: Path, *, scale: float = 1.0, run_id: str | None = N
         by_cell = {}
         for row in rows:
             by_cell.setdefault(row["cell_id"], []).append(row)
-        rows = [dict(same[i % len(same)], repeat=i) | {
-                    k: same[i % len(same)][k] * (1 + 0.005 * i) for k in ("throughput_img_per_s", "fast_step_img_per_s")}
+        rates = ("throughput_img_per_s", "fast_step_img_per_s")
+        rows = [dict(same[i % len(same)], repeat=i) | {k: same[i % len(same)][k] * (1 + 0.005 * i) for k in rates}
                 for same in by_cell.values() for i in range(repeats)]
     for row in [*rows, *extra_rows]:
         for k in ("throughput_img_per_s", "fast_step_img_per_s"):
