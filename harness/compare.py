@@ -49,7 +49,7 @@ DEFAULT_FLOOR_PCT = 3.0
 alarms from exchangeable noise are the permutation test's job, not the floor's; the floor is the largest
 round number that still lets a 5 % slowdown be caught 95 % of the time once the noise allows it at all
 (standard error of the change <= 1.2 %, i.e. repeat-to-repeat CV <= ~2.6 % with 10 + 10 repeats; the
-CPU box measures 4.2-8.4 % for throughput and 2.1-3.2 % for the fast-step rate, a dedicated GPU node
+CPU box measures 4.4-8.4 % for throughput and 2.1-3.3 % for the fast-step rate, a dedicated GPU node
 should do far better: measure it with the detector). With both metrics the smallest floor that kept every
 A/A setting of the noisiest collection at <= 1 % was 4 / 3 / 2.5 % at 10 / 15 / 20 repeats a side."""
 
@@ -109,7 +109,7 @@ class Thresholds:
     sides recorded it and the repeats suffice for two tests (from 6 + 5; at 5 + 5 throughput alone): a
     regression of either, Bonferroni within the cell (each metric at half the level, Holm for which).
     Measured on the CPU box (benchmarks/detector.py, five collections; docs/performance.md): its repeat-to-
-    repeat CV is 2.1-3.2 % against throughput's 4.3-8.4 %. Speed-adjusted, with both metrics, the steady
+    repeat CV is 2.1-3.3 % against throughput's 4.4-8.4 %. Speed-adjusted, with both metrics, the steady
     fifth collection caught a 5 % drill in 96.9 % of 10 + 10 comparisons (throughput alone 57.5 %) and the
     noisy seventh in 64.5 / 90.1 / 99.2 % at 10 / 15 / 20 a side (24.0 / 43.5 / 66.8 %), A/A alarms
     0.2-0.8 %. Throughput stays the headline and the only metric of history screening; `nvbench report

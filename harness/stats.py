@@ -167,8 +167,8 @@ def ratio_of_sums_throughput(images: Sequence[float], seconds: Sequence[float]) 
 FAST_STEP_QUANTILE = 0.1
 """Which step times count as the fast ones: the 10th percentile. Measured on the shared CPU box (five
 detector collections, 300-step windows; docs/performance.md): repeat-to-repeat CV of images per step over
-the minimum step time 1.8-2.6 %, over the 5th / 10th / 20th percentile 2.0-3.1 / 2.1-3.2 / 2.1-3.7 %, of
-throughput (ratio of sums) 4.3-8.4 %. The 10th percentile is nearly as quiet as the minimum and rests on a
+the minimum step time 1.8-2.6 %, over the 5th / 10th / 20th percentile 2.1-3.2 / 2.1-3.3 / 2.2-3.8 %, of
+the ratio of sums 4.4-8.4 %. The 10th percentile is nearly as quiet as the minimum and rests on a
 tenth of the window rather than on one lucky step."""
 
 
