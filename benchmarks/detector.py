@@ -13,8 +13,10 @@ order, so drift of the machine lands on all pools alike.
 
 Analyse: --trials comparisons per setting drawn from the pools, each judged by harness.compare exactly
 as `nvbench report` judges two runs with n repeats per side (default thresholds, so adjusted for the
-machine-speed probe; --no-speed-adjust judges as `nvbench report --no-speed-adjust`; the floor is applied
-afterwards, so one set of trials gives the rates for every floor in --floors):
+machine-speed probe and testing throughput and the fast-step rate; --no-speed-adjust / --no-fast-steps
+judge as `nvbench report` does with those flags, and pools collected before the rows recorded the
+fast-step rate get it from their step files; the floor is applied afterwards, so one set of trials gives
+the rates for every floor in --floors):
   A/A:        2n distinct repeats of the unchanged code, split n | n at random: any verdict other than
               `unchanged` is a false alarm;
   A/A drift:  n repeats from the later half of the session against n from the earlier half: the same

@@ -586,7 +586,7 @@ def _decide(pending: _Pending, alpha: float, p_adjusted: float, level: float, th
         ci, extra, method = _interval(pending, m, level_m, th)
         if extra.get("mdc_pct") is not None:
             reach.append(extra["mdc_pct"])
-        extra = {k: v for k, v in extra.items() if k != "mdc_pct"}
+        extra = {key: value for key, value in extra.items() if key != "mdc_pct"}
         effect, low, high = stats.to_percent(ci.estimate), stats.to_percent(ci.low), stats.to_percent(ci.high)
         text = f"{effect:+.1f}% [{low:+.1f}, {high:+.1f}]"
         if m.name == THROUGHPUT:
@@ -653,8 +653,11 @@ def compare_runs(candidate: RunData, baseline: RunData, thresholds: Thresholds |
     the FCR-adjusted level 1 - R q / m (Benjamini & Yekutieli). With Thresholds.speed_adjust (the default)
     and a machine-speed probe of one kind on every usable repeat of both sides (CPU cells),
     the change is instead the difference of mean log throughput at equal probe time (stats.ancova_fit, t
-    interval) tested by a Freedman-Lane permutation (stats.ancova_permutation_p). A regression needs all
-    three: BH rejects, the whole interval lies below 0, and the change is beyond the floor.
+    interval) tested by a Freedman-Lane permutation (stats.ancova_permutation_p). With Thresholds.fast_steps
+    the fast-step rate is tested the same way beside throughput: the cell's p-value is the smaller one times
+    two, Holm within the cell says which metric is significant, intervals are at half the error each. A
+    regression needs all three, for one metric: BH rejects (and Holm keeps the metric), the whole interval
+    lies below 0, and the change is beyond the floor.
     `require_same_env=False` (A/B runs, where the environment is what is being compared) reports
     environment differences instead of refusing.
     """
