@@ -273,3 +273,16 @@ def test_history_screening_names_suspects_but_does_not_fail(runs):
     check_html(out / "report.html")
     rows = pq.read_table(out / "verdicts.parquet").to_pylist()
     assert all(r["num_history_runs"] == 6 and r["effect_pct"] == pytest.approx(-30.0, abs=0.5) for r in rows)
+
+
+def test_change_text_shows_the_fast_step_rate_and_marks_the_metric_that_decided():
+    common = dict(cell_id="c", floor_pct=3.0, fdr_q=0.01, accuracy_tolerance=0.01, effect_pct=-1.0,
+                  ci_low_pct=-9.0, ci_high_pct=7.0)
+    fast = dict(fast_effect_pct=-5.2, fast_ci_low_pct=-6.9, fast_ci_high_pct=-3.5)
+    regressed = compare.CellVerdict(verdict="regression", reason="", decided_by="fast steps", **common, **fast)
+    assert report.change_text(regressed) == "-1.0% [-9.0, +7.0]; fast steps -5.2% [-6.9, -3.5]*"
+    assert regressed.decided_effect_pct == -5.2
+    same = compare.CellVerdict(verdict="unchanged", reason="", decided_by="fast steps", **common, **fast)
+    assert report.change_text(same) == "-1.0% [-9.0, +7.0]; fast steps -5.2% [-6.9, -3.5]"  # nothing decided
+    alone = compare.CellVerdict(verdict="regression", reason="", decided_by="throughput", **common)
+    assert report.change_text(alone) == "-1.0% [-9.0, +7.0]" and alone.decided_effect_pct == -1.0
