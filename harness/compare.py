@@ -182,8 +182,9 @@ class CellVerdict:
     number (Bonferroni within the cell)."""
     p_adjusted: float | None = None
     decided_by: str = ""
-    """The metric the verdict rests on (throughput or fast steps); for `unchanged`, the one with the smaller
-    p-value. effect_pct and its interval are always throughput's; fast_* are the fast-step rate's."""
+    """The metric the verdict rests on (throughput or fast steps; throughput, the headline, when both make
+    the same call); for `unchanged`, the one with the smaller p-value. effect_pct and its interval are
+    always throughput's; fast_* are the fast-step rate's."""
     throughput_p_value: float | None = None
     fast_effect_pct: float | None = None
     fast_ci_low_pct: float | None = None
