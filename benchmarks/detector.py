@@ -186,7 +186,7 @@ def _relabel(rows: list[dict]) -> list[dict]:
 
 def _draws(rng, base_pool: list[dict], cand_pool: list[dict] | None, n: int, trials: int, env: dict,
            th: Thresholds) -> np.ndarray:
-    """trials x (change %, significant). cand_pool None: A/A, 2n distinct repeats of base_pool split n | n."""
+    """trials x TRIAL. cand_pool None: A/A, 2n distinct repeats of base_pool split n | n."""
     out = np.empty((trials, len(TRIAL)))
     for t in range(trials):
         if cand_pool is None:

@@ -230,7 +230,8 @@ class CellVerdict:
     @property
     def decided_effect_pct(self) -> float | None:
         """The change of the metric the verdict rests on."""
-        return self.fast_effect_pct if self.decided_by == FAST_STEPS else self.effect_pct
+        return decided_effect_pct({"decided_by": self.decided_by, "effect_pct": self.effect_pct,
+                                   "fast_effect_pct": self.fast_effect_pct})
 
     @property
     def is_regression(self) -> bool:
@@ -242,6 +243,11 @@ class CellVerdict:
 
 
 VERDICT_FIELDS = tuple(f.name for f in fields(CellVerdict))
+
+
+def decided_effect_pct(verdict: Mapping[str, Any]) -> float | None:
+    """The change of the metric a verdict rests on, from a CellVerdict's fields (or a verdicts.parquet row)."""
+    return verdict.get("fast_effect_pct") if verdict.get("decided_by") == FAST_STEPS else verdict.get("effect_pct")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -45,9 +45,7 @@ def targets(report_dir: Path) -> list[str]:
 def _screened(row: dict) -> bool:
     if row["verdict"] == compare.REGRESSION:
         return True
-    # the change of the metric the verdict rests on (CellVerdict.decided_effect_pct), with the cell's p-value
-    effect = row.get("fast_effect_pct") if row.get("decided_by") == compare.FAST_STEPS else row.get("effect_pct")
-    p = row.get("p_value")
+    effect, p = compare.decided_effect_pct(row), row.get("p_value")  # the deciding metric's change, the cell's p
     return effect is not None and p is not None and effect < 0 and p <= SCREEN_P
 
 

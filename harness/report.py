@@ -133,10 +133,9 @@ def change_text(v: CellVerdict) -> str:
     if v.fast_effect_pct is None:
         return text
     fast = f"fast steps {v.fast_effect_pct:+.1f}% [{v.fast_ci_low_pct:+.1f}, {v.fast_ci_high_pct:+.1f}]"
-    decided = v.verdict in (REGRESSION, IMPROVEMENT)
-    mark = ("*" if decided and v.decided_by == compare.THROUGHPUT else "",
-            "*" if decided and v.decided_by == compare.FAST_STEPS else "")
-    return f"{text}{mark[0]}; {fast}{mark[1]}"
+    if v.verdict in (REGRESSION, IMPROVEMENT):  # mark the metric that made the call
+        text, fast = (text + "*", fast) if v.decided_by == compare.THROUGHPUT else (text, fast + "*")
+    return f"{text}; {fast}"
 
 
 def label(cell_id: str) -> str:
@@ -287,7 +286,8 @@ def change_plot(comparison: Comparison) -> str:
     if not rows:
         return _figure("Change vs baseline", "<p>no cell could be compared</p>")
     floor = comparison.thresholds.floor_pct
-    ends = _finite([x for v in rows for x in (v.effect_pct, v.ci_low_pct, v.ci_high_pct)]) + [floor, -floor]
+    fast = _finite([x for v in rows for x in (v.fast_effect_pct, v.fast_ci_low_pct, v.fast_ci_high_pct)])
+    ends = _finite([x for v in rows for x in (v.effect_pct, v.ci_low_pct, v.ci_high_pct)]) + fast + [floor, -floor]
     lo, hi = min(ends), max(ends)
 
     def draw(i: int, y: float, sx) -> str:
@@ -306,12 +306,10 @@ def change_plot(comparison: Comparison) -> str:
                 _dot(sx(v.fast_effect_pct), y2, f"fast {css}", tip, r=3)
         return line
 
-    fast = [x for v in rows for x in (v.fast_effect_pct, v.fast_ci_low_pct, v.fast_ci_high_pct)]
-    lo, hi = min(lo, *_finite(fast), lo), max(hi, *_finite(fast), hi)
     svg = hplot([label(v.cell_id) for v in rows], lo, hi, draw, x_label="change, %", zero=0.0,
                 band=(-floor, floor), titles=[v.cell_id for v in rows])
     note = f"Dots: change of throughput; lines: interval; shaded: the +/-{floor:g}% practical floor."
-    if _finite(fast):
+    if fast:
         note += " Hollow dots, dashed lines: the fast-step rate (the quieter metric; either can call a regression)."
     return _figure("Change vs baseline, with intervals", svg, note)
 

@@ -345,6 +345,7 @@ def _train(ctx: Context, engine: Engine) -> tuple[dict[str, Any], dict[str, np.n
     images = b.measure_steps * ctx.cell.images_per_step
     interval = stats.batch_means_interval(step_times, ctx.cell.images_per_step)
     steady = stats.steadiness(step_times)
+    fast = stats.fast_step_rate(step_times, ctx.cell.images_per_step)
     metrics = {
         "num_warmup_steps": b.warmup_steps, "num_measure_steps": b.measure_steps, "images_measured": images,
         "window_s": window_s, "warmup_window_s": warm_s,
@@ -353,8 +354,7 @@ def _train(ctx: Context, engine: Engine) -> tuple[dict[str, Any], dict[str, np.n
         "throughput_per_process_img_per_s": images / window_s / ctx.world_size,  # all ranks of all nodes
         "step_time_mean_s": float(step_times.mean()), "step_time_median_s": float(np.median(step_times)),
         "step_time_cv": float(step_times.std(ddof=1) / step_times.mean()) if len(step_times) > 1 else None,
-        "step_time_p10_s": float(np.quantile(step_times, stats.FAST_STEP_QUANTILE)),
-        "fast_step_img_per_s": stats.fast_step_rate(step_times, ctx.cell.images_per_step),
+        "step_time_p10_s": ctx.cell.images_per_step / fast, "fast_step_img_per_s": fast,
         "data_wait_s": wait, "data_wait_frac": wait / window_s,
         "is_steady": steady.is_steady, "steadiness": steady.reason,
         "train_loss": train_loss, "lr_final": engine.lr(), "loss_scale": engine.loss_scale(),
