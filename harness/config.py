@@ -19,6 +19,9 @@ from typing import Any, Literal
 SCHEMA_VERSION = 1
 """Version of the matrix file format; files may state it as top-level `version`."""
 
+IMAGENET_TRAIN_IMAGES = 1_281_167
+"""Images in ImageNet-1k's training split: the epoch of the reference timeline for synthetic data."""
+
 AXES = ("backend", "memory_format", "precision", "world_size", "grad_accum")
 BACKENDS = ("dali-gpu", "dali-cpu", "pytorch", "synthetic")
 MEMORY_FORMATS = ("nchw", "nhwc")
@@ -76,15 +79,27 @@ class RecipeConfig:
     bn_bias_weight_decay: bool = knob(False, "Also decay BN parameters and biases (the reference does not).")
     label_smoothing: float = knob(0.1, "Label smoothing of the training loss.", min=0, max=0.99)
     schedule: Literal["cosine", "linear", "step", "constant"] = knob(
-        "cosine", "LR schedule after linear warmup, over the cell's warmup + measured steps.")
-    lr_warmup_fraction: float = knob(8 / 90, "Fraction of training steps with linear LR warmup (8 of 90 epochs).",
-                                     min=0, max=0.99)
+        "cosine", "LR decay after the warmup epochs (the reference's policies, epoch-granular).")
+    lr_timeline: Literal["reference", "compressed"] = knob(
+        "reference", "reference: every step trains at the LR the reference run gives it at that point, epochs "
+        "counted in `epoch_images` (a benchmark of a few hundred ImageNet steps trains at peak / "
+        "lr_warmup_epochs throughout); compressed: warmup and decay squeezed into the cell's own warmup + "
+        "measured steps, step by step (convergence matrices, which must say so).")
+    epochs: int = knob(90, "Length of the reference run in epochs: the decay's span.", min=1)
+    lr_warmup_epochs: int = knob(8, "Warmup epochs: lr = peak * (epoch + 1) / lr_warmup_epochs while warming "
+                                 "up (compressed: the same share of the cell's steps).", min=0)
+    epoch_images: int = knob(0, "Images in one epoch of the reference timeline; 0 = the training split's "
+                             f"images ({IMAGENET_TRAIN_IMAGES:,} for synthetic data).", min=0)
     step_milestones: tuple[float, ...] = knob((1 / 3, 2 / 3, 8 / 9),
                                               "Fractions of training at which `step` multiplies LR by step_gamma.")
     step_gamma: float = knob(0.1, "LR multiplier at each step milestone.", gt=0, max=1)
     zero_init_residual: bool = knob(False, "Zero-init the last BN gamma of each residual branch.")
-    init_loss_scale: float = knob(65536.0, "Initial fp16 loss scale (growth 2, backoff 0.5).", gt=0)
-    loss_scale_growth_interval: int = knob(100, "fp16 steps without overflow before the scale doubles.", min=1)
+    init_loss_scale: float = knob(128.0, "Initial fp16 loss scale (the reference's static 128).", gt=0)
+    dynamic_loss_scale: bool = knob(False, "fp16: let the scale grow (x2 after loss_scale_growth_interval "
+                                    "clean steps); off = static, as the reference. An overflowing step is "
+                                    "skipped and halves the scale either way.")
+    loss_scale_growth_interval: int = knob(100, "fp16 steps without overflow before a dynamic scale doubles.",
+                                           min=1)
     allow_tf32: bool = knob(True, "Allow TF32 for fp32 matmul/conv on Ampere and newer (recorded per row).")
     cudnn_benchmark: bool = knob(True, "Let cuDNN autotune convolution algorithms (during warmup).")
 
@@ -138,7 +153,8 @@ class LaunchConfig:
     nnodes: int = knob(1, "Nodes in a torchrun group (world_size counts processes per node).", min=1)
     node_rank: int = knob(0, "This node's rank under the static rendezvous backend (c10d assigns ranks itself).", min=0)
     rdzv_endpoint: str = knob("", "host:port of the rendezvous for multi-node; empty = --standalone.")
-    rdzv_id: str = knob("nvbench", "Rendezvous id shared by all nodes of a run.")
+    rdzv_id: str = knob("nvbench", "Rendezvous id shared by all nodes of a run; each job rendezvouses as "
+                        "RDZV_ID-<cell id>-r<repeat>.")
     rdzv_backend: Literal["c10d", "static"] = knob("c10d", "torchrun rendezvous backend for multi-node.")
 
 
@@ -373,6 +389,10 @@ def parse_matrix(raw: dict[str, Any], source: str, source_text: str = "", *,
         if missing:
             problems.append(f"data.path: dataset {str(root)!r} has no {' or '.join(s + '/' for s in missing)} "
                             "directory (expected an ImageFolder root)")
+    recipe = sections["recipe"]
+    if recipe.lr_warmup_epochs >= recipe.epochs:
+        problems.append(f"recipe.lr_warmup_epochs: {recipe.lr_warmup_epochs} must be fewer than recipe.epochs "
+                        f"({recipe.epochs})")
     if launch.nnodes > 1 and not launch.rdzv_endpoint:
         problems.append("launch.rdzv_endpoint: required when launch.nnodes > 1 (host:port every node can reach)")
     if launch.node_rank >= launch.nnodes:

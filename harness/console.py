@@ -58,7 +58,7 @@ def summary_table(rows: Iterable[dict[str, Any]]) -> Table:
         half = (high - low) / 2 if None not in (low, high) and low == low else None
         table.add_row(r["cell_id"], str(r["repeat"]), f"[{STATUS_STYLE[r['status']]}]{r['status']}[/]",
                       _fmt(tput, ".1f"), _fmt(half, ".1f"), _fmt(r.get("top1"), ".3f"),
-                      _fmt(r.get("data_wait_frac"), ".1%"), escape(r.get("reason") or ""))
+                      _fmt(r.get("exposed_data_wait_frac"), ".1%"), escape(r.get("reason") or ""))
     return table
 
 

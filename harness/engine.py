@@ -14,19 +14,25 @@ import re
 from dataclasses import dataclass
 from typing import Callable, Literal
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from harness.config import IMAGENET_TRAIN_IMAGES
 from harness.timing import BACKWARD, FORWARD, OPTIMIZER, Ranges, make_ranges
 
 Precision = Literal["fp32", "fp16", "bf16"]
 MemoryFormat = Literal["nchw", "nhwc"]
 Schedule = Literal["cosine", "linear", "step", "constant"]
+Timeline = Literal["reference", "compressed"]
 
 PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "bf16")
 MEMORY_FORMATS: tuple[str, ...] = ("nchw", "nhwc")
 SCHEDULES: tuple[str, ...] = ("cosine", "linear", "step", "constant")
+TIMELINES: tuple[str, ...] = ("reference", "compressed")
+STATIC_GROWTH_INTERVAL = 1_000_000_000
+"""The reference's static loss scale: a GradScaler whose scale never grows (DLE passes this interval)."""
 _AUTOCAST_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 _DEVICE_RE = re.compile(r"cpu|cuda(:\d+)?")
 # Parameters of these layers never get weight decay unless bn_bias_weight_decay (the reference excludes BN).
@@ -49,7 +55,8 @@ class EngineOptions:
     global_batch: int
     """Images per optimizer step over all ranks (batch * grad_accum * world_size); the LR scales with it."""
     total_steps: int
-    """Optimizer steps in the whole run: the schedule's length."""
+    """Optimizer steps this engine will take (warmup + measured): the compressed schedule's length and the
+    size of the per-step loss record."""
     lr_per_256: float = 0.256
     """Peak LR per 256 images of global batch."""
     momentum: float = 0.875
@@ -64,16 +71,27 @@ class EngineOptions:
     """Label smoothing of the training loss (validation loss is plain cross-entropy)."""
     schedule: Schedule = "cosine"
     """LR decay after warmup."""
-    lr_warmup_fraction: float = 8 / 90
-    """Linear warmup over this fraction of total_steps (8 of 90 epochs in the reference)."""
+    lr_timeline: Timeline = "reference"
+    """reference: step k trains at the LR the reference run gives it (epoch-granular, epochs counted in
+    epoch_images); compressed: warmup and decay squeezed into total_steps (convergence runs)."""
+    epochs: int = 90
+    """Length of the reference run in epochs: the span of the decay."""
+    lr_warmup_epochs: int = 8
+    """Warmup epochs: lr = peak * (epoch + 1) / lr_warmup_epochs while warming up (compressed: the same
+    share of total_steps, step by step)."""
+    epoch_images: int = IMAGENET_TRAIN_IMAGES
+    """Images in one epoch of the reference timeline (all ranks)."""
     step_milestones: tuple[float, ...] = (1 / 3, 2 / 3, 8 / 9)
-    """Fractions of total_steps where the 'step' schedule multiplies the LR by step_gamma."""
+    """Fractions of training where the 'step' schedule multiplies the LR by step_gamma."""
     step_gamma: float = 0.1
     """LR factor applied at each milestone of the 'step' schedule."""
-    init_loss_scale: float = 65536.0
-    """Initial fp16 loss scale."""
+    init_loss_scale: float = 128.0
+    """Initial fp16 loss scale (the reference's static 128)."""
+    dynamic_loss_scale: bool = False
+    """fp16: double the scale after loss_scale_growth_interval overflow-free steps; off = static, as the
+    reference (an overflowing step is skipped and halves the scale either way)."""
     loss_scale_growth_interval: int = 100
-    """Overflow-free steps before the fp16 scale doubles (growth 2 and backoff 0.5 are fixed)."""
+    """Overflow-free steps before a dynamic fp16 scale doubles (growth 2 and backoff 0.5 are fixed)."""
     allow_tf32: bool = True
     """Let fp32 matmuls and convolutions use TF32 on CUDA."""
 
@@ -102,7 +120,11 @@ def _option_problems(o: EngineOptions) -> list[str]:
         (not o.nesterov or o.momentum > 0, "nesterov: needs momentum > 0"),
         (o.weight_decay >= 0, f"weight_decay: must be >= 0, got {o.weight_decay}"),
         (0 <= o.label_smoothing < 1, f"label_smoothing: must be in [0, 1), got {o.label_smoothing}"),
-        (0 <= o.lr_warmup_fraction < 1, f"lr_warmup_fraction: must be in [0, 1), got {o.lr_warmup_fraction}"),
+        (o.lr_timeline in TIMELINES, f"lr_timeline: {o.lr_timeline!r} is not one of {TIMELINES}"),
+        (o.epochs >= 1, f"epochs: must be >= 1, got {o.epochs}"),
+        (0 <= o.lr_warmup_epochs < o.epochs,
+         f"lr_warmup_epochs: must be in [0, epochs={o.epochs}), got {o.lr_warmup_epochs}"),
+        (o.epoch_images >= 1, f"epoch_images: must be >= 1, got {o.epoch_images}"),
         (all(0 < m < 1 for m in o.step_milestones),
          f"step_milestones: each must be in (0, 1), got {o.step_milestones}"),
         (list(o.step_milestones) == sorted(set(o.step_milestones)),
@@ -123,34 +145,57 @@ def _option_problems(o: EngineOptions) -> list[str]:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LrSchedule:
-    """LR factor (of the peak LR) for the optimizer step about to run: linear warmup, then the decay."""
+    """LR factor (of the peak LR) for optimizer step k: warmup, then the decay.
+
+    reference: the reference's policies (DLE lr_cosine/linear/step_policy), which are epoch-granular: step k
+    falls in epoch e = floor(k * global_batch / epoch_images); while e < W (warmup epochs) the factor is
+    (e + 1) / W, then cosine 0.5 (1 + cos(pi (e - W) / (E - W))), linear 1 - (e - W) / (E - W), step
+    gamma ** (milestones passed, in epochs of E), or 1. A benchmark of a few hundred steps of ImageNet
+    therefore trains at peak / W throughout, as the reference's first steps do.
+    compressed: the same shape over total_steps, step by step: warmup over round(W / E * total_steps) steps.
+    """
 
     kind: Schedule
+    timeline: Timeline
     total_steps: int
-    warmup_steps: int
-    milestone_steps: tuple[int, ...]
+    epochs: int
+    warmup_epochs: int
+    global_batch: int
+    epoch_images: int
+    milestones: tuple[float, ...]
     gamma: float
 
     @classmethod
     def from_options(cls, opts: EngineOptions) -> LrSchedule:
-        return cls(
-            kind=opts.schedule,
-            total_steps=opts.total_steps,
-            warmup_steps=round(opts.lr_warmup_fraction * opts.total_steps),
-            milestone_steps=tuple(round(m * opts.total_steps) for m in opts.step_milestones),
-            gamma=opts.step_gamma,
-        )
+        return cls(kind=opts.schedule, timeline=opts.lr_timeline, total_steps=opts.total_steps, epochs=opts.epochs,
+                   warmup_epochs=opts.lr_warmup_epochs, global_batch=opts.global_batch,
+                   epoch_images=opts.epoch_images, milestones=opts.step_milestones, gamma=opts.step_gamma)
+
+    def epoch(self, step: int) -> int:
+        """The reference epoch step `step` falls in (its first image's)."""
+        return step * self.global_batch // self.epoch_images
+
+    @property
+    def warmup_steps(self) -> int:
+        """Compressed timeline: steps of linear warmup."""
+        return round(self.warmup_epochs / self.epochs * self.total_steps)
 
     def __call__(self, step: int) -> float:
-        if step < self.warmup_steps:
-            # Step 0 already trains at 1/warmup of the peak, as the reference does (never a zero LR).
-            return (step + 1) / self.warmup_steps
+        if self.timeline == "reference":
+            return self._factor(self.epoch(step), self.warmup_epochs, self.epochs)
+        return self._factor(step, self.warmup_steps, self.total_steps)
+
+    def _factor(self, t: int, warmup: int, end: int) -> float:
+        """The policy at position t (an epoch, or a step when compressed) of a run of `end` positions."""
+        if t < warmup:
+            # The first position already trains at 1/warmup of the peak, as the reference does (never 0).
+            return (t + 1) / warmup
         if self.kind == "constant":
             return 1.0
         if self.kind == "step":
-            return self.gamma ** sum(step >= m for m in self.milestone_steps)
-        span = max(1, self.total_steps - self.warmup_steps)
-        progress = min(step - self.warmup_steps, span) / span  # clamped: steps past the end stay at 0
+            return self.gamma ** sum(t >= round(m * end) for m in self.milestones)
+        span = max(1, end - warmup)
+        progress = min(t - warmup, span) / span  # clamped: positions past the end stay at 0
         if self.kind == "linear":
             return 1.0 - progress
         return 0.5 * (1.0 + math.cos(math.pi * progress))
@@ -206,6 +251,10 @@ class Engine:
         self._criterion = nn.CrossEntropyLoss(label_smoothing=opts.label_smoothing)
         self._train_acc = self._zeros(2)
         self._val_acc = self._zeros(4)
+        # Per-step records, preallocated: the loss of each optimizer step stays on the device (the mean
+        # over its micro-batches, this rank's) and its LR on the host, so recording them costs no sync.
+        self._step_loss = torch.zeros(opts.total_steps, dtype=torch.float32, device=self.device)
+        self._step_lr = np.full(opts.total_steps, np.nan)
 
     # ---- construction -------------------------------------------------------------------------------
 
@@ -235,7 +284,8 @@ class Engine:
             init_scale=self.opts.init_loss_scale,
             growth_factor=2.0,
             backoff_factor=0.5,
-            growth_interval=self.opts.loss_scale_growth_interval,
+            growth_interval=self.opts.loss_scale_growth_interval if self.opts.dynamic_loss_scale
+            else STATIC_GROWTH_INTERVAL,
         )
 
     def _zeros(self, n: int) -> Tensor:
@@ -273,8 +323,11 @@ class Engine:
             with self._ranges(BACKWARD):
                 scaled.backward()
         batch = images.shape[0]
-        self._train_acc[0].add_(loss.detach().to(torch.float64), alpha=batch)
+        detached = loss.detach()
+        self._train_acc[0].add_(detached.to(torch.float64), alpha=batch)
         self._train_acc[1].add_(batch)
+        if self._step < self.opts.total_steps:
+            self._step_loss[self._step].add_(detached, alpha=1.0 / self.opts.grad_accum)
 
     def optimizer_step(self) -> None:
         """Apply the accumulated gradients (skipped on fp16 overflow), clear them, advance the LR."""
@@ -282,6 +335,8 @@ class Engine:
             self._apply_step()
 
     def _apply_step(self) -> None:
+        if self._step < self.opts.total_steps:
+            self._step_lr[self._step] = self.lr()
         if self.scaler is not None:
             self.scaler.step(self.optimizer)
             self.scaler.update()
@@ -294,6 +349,14 @@ class Engine:
         lr = self.opts.peak_lr * self._schedule(self._step)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
+
+    def step_records(self) -> tuple[np.ndarray, np.ndarray]:
+        """(loss, lr) of every optimizer step taken so far, in step order; NaN where none was recorded.
+
+        Host sync: reads the device loss record. Call outside measured windows.
+        """
+        losses = self._step_loss[: self._step].double().cpu().numpy()  # sync: once, after the window
+        return losses, self._step_lr[: self._step].copy()
 
     def pop_train_loss(self) -> Tensor:
         """Device float64 tensor [loss_sum, num_samples] since the last pop (label-smoothed loss)."""

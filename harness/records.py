@@ -4,6 +4,12 @@ Schema history (bump RESULT_SCHEMA_VERSION and teach store.migrate the step when
   1 (0.1.0): first release: cell summary rows (throughput with its interval, accuracy, loss, memory,
      data wait, twin efficiencies, NVML telemetry, MFU, profile and fire-drill flags) and per-rank
      step rows. Columns added later read as null from older files (store.migrate).
+  2 (0.2.0): data wait as the GPU sees it: `exposed_data_wait_s/_frac` (CUDA events on the consumer stream
+     around each fetch; on CPU the host figure) beside the host figure, renamed from `data_wait_s/_frac` to
+     `host_data_wait_s/_frac`; `step_time_total_s`. Steps: `host_data_wait_s` (was `data_wait_s`),
+     `exposed_data_wait_s`, `loss`, `lr`, `epoch`, `is_epoch_start`. Migrating version 1: the renamed
+     columns carry over; the exposed wait of a CPU row is its host wait (the same measurement there), of a
+     CUDA row null (never measured).
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ from typing import Any, Iterable
 
 import pyarrow as pa
 
-RESULT_SCHEMA_VERSION = 1
+RESULT_SCHEMA_VERSION = 2
 METADATA_VERSION_KEY = b"nvbench.schema_version"
 METADATA_KIND_KEY = b"nvbench.table"
 
@@ -61,19 +67,27 @@ CELL_COLUMNS: tuple[Column, ...] = (
     _c("window_s", F, "s", "Wall time of the measured window, bounded by device sync and barrier; less the speed probe's time (CPU)."),
     _c("warmup_window_s", F, "s", "Wall time of the warmup steps."),
     _c("throughput_img_per_s", F, "images/s", "Global: images_measured / window_s (a ratio of sums)."),
-    _c("throughput_ci_low_img_per_s", F, "images/s", "Lower bound of the within-run 95% interval (batch means)."),
-    _c("throughput_ci_high_img_per_s", F, "images/s", "Upper bound of the within-run 95% interval (batch means)."),
+    _c("throughput_ci_low_img_per_s", F, "images/s", "Lower bound of the within-run 95% interval: batch means "
+       "of the step times, at their relative width around throughput_img_per_s (stats.window_throughput_interval)."),
+    _c("throughput_ci_high_img_per_s", F, "images/s", "Upper bound of the within-run 95% interval (as the lower)."),
     _c("throughput_per_process_img_per_s", F, "images/s", "Global throughput / processes (per GPU on CUDA)."),
     _c("step_time_mean_s", F, "s", "Mean measured step time (rank 0; CUDA events on GPU)."),
     _c("step_time_median_s", F, "s", "Median measured step time (rank 0)."),
     _c("step_time_cv", F, "", "Coefficient of variation of measured step times (rank 0)."),
+    _c("step_time_total_s", F, "s", "Sum of the measured step times (rank 0): the step clock's share of window_s "
+       "(the interval's clock; the rest is the fences)."),
     _c("step_time_p10_s", F, "s", "10th percentile of measured step times (rank 0): the fast steps, which "
        "interference from other processes seldom reaches."),
     _c("fast_step_img_per_s", F, "images/s", "Global images per step / step_time_p10_s: the speed of the fast "
        "steps. The comparison's second metric (far less noisy than throughput on a shared machine; blind to "
        "a slowdown of a few steps)."),
-    _c("data_wait_s", F, "s", "Host time blocked on the loader in the window (mean over ranks)."),
-    _c("data_wait_frac", F, "", "data_wait_s / window_s."),
+    _c("exposed_data_wait_s", F, "s", "Time the GPU's stream sat idle waiting for batches in the window (CUDA "
+       "events around each fetch on the consumer stream; host time on CPU), mean over ranks: the data stall the "
+       "throughput pays."),
+    _c("exposed_data_wait_frac", F, "", "exposed_data_wait_s / window_s."),
+    _c("host_data_wait_s", F, "s", "Host time blocked in the loader's next() in the window, mean over ranks. On "
+       "CUDA it overlaps GPU work already queued: an upper bound of the stall, not the stall."),
+    _c("host_data_wait_frac", F, "", "host_data_wait_s / window_s."),
     _c("is_steady", B, "", "No trend or level shift inside the window (Mann-Kendall + Pettitt)."),
     _c("steadiness", S, "", "What the steadiness check saw."),
     _c("train_loss", F, "", "Mean training loss over the measured window (all ranks)."),
@@ -132,7 +146,15 @@ STEP_COLUMNS: tuple[Column, ...] = (
     _c("step", I, "", "Optimizer step index, warmup first, 0-based."),
     _c("is_warmup", B, "", "Warmup step: recorded, never counted in statistics."),
     _c("step_time_s", F, "s", "Step time: CUDA events on GPU (resolved after the window), perf_counter on CPU."),
-    _c("data_wait_s", F, "s", "Host time blocked waiting for this step's batches."),
+    _c("host_data_wait_s", F, "s", "Host time blocked waiting for this step's batches."),
+    _c("exposed_data_wait_s", F, "s", "Time the GPU's stream waited for this step's batches (CUDA events; host "
+       "time on CPU)."),
+    _c("loss", F, "", "This rank's training loss of the step (mean over its micro-batches; label-smoothed), "
+       "kept on the device and read after the window."),
+    _c("lr", F, "", "Learning rate the step's optimizer update used."),
+    _c("epoch", I, "", "Data epoch of the step's first image (the training stream runs epochs back to back); "
+       "null for synthetic data."),
+    _c("is_epoch_start", B, "", "The step holds the first image of an epoch; null for synthetic data."),
     _c("images", I, "images", "Images this rank processed in the step."),
     _c("speed_probe_s", F, "s", "Machine-speed probe run right after this step, outside its time; null where none ran."),
 )

@@ -479,8 +479,12 @@ def render_html(comparison: Comparison) -> str:
     cand = comparison.candidate
     banner = _drill_banner(comparison)
     plots = [change_plot(comparison), *throughput_plots(comparison), accuracy_plot(comparison),
-             bar_plot(comparison, "data_wait_frac", "Data-wait fraction", "% of the window waiting for data",
-                      "Host time blocked on the loader / window time.", percent=True, at_least=0.05),
+             bar_plot(comparison, "exposed_data_wait_frac", "Exposed data wait",
+                      "% of the window the GPU waited for data",
+                      "The time the training stream sat idle waiting for a batch (CUDA events around each fetch; "
+                      "on CPU the host's wait), over the window. Lower is better; 0 = the loader never stalled the "
+                      "GPU. The host's own time in next() (host_data_wait_frac) overlaps queued GPU work and is "
+                      "not shown here.", percent=True, at_least=0.05),
              bar_plot(comparison, "loader_efficiency", "Loader efficiency", "throughput / synthetic twin",
                       "1.0 = the loader keeps up with the compute (real-data cells with a synthetic twin).")]
     env = cand.environment

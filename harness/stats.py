@@ -264,6 +264,33 @@ def batch_means_interval(
     )
 
 
+def window_throughput_interval(
+    step_times_s: Sequence[float],
+    images_per_step: float,
+    window_images: float,
+    window_s: float,
+    *,
+    num_batches: int = 10,
+    confidence: float = 0.95,
+) -> Interval:
+    """A measured window's throughput, window_images / window_s, with a within-run interval on the same clock.
+
+    The point estimate is the window's wall clock (barrier- and sync-delimited); the step times come from
+    another clock (CUDA events on a GPU) and cover a little less than the window (the fences). Their
+    batch-means interval (:func:`batch_means_interval`) is therefore carried over as a relative
+    uncertainty: low / estimate and high / estimate are those of the step-time interval, applied to the
+    window's estimate. So the interval always brackets the reported figure and both are in wall-clock
+    images per second. Fewer than two steps: low/high NaN.
+    """
+    steps = batch_means_interval(step_times_s, images_per_step, num_batches=num_batches, confidence=confidence)
+    if not window_s > 0:
+        raise ValueError(f"window_s must be > 0, got {window_s}")
+    estimate = float(window_images / window_s)
+    scale = estimate / steps.estimate
+    return Interval(estimate=estimate, low=steps.low * scale, high=steps.high * scale, confidence=confidence,
+                    method="batch_means_t_on_window")
+
+
 # ---------------------------------------------------------------------------------------------
 # steadiness of a window
 

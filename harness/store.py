@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute  # noqa: F401  (pa.compute)
 import pyarrow.parquet as pq
 
 from harness.records import CELL_SCHEMA, METADATA_VERSION_KEY, RESULT_SCHEMA_VERSION, STEP_SCHEMA
@@ -51,8 +52,12 @@ def read_json(path: Path) -> Any:
     return json.loads(Path(path).read_text())
 
 
+RENAMED_IN_2 = {"data_wait_s": "host_data_wait_s", "data_wait_frac": "host_data_wait_frac"}
+"""Version 1 name -> version 2 name, in both tables."""
+
+
 def migrate(table: pa.Table, target: pa.Schema) -> pa.Table:
-    """Bring a table written by any earlier nvbench to the current schema (version 1 is the first)."""
+    """Bring a table written by any earlier nvbench to the current schema (records.py has the history)."""
     meta = table.schema.metadata or {}
     version = int(meta.get(METADATA_VERSION_KEY, b"0"))
     if version > RESULT_SCHEMA_VERSION:
@@ -60,10 +65,27 @@ def migrate(table: pa.Table, target: pa.Schema) -> pa.Table:
                          "upgrade nvbench to read them")
     if version < 1:
         raise ValueError("not an nvbench result table (no schema version in its metadata)")
-    # Columns added in later versions arrive as nulls; this is where renames will be mapped.
+    if version < 2:
+        table = _from_version_1(table)
+    # Columns added in later versions arrive as nulls.
     arrays = [table.column(f.name) if f.name in table.column_names else pa.nulls(len(table), f.type)
               for f in target]
     return pa.Table.from_arrays(arrays, schema=target)
+
+
+def _from_version_1(table: pa.Table) -> pa.Table:
+    """Version 1 measured data wait on the host only: renamed; a CPU row's is also its exposed wait (step
+    rows do not say their device: their exposed wait stays null)."""
+    names = [RENAMED_IN_2.get(name, name) for name in table.column_names]
+    table = table.rename_columns(names)
+    if "device" not in names:
+        return table
+    on_cpu = pa.compute.equal(table.column("device"), "cpu")
+    for host, exposed in (("host_data_wait_s", "exposed_data_wait_s"), ("host_data_wait_frac", "exposed_data_wait_frac")):
+        if host in names and exposed not in names:
+            column = table.column(host)
+            table = table.append_column(exposed, pa.compute.if_else(on_cpu, column, pa.nulls(len(table), column.type)))
+    return table
 
 
 def _read_dir(folder: Path, target: pa.Schema) -> pa.Table:

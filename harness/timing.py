@@ -107,21 +107,39 @@ class Instrument(Protocol):
 
 
 class StepClock:
-    """Per-step start/end marks into preallocated storage; read only by `resolve()` after the window.
+    """Per-step marks into preallocated storage, read only by the resolve methods after the window.
 
-    On CUDA the marks are events on the current stream, so recording them never waits for the device;
-    on CPU the work is synchronous and perf_counter brackets it.
+    Two clocks per step: the step itself (begin/end) and each micro-batch's fetch from the loader
+    (fetch_begin/fetch_end). On CUDA the marks are events on the current stream, so recording them never
+    waits for the device, and a fetch's events measure what the GPU saw: the time its stream sat idle
+    between the work queued before the request and the hand-over of the batch (the exposed data wait). The
+    host's own time blocked in the fetch (perf_counter) is kept apart as the host data wait: on CUDA it
+    overlaps GPU work already queued, so it overstates the stall. On CPU the work is synchronous and both
+    are the same perf_counter measurement.
     """
 
-    def __init__(self, num_steps: int, device: torch.device):
+    def __init__(self, num_steps: int, device: torch.device, micro_batches: int = 1, *,
+                 make_event: Callable[[], object] | None = None):
+        """`make_event` replaces torch.cuda.Event(enable_timing=True) (tests pass a fake device)."""
         self.num_steps = num_steps
+        self.micro_batches = micro_batches
         self.is_cuda = device.type == "cuda"
         if self.is_cuda:
-            self._start = [torch.cuda.Event(enable_timing=True) for _ in range(num_steps)]
-            self._end = [torch.cuda.Event(enable_timing=True) for _ in range(num_steps)]
+            make_event = make_event or (lambda: torch.cuda.Event(enable_timing=True))
+
+            def events(n: int) -> list:
+                return [make_event() for _ in range(n)]
+
+            self._start, self._end = events(num_steps), events(num_steps)
+            self._fetch_start, self._fetch_end = events(num_steps * micro_batches), events(num_steps * micro_batches)
+            # torch creates a CUDA event on its first record: record each one now, so that no event is
+            # created inside the window.
+            for event in (*self._start, *self._end, *self._fetch_start, *self._fetch_end):
+                event.record()
         else:
             self._t = np.zeros((num_steps, 2))
-        self.data_wait_s = np.zeros(num_steps)
+        self.host_data_wait_s = np.zeros(num_steps)
+        self._fetch_t0 = 0.0
 
     def begin(self, i: int) -> None:
         if self.is_cuda:
@@ -135,8 +153,28 @@ class StepClock:
         else:
             self._t[i, 1] = time.perf_counter()
 
+    def fetch_begin(self, i: int, micro: int) -> None:
+        """The loop is about to ask the loader for step i's micro-batch `micro`."""
+        if self.is_cuda:
+            self._fetch_start[i * self.micro_batches + micro].record()
+        self._fetch_t0 = time.perf_counter()
+
+    def fetch_end(self, i: int, micro: int) -> None:
+        """The loader has handed the batch over."""
+        self.host_data_wait_s[i] += time.perf_counter() - self._fetch_t0
+        if self.is_cuda:
+            self._fetch_end[i * self.micro_batches + micro].record()
+
     def resolve(self) -> np.ndarray:
         """Step times in seconds. Call after the window's closing synchronisation."""
         if self.is_cuda:
             return np.array([s.elapsed_time(e) / 1e3 for s, e in zip(self._start, self._end)])
         return self._t[:, 1] - self._t[:, 0]
+
+    def resolve_exposed_data_wait(self) -> np.ndarray:
+        """Per step, the time the device's stream waited for that step's batches (seconds); on CPU the host
+        wait. Call after the window's closing synchronisation."""
+        if not self.is_cuda:
+            return self.host_data_wait_s.copy()
+        gaps = np.array([s.elapsed_time(e) / 1e3 for s, e in zip(self._fetch_start, self._fetch_end)])
+        return gaps.reshape(self.num_steps, self.micro_batches).sum(axis=1) if gaps.size else np.zeros(0)

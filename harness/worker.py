@@ -15,7 +15,7 @@ import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import torch
@@ -71,7 +71,10 @@ def _setup(job: dict[str, Any]) -> Context:
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     world_size = int(os.environ.get("WORLD_SIZE", 1))
     if job["device"] == "cuda":
-        device = torch.device("cuda", local_rank % torch.cuda.device_count())
+        visible = torch.cuda.device_count()
+        if local_rank >= visible:  # the runner skips such cells; never let two ranks share a GPU silently
+            raise RuntimeError(f"local rank {local_rank} has no GPU of its own: {visible} visible on this node")
+        device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)
         torch.backends.cudnn.benchmark = cell.recipe.cudnn_benchmark
     else:
@@ -98,8 +101,9 @@ def _setup(job: dict[str, Any]) -> Context:
 
 
 def _loader(ctx: Context, split: str):
+    """The split's loader for this rank; training's is endless (one stream across epochs)."""
     c = ctx.cell
-    spec = LoaderSpec(
+    spec = LoaderSpec(endless=split == "train",
         root=ctx.data_root, split=split, batch_size=c.benchmark.batch_size, image_size=c.benchmark.image_size,
         num_classes=c.benchmark.num_classes, memory_format=c.memory_format, device=str(ctx.device),
         rank=ctx.rank, world_size=ctx.world_size, seed=c.benchmark.seed + ctx.rank, workers=c.data.workers,
@@ -108,26 +112,31 @@ def _loader(ctx: Context, split: str):
     return build_loader(c.backend, spec, ranges=ctx.ranges)
 
 
-def _endless(loader) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    epoch = 0
-    while True:
-        loader.set_epoch(epoch)
-        yield from loader
-        epoch += 1
+def epoch_images(cell: Cell, dataset_images: int) -> int:
+    """Images in one epoch of the cell's LR timeline: recipe.epoch_images, or else the training split's
+    (`dataset_images`; ImageNet's count for synthetic data)."""
+    return cell.recipe.epoch_images or dataset_images
 
 
-def _engine(ctx: Context) -> Engine:
+def engine_options(cell: Cell, device: str, *, dataset_images: int) -> EngineOptions:
+    """How `cell` trains, as the engine takes it: the recipe, the axes and the epoch of its LR timeline."""
+    r = cell.recipe
+    return EngineOptions(
+        precision=cell.precision, memory_format=cell.memory_format, grad_accum=cell.grad_accum, device=device,
+        global_batch=cell.images_per_step, total_steps=cell.benchmark.warmup_steps + cell.benchmark.measure_steps,
+        lr_per_256=r.lr_per_256, momentum=r.momentum, nesterov=r.nesterov, weight_decay=r.weight_decay,
+        bn_bias_weight_decay=r.bn_bias_weight_decay, label_smoothing=r.label_smoothing, schedule=r.schedule,
+        lr_timeline=r.lr_timeline, epochs=r.epochs, lr_warmup_epochs=r.lr_warmup_epochs,
+        epoch_images=epoch_images(cell, dataset_images), step_milestones=r.step_milestones,
+        step_gamma=r.step_gamma, init_loss_scale=r.init_loss_scale, dynamic_loss_scale=r.dynamic_loss_scale,
+        loss_scale_growth_interval=r.loss_scale_growth_interval, allow_tf32=r.allow_tf32)
+
+
+def _engine(ctx: Context, *, dataset_images: int) -> Engine:
     c, r = ctx.cell, ctx.cell.recipe
     model = build_model(c.benchmark.model, num_classes=c.benchmark.num_classes,
                         zero_init_residual=r.zero_init_residual)
-    opts = EngineOptions(
-        precision=c.precision, memory_format=c.memory_format, grad_accum=c.grad_accum, device=str(ctx.device),
-        global_batch=c.images_per_step, total_steps=c.benchmark.warmup_steps + c.benchmark.measure_steps,
-        lr_per_256=r.lr_per_256, momentum=r.momentum, nesterov=r.nesterov, weight_decay=r.weight_decay,
-        bn_bias_weight_decay=r.bn_bias_weight_decay, label_smoothing=r.label_smoothing, schedule=r.schedule,
-        lr_warmup_fraction=r.lr_warmup_fraction, step_milestones=r.step_milestones, step_gamma=r.step_gamma,
-        init_loss_scale=r.init_loss_scale, loss_scale_growth_interval=r.loss_scale_growth_interval,
-        allow_tf32=r.allow_tf32)
+    opts = engine_options(c, str(ctx.device), dataset_images=dataset_images)
     wrap = None
     if ctx.is_distributed:
         from torch.nn.parallel import DistributedDataParallel
@@ -150,15 +159,15 @@ def _window(ctx: Context, engine: Engine, batches, clock: StepClock, name: str,
             probe: SpeedProbe | None = None) -> float:
     """Run `clock.num_steps` optimizer steps; return the window's wall time. No host sync inside.
 
-    `instruments` start after the opening fence and stop after the closing one, in reverse order, so
+    `instruments` start before the opening fence and stop after the closing one, in reverse order, so
     their own start-up and shutdown stay out of the timed interval. `probe` (CPU only) runs between a
     step's end mark and the next step's start mark; its time is taken out of the returned wall time.
     """
     accum, ranges = ctx.cell.grad_accum, ctx.ranges
     perf = time.perf_counter
-    _fence(ctx)
     for instrument in instruments:
         instrument.start()
+    _fence(ctx)
     t0 = perf()
     with ranges(name):
         for i in range(clock.num_steps):
@@ -166,18 +175,16 @@ def _window(ctx: Context, engine: Engine, batches, clock: StepClock, name: str,
                 clock.begin(i)
                 if drill is not None:
                     drill.begin()
-                wait = 0.0
                 for micro in range(accum):
-                    t = perf()
+                    clock.fetch_begin(i, micro)
                     with ranges(DATA):
                         images, labels = next(batches)
-                    wait += perf() - t
+                    clock.fetch_end(i, micro)
                     engine.forward_backward(images, labels, sync_grads=micro == accum - 1)
                 engine.optimizer_step()
                 if drill is not None:
                     drill()
                 clock.end(i)
-                clock.data_wait_s[i] = wait
             if probe is not None:
                 probe.after_step(i)
     _fence(ctx)
@@ -314,17 +321,17 @@ class FireDrill:
         self._owed_s = target - (time.perf_counter() - now)  # an overrun is paid back by the next step
 
 
-def _train(ctx: Context, engine: Engine) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    b = ctx.cell.benchmark
-    loader = _loader(ctx, "train")
-    batches = _endless(loader)
+def _train(ctx: Context, engine: Engine, loader) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    b, accum = ctx.cell.benchmark, ctx.cell.grad_accum
+    batches = iter(loader)
     engine.train()
-    warm = StepClock(b.warmup_steps, ctx.device)
-    meas = StepClock(b.measure_steps, ctx.device)
+    warm = StepClock(b.warmup_steps, ctx.device, accum)
+    meas = StepClock(b.measure_steps, ctx.device, accum)
     warm_s = _window(ctx, engine, batches, warm, WARMUP) if b.warmup_steps else 0.0
     engine.pop_train_loss()  # warmup loss is not the measured loss
     _inject_fault(ctx, engine)
-    # NVML sampling of this process's GPU (nothing on CPU); started last and stopped first, nearest the work.
+    # NVML sampling of this process's GPU (nothing on CPU) and the profiler: started before the opening
+    # fence, stopped after the closing one.
     sampler = TelemetrySampler(ctx.device.index if ctx.device.type == "cuda" else None)
     capture = profile.capture(ctx.profile, rank=ctx.rank, is_cuda=ctx.device.type == "cuda")
     drill = FireDrill(ctx.device, ctx.fire_drill_pct, warm.resolve()) if ctx.fire_drill_pct else None
@@ -337,40 +344,72 @@ def _train(ctx: Context, engine: Engine) -> tuple[dict[str, Any], dict[str, np.n
     # Everything below reads device values: outside the window, after its closing fence.
     loss_sum, count = _all_reduce(ctx, engine.pop_train_loss().double()).tolist()
     train_loss = loss_sum / count
+    step_loss, step_lr = engine.step_records()
     if not math.isfinite(train_loss):
-        raise NonFiniteLoss(f"non-finite training loss ({train_loss}) in the measured window")
+        raise NonFiniteLoss(non_finite_reason(train_loss, step_loss, step_lr, b.warmup_steps))
     step_times = meas.resolve()
-    wait = _all_reduce(ctx, torch.tensor([meas.data_wait_s.sum()], dtype=torch.float64, device=ctx.device)).item() / ctx.world_size
+    exposed = meas.resolve_exposed_data_wait()
+    waits = torch.tensor([meas.host_data_wait_s.sum(), exposed.sum()], dtype=torch.float64, device=ctx.device)
+    host_wait, exposed_wait = (_all_reduce(ctx, waits) / ctx.world_size).tolist()
     window_s = _all_reduce(ctx, torch.tensor([window_s], dtype=torch.float64, device=ctx.device), dist.ReduceOp.MAX).item()
     images = b.measure_steps * ctx.cell.images_per_step
-    interval = stats.batch_means_interval(step_times, ctx.cell.images_per_step)
+    interval = stats.window_throughput_interval(step_times, ctx.cell.images_per_step, images, window_s)
     steady = stats.steadiness(step_times)
     fast = stats.fast_step_rate(step_times, ctx.cell.images_per_step)
     metrics = {
         "num_warmup_steps": b.warmup_steps, "num_measure_steps": b.measure_steps, "images_measured": images,
         "window_s": window_s, "warmup_window_s": warm_s,
-        "throughput_img_per_s": images / window_s,
+        "throughput_img_per_s": interval.estimate,
         "throughput_ci_low_img_per_s": interval.low, "throughput_ci_high_img_per_s": interval.high,
         "throughput_per_process_img_per_s": images / window_s / ctx.world_size,  # all ranks of all nodes
         "step_time_mean_s": float(step_times.mean()), "step_time_median_s": float(np.median(step_times)),
         "step_time_cv": float(step_times.std(ddof=1) / step_times.mean()) if len(step_times) > 1 else None,
+        "step_time_total_s": float(step_times.sum()),
         "step_time_p10_s": ctx.cell.images_per_step / fast, "fast_step_img_per_s": fast,
-        "data_wait_s": wait, "data_wait_frac": wait / window_s,
+        "exposed_data_wait_s": exposed_wait, "exposed_data_wait_frac": exposed_wait / window_s,
+        "host_data_wait_s": host_wait, "host_data_wait_frac": host_wait / window_s,
         "is_steady": steady.is_steady, "steadiness": steady.reason,
         "train_loss": train_loss, "lr_final": engine.lr(), "loss_scale": engine.loss_scale(),
     } | _telemetry_columns(ctx, sampler.summary, images) | (probe.summary() if probe is not None else {})
-    local_images = ctx.cell.benchmark.batch_size * ctx.cell.grad_accum
+    n = b.warmup_steps + b.measure_steps
+    local_images = ctx.cell.benchmark.batch_size * accum
+    epoch, is_epoch_start = epoch_marks(n, local_images, loader.samples_per_epoch)
     steps = {
-        "step": np.arange(b.warmup_steps + b.measure_steps),
-        "is_warmup": np.arange(b.warmup_steps + b.measure_steps) < b.warmup_steps,
+        "step": np.arange(n), "is_warmup": np.arange(n) < b.warmup_steps,
         "step_time_s": np.concatenate([warm.resolve(), step_times]),
-        "data_wait_s": np.concatenate([warm.data_wait_s, meas.data_wait_s]),
-        "images": np.full(b.warmup_steps + b.measure_steps, local_images),
+        "host_data_wait_s": np.concatenate([warm.host_data_wait_s, meas.host_data_wait_s]),
+        "exposed_data_wait_s": np.concatenate([warm.resolve_exposed_data_wait(), exposed]),
+        "loss": step_loss, "lr": step_lr, "epoch": epoch, "is_epoch_start": is_epoch_start,
+        "images": np.full(n, local_images),
     }
     if probe is not None:
         ran = np.concatenate([np.full(b.warmup_steps, np.nan), probe.per_step])
         steps["speed_probe_s"] = [None if math.isnan(v) else float(v) for v in ran]  # null where none ran
     return metrics, steps
+
+
+def non_finite_reason(train_loss: float, step_loss: np.ndarray, step_lr: np.ndarray, warmup_steps: int) -> str:
+    """The row's reason for a diverged cell: the window's loss, and where this rank's losses first went bad."""
+    reason = f"non-finite training loss ({train_loss}) in the measured window"
+    bad = np.flatnonzero(~np.isfinite(step_loss))
+    if bad.size == 0:
+        return reason + "; this rank's step losses are finite (another rank diverged)"
+    k = int(bad[0])
+    phase = "warmup" if k < warmup_steps else "measured"
+    return reason + f"; first non-finite step loss at step {k} ({phase}), lr {step_lr[k]:.4g}"
+
+
+def epoch_marks(num_steps: int, images_per_step: int, samples_per_epoch: int | None) -> tuple[list, list]:
+    """Per step of this rank: the data epoch of its first image, and whether it holds an epoch's first image.
+
+    The training loader streams epochs back to back, so step k covers this rank's images
+    [k * images_per_step, (k + 1) * images_per_step). Null for data without epochs (synthetic).
+    """
+    if not samples_per_epoch:
+        return [None] * num_steps, [None] * num_steps
+    first = np.arange(num_steps) * images_per_step
+    last = first + images_per_step - 1
+    return (first // samples_per_epoch).tolist(), (last // samples_per_epoch > (first - 1) // samples_per_epoch).tolist()
 
 
 def _speed_probe(ctx: Context, warm: StepClock) -> SpeedProbe | None:
@@ -465,10 +504,11 @@ def run_cell(ctx: Context) -> dict[str, Any]:
     """Train and validate one cell; write this rank's steps; return the cell metrics (all-reduced: global)."""
     with ctx.ranges(CELL):
         t0 = time.perf_counter()
-        engine = _engine(ctx)
+        loader = _loader(ctx, "train")  # first: the LR timeline's epoch may be the dataset's size
+        engine = _engine(ctx, dataset_images=loader.num_images)
         build_s = time.perf_counter() - t0
         flops_per_image = _count_flops(ctx) if ctx.local_rank == 0 else None  # each node's result writer
-        metrics, steps = _train(ctx, engine)
+        metrics, steps = _train(ctx, engine, loader)
         metrics |= _validate(ctx, engine)
     n = len(steps["step"])
     steps |= {"run_id": [ctx.run_id] * n, "cell_id": [ctx.cell.cell_id] * n, "repeat": np.full(n, ctx.repeat),
@@ -496,13 +536,15 @@ def main(argv: list[str] | None = None) -> int:
         # runner (out_dir is node-local) gets a full row. Per-rank extras (step times, memory) are its own.
         if ctx.local_rank == 0:
             store.write_json(out_dir / "result.json", result)
-        if ctx.is_distributed:
-            dist.destroy_process_group()
         return 0
     except BaseException as exc:  # every failure becomes the cell's reason, then a non-zero exit
         store.write_json(out_dir / f"error-rank{rank}.json", _error_record(exc, rank))
         traceback.print_exc()
         return 1
+    finally:
+        # Failed ranks too: NCCL's communicators are released rather than left to the exit.
+        if dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
 
 
 _STACK_FILE = None

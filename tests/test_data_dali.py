@@ -271,3 +271,60 @@ def test_too_few_images_for_one_batch_says_what_to_change(solid):
 def test_more_class_directories_than_num_classes_is_an_error(solid):
     with pytest.raises(ValueError, match="4 class directories but num_classes is 3"):
         build_loader("dali-cpu", _spec(solid[0], "train", num_classes=3))
+
+
+# ---------------------------------------------------------------------------------------------
+# The endless training stream and the lifetime of zero-copy GPU batches
+
+
+def test_an_endless_loader_runs_epoch_after_epoch_in_one_stream(solid):
+    # 16 images in batches of 3: batches straddle epochs; nothing is padded or dropped at a boundary.
+    loader = build_loader("dali-cpu", _spec(solid[0], "train", batch_size=3, endless=True))
+    try:
+        assert (loader.num_images, loader.samples_per_epoch) == (16, 16)
+        stream = iter(loader)
+        ids = [i for _ in range(16) for i in _ids(next(stream)[0])]  # 48 images, three epochs
+        for epoch in range(3):
+            assert sorted(ids[16 * epoch:16 * (epoch + 1)]) == list(range(16))
+        assert ids[:16] != ids[16:32]
+        with pytest.raises(ValueError, match="no set_epoch"):
+            loader.set_epoch(1)
+    finally:
+        loader.close()
+
+
+def _checksums(loader, num_batches: int, *, slow_cycles: int = 0) -> list[tuple[float, int]]:
+    """Sum of each batch's images and labels, computed on the consumer stream after `slow_cycles` of GPU
+    sleep, with every reference dropped as soon as the work is queued (as autograd drops its input)."""
+    sums = torch.zeros(num_batches, 2, dtype=torch.float64, device="cuda")
+    stream = iter(loader)
+    for i in range(num_batches):
+        images, labels = next(stream)
+        if slow_cycles:
+            torch.cuda._sleep(slow_cycles)  # the consumer falls behind the pipeline
+        sums[i, 0] = images.double().sum()
+        sums[i, 1] = labels.sum()
+        del images, labels
+    torch.cuda.synchronize()
+    return [(float(a), int(b)) for a, b in sums.tolist()]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("backend", ["dali-gpu", "dali-cpu"])
+def test_a_slow_consumer_reads_every_zero_copy_batch_intact(generated, backend):
+    spec = _spec(generated, "train", num_classes=3, device="cuda", endless=True, dali_prefetch_queue=2)
+    reference = build_loader(backend, spec)
+    expected = []
+    stream = iter(reference)
+    for _ in range(12):
+        images, labels = next(stream)
+        torch.cuda.synchronize()  # read each batch before the next is asked for: nothing can recycle it
+        expected.append((float(images.double().sum()), int(labels.sum())))
+    reference.close()
+    slow = build_loader(backend, spec)
+    try:
+        got = _checksums(slow, 12, slow_cycles=20_000_000)
+    finally:
+        slow.close()
+    assert got == pytest.approx(expected, rel=1e-9)

@@ -193,3 +193,87 @@ def test_cuda_prefetcher_matches_cpu(root):
         assert xg.is_cuda and yg.is_cuda and xg.is_contiguous(memory_format=torch.channels_last)
         torch.testing.assert_close(xg.cpu(), xc)
         assert torch.equal(yg.cpu(), yc)
+
+
+# ---------------------------------------------------------------- the endless training stream
+
+
+@pytest.mark.parametrize("world_size", [1, 2])
+def test_the_endless_sampler_draws_the_epochs_of_epoch_by_epoch_iteration_back_to_back(world_size):
+    from torch.utils.data import DistributedSampler
+
+    from harness.data.pytorch import EndlessShardSampler, EpochShuffleSampler
+
+    size, seed = 10, 7
+    for rank in range(world_size):
+        endless = EndlessShardSampler(size, seed=seed, rank=rank, world_size=world_size)
+        epochs = []
+        for epoch in range(3):
+            sampler = (EpochShuffleSampler(size, shuffle=True, seed=seed) if world_size == 1 else
+                       DistributedSampler(range(size), num_replicas=world_size, rank=rank, seed=seed))
+            sampler.set_epoch(epoch)
+            epochs += list(sampler)
+        stream = iter(endless)
+        assert [next(stream) for _ in range(len(epochs))] == epochs
+        assert endless.per_rank == len(epochs) // 3
+
+
+def test_an_endless_loader_crosses_epochs_without_restarting_its_workers(root, monkeypatch):
+    from torch.utils.data import dataloader
+
+    resets = []
+    original = dataloader._MultiProcessingDataLoaderIter._reset
+    monkeypatch.setattr(dataloader._MultiProcessingDataLoaderIter, "_reset",
+                        lambda self, *a, **k: (resets.append(1), original(self, *a, **k))[1])
+    everything = sorted(_colour(l, i) for l in range(len(CLASSES)) for i in range(PER_CLASS["train"]))
+    loader = build_loader("pytorch", _spec(root, workers=1, endless=True))
+    try:
+        assert (loader.num_images, loader.samples_per_epoch, len(loader)) == (16, 16, 4)
+        stream = iter(loader)
+        seen = []
+        for _ in range(10):  # two and a half epochs of 4 batches
+            images, labels = next(stream)
+            seen += _identify(images)
+        assert sorted(seen[:16]) == everything and sorted(seen[16:32]) == everything
+        assert seen[:16] != seen[16:32]  # reshuffled
+        assert len(resets) == 1  # the iterator started once; no epoch restarted it
+    finally:
+        loader.close()
+    epochs = build_loader("pytorch", _spec(root, workers=1))
+    try:
+        for epoch in range(2):
+            epochs.set_epoch(epoch)
+            list(epochs)
+    finally:
+        epochs.close()
+    assert len(resets) == 1 + 2  # epoch by epoch, each epoch restarts the workers' queue
+
+
+def test_only_a_training_loader_is_endless_and_it_has_no_set_epoch(root):
+    with pytest.raises(ValueError, match="only a training loader can be endless"):
+        _spec(root, split="val", endless=True)
+    with pytest.raises(ValueError, match="no set_epoch"):
+        build_loader("pytorch", _spec(root, endless=True)).set_epoch(1)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_prefetcher_batches_stay_valid_for_a_slow_consumer_that_drops_them(root):
+    # The side stream is slowed (a consumer that did not wait for it would read unfinished batches) and so
+    # is the consumer, which drops each batch at once: without record_stream its memory would go to a later
+    # batch while the consumer's queued reads are still pending.
+    expected = [(float(x.double().sum()), int(y.sum()))
+                for x, y in build_loader("pytorch", _spec(root, split="val", memory_format="nhwc", batch_size=2))]
+    loader = build_loader("pytorch", _spec(root, split="val", memory_format="nhwc", batch_size=2, device="cuda"))
+    normalise = loader._normalise
+    loader._normalise = lambda images: (torch.cuda._sleep(20_000_000), normalise(images))[1]  # on the side stream
+    sums = torch.zeros(len(expected), 2, dtype=torch.float64, device="cuda")
+    for i, (images, labels) in enumerate(loader):
+        assert images.is_cuda and images.is_contiguous(memory_format=torch.channels_last)
+        torch.cuda._sleep(20_000_000)
+        sums[i, 0] = images.double().sum()
+        sums[i, 1] = labels.sum()
+        del images, labels
+    torch.cuda.synchronize()
+    got = [(float(a), int(b)) for a, b in sums.tolist()]
+    assert got == pytest.approx(expected, rel=1e-5)

@@ -12,7 +12,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from harness.engine import Engine, EngineOptions, LrSchedule, param_groups
+from harness.engine import STATIC_GROWTH_INTERVAL, Engine, EngineOptions, LrSchedule, param_groups
 from harness.models import build_model
 
 
@@ -48,7 +48,7 @@ def params_of(engine: Engine) -> list[torch.Tensor]:
 
 def test_grad_accum_4x2_matches_one_batch_of_8():
     # Large lr and weight decay so that any mis-scaling of loss, decay or momentum shows up.
-    recipe = dict(global_batch=8, lr_per_256=25.6, weight_decay=0.05, lr_warmup_fraction=0.0, label_smoothing=0.1)
+    recipe = dict(global_batch=8, lr_per_256=25.6, weight_decay=0.05, lr_warmup_epochs=0, label_smoothing=0.1)
     net = tiny_net()
     whole = Engine(copy.deepcopy(net), options(grad_accum=1, **recipe))
     split = Engine(copy.deepcopy(net), options(grad_accum=4, **recipe))
@@ -83,7 +83,7 @@ def test_train_loss_is_label_smoothed_mean_times_batch():
 
 
 def test_fp16_overflow_skips_the_step_and_halves_the_scale():
-    engine = Engine(tiny_net(), options(precision="fp16", init_loss_scale=1024.0, lr_warmup_fraction=0.0))
+    engine = Engine(tiny_net(), options(precision="fp16", init_loss_scale=1024.0, lr_warmup_epochs=0))
     assert engine.loss_scale() == 1024.0
     images, labels = batch(4)
     before = params_of(engine)
@@ -104,12 +104,12 @@ def test_fp16_overflow_skips_the_step_and_halves_the_scale():
     after = params_of(engine)
     assert all(torch.isfinite(p).all() for p in after)
     assert all(not torch.equal(a, b) for a, b in zip(before, after, strict=True))
-    assert engine.loss_scale() == 512.0  # no growth before loss_scale_growth_interval clean steps
+    assert engine.loss_scale() == 512.0  # static by default: a clean step never grows it
 
 
 def test_fp16_step_matches_fp32_step_after_unscaling():
     # The scaler must divide the scale back out: one fp16 step lands where the fp32 step does.
-    recipe = dict(lr_warmup_fraction=0.0, lr_per_256=2.56, init_loss_scale=256.0)
+    recipe = dict(lr_warmup_epochs=0, lr_per_256=2.56, init_loss_scale=256.0)
     net = tiny_net()
     fp32 = Engine(copy.deepcopy(net), options(precision="fp32", **recipe))
     fp16 = Engine(copy.deepcopy(net), options(precision="fp16", **recipe))
@@ -124,15 +124,31 @@ def test_fp16_step_matches_fp32_step_after_unscaling():
 def test_scaler_only_for_fp16():
     assert Engine(tiny_net(), options(precision="bf16")).loss_scale() is None
     assert Engine(tiny_net(), options(precision="fp32")).scaler is None
-    scaler = Engine(tiny_net(), options(precision="fp16", loss_scale_growth_interval=7)).scaler
+    scaler = Engine(tiny_net(), options(precision="fp16", dynamic_loss_scale=True,
+                                        loss_scale_growth_interval=7)).scaler
     assert (scaler.get_growth_factor(), scaler.get_backoff_factor(), scaler.get_growth_interval()) == (2.0, 0.5, 7)
+
+
+def test_fp16_loss_scale_is_the_references_static_128_unless_dynamic():
+    static = Engine(tiny_net(), options(precision="fp16", loss_scale_growth_interval=2))
+    dynamic = Engine(tiny_net(), options(precision="fp16", dynamic_loss_scale=True, loss_scale_growth_interval=2))
+    assert static.scaler.get_growth_interval() == STATIC_GROWTH_INTERVAL  # the growth interval is ignored
+    images, labels = batch(4)
+    for _ in range(4):  # clean steps
+        for engine in (static, dynamic):
+            engine.forward_backward(images, labels)
+            engine.optimizer_step()
+    assert static.loss_scale() == 128.0
+    assert dynamic.loss_scale() == 128.0 * 4  # doubled after every 2 clean steps
 
 
 # ---- learning-rate schedules -----------------------------------------------------------------------
 
 
 def schedule(kind: str, *, total: int = 100, warmup: float = 0.1) -> LrSchedule:
-    return LrSchedule.from_options(options(schedule=kind, total_steps=total, lr_warmup_fraction=warmup))
+    """The compressed timeline over `total` steps, warming up over `warmup` of them (90 epochs)."""
+    return LrSchedule.from_options(options(schedule=kind, total_steps=total, lr_timeline="compressed",
+                                           epochs=90, lr_warmup_epochs=round(warmup * 90)))
 
 
 def test_warmup_ramps_linearly_from_one_step_to_peak():
@@ -158,7 +174,6 @@ def test_linear_decays_to_zero():
 
 def test_step_schedule_milestones_and_gamma():
     s = schedule("step", total=90, warmup=0.0)
-    assert s.milestone_steps == (30, 60, 80)
     assert [s(k) for k in (0, 29, 30, 59, 60, 79, 80, 89)] == pytest.approx(
         [1, 1, 0.1, 0.1, 0.01, 0.01, 0.001, 0.001]
     )
@@ -170,8 +185,37 @@ def test_constant_after_warmup():
     assert {s(k) for k in range(20, 100)} == {1.0}
 
 
+def reference(kind: str = "cosine", **overrides) -> LrSchedule:
+    """The reference timeline with 10 steps per epoch (1,000 images an epoch at a global batch of 100)."""
+    return LrSchedule.from_options(options(schedule=kind, global_batch=100, epoch_images=1000, **overrides))
+
+
+def test_reference_warmup_is_epoch_granular():
+    s = reference()
+    assert [s.epoch(k) for k in (0, 9, 10, 79, 80)] == [0, 0, 1, 7, 8]
+    # DLE: lr = base * (epoch + 1) / 8 for the 8 warmup epochs; the step within the epoch is ignored.
+    assert {s(k) for k in range(10)} == {1 / 8}
+    assert [s(10 * e) for e in range(8)] == pytest.approx([(e + 1) / 8 for e in range(8)])
+    assert s(79) == pytest.approx(1.0) and s(80) == pytest.approx(1.0)
+
+
+def test_reference_decay_runs_over_the_epochs_of_the_reference_run():
+    cosine, linear = reference(), reference("linear")
+    assert cosine(10 * 49) == pytest.approx(0.5)  # (49 - 8) / (90 - 8) is halfway through the decay
+    assert linear(10 * 49) == pytest.approx(0.5)
+    assert cosine(10 * 90) == pytest.approx(0.0, abs=1e-12) and cosine(10 * 200) == pytest.approx(0.0, abs=1e-12)
+    step = reference("step", lr_warmup_epochs=0)
+    assert [step(10 * e) for e in (0, 29, 30, 59, 60, 79, 80)] == pytest.approx([1, 1, 0.1, 0.1, 0.01, 0.01, 0.001])
+
+
+def test_a_short_benchmark_of_imagenet_trains_at_an_eighth_of_the_peak():
+    s = LrSchedule.from_options(options(global_batch=256, total_steps=130))  # the defaults: ImageNet, 8 of 90
+    assert {s(k) for k in range(1000)} == {1 / 8}
+
+
 def test_engine_lr_scales_with_global_batch_and_follows_the_schedule():
-    engine = Engine(tiny_net(), options(global_batch=512, total_steps=20, lr_warmup_fraction=0.1))
+    engine = Engine(tiny_net(), options(global_batch=512, total_steps=20, lr_timeline="compressed",
+                                        lr_warmup_epochs=9))
     peak = 0.256 * 512 / 256
     expected = LrSchedule.from_options(engine.opts)
     assert engine.opts.peak_lr == pytest.approx(peak)
@@ -183,6 +227,26 @@ def test_engine_lr_scales_with_global_batch_and_follows_the_schedule():
     assert seen[0] == pytest.approx(peak / 2) and seen[2] == pytest.approx(peak)
     assert engine.lr() == pytest.approx(0.0, abs=1e-12)
     assert {g["lr"] for g in engine.optimizer.param_groups} == {engine.lr()}
+
+
+def test_step_records_keep_each_steps_mean_loss_and_its_lr():
+    net = tiny_net()
+    engine = Engine(copy.deepcopy(net), options(grad_accum=2, total_steps=4, lr_timeline="compressed",
+                                                lr_warmup_epochs=45))
+    expected_loss, expected_lr = [], []
+    for step in range(3):
+        expected_lr.append(engine.lr())
+        losses = []
+        for micro in range(2):
+            images, labels = batch(4, seed=10 * step + micro)
+            with torch.no_grad():
+                losses.append(F.cross_entropy(engine.model(images), labels, label_smoothing=0.1).item())
+            engine.forward_backward(images, labels, sync_grads=micro == 1)
+        expected_loss.append(sum(losses) / 2)
+        engine.optimizer_step()
+    loss, lr = engine.step_records()
+    assert loss == pytest.approx(expected_loss, rel=1e-5)
+    assert lr.tolist() == pytest.approx(expected_lr) and expected_lr[0] < expected_lr[1]  # warming up
 
 
 # ---- weight-decay groups ---------------------------------------------------------------------------
@@ -325,7 +389,9 @@ def test_ddp_no_sync_skips_all_reduce_until_the_last_micro_batch():
         (dict(memory_format="NHWC"), r"memory_format: 'NHWC'"),
         (dict(device="gpu"), r"device: 'gpu'"),
         (dict(global_batch=10, grad_accum=4), r"global_batch: 10 is not a multiple of grad_accum=4"),
-        (dict(lr_warmup_fraction=1.0), r"lr_warmup_fraction: must be in \[0, 1\)"),
+        (dict(lr_warmup_epochs=90), r"lr_warmup_epochs: must be in \[0, epochs=90\)"),
+        (dict(epoch_images=0), r"epoch_images: must be >= 1"),
+        (dict(lr_timeline="short"), r"lr_timeline: 'short'"),
         (dict(step_milestones=(0.6, 0.3)), r"step_milestones: must be strictly increasing"),
         (dict(momentum=0.0, nesterov=True), r"nesterov: needs momentum > 0"),
         (dict(schedule="poly"), r"schedule: 'poly'"),

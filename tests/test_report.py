@@ -24,7 +24,8 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 def _matrix(folder: Path, name: str, axes: str, repeats: int) -> Path:
     path = folder / f"{name}.toml"
-    path.write_text(TINY.format(axes=axes, repeats=repeats, timeout=120, cache=folder / "cache", nvtx="false"))
+    path.write_text(TINY.format(axes=axes, repeats=repeats, timeout=120, cache=folder / "cache", nvtx="false",
+                                device="cpu"))
     return path
 
 
@@ -125,7 +126,7 @@ def test_report_of_a_run_against_itself(runs):
     assert "2 insufficient data" in proc.stderr  # one repeat a side
     html_text = check_html(out / "report.html")
     for heading in ("Headline", "Cells, sorted by effect", "Change vs baseline", "Throughput by backend",
-                    "Top-1 accuracy", "Data-wait fraction", "Loader efficiency", "Environment differences",
+                    "Top-1 accuracy", "Exposed data wait", "Loader efficiency", "Environment differences",
                     "Failed and skipped cells"):
         assert heading in html_text, heading
     assert "None: both sides ran in the same recorded environment." in html_text

@@ -4,6 +4,7 @@ writes Parquet that independent readers (pyarrow alone, DuckDB) read back."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -44,11 +45,13 @@ def test_end_to_end_run_reads_back_with_pyarrow_and_duckdb(tiny_matrix, tmp_path
     for row in cells.to_pylist():
         assert row["status"] == "ok" and row["reason"] == ""
         assert row["throughput_img_per_s"] > 0
-        assert row["throughput_ci_low_img_per_s"] <= row["throughput_img_per_s"]
+        # the interval and the point estimate are on one clock: the interval brackets the point
+        assert row["throughput_ci_low_img_per_s"] <= row["throughput_img_per_s"] <= row["throughput_ci_high_img_per_s"]
         assert row["images_measured"] == 3 * 4
         assert json.loads(row["config_json"])["backend"] == row["backend"]
         assert (row["top1"] is None) == (row["backend"] == "synthetic")
-        assert 0 <= row["data_wait_frac"] < 1
+        assert 0 <= row["exposed_data_wait_frac"] < 1
+        assert row["exposed_data_wait_s"] == row["host_data_wait_s"]  # on CPU, one measurement
         if row["backend"] == "pytorch":  # its synthetic twin ran in the same run
             assert row["loader_efficiency"] > 0
         else:
@@ -59,6 +62,14 @@ def test_end_to_end_run_reads_back_with_pyarrow_and_duckdb(tiny_matrix, tmp_path
     assert len(steps) == 8 * (1 + 3)
     assert sum(s["is_warmup"] for s in steps) == 8
     assert all(s["step_time_s"] > 0 and s["rank"] == 0 for s in steps)
+    assert all(math.isfinite(s["loss"]) and s["loss"] > 0 and s["exposed_data_wait_s"] == s["host_data_wait_s"]
+               for s in steps)
+    # the generated set has 40 training images, 10 steps of 4: every step is in epoch 0, the first starts it
+    for s in steps:
+        pytorch = s["cell_id"].startswith("pytorch")
+        assert (s["epoch"], s["is_epoch_start"]) == ((0, s["step"] == 0) if pytorch else (None, None))
+        # the reference timeline's first epoch (the dataset's for pytorch, ImageNet's for synthetic)
+        assert s["lr"] == pytest.approx(0.256 * 4 / 256 / 8)
     for row in cells.to_pylist():  # the fast-step rate is computed from the very step times stored
         measured = [s["step_time_s"] for s in steps if s["cell_id"] == row["cell_id"] and s["repeat"] == row["repeat"]
                     and not s["is_warmup"]]
@@ -133,6 +144,8 @@ def test_every_failure_kind_is_a_row_and_the_matrix_completes(tiny_matrix, tmp_p
     assert r["injected_fault"] == "raise"
     r = row("fp32", "nchw", 2)
     assert r["status"] == "failed" and "NonFiniteLoss: non-finite training loss (nan)" in r["reason"]
+    # the weights turn NaN as the window opens: its first step (1, after 1 warmup step) at 0.256 * 8 / 256 / 8
+    assert "first non-finite step loss at step 1 (measured), lr 0.001" in r["reason"]
     r = row("fp32", "nhwc", 1)
     assert r["status"] == "timeout" and "timeout_s = 25 s" in r["reason"]
     assert 25 <= r["duration_s"] < 25 + 20

@@ -558,3 +558,17 @@ def test_ancova_refuses_a_covariate_without_spread_and_too_few_values():
         stats.ancova_fit([1.0], [1.0, 2.0], [1.0], [1.0, 2.0])
     with pytest.raises(ValueError, match="same length"):
         stats.ancova_fit([1.0, 2.0], [1.0, 2.0], [1.0], [1.0, 2.0])
+
+
+def test_window_interval_is_on_the_windows_clock_at_the_step_intervals_relative_width():
+    rng = np.random.default_rng(3)
+    times = 0.1 + 0.01 * rng.standard_normal(100)
+    steps = stats.batch_means_interval(times, 256)
+    # the window's wall clock holds the fences too: here 5 % more time than the steps
+    window = stats.window_throughput_interval(times, 256, 256 * 100, times.sum() * 1.05)
+    assert window.estimate == pytest.approx(256 * 100 / (times.sum() * 1.05))
+    assert window.low < window.estimate < window.high
+    assert window.low / window.estimate == pytest.approx(steps.low / steps.estimate)
+    assert window.high / window.estimate == pytest.approx(steps.high / steps.estimate)
+    # the step-time interval alone would not even contain the window's figure
+    assert not steps.low <= window.estimate <= steps.high

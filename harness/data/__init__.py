@@ -3,6 +3,9 @@
 Every backend turns a LoaderSpec into a Loader that yields (images, labels) already on the
 cell's device: images float32, normalised with the reference mean/std, in the cell's memory
 format; labels int64. The training loop times `next()` on it as data-wait.
+
+The measured loop reads an `endless` training loader: one stream of batches across epochs, so an epoch
+boundary never restarts workers or pipelines inside a window (it would measure the restart).
 """
 
 from __future__ import annotations
@@ -43,17 +46,26 @@ class LoaderSpec:
     prefetch_factor: int = 2
     dali_threads: int = 2
     dali_prefetch_queue: int = 2
+    endless: bool = False
+    """Training only: iterate forever, epoch after epoch in one stream (no restart at a boundary)."""
 
     def __post_init__(self) -> None:
         if self.batch_size < 1 or self.image_size < 1 or self.num_classes < 1:
             raise ValueError("batch_size, image_size and num_classes must be positive")
         if not 0 <= self.rank < self.world_size:
             raise ValueError(f"rank {self.rank} outside world of {self.world_size}")
+        if self.endless and self.split != "train":
+            raise ValueError("only a training loader can be endless")
 
 
 class Loader(Protocol):
+    num_images: int
+    """Images in the whole split (all ranks)."""
+    samples_per_epoch: int | None
+    """Images one epoch gives this rank; None where data has no epochs (synthetic)."""
+
     def __iter__(self) -> Iterator[tuple["torch.Tensor", "torch.Tensor"]]:  # noqa: F821
-        """One epoch of this rank's shard."""
+        """One epoch of this rank's shard; an endless loader never stops."""
 
     def __len__(self) -> int:
         """Batches per epoch for this rank."""

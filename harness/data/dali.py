@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import importlib.util
 import math
+from collections import deque
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from harness.data import MEAN_255, STD_255, VAL_CROP_RATIO, LoaderSpec
 
@@ -119,9 +120,11 @@ def _pipeline(spec: LoaderSpec, backend: str, split_dir: Path, device_id: int | 
     with pipe:
         # Validation sticks to its shard (fixed, unshuffled): the rank's share of val is the same
         # every epoch. Training rotates shards each epoch, as DALI (and DLE) does by default.
+        # An endless loader lets the reader run on into the next epoch within a batch (no padding, no
+        # end of epoch): one stream of batches, as the reference trains for many epochs.
         jpegs, labels = fn.readers.file(
             file_root=str(split_dir), shard_id=spec.rank, num_shards=spec.world_size,
-            random_shuffle=is_train, stick_to_shard=not is_train, pad_last_batch=True,
+            random_shuffle=is_train, stick_to_shard=not is_train, pad_last_batch=not spec.endless,
             seed=spec.seed, file_filters=list(IMAGE_FILE_FILTERS), name=READER_NAME)
         images = (_train_images if is_train else _val_images)(jpegs, spec, backend)
         if device_id is not None:
@@ -142,6 +145,55 @@ def _shard_size(num_samples: int, shard_id: int, num_shards: int) -> int:
     return (num_samples * (shard_id + 1)) // num_shards - (num_samples * shard_id) // num_shards
 
 
+HELD_BATCHES = 8
+"""Batches a DALI loader can keep alive for the GPU at once; beyond this the host waits for the oldest."""
+
+
+class HeldBatches:
+    """Keeps each zero-copy batch alive until the consumer stream has finished with it.
+
+    A batch handed to torch is DALI's own buffer, recycled as soon as the last torch reference goes. The
+    host drops its references long before the GPU is done: autograd frees the input after queuing conv1's
+    weight-gradient kernel, which still reads it. So each batch is held until an event, recorded on the
+    consumer stream once all the work that reads it is queued (when the next batch is asked for), has
+    completed. Events come from a fixed pool (nothing is allocated per batch); `query()` never blocks, and
+    only when every slot is still in flight does the host wait for the oldest.
+    """
+
+    def __init__(self, make_event: Callable[[], Any], depth: int = HELD_BATCHES) -> None:
+        self._free = [make_event() for _ in range(depth)]
+        self._held: deque[tuple[Any, Any]] = deque()
+        self._last: Any = None
+
+    def hand_over(self, batch: Any) -> Any:
+        """Call as `batch` is handed out: the previous batch's work is all queued now."""
+        if self._last is not None:
+            event = self._free.pop() if self._free else self._wait_for_oldest()
+            event.record()
+            self._held.append((self._last, event))
+        while self._held and self._held[0][1].query():
+            self._free.append(self._held.popleft()[1])
+        self._last = batch
+        return batch
+
+    def _wait_for_oldest(self) -> Any:
+        _, event = self._held.popleft()
+        event.synchronize()  # sync: all slots in flight, the host is HELD_BATCHES batches ahead of the GPU
+        return event
+
+    @property
+    def num_held(self) -> int:
+        """Batches held back for the GPU (the one last handed out not counted)."""
+        return len(self._held)
+
+    def release(self) -> None:
+        """Wait for the GPU to finish with every batch, then drop them (on close, outside any window)."""
+        for _, event in self._held:
+            event.synchronize()  # sync: close() must not free buffers that queued kernels still read
+        self._held.clear()
+        self._last = None
+
+
 class DaliLoader:
     """One split of one rank's shard through a DALI pipeline and DALI's PyTorch iterator.
 
@@ -150,10 +202,13 @@ class DaliLoader:
     runs ceil(its shard / batch) batches, which can differ by one between ranks.
 
     Each iteration is a whole epoch: an epoch abandoned mid-way is finished (decoded and
-    dropped) when the next one starts, because DALI's reader cannot rewind without a rebuild.
+    dropped) when the next one starts, because DALI's reader cannot rewind without a rebuild. An
+    endless loader (training in the measured loop) is one iteration that never ends: the reader runs
+    from epoch to epoch unpadded, shard by shard, as DALI does by default.
     """
 
     def __init__(self, spec: LoaderSpec, *, backend: str, split_dir: Path, device_id: int | None, ranges=None):
+        import torch
         from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
 
         from harness.timing import H2D, make_ranges  # here: importing this module must stay torch-free
@@ -165,15 +220,21 @@ class DaliLoader:
         self._pipe.build()  # lists the files; nothing runs yet
         self.num_samples = int(self._pipe.reader_meta(READER_NAME)["epoch_size"])
         """Images in the whole split (all shards)."""
+        self.num_images = self.num_samples
+        self.samples_per_epoch = (self.num_samples // spec.world_size if self._is_train
+                                  else _shard_size(self.num_samples, spec.rank, spec.world_size))
+        self._held = HeldBatches(lambda: torch.cuda.Event()) if device_id is not None else None
         self._len = self._batches_per_epoch()
         if self._len == 0:
             raise ValueError(f"{split_dir} has {self.num_samples} images: a shard of "
                              f"{self.num_samples // spec.world_size} cannot fill one batch of "
                              f"{spec.batch_size}; lower batch_size or generate more images")
         policy = LastBatchPolicy.DROP if self._is_train else LastBatchPolicy.PARTIAL
-        # Starts the pipeline: the first prefetch_queue_depth batches are decoded from here on.
-        self._it = DALIGenericIterator([self._pipe], ["images", "labels"], reader_name=READER_NAME,
-                                       last_batch_policy=policy, auto_reset=True)
+        # Starts the pipeline: the first prefetch_queue_depth batches are decoded from here on. Without a
+        # reader name and size, DALI's iterator never ends an epoch.
+        shard = {} if spec.endless else {"reader_name": READER_NAME, "last_batch_policy": policy,
+                                         "auto_reset": True}
+        self._it = DALIGenericIterator([self._pipe], ["images", "labels"], **shard)
         self._epochs_started = 0
         self._in_epoch = False
         self._generation = 0
@@ -194,6 +255,8 @@ class DaliLoader:
         each epoch boundary, so epoch e is fixed by (seed, e) when epochs run in order; it
         cannot jump to another epoch without replaying the ones before.
         """
+        if self.spec.endless:
+            raise ValueError("an endless loader runs its epochs in one stream; it has no set_epoch")
         if self._is_train and epoch != self._epochs_started:
             raise ValueError(f"set_epoch({epoch}): the DALI reader's next epoch is "
                              f"{self._epochs_started}; it reshuffles itself once per epoch and "
@@ -202,6 +265,8 @@ class DaliLoader:
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         if self._it is None:
             raise RuntimeError("DALI loader used after close()")
+        if self.spec.endless:
+            return self._stream()
         if self._in_epoch:
             self._drain()
         self._generation += 1  # retires any earlier generator still holding the reader
@@ -215,8 +280,6 @@ class DaliLoader:
             self._in_epoch = False
 
     def _epoch(self, generation: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        import torch
-
         if generation != self._generation:
             return
         self._in_epoch = True
@@ -228,15 +291,30 @@ class DaliLoader:
             except StopIteration:  # auto_reset has already re-armed DALI's iterator
                 self._in_epoch = False
                 return
-            images, labels = out["images"], out["labels"]
-            if images.shape[0] == 0:  # this rank's shard is a whole batch shorter than the padded one
+            if out["images"].shape[0] == 0:  # this rank's shard is a whole batch shorter than the padded one
                 continue
-            # Zero-copy (DLPack) views of DALI's outputs; exec_dynamic never recycles a buffer
-            # that is still referenced, so no copy is needed (see _pipeline).
-            if self.spec.memory_format == "nhwc":
-                images = images.permute(0, 3, 1, 2)  # logical NCHW over NHWC storage: channels_last
-            yield images, labels.view(-1).to(torch.int64)
+            yield self._hand_over(out)
+
+    def _stream(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        while True:
+            with self._ranges(self._h2d):
+                out = next(self._it)[0]
+            yield self._hand_over(out)
+
+    def _hand_over(self, out: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        import torch
+
+        # Zero-copy (DLPack) views of DALI's outputs; exec_dynamic never recycles a buffer that is still
+        # referenced (see _pipeline), and HeldBatches keeps it referenced until the GPU is done with it.
+        images, labels = out["images"], out["labels"]
+        if self.spec.memory_format == "nhwc":
+            images = images.permute(0, 3, 1, 2)  # logical NCHW over NHWC storage: channels_last
+        if self._held is not None:
+            self._held.hand_over(out)
+        return images, labels.view(-1).to(torch.int64)
 
     def close(self) -> None:
+        if self._held is not None:
+            self._held.release()
         self._it = None
         self._pipe = None  # the pipeline's threads stop when it is collected

@@ -1,10 +1,14 @@
 """The `pytorch` backend: ImageFolder + PIL transforms in DataLoader workers, uint8 "fast collate",
-and on CUDA a side-stream prefetcher that copies and normalises batch N+1 while batch N trains.
+and on CUDA a side-stream prefetcher that copies and normalises batch N+1 while batch N trains. An
+endless (training) loader draws epoch after epoch from one sampler, so its persistent workers never
+restart at an epoch boundary.
 """
 
 from __future__ import annotations
 
 import functools
+import itertools
+import math
 import random
 from pathlib import Path
 from typing import Iterator
@@ -102,6 +106,26 @@ class EpochShuffleSampler(Sampler[int]):
         return iter(torch.randperm(self.size, generator=g).tolist())
 
 
+class EndlessShardSampler(Sampler[int]):
+    """This rank's training indices for epoch 0, 1, 2, ... back to back, never stopping.
+
+    Epoch e is the permutation of (seed, e) that EpochShuffleSampler (one process) or DistributedSampler
+    (padded to a multiple of the world size, rank::world) would draw for it, so the stream holds the same
+    samples per epoch as epoch-by-epoch iteration; only the restart between epochs is gone.
+    """
+
+    def __init__(self, size: int, *, seed: int, rank: int = 0, world_size: int = 1) -> None:
+        self.size, self.seed, self.rank, self.world_size = size, seed, rank, world_size
+        self.per_rank = math.ceil(size / world_size)
+        """Samples this rank draws per epoch."""
+
+    def __iter__(self) -> Iterator[int]:
+        for epoch in itertools.count():
+            order = torch.randperm(self.size, generator=torch.Generator().manual_seed(self.seed + epoch)).tolist()
+            padded = (order * math.ceil(self.per_rank * self.world_size / self.size))[: self.per_rank * self.world_size]
+            yield from padded[self.rank::self.world_size]
+
+
 def _memory_format(name: str) -> torch.memory_format:
     return torch.channels_last if name == "nhwc" else torch.contiguous_format
 
@@ -109,7 +133,10 @@ def _memory_format(name: str) -> torch.memory_format:
 class PytorchLoader:
     """Loader protocol over a DataLoader; yields normalised float32 images and int64 labels on the device."""
 
-    def __init__(self, spec: LoaderSpec, dataloader: DataLoader, sampler: Sampler, ranges=None) -> None:
+    def __init__(self, spec: LoaderSpec, dataloader: DataLoader, sampler: Sampler, ranges=None, *,
+                 num_images: int, samples_per_epoch: int) -> None:
+        self.num_images = num_images
+        self.samples_per_epoch = samples_per_epoch
         self.device = torch.device(spec.device)
         self._ranges = ranges or make_ranges(False)
         self.memory_format = _memory_format(spec.memory_format)
@@ -120,9 +147,15 @@ class PytorchLoader:
         self._stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
 
     def __len__(self) -> int:
-        return len(self._dataloader)
+        return self.samples_per_epoch // self._dataloader.batch_size if self._is_endless else len(self._dataloader)
+
+    @property
+    def _is_endless(self) -> bool:
+        return isinstance(self._sampler, EndlessShardSampler)
 
     def set_epoch(self, epoch: int) -> None:
+        if self._is_endless:
+            raise ValueError("an endless loader runs its epochs in one stream; it has no set_epoch")
         self._sampler.set_epoch(epoch)
 
     def close(self) -> None:
@@ -184,6 +217,8 @@ class PytorchLoader:
 def _sampler(spec: LoaderSpec, size: int, train: bool) -> Sampler:
     # spec.seed is matrix seed + rank; every rank must draw the same permutation to shard it.
     shuffle_seed = spec.seed - spec.rank
+    if spec.endless:
+        return EndlessShardSampler(size, seed=shuffle_seed, rank=spec.rank, world_size=spec.world_size)
     if spec.world_size > 1:
         # Pads the shard with repeated samples so every rank runs the same number of steps.
         return DistributedSampler(range(size), num_replicas=spec.world_size, rank=spec.rank,
@@ -215,7 +250,8 @@ def build(spec: LoaderSpec, *, backend: str = "pytorch", ranges=None) -> Pytorch
         prefetch_factor=spec.prefetch_factor if has_workers else None,
         worker_init_fn=functools.partial(_seed_worker, spec.seed) if has_workers else None,
     )
-    return PytorchLoader(spec, dataloader, sampler, ranges)
+    per_rank = math.ceil(len(dataset) / spec.world_size) if spec.world_size > 1 or spec.endless else len(dataset)
+    return PytorchLoader(spec, dataloader, sampler, ranges, num_images=len(dataset), samples_per_epoch=per_rank)
 
 
 def unavailable_reason(device: str, *, backend: str = "pytorch") -> str | None:

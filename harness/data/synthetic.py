@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Iterator
 
 import torch
 
+from harness.config import IMAGENET_TRAIN_IMAGES
 from harness.data import LoaderSpec
 
 BATCHES_PER_EPOCH = 1000
@@ -15,7 +17,12 @@ BATCHES_PER_EPOCH = 1000
 class SyntheticLoader:
     """Yields the same (images, labels) tensors every step: no copy, no host work."""
 
+    num_images = IMAGENET_TRAIN_IMAGES
+    """What the LR timeline counts an epoch as (synthetic data stands in for ImageNet)."""
+    samples_per_epoch = None
+
     def __init__(self, spec: LoaderSpec) -> None:
+        self._endless = spec.endless
         # Drawn on the host from a seeded CPU generator so the values are the same on every device,
         # then moved once.
         g = torch.Generator().manual_seed(spec.seed)
@@ -31,8 +38,9 @@ class SyntheticLoader:
         return BATCHES_PER_EPOCH
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        for _ in range(BATCHES_PER_EPOCH):
-            yield self.images, self.labels
+        if self._endless:
+            return itertools.repeat((self.images, self.labels))
+        return itertools.repeat((self.images, self.labels), BATCHES_PER_EPOCH)
 
     def set_epoch(self, epoch: int) -> None:
         pass
