@@ -31,21 +31,21 @@ class Outcome:
 
 
 class Launcher(Protocol):
-    def command(self, cell: Cell, job_path: Path) -> list[str]:
-        """The argv that runs `cell` from its job file."""
+    def command(self, cell: Cell, job_path: Path, job_key: str = "") -> list[str]:
+        """The argv that runs `cell` from its job file; `job_key` names the (cell, repeat)."""
 
 
 class ProcessLauncher:
     """World size 1 on one node: one fresh Python process."""
 
-    def command(self, cell: Cell, job_path: Path) -> list[str]:
+    def command(self, cell: Cell, job_path: Path, job_key: str = "") -> list[str]:
         return [sys.executable, "-m", "harness.launch", "cell", str(job_path)]
 
 
 class TorchrunLauncher:
     """A torchrun (torch.distributed.run) group: --standalone on one node, a c10d/static rendezvous across nodes."""
 
-    def command(self, cell: Cell, job_path: Path) -> list[str]:
+    def command(self, cell: Cell, job_path: Path, job_key: str = "") -> list[str]:
         launch = cell.launch
         args = [sys.executable, "-m", "harness.launch", "exec", sys.executable, "-m", "torch.distributed.run",
                 f"--nproc_per_node={cell.world_size}", "--max_restarts=0"]
@@ -56,8 +56,11 @@ class TorchrunLauncher:
             args += [f"--nnodes={launch.nnodes}", "--rdzv_backend=static", f"--node_rank={launch.node_rank}",
                      f"--master_addr={host}", f"--master_port={port}"]
         else:
+            # One rendezvous per job: every node runs the same plan, so the job key names the same job on
+            # all of them, and a late node of one job can never join the next job's group.
+            run_id = f"{launch.rdzv_id}-{job_key}" if job_key else launch.rdzv_id
             args += [f"--nnodes={launch.nnodes}", "--rdzv_backend=c10d",
-                     f"--rdzv_endpoint={launch.rdzv_endpoint}", f"--rdzv_id={launch.rdzv_id}"]
+                     f"--rdzv_endpoint={launch.rdzv_endpoint}", f"--rdzv_id={run_id}"]
         return args + ["-m", "harness.launch", "cell", str(job_path)]
 
 

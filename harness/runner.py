@@ -314,7 +314,7 @@ def run_job(cell: Cell, repeat: int, ctx: JobContext) -> dict[str, Any]:
            "profile": ctx.profile.job_section(key) if ctx.profile else None,
            "fire_drill_pct": ctx.fire_drill_pct, "flops_cache": str(ctx.run_dir / "flops.json")}
     store.write_json(work / "job.json", job)
-    argv = launcher_for(cell).command(cell, work / "job.json")
+    argv = launcher_for(cell).command(cell, work / "job.json", key)
     if ctx.python:  # every interpreter slot of the command (torchrun's agent and its ranks alike)
         argv = [ctx.python if arg == sys.executable else arg for arg in argv]
     if ctx.profile:

@@ -93,7 +93,7 @@ def test_multi_node_cell_uses_torchruns_own_rendezvous(monkeypatch, backend):
     cell = _cell(axes={"world_size": [1]}, nnodes=2, node_rank=1, rdzv_backend=backend,
                  rdzv_endpoint="10.0.0.1:29400", rdzv_id="job42")
     assert isinstance(launcher_for(cell), TorchrunLauncher)  # one process per node is still a group
-    _, args = _torchrun(launcher_for(cell).command(cell, Path("job.json")))
+    _, args = _torchrun(launcher_for(cell).command(cell, Path("job.json"), "cellA-r0"))
     assert not args.standalone
     config, _, _ = config_from_args(args)
     assert (config.min_nodes, config.max_nodes, config.nproc_per_node) == (2, 2, 1)
@@ -101,7 +101,10 @@ def test_multi_node_cell_uses_torchruns_own_rendezvous(monkeypatch, backend):
     if backend == "static":  # the node's rank is fixed by the matrix
         assert config.rdzv_configs["rank"] == 1
     else:  # c10d assigns node ranks at the rendezvous: every node may use the same matrix file
-        assert config.run_id == "job42" and "rank" not in config.rdzv_configs
+        assert "rank" not in config.rdzv_configs
+        assert config.run_id == "job42-cellA-r0"  # a rendezvous of its own per job: no late node joins the next
+        other = launcher_for(cell).command(cell, Path("job.json"), "cellA-r1")
+        assert config_from_args(_torchrun(other)[1])[0].run_id == "job42-cellA-r1"
 
 
 def test_world_size_is_checked_against_this_nodes_gpus_or_cores():
@@ -335,9 +338,9 @@ def _rank_context(backend: str, root: Path | None, rank: int):
 
 @pytest.mark.parametrize("backend", ["pytorch", "dali-cpu"])
 def test_each_rank_reads_its_own_shard_every_epoch(one_image_per_class, backend):
-    """The worker's own _loader(ctx) and _endless loop, for ranks 0 and 1 of 2: per epoch the ranks' samples
-    are disjoint and together the whole training set (DistributedSampler or DALI's shard_id), reshuffled by
-    set_epoch. A run's step rows show each process carried its own rank (test above)."""
+    """The worker's own _loader(ctx), an endless stream, for ranks 0 and 1 of 2: per epoch the ranks' samples
+    are disjoint and together the whole training set (DistributedSampler's split or DALI's shard_id), and
+    each epoch is reshuffled. A run's step rows show each process carried its own rank (test above)."""
     from harness import worker
     from harness.data import unavailable_reason
 
@@ -346,14 +349,14 @@ def test_each_rank_reads_its_own_shard_every_epoch(one_image_per_class, backend)
     loaders = [worker._loader(_rank_context(backend, one_image_per_class, r), "train") for r in range(2)]
     try:
         assert [len(loader) for loader in loaders] == [4, 4]  # 16 samples / 2 ranks / batch 2
-        streams = [worker._endless(loader) for loader in loaders]
+        streams = [iter(loader) for loader in loaders]
         epochs = []
         for _ in range(2):
             seen = [[int(label) for _, (_, labels) in zip(range(4), stream) for label in labels] for stream in streams]
             assert not set(seen[0]) & set(seen[1])
             assert sorted(seen[0] + seen[1]) == list(range(16))
             epochs.append(seen)
-        assert epochs[0] != epochs[1]  # set_epoch reshuffled
+        assert epochs[0] != epochs[1]  # reshuffled
     finally:
         for loader in loaders:
             loader.close()
@@ -366,3 +369,22 @@ def test_synthetic_ranks_draw_different_batches_from_their_seeds():
     assert not torch.equal(batches[0][0], batches[1][0])
     again = next(iter(worker._loader(_rank_context("synthetic", None, 0), "train")))
     assert torch.equal(batches[0][0], again[0])
+
+
+def test_a_failing_rank_still_destroys_its_process_group(tmp_path, monkeypatch):
+    """worker.main releases the process group in a finally: a rank that raised leaves no communicator."""
+    import torch.distributed as dist
+
+    from harness import store, worker
+
+    def setup_then_fail(job):
+        dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
+        raise RuntimeError("the cell failed after joining its group")
+
+    monkeypatch.setattr(worker, "_setup", setup_then_fail)
+    monkeypatch.setattr(worker, "_stack_on_sigterm", lambda path: None)
+    job = tmp_path / "job.json"
+    store.write_json(job, {"out_dir": str(tmp_path)})
+    assert worker.main([str(job)]) == 1
+    assert not dist.is_initialized()
+    assert "the cell failed" in store.read_json(tmp_path / "error-rank0.json")["message"]
