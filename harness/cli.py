@@ -97,17 +97,18 @@ def _execute(run_dir: Path, caps, env, key, *, progress: bool) -> int:
     console = Console(stderr=True)
     _, jobs, _ = runner.load_plan(run_dir)
     todo = runner.pending(run_dir, jobs)
-    console.print(f"run folder: {run_dir}  ({len(todo)} of {len(jobs)} jobs to run)")
+    # soft_wrap: a path must stay one copyable line whatever the terminal's width
+    console.print(f"run folder: {run_dir}  ({len(todo)} of {len(jobs)} jobs to run)", soft_wrap=True)
     try:
         with RunProgress(console, len(todo)) as bar:
             runner.execute(run_dir, caps=caps, env=env, env_key=key, on_start=bar.start if progress else None,
                            on_done=bar.done, notify=console.print)
     except KeyboardInterrupt:
-        console.print(f"interrupted; finish with: nvbench run --resume {run_dir}")
+        console.print(f"interrupted; finish with: nvbench run --resume {run_dir}", soft_wrap=True)
         return EXIT_INTERRUPTED
     rows = store.read_cells(run_dir).to_pylist()
     Console().print(summary_table(rows))
-    console.print(counts_line(rows, run_dir))
+    console.print(counts_line(rows, run_dir), soft_wrap=True)
     return runner.exit_code(rows)
 
 

@@ -37,6 +37,7 @@ val_per_class = 2
 repeats = {repeats}
 threads_per_process = 1
 nvtx = {nvtx}
+device = "{device}"
 """
 
 
@@ -56,10 +57,11 @@ def tiny_matrix(tmp_path):
     """Write a tiny matrix; returns its path. Axes are TOML lines."""
 
     def make(axes: str = 'backend = ["synthetic"]', *, repeats: int = 1, timeout: float = 120,
-             nvtx: bool = False, extra: str = "") -> Path:
+             nvtx: bool = False, extra: str = "", device: str = "cpu") -> Path:
+        """CPU by default: a test of the CPU path says so, whatever the machine has; GPU tests pass "cuda"."""
         path = tmp_path / "tiny.toml"
         text = TINY.format(axes=textwrap.dedent(axes), repeats=repeats, timeout=timeout,
-                           cache=tmp_path / "cache", nvtx=str(nvtx).lower())
+                           cache=tmp_path / "cache", nvtx=str(nvtx).lower(), device=device)
         path.write_text(text + textwrap.dedent(extra))
         return path
 

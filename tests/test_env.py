@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 import torch
 
@@ -182,7 +183,7 @@ def test_container_image_first_set_variable_wins(environ, expected):
     assert collect_env(environ=environ, nvml=FakeNvml([], fail_init=True))["container_image"] == expected
 
 
-def test_collect_env_does_not_initialise_cuda(monkeypatch):
+def test_collect_env_calls_nothing_that_initialises_cuda(monkeypatch):
     calls: list[str] = []
     # Each of these would create a CUDA context or run cuInit (is_available's default path does).
     for owner, name in [
@@ -198,7 +199,58 @@ def test_collect_env_does_not_initialise_cuda(monkeypatch):
         monkeypatch.setattr(owner, name, lambda *a, _n=name, **k: calls.append(_n), raising=False)
     collect_env()
     assert calls == []
-    assert not torch.cuda.is_initialized()
+
+
+# A fresh interpreter (what earlier tests did to this process does not count) runs the parent's code path,
+# then reports whether torch initialised CUDA and which NVIDIA device files it still holds open: the CUDA
+# driver keeps /dev/nvidia-uvm (and /dev/nvidiactl) open once cuInit has run; NVML closes its files on
+# nvmlShutdown. `positive_control` initialises CUDA at the end, to show the probe sees it.
+PARENT_PROBE = """
+import json, os, sys
+from harness.cli import main
+code = main(sys.argv[1:-1])
+import torch
+if sys.argv[-1] == "positive_control":
+    torch.cuda.init()
+fds = []
+for fd in os.listdir("/proc/self/fd"):
+    try:
+        fds.append(os.readlink(f"/proc/self/fd/{fd}"))
+    except OSError:
+        pass
+print(json.dumps({"code": code, "initialised": torch.cuda.is_initialized(),
+                  "nvidia_files": sorted(f for f in fds if f.startswith("/dev/nvidia"))}))
+"""
+
+
+def parent_probe(*args: str, control: str = "") -> dict:
+    proc = subprocess.run([sys.executable, "-c", PARENT_PROBE, *args, control or "-"], capture_output=True,
+                          text=True, cwd=Path(harness.__file__).parents[1], timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_nvbench_env_never_initialises_cuda():
+    seen = parent_probe("env", "--json")
+    assert seen["code"] == 0 and not seen["initialised"] and seen["nvidia_files"] == []
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=[
+    pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")])])
+def test_the_runner_parent_never_initialises_cuda(tiny_matrix, tmp_path, device):
+    matrix = tiny_matrix(device=device)
+    seen = parent_probe("run", str(matrix), "--out", str(tmp_path / "run"), "--no-progress")
+    assert seen["code"] == 0, seen
+    assert not seen["initialised"] and seen["nvidia_files"] == []
+    rows = pq.read_table(tmp_path / "run" / "cells").to_pylist()
+    assert [(r["status"], r["device"]) for r in rows] == [("ok", device)]  # the child did train there
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_the_cuda_probe_sees_an_initialised_driver():
+    seen = parent_probe("env", "--json", control="positive_control")
+    assert seen["initialised"] and any("nvidia-uvm" in f or "nvidiactl" in f for f in seen["nvidia_files"])
 
 
 def test_collect_env_is_fast_without_gpu():
@@ -236,7 +288,8 @@ def test_gpu_facts_from_nvml():
 
 
 def test_device_kind_is_cuda_only_with_cuda_torch_and_a_visible_gpu(monkeypatch):
-    assert collect_env(environ={}, nvml=FakeNvml(FOUR_GPUS))["device_kind"] == "cpu"  # CPU torch here
+    monkeypatch.setattr(torch.version, "cuda", None)  # a CPU build of torch, whatever this machine has
+    assert collect_env(environ={}, nvml=FakeNvml(FOUR_GPUS))["device_kind"] == "cpu"
     monkeypatch.setattr(torch.version, "cuda", "12.8")
     assert collect_env(environ={}, nvml=FakeNvml(FOUR_GPUS))["device_kind"] == "cuda"
     hidden = {"CUDA_VISIBLE_DEVICES": ""}

@@ -11,6 +11,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
 from conftest import ROOT, nvbench
@@ -96,12 +97,25 @@ def expected_cell(warmup: int, measure: int, accum: int) -> Tree:
     return [("cell", [("warmup", [step] * warmup), ("measure", [step] * measure), ("validation", [])])]
 
 
-def test_a_real_cell_emits_nested_ranges_in_every_worker_process(inject_lib, tiny_matrix, tmp_path):
-    world = 2 if len(os.sched_getaffinity(0)) >= 2 else 1
-    matrix = tiny_matrix(f'backend = ["synthetic"]\nworld_size = [{world}]\ngrad_accum = [2]', nvtx=True)
+def _gpus() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=[
+    pytest.mark.gpu, pytest.mark.skipif(_gpus() == 0, reason="needs a CUDA device")])])
+def test_a_real_cell_emits_nested_ranges_in_every_worker_process(inject_lib, tiny_matrix, tmp_path, device):
+    # One rank per core on the CPU path (gloo), one per GPU on the CUDA path (NCCL): at most 2.
+    room = len(os.sched_getaffinity(0)) if device == "cpu" else _gpus()
+    world = 2 if room >= 2 else 1
+    matrix = tiny_matrix(f'backend = ["synthetic"]\nworld_size = [{world}]\ngrad_accum = [2]', nvtx=True,
+                         device=device)
     proc = nvbench("run", str(matrix), "--out", str(tmp_path / "run"), "--no-progress",
                    env=tool_env(inject_lib, tmp_path / "log"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = pq.read_table(tmp_path / "run" / "cells").to_pylist()
+    assert [(r["status"], r["device"], r["world_size"]) for r in rows] == [("ok", device, world)]
     processes = read_logs(tmp_path / "log")
     workers = {rank: trees for rank, trees in processes.items() if trees}
     assert sorted(workers) == ([str(r) for r in range(world)] if world > 1 else ["-"])  # RANK under torchrun

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import nvbench
-from harness.env import env_key
+from harness.env import collect_env, env_key
 from harness.telemetry import TelemetrySample, summarize
 from harness.worker import _telemetry_columns
 
@@ -34,7 +34,9 @@ def test_cpu_run_has_null_telemetry_flops_and_the_fingerprint(tiny_matrix, tmp_p
     assert "warning: mfu_pct is null: no peak TFLOP/s known for device 'cpu'" in (out / row["log_path"]).read_text()
     assert row["profile_tool"] is None
     environment = json.loads((out / "manifest.json").read_text())["environment"]
-    assert environment["device_kind"] == "cpu" and environment["torch_version"]
+    # the fingerprint describes the machine (a GPU box stays "cuda"); the row says where the cell trained
+    assert environment["device_kind"] == collect_env()["device_kind"] and environment["torch_version"]
+    assert row["device"] == "cpu"
     assert row["env_key"] == env_key(environment)
 
 
