@@ -1,0 +1,335 @@
+"""The GPU acceptance: one command that proves a GPU build end to end and writes what it found.
+
+    bash ci/gpu-acceptance.sh [OUT_DIR]      # default: reports/gpu-acceptance-<UTC time>
+
+From the project root of a fresh GPU machine (the image's own torch; DALI when installed) it runs, within
+its budget (9 minutes by default): the suite without the GPU-marked tests, in parallel where pytest-xdist
+is installed; the GPU-marked tests, serially (they time a real stream); the DALI tests when DALI is
+importable (inside those two runs, counted apart); the mission slice (4 backends x nhwc x fp16/bf16, world
+size 1, accumulation 1 and 2, at the acceptance's shorter window) with loader efficiency and both data-wait
+figures; the overhead benchmark (harness / bare loop); a torch profile. It writes gpu-acceptance.json and
+gpu-acceptance.md into OUT_DIR: pass/fail per check, every figure, versions, device. Exit 0 when no
+check failed, 1 otherwise.
+
+Without a GPU it says so and runs the CPU-meaningful part (the environment and the mission slice's CPU
+cells of synthetic and pytorch data, bf16, under --smoke), then exits 0 if that part passed: CI runs it as
+a smoke.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+ROOT = Path(__file__).resolve().parents[1]
+MISSION = ROOT / "matrices" / "resnet50.toml"
+SLICE = ["--only", "world_size=1", "--only", "memory_format=nhwc", "--only", "precision=fp16",
+         "--only", "precision=bf16"]
+"""The mission slice: all four backends (and accumulation 1 and 2) at world size 1, NHWC, fp16 and bf16."""
+WINDOW = {"warmup_steps": 20, "measure_steps": 60, "val_steps": 4}
+"""The acceptance's window: shorter than the mission's 30 + 100 steps, so 16 cells fit the budget."""
+AGREEMENT = 0.05
+"""Exposed data-wait fraction and 1 - loader efficiency must agree this closely (issue 15)."""
+OVERHEAD_TARGET = 0.99
+"""harness / bare throughput at least this on a GPU."""
+
+
+@dataclass
+class Check:
+    name: str
+    status: str = "skip"
+    """pass, fail or skip."""
+    detail: str = ""
+    duration_s: float = 0.0
+    figures: dict[str, Any] = field(default_factory=dict)
+
+
+class Budget:
+    def __init__(self, seconds: float) -> None:
+        self.deadline = time.monotonic() + seconds
+
+    def left(self) -> float:
+        return self.deadline - time.monotonic()
+
+
+def run(argv: list[str], *, log: Path, timeout: float, env: dict[str, str] | None = None) -> int | None:
+    """Run argv with its output in `log`; the exit code, or None if it outran `timeout`."""
+    with open(log, "w") as fh:
+        try:
+            return subprocess.run(argv, cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT, timeout=max(1.0, timeout),
+                                  env={**os.environ, **(env or {})}).returncode
+        except subprocess.TimeoutExpired:
+            return None
+
+
+def timed(check: Check, budget: Budget, need_s: float, body: Callable[[Check, float], None]) -> Check:
+    """Run `body(check, timeout)` unless less than `need_s` of the budget is left."""
+    if budget.left() < need_s:
+        check.status, check.detail = "skip", f"not started: {budget.left():.0f} s of the budget left"
+        return check
+    t0 = time.monotonic()
+    try:
+        body(check, budget.left())
+    except Exception as exc:  # a broken check is a failed check, never a lost report
+        check.status, check.detail = "fail", f"{type(exc).__name__}: {exc}"
+    check.duration_s = round(time.monotonic() - t0, 1)
+    return check
+
+
+# ---------------------------------------------------------------- pytest
+
+def junit_counts(path: Path, only: str | None = None) -> dict[str, int]:
+    """passed/failed/errors/skipped of a junit file, optionally of test files whose name contains `only`."""
+    counts = dict.fromkeys(("passed", "failed", "errors", "skipped"), 0)
+    if not path.is_file():
+        return counts
+    failed_names = []
+    for case in ET.parse(path).getroot().iter("testcase"):
+        if only and only not in (case.get("classname") or ""):
+            continue
+        kinds = {child.tag for child in case}
+        if "failure" in kinds:
+            counts["failed"] += 1
+            failed_names.append(f"{case.get('classname')}::{case.get('name')}")
+        elif "error" in kinds:
+            counts["errors"] += 1
+            failed_names.append(f"{case.get('classname')}::{case.get('name')}")
+        elif "skipped" in kinds:
+            counts["skipped"] += 1
+        else:
+            counts["passed"] += 1
+    counts["not_passed"] = failed_names  # type: ignore[assignment]
+    return counts
+
+
+def pytest_check(name: str, marker: str, out: Path, *, parallel: bool) -> Callable[[Check, float], None]:
+    def body(check: Check, timeout: float) -> None:
+        xml = out / f"{name}.xml"
+        argv = [sys.executable, "-m", "pytest", "-m", marker, "-q", "-p", "no:cacheprovider", f"--junitxml={xml}"]
+        if parallel and importlib.util.find_spec("xdist") is not None:
+            argv += ["-n", str(min(12, max(2, (os.cpu_count() or 2) - 2)))]
+        code = run(argv, log=out / f"{name}.log", timeout=timeout)
+        counts = junit_counts(xml)
+        check.figures = {k: v for k, v in counts.items() if k != "not_passed"}
+        check.figures["exit_code"] = code
+        bad = counts.get("not_passed") or []
+        check.status = "pass" if code == 0 else "fail"
+        check.detail = (f"timed out after {timeout:.0f} s" if code is None else
+                        "; ".join(bad[:8]) + (f" and {len(bad) - 8} more" if len(bad) > 8 else ""))
+    return body
+
+
+def dali_check(out: Path) -> Check:
+    check = Check("dali-tests")
+    if importlib.util.find_spec("nvidia") is None or importlib.util.find_spec("nvidia.dali") is None:
+        check.detail = "DALI is not importable here; its tests skip"
+        return check
+    counts = {k: 0 for k in ("passed", "failed", "errors", "skipped")}
+    for xml in ("suite.xml", "gpu-tests.xml"):
+        for key, value in junit_counts(out / xml, only="test_data_dali").items():
+            if key != "not_passed":
+                counts[key] += value
+    check.figures = counts
+    check.status = "pass" if counts["passed"] and not counts["failed"] and not counts["errors"] else "fail"
+    check.detail = "tests/test_data_dali.py, counted from the two pytest runs"
+    return check
+
+
+# ---------------------------------------------------------------- the mission slice
+
+def acceptance_matrix(out: Path, *, device: str | None = None) -> Path:
+    """The mission matrix with the acceptance's shorter window (and a forced device, for the CPU part)."""
+    text = MISSION.read_text()
+    for key, value in WINDOW.items():
+        text, n = re.subn(rf"(?m)^{key} = \d+", f"{key} = {value}", text)
+        if n != 1:
+            raise ValueError(f"{MISSION}: cannot set benchmark.{key} for the acceptance")
+    if device:
+        text = text.replace("[run]\n", f'[run]\ndevice = "{device}"\n', 1)
+    path = out / "mission-acceptance.toml"
+    path.write_text(text)
+    return path
+
+
+CELL_FIGURES = ("status", "reason", "throughput_img_per_s", "throughput_ci_low_img_per_s",
+                "throughput_ci_high_img_per_s", "loader_efficiency", "exposed_data_wait_frac", "host_data_wait_frac",
+                "mfu_pct", "power_avg_w", "img_per_joule", "top1", "train_loss", "lr_final", "loss_scale",
+                "duration_s", "window_s")
+
+
+def slice_rows(run_dir: Path) -> list[dict[str, Any]]:
+    import pyarrow.parquet as pq
+
+    rows = pq.read_table(run_dir / "cells").to_pylist()
+    keep = []
+    for r in sorted(rows, key=lambda r: (r["backend"], r["precision"], r["grad_accum"])):
+        label = f"{r['backend']}/{r['memory_format']}/{r['precision']}/ga{r['grad_accum']}"
+        keep.append({"cell": label} | {k: r.get(k) for k in CELL_FIGURES})
+    return keep
+
+
+def mission_check(out: Path, only: list[str], *, smoke: bool = False) -> Callable[[Check, float], None]:
+    def body(check: Check, timeout: float) -> None:
+        matrix = acceptance_matrix(out, device="cpu" if smoke else None)
+        run_dir = out / "mission"
+        code = run([sys.executable, "-m", "harness", "run", str(matrix), *only, "--out", str(run_dir),
+                    "--no-progress"] + (["--smoke"] if smoke else []), log=out / "mission.log", timeout=timeout)
+        rows = slice_rows(run_dir) if (run_dir / "cells").is_dir() else []
+        check.figures = {"window": WINDOW if not smoke else "smoke", "cells": rows}
+        bad = [f"{r['cell']}: {r['status']}: {r['reason']}" for r in rows if r["status"] not in ("ok", "skipped")]
+        ran = [r for r in rows if r["status"] == "ok"]
+        check.status = "pass" if code == 0 and ran and not bad else "fail"
+        check.detail = (f"timed out after {timeout:.0f} s" if code is None else
+                        "; ".join(bad) or f"{len(ran)} cells ok, {len(rows) - len(ran)} skipped")
+    return body
+
+
+def agreement_check(mission: Check) -> Check:
+    """Per real-data cell: exposed data-wait fraction vs 1 - loader efficiency (issue 15's GPU check)."""
+    check = Check("data-wait-agreement")
+    pairs = []
+    for r in mission.figures.get("cells", []):
+        if r["status"] == "ok" and r["loader_efficiency"] is not None:
+            gap = r["exposed_data_wait_frac"] - (1 - r["loader_efficiency"])
+            pairs.append({"cell": r["cell"], "exposed_frac": r["exposed_data_wait_frac"],
+                          "one_minus_loader_efficiency": 1 - r["loader_efficiency"], "difference": gap})
+    if not pairs:
+        check.detail = "no real-data cell with a synthetic twin ran"
+        return check
+    off = [p for p in pairs if abs(p["difference"]) > AGREEMENT]
+    check.status = "fail" if off else "pass"
+    check.figures = {"tolerance": AGREEMENT, "cells": pairs}
+    check.detail = (f"{len(off)} of {len(pairs)} cells differ by more than {AGREEMENT}: "
+                    + ", ".join(f"{p['cell']} {p['difference']:+.3f}" for p in off)) if off else \
+        f"all {len(pairs)} real-data cells within {AGREEMENT}"
+    return check
+
+
+# ---------------------------------------------------------------- overhead and profile
+
+def overhead_check(out: Path) -> Callable[[Check, float], None]:
+    def body(check: Check, timeout: float) -> None:
+        argv = [sys.executable, "benchmarks/overhead.py", "--model", "resnet50", "--image-size", "224",
+                "--batch-size", "256", "--precision", "fp16", "--memory-format", "nhwc", "--steps", "100",
+                "--warmup", "30", "--rounds", "2", "--device", "cuda"]
+        code = run(argv, log=out / "overhead.log", timeout=timeout)
+        text = (out / "overhead.log").read_text()
+        rounds = [float(x) for x in re.findall(r"ratio (\d+\.\d+)", text)]
+        median = re.search(r"harness / bare: median (\d+\.\d+)", text)
+        check.figures = {"command": " ".join(argv[1:]), "round_ratios": rounds,
+                         "median_ratio": float(median.group(1)) if median else None,
+                         "rounds": re.findall(r"(?m)^round \d+:.*$", text), "target": OVERHEAD_TARGET}
+        ok = code == 0 and median is not None and float(median.group(1)) >= OVERHEAD_TARGET
+        check.status = "pass" if ok else "fail"
+        check.detail = (f"timed out after {timeout:.0f} s" if code is None else
+                        f"harness / bare {median.group(1) if median else '?'} (target >= {OVERHEAD_TARGET})")
+    return body
+
+
+def profile_check(out: Path) -> Callable[[Check, float], None]:
+    def body(check: Check, timeout: float) -> None:
+        argv = [sys.executable, "-m", "harness", "profile", str(MISSION), *SLICE[:4], "--only", "precision=fp16",
+                "--only", "backend=synthetic", "--only", "grad_accum=1", "--tool", "torch", "--steps", "10",
+                "--out", str(out / "profile")]
+        code = run(argv, log=out / "profile.log", timeout=timeout)
+        traces = sorted(str(p.relative_to(out)) for p in (out / "profile").rglob("*.trace.json"))
+        tables = sorted((out / "profile").rglob("*.key_averages.txt"))
+        top = tables[0].read_text().splitlines()[:12] if tables else []
+        check.figures = {"traces": traces, "key_averages_head": top}
+        check.status = "pass" if code == 0 and traces else "fail"
+        check.detail = f"timed out after {timeout:.0f} s" if code is None else f"{len(traces)} trace(s)"
+    return body
+
+
+# ---------------------------------------------------------------- the report
+
+def environment() -> dict[str, Any]:
+    from harness.env import collect_env
+
+    env = collect_env()
+    keys = ("device_kind", "gpu_name", "gpu_count", "driver_version", "cuda_runtime", "cudnn_version",
+            "torch_version", "dali_version", "python_version", "cpu_model", "cpu_count", "hostname",
+            "nvbench_git_sha", "nvbench_git_dirty", "power_limit_w")
+    return {k: env.get(k) for k in keys}
+
+
+def write_report(out: Path, env: dict[str, Any], checks: list[Check], started: str, wall_s: float) -> None:
+    doc = {"started_at": started, "wall_s": round(wall_s, 1), "environment": env,
+           "result": "fail" if any(c.status == "fail" for c in checks) else "pass",
+           "checks": [asdict(c) for c in checks]}
+    (out / "gpu-acceptance.json").write_text(json.dumps(doc, indent=2, default=str) + "\n")
+    lines = [f"# nvbench GPU acceptance: {doc['result']}", "",
+             f"Started {started}, {wall_s:.0f} s. Device: {env.get('gpu_name') or 'no GPU'} "
+             f"(x{env.get('gpu_count') or 0}), driver {env.get('driver_version')}, CUDA {env.get('cuda_runtime')}, "
+             f"cuDNN {env.get('cudnn_version')}, torch {env.get('torch_version')}, DALI {env.get('dali_version')}, "
+             f"nvbench {str(env.get('nvbench_git_sha'))[:10]}{' (dirty)' if env.get('nvbench_git_dirty') else ''}.",
+             "", "| check | result | time | detail |", "|---|---|---|---|"]
+    lines += [f"| {c.name} | {c.status} | {c.duration_s:.0f} s | {c.detail} |" for c in checks]
+    for c in checks:
+        cells = c.figures.get("cells") if isinstance(c.figures, dict) else None
+        if c.name.startswith("mission") and cells:
+            lines += ["", f"## {c.name}", "", "| cell | status | img/s (95% CI) | loader eff. | exposed wait | "
+                      "host wait | MFU % | W | img/J | top-1 | loss scale |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+            for r in cells:
+                lines.append(
+                    f"| {r['cell']} | {r['status']} | {_n(r['throughput_img_per_s'], '.0f')} "
+                    f"({_n(r['throughput_ci_low_img_per_s'], '.0f')}-{_n(r['throughput_ci_high_img_per_s'], '.0f')}) | "
+                    f"{_n(r['loader_efficiency'], '.3f')} | {_n(r['exposed_data_wait_frac'], '.3f')} | "
+                    f"{_n(r['host_data_wait_frac'], '.3f')} | {_n(r['mfu_pct'], '.1f')} | {_n(r['power_avg_w'], '.0f')} | "
+                    f"{_n(r['img_per_joule'], '.1f')} | {_n(r['top1'], '.3f')} | {_n(r['loss_scale'], '.0f')} |")
+    for c in checks:
+        if c.name == "overhead" and c.figures.get("rounds"):
+            lines += ["", "## overhead", "", f"`python {c.figures['command']}`", "", "```", *c.figures["rounds"], "```"]
+    (out / "gpu-acceptance.md").write_text("\n".join(lines) + "\n")
+
+
+def _n(value: Any, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("out", nargs="?", help="folder for the results (default: reports/gpu-acceptance-<UTC time>)")
+    p.add_argument("--budget-s", type=float, default=540.0, help="wall-clock budget of all checks (default 540)")
+    args = p.parse_args(argv)
+    started = datetime.now(timezone.utc)
+    out = Path(args.out or ROOT / "reports" / f"gpu-acceptance-{started:%Y%m%d-%H%M%S}").resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    t0, budget = time.monotonic(), Budget(args.budget_s)
+    env = environment()
+    checks: list[Check] = []
+    if env["device_kind"] != "cuda":
+        print(f"gpu-acceptance: no GPU is visible here ({env['cpu_model']}); running the CPU-meaningful part "
+              "(environment, the mission slice's CPU cells under --smoke)", file=sys.stderr)
+        smoke = ["--only", "world_size=1", "--only", "memory_format=nhwc", "--only", "precision=bf16",
+                 "--only", "backend=synthetic", "--only", "backend=pytorch", "--only", "grad_accum=1"]
+        checks.append(timed(Check("mission-slice-smoke"), budget, 30, mission_check(out, smoke, smoke=True)))
+    else:
+        checks.append(timed(Check("suite"), budget, 60, pytest_check("suite", "not gpu", out, parallel=True)))
+        checks.append(timed(Check("gpu-tests"), budget, 30, pytest_check("gpu-tests", "gpu", out, parallel=False)))
+        checks.append(dali_check(out))
+        mission = timed(Check("mission-slice"), budget, 120, mission_check(out, SLICE))
+        checks += [mission, agreement_check(mission)]
+        checks.append(timed(Check("overhead"), budget, 60, overhead_check(out)))
+        checks.append(timed(Check("profile"), budget, 20, profile_check(out)))
+    write_report(out, env, checks, started.isoformat(timespec="seconds"), time.monotonic() - t0)
+    for c in checks:
+        print(f"{c.status:>4}  {c.name}: {c.detail}", file=sys.stderr)
+    print(out / "gpu-acceptance.md")
+    return 1 if any(c.status == "fail" for c in checks) else 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))
+    sys.exit(main())

@@ -1,0 +1,67 @@
+"""ci/gpu-acceptance.sh: on this CPU machine it says there is no GPU, runs the CPU-meaningful part and exits 0
+with both reports written; its judgements (junit counts, the data-wait agreement) on known inputs."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from conftest import ROOT
+
+spec = importlib.util.spec_from_file_location("gpu_acceptance", ROOT / "ci" / "gpu_acceptance.py")
+acceptance = importlib.util.module_from_spec(spec)
+sys.modules["gpu_acceptance"] = acceptance  # dataclasses look their module up
+spec.loader.exec_module(acceptance)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU this command is the whole acceptance")
+def test_without_a_gpu_it_runs_the_cpu_part_and_exits_0(tmp_path):
+    proc = subprocess.run(["bash", "ci/gpu-acceptance.sh", str(tmp_path / "acc")], cwd=ROOT, capture_output=True,
+                          text=True, timeout=600, env={"PYTHON": sys.executable, "PATH": "/usr/bin:/bin",
+                                                       "NVBENCH_CACHE": str(tmp_path / "cache")})
+    assert proc.returncode == 0, proc.stderr
+    assert "no GPU is visible here" in proc.stderr
+    doc = json.loads((tmp_path / "acc" / "gpu-acceptance.json").read_text())
+    assert doc["result"] == "pass" and doc["environment"]["device_kind"] == "cpu"
+    (check,) = doc["checks"]
+    assert check["name"] == "mission-slice-smoke" and check["status"] == "pass"
+    cells = {c["cell"]: c for c in check["figures"]["cells"]}
+    assert set(cells) == {"pytorch/nhwc/bf16/ga1", "synthetic/nhwc/bf16/ga1"}
+    assert all(c["status"] == "ok" and c["throughput_img_per_s"] > 0 for c in cells.values())
+    md = (tmp_path / "acc" / "gpu-acceptance.md").read_text()
+    assert md.startswith("# nvbench GPU acceptance: pass") and "| mission-slice-smoke | pass |" in md
+
+
+def test_the_data_wait_agreement_is_judged_per_real_data_cell():
+    def row(cell, eff, exposed):
+        return {"cell": cell, "status": "ok", "loader_efficiency": eff, "exposed_data_wait_frac": exposed}
+
+    mission = acceptance.Check("mission-slice", figures={"cells": [
+        row("dali-gpu/nhwc/fp16/ga1", 0.88, 0.10), row("pytorch/nhwc/fp16/ga1", 0.55, 0.30),
+        row("synthetic/nhwc/fp16/ga1", None, 0.0)]})
+    check = acceptance.agreement_check(mission)
+    assert check.status == "fail" and [c["cell"] for c in check.figures["cells"]] == [
+        "dali-gpu/nhwc/fp16/ga1", "pytorch/nhwc/fp16/ga1"]
+    assert "1 of 2 cells differ by more than 0.05: pytorch/nhwc/fp16/ga1 -0.150" in check.detail
+    assert acceptance.agreement_check(acceptance.Check("mission-slice")).status == "skip"
+
+
+def test_junit_counts_name_what_did_not_pass(tmp_path):
+    xml = tmp_path / "j.xml"
+    xml.write_text("""<testsuites><testsuite>
+      <testcase classname="tests.test_a" name="ok"/>
+      <testcase classname="tests.test_a" name="bad"><failure message="x"/></testcase>
+      <testcase classname="tests.test_data_dali" name="skip"><skipped/></testcase>
+      <testcase classname="tests.test_data_dali" name="err"><error message="y"/></testcase>
+    </testsuite></testsuites>""")
+    counts = acceptance.junit_counts(xml)
+    assert {k: counts[k] for k in ("passed", "failed", "errors", "skipped")} == dict(
+        passed=1, failed=1, errors=1, skipped=1)
+    assert counts["not_passed"] == ["tests.test_a::bad", "tests.test_data_dali::err"]
+    dali = acceptance.junit_counts(xml, only="test_data_dali")
+    assert (dali["skipped"], dali["errors"], dali["passed"]) == (1, 1, 0)
