@@ -293,20 +293,21 @@ def test_an_endless_loader_runs_epoch_after_epoch_in_one_stream(solid):
         loader.close()
 
 
-def _checksums(loader, num_batches: int, *, slow_cycles: int = 0) -> list[tuple[float, int]]:
-    """Sum of each batch's images and labels, computed on the consumer stream after `slow_cycles` of GPU
-    sleep, with every reference dropped as soon as the work is queued (as autograd drops its input)."""
-    sums = torch.zeros(num_batches, 2, dtype=torch.float64, device="cuda")
+def _checksums(loader, num_batches: int, *, slow_cycles: int = 0) -> list[tuple[float, float, int]]:
+    """Sums of each batch's images (read at once, and again after `slow_cycles` of GPU sleep) and labels,
+    every reference dropped as soon as the work is queued (as autograd drops its input)."""
+    sums = torch.zeros(num_batches, 3, dtype=torch.float64, device="cuda")
     stream = iter(loader)
     for i in range(num_batches):
         images, labels = next(stream)
+        sums[i, 0] = images.double().sum()
         if slow_cycles:
             torch.cuda._sleep(slow_cycles)  # the consumer falls behind the pipeline
-        sums[i, 0] = images.double().sum()
-        sums[i, 1] = labels.sum()
+        sums[i, 1] = images.double().sum()
+        sums[i, 2] = labels.sum()
         del images, labels
     torch.cuda.synchronize()
-    return [(float(a), int(b)) for a, b in sums.tolist()]
+    return [(float(a), float(b), int(c)) for a, b, c in sums.tolist()]
 
 
 @pytest.mark.gpu
@@ -320,11 +321,12 @@ def test_a_slow_consumer_reads_every_zero_copy_batch_intact(generated, backend):
     for _ in range(12):
         images, labels = next(stream)
         torch.cuda.synchronize()  # read each batch before the next is asked for: nothing can recycle it
-        expected.append((float(images.double().sum()), int(labels.sum())))
+        total = float(images.double().sum())
+        expected.append((total, total, int(labels.sum())))
     reference.close()
     slow = build_loader(backend, spec)
     try:
-        got = _checksums(slow, 12, slow_cycles=20_000_000)
+        got = _checksums(slow, 12, slow_cycles=100_000_000)
     finally:
         slow.close()
     assert got == pytest.approx(expected, rel=1e-9)

@@ -259,21 +259,25 @@ def test_only_a_training_loader_is_endless_and_it_has_no_set_epoch(root):
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_cuda_prefetcher_batches_stay_valid_for_a_slow_consumer_that_drops_them(root):
-    # The side stream is slowed (a consumer that did not wait for it would read unfinished batches) and so
-    # is the consumer, which drops each batch at once: without record_stream its memory would go to a later
-    # batch while the consumer's queued reads are still pending.
+    # The side stream is slowed, and each batch is read at once: a consumer that did not wait for the side
+    # stream (wait_stream) would read it unfinished. Then the consumer falls far behind, reads the batch again
+    # and drops it: without record_stream the allocator would hand its memory to a later batch, which the
+    # side stream writes before that late read runs.
     expected = [(float(x.double().sum()), int(y.sum()))
                 for x, y in build_loader("pytorch", _spec(root, split="val", memory_format="nhwc", batch_size=2))]
     loader = build_loader("pytorch", _spec(root, split="val", memory_format="nhwc", batch_size=2, device="cuda"))
     normalise = loader._normalise
     loader._normalise = lambda images: (torch.cuda._sleep(20_000_000), normalise(images))[1]  # on the side stream
-    sums = torch.zeros(len(expected), 2, dtype=torch.float64, device="cuda")
+    sums = torch.zeros(len(expected), 3, dtype=torch.float64, device="cuda")
     for i, (images, labels) in enumerate(loader):
         assert images.is_cuda and images.is_contiguous(memory_format=torch.channels_last)
-        torch.cuda._sleep(20_000_000)
-        sums[i, 0] = images.double().sum()
-        sums[i, 1] = labels.sum()
+        sums[i, 0] = images.double().sum()  # at once
+        torch.cuda._sleep(100_000_000)  # the consumer falls behind by several side-stream batches
+        sums[i, 1] = images.double().sum()  # late
+        sums[i, 2] = labels.sum()
         del images, labels
     torch.cuda.synchronize()
-    got = [(float(a), int(b)) for a, b in sums.tolist()]
-    assert got == pytest.approx(expected, rel=1e-5)
+    early = [(float(a), int(c)) for a, _, c in sums.tolist()]
+    late = [(float(b), int(c)) for _, b, c in sums.tolist()]
+    assert early == pytest.approx(expected, rel=1e-5)
+    assert late == pytest.approx(expected, rel=1e-5)
