@@ -116,25 +116,35 @@ def _endless(loader) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         epoch += 1
 
 
-def _engine(ctx: Context) -> Engine:
-    c, r = ctx.cell, ctx.cell.recipe
-    model = build_model(c.benchmark.model, num_classes=c.benchmark.num_classes,
-                        zero_init_residual=r.zero_init_residual)
-    opts = EngineOptions(
-        precision=c.precision, memory_format=c.memory_format, grad_accum=c.grad_accum, device=str(ctx.device),
+def engine_options(cell: Cell, device: torch.device) -> EngineOptions:
+    """How `cell` trains on `device`: its axes and recipe as the engine takes them."""
+    c, r = cell, cell.recipe
+    return EngineOptions(
+        precision=c.precision, memory_format=c.memory_format, grad_accum=c.grad_accum, device=str(device),
         global_batch=c.images_per_step, total_steps=c.benchmark.warmup_steps + c.benchmark.measure_steps,
         lr_per_256=r.lr_per_256, momentum=r.momentum, nesterov=r.nesterov, weight_decay=r.weight_decay,
         bn_bias_weight_decay=r.bn_bias_weight_decay, label_smoothing=r.label_smoothing, schedule=r.schedule,
         lr_warmup_fraction=r.lr_warmup_fraction, step_milestones=r.step_milestones, step_gamma=r.step_gamma,
         init_loss_scale=r.init_loss_scale, loss_scale_growth_interval=r.loss_scale_growth_interval,
         allow_tf32=r.allow_tf32)
+
+
+def build_engine(cell: Cell, device: torch.device, *, wrap=None, ranges: Ranges | None = None) -> Engine:
+    """The cell's model and engine on `device`, as every cell process builds them (benchmarks/overhead.py's
+    bare loop builds its engine here too, so the two cannot drift apart)."""
+    model = build_model(cell.benchmark.model, num_classes=cell.benchmark.num_classes,
+                        zero_init_residual=cell.recipe.zero_init_residual)
+    return Engine(model, engine_options(cell, device), wrap=wrap, ranges=ranges)
+
+
+def _engine(ctx: Context) -> Engine:
     wrap = None
     if ctx.is_distributed:
         from torch.nn.parallel import DistributedDataParallel
 
         ids = [ctx.device.index] if ctx.device.type == "cuda" else None
         wrap = lambda m: DistributedDataParallel(m, device_ids=ids)  # noqa: E731
-    return Engine(model, opts, wrap=wrap, ranges=ctx.ranges)
+    return build_engine(ctx.cell, ctx.device, wrap=wrap, ranges=ctx.ranges)
 
 
 def _fence(ctx: Context) -> None:
