@@ -484,6 +484,8 @@ def _batch_problems(bench: BenchmarkConfig, smoke: SmokeConfig, data: DataConfig
     shapes = [("benchmark", bench.batch_size, bench.image_size, gen.train_per_class * gen.num_classes, data.path == ""),
               ("smoke", smoke.batch_size, smoke.image_size, smoke.dataset_train_per_class * smoke.num_classes, True)]
     world = max(axes.world_size) * launch.nnodes
+    reads_data = bool(set(axes.backend) - {"synthetic"})
+    dali = any(b.startswith("dali") for b in axes.backend)
     problems = []
     for where, batch, image, train_images, generated in shapes:
         if batch == 1 and image <= MODEL_OUTPUT_STRIDE:
@@ -491,11 +493,12 @@ def _batch_problems(bench: BenchmarkConfig, smoke: SmokeConfig, data: DataConfig
             problems.append(f"{where}.batch_size: one image of {image} px leaves the model's last stage 1x1, "
                             f"which BatchNorm cannot train on; use batch_size >= 2 or image_size > "
                             f"{MODEL_OUTPUT_STRIDE}")
-        per_rank = -(-train_images // world)  # the sampler pads every rank's shard to the same length
-        if generated and "pytorch" in axes.backend and per_rank < batch:
+        # pytorch's sampler pads every rank's shard to the same length; DALI's training epoch floors it.
+        per_rank = train_images // world if dali else -(-train_images // world)
+        if generated and reads_data and per_rank < batch:
             problems.append(f"{where}.batch_size: {batch} is more than the {per_rank} generated training images "
-                            f"each of {world} process(es) reads; the pytorch loader keeps full batches only, so "
-                            "it would yield none: generate more images or use a smaller batch")
+                            f"each of {world} process(es) reads; the loaders train on full batches only, so they "
+                            "would yield none: generate more images or use a smaller batch")
     return problems
 
 

@@ -109,6 +109,9 @@ def _loader(ctx: Context, split: str):
 
 
 def _endless(loader) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    if len(loader) == 0:  # else the loop below would spin until the cell's timeout
+        raise RuntimeError("the training loader yields no full batch: this process's share of the dataset is "
+                           "smaller than benchmark.batch_size")
     epoch = 0
     while True:
         loader.set_epoch(epoch)

@@ -193,3 +193,13 @@ def test_cuda_prefetcher_matches_cpu(root):
         assert xg.is_cuda and yg.is_cuda and xg.is_contiguous(memory_format=torch.channels_last)
         torch.testing.assert_close(xg.cpu(), xc)
         assert torch.equal(yg.cpu(), yc)
+
+
+def test_a_training_shard_smaller_than_a_batch_fails_the_cell_instead_of_spinning(root):
+    from harness.worker import _endless
+
+    loader = build_loader("pytorch", _spec(root, batch_size=len(CLASSES) * PER_CLASS["train"] + 1))
+    assert len(loader) == 0
+    with pytest.raises(RuntimeError, match="yields no full batch"):
+        next(_endless(loader))
+    loader.close()
