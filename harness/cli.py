@@ -275,9 +275,12 @@ def cmd_env(args: argparse.Namespace) -> int:
 def cmd_data_make(args: argparse.Namespace) -> int:
     from harness.data.generate import make_dataset
 
-    out = make_dataset(Path(args.out), image_size=args.image_size, num_classes=args.classes,
-                       train_per_class=args.train_per_class, val_per_class=args.val_per_class, seed=args.seed,
-                       kind=args.kind)
+    try:
+        out = make_dataset(Path(args.out), image_size=args.image_size, num_classes=args.classes,
+                           train_per_class=args.train_per_class, val_per_class=args.val_per_class, seed=args.seed,
+                           kind=args.kind)
+    except ValueError as exc:  # the parameters, checked before anything is written
+        return _bad_input([f"nvbench data make: {exc}"])
     print(f"dataset written to {out}")
     return EXIT_OK
 
