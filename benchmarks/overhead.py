@@ -1,6 +1,6 @@
-"""Harness overhead: nvbench's reported throughput vs a bare, hand-written loop of the same model, batch and
-precision on synthetic data. Both sides run in fresh processes, alternating in a seeded random order, so
-machine drift hits both alike. Prints each round and the ratio harness / bare with its spread.
+"""Harness overhead: nvbench's reported throughput vs a bare loop doing the same work on synthetic data. Both
+sides run one cell parsed from the same matrix text, in fresh processes, alternating in a seeded random order
+so machine drift hits both alike. Prints each round and the ratio harness / bare with its spread.
 
     python benchmarks/overhead.py --rounds 6                         # CPU defaults: resnet18, 32 px, batch 32
     python benchmarks/overhead.py --model resnet50 --image-size 224 --batch-size 256 --precision fp16 \
@@ -18,49 +18,10 @@ import subprocess
 import sys
 import tempfile
 import time
+import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def bare_loop(args: argparse.Namespace) -> float:
-    """The loop a user would write by hand: no harness, one sync at the end of the timed steps."""
-    import torch
-    import torch.nn.functional as F
-
-    from harness.models import build_model
-
-    device = torch.device("cuda" if torch.cuda.is_available() and args.device != "cpu" else "cpu")
-    torch.manual_seed(0)
-    fmt = torch.channels_last if args.memory_format == "nhwc" else torch.contiguous_format
-    model = build_model(args.model, num_classes=1000).to(device, memory_format=fmt)
-    x = torch.randn(args.batch_size, 3, args.image_size, args.image_size, device=device).to(memory_format=fmt)
-    y = torch.randint(0, 1000, (args.batch_size,), device=device)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.875, weight_decay=3e-5)
-    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(args.precision)
-    scaler = torch.amp.GradScaler(device.type, enabled=args.precision == "fp16")
-    if device.type == "cuda":
-        torch.backends.cudnn.benchmark = True
-
-    def step() -> None:
-        with torch.autocast(device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
-            loss = F.cross_entropy(model(x), y, label_smoothing=0.1)
-        scaler.scale(loss).backward()
-        scaler.step(opt)
-        scaler.update()
-        opt.zero_grad(set_to_none=True)
-
-    for _ in range(args.warmup):
-        step()
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(args.steps):
-        step()
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    return args.steps * args.batch_size / (time.perf_counter() - t0)
-
 
 MATRIX = """
 version = 1
@@ -82,9 +43,75 @@ device = "{device}"
 """
 
 
+def overhead_matrix(args: argparse.Namespace) -> str:
+    """The one matrix both sides read: the harness runs it, the bare loop builds its cell from it."""
+    return MATRIX.format(**vars(args))
+
+
+def bare_cell(args: argparse.Namespace):
+    """The single cell of overhead_matrix, parsed and expanded as `nvbench run` does."""
+    from harness.config import parse_matrix
+    from harness.matrix import expand
+
+    text = overhead_matrix(args)
+    (cell,) = expand(parse_matrix(tomllib.loads(text), "overhead.toml", text))
+    return cell
+
+
+def build_bare(args: argparse.Namespace):
+    """(cell, engine, images, labels): the engine a cell process builds (harness.worker.build_engine: param
+    groups, fused SGD, GradScaler, label smoothing, autocast, channels_last, LR schedule) and the batch its
+    synthetic loader serves, with the process settings the worker applies. Nothing else of the harness."""
+    import torch
+
+    from harness.data import LoaderSpec, build_loader
+    from harness.worker import build_engine
+
+    cell = bare_cell(args)
+    is_cuda = cell.run.device != "cpu" and torch.cuda.is_available()
+    device = torch.device("cuda", 0) if is_cuda else torch.device("cpu")
+    if is_cuda:
+        torch.cuda.set_device(device)
+        torch.backends.cudnn.benchmark = cell.recipe.cudnn_benchmark
+    else:
+        torch.set_num_threads(cell.run.threads_per_process or len(os.sched_getaffinity(0)))
+    torch.manual_seed(cell.benchmark.seed)
+    b = cell.benchmark
+    spec = LoaderSpec(root=None, split="train", batch_size=b.batch_size, image_size=b.image_size,
+                      num_classes=b.num_classes, memory_format=cell.memory_format, device=str(device), seed=b.seed)
+    loader = build_loader("synthetic", spec)
+    engine = build_engine(cell, device, dataset_images=loader.num_images)  # the LR timeline's epoch, as a cell's
+    images, labels = next(iter(loader))
+    return cell, engine, images, labels
+
+
+def bare_loop(args: argparse.Namespace) -> float:
+    """The engine's steps in a plain loop: no NVTX, no step clocks, no data-wait timing; one sync at the end."""
+    import torch
+
+    cell, engine, images, labels = build_bare(args)
+    accum, b = cell.grad_accum, cell.benchmark
+
+    def step() -> None:
+        for micro in range(accum):
+            engine.forward_backward(images, labels, sync_grads=micro == accum - 1)
+        engine.optimizer_step()
+
+    for _ in range(b.warmup_steps):
+        step()
+    if engine.device.type == "cuda":
+        torch.cuda.synchronize(engine.device)  # sync: the timed steps start on an idle GPU
+    t0 = time.perf_counter()
+    for _ in range(b.measure_steps):
+        step()
+    if engine.device.type == "cuda":
+        torch.cuda.synchronize(engine.device)  # sync: the one read of the clock needs all kernels done
+    return b.measure_steps * cell.images_per_step / (time.perf_counter() - t0)
+
+
 def harness_run(args: argparse.Namespace, workdir: Path, index: int) -> float:
     matrix = workdir / "overhead.toml"
-    matrix.write_text(MATRIX.format(**vars(args)))
+    matrix.write_text(overhead_matrix(args))
     out = workdir / f"run{index}"
     proc = subprocess.run([sys.executable, "-m", "harness", "run", str(matrix), "--out", str(out), "--no-progress"],
                           capture_output=True, text=True, cwd=ROOT)
@@ -141,4 +168,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))  # the bare side imports this checkout's harness, as `-m harness` does here
     main()

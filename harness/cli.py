@@ -48,7 +48,7 @@ def _fire_drill_problem(pct: float | None) -> str | None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from harness import runner
+    from harness import runner, store
     from harness.matrix import expand
 
     if args.resume and (args.matrix or args.only or args.smoke or args.out or args.dry_run or args.fire_drill
@@ -59,9 +59,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         return _bad_input([problem])
     if args.resume:
         run_dir = Path(args.resume)
-        if not (run_dir / runner.PLAN).is_file():
-            return _bad_input([f"{run_dir}: not an nvbench run folder (no {runner.PLAN})"])
-        _, _, cells = runner.load_plan(run_dir)
+        try:
+            _, _, cells = runner.load_plan(run_dir)
+            store.read_cells(run_dir)  # a finished job's row must read back, or the summary fails at the end
+        except runner.RunFolderError as exc:
+            return _bad_input([str(exc)])
+        except store.UnreadableFile as exc:
+            return _bad_input([f"{exc}; delete it to run that job again"])
         device = next(iter(cells.values())).run.device
     else:
         if not args.matrix:
@@ -190,6 +194,8 @@ def cmd_report(args: argparse.Namespace) -> int:
         return _bad_input(exc.problems)
     except ValueError as exc:
         return _bad_input([str(exc)])
+    except OSError as exc:  # e.g. an --out folder that cannot be written (write_all: no file half-new)
+        return _bad_input([f"{exc.filename or args.out or args.run_dir}: cannot write the report: {exc.strerror}"])
     return _print_report(result, args.fail_on_regression)
 
 
@@ -276,9 +282,12 @@ def cmd_env(args: argparse.Namespace) -> int:
 def cmd_data_make(args: argparse.Namespace) -> int:
     from harness.data.generate import make_dataset
 
-    out = make_dataset(Path(args.out), image_size=args.image_size, num_classes=args.classes,
-                       train_per_class=args.train_per_class, val_per_class=args.val_per_class, seed=args.seed,
-                       kind=args.kind)
+    try:
+        out = make_dataset(Path(args.out), image_size=args.image_size, num_classes=args.classes,
+                           train_per_class=args.train_per_class, val_per_class=args.val_per_class, seed=args.seed,
+                           kind=args.kind)
+    except ValueError as exc:  # the parameters, checked before anything is written
+        return _bad_input([f"nvbench data make: {exc}"])
     print(f"dataset written to {out}")
     return EXIT_OK
 

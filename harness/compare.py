@@ -294,8 +294,15 @@ def load_run(path: Path | str) -> RunData:
     manifest_path = run_dir / "manifest.json"
     if not manifest_path.is_file() or not (run_dir / "cells").is_dir():
         raise RunInputError([f"{path}: not an nvbench run folder (needs manifest.json and cells/)"])
-    manifest = store.read_json(manifest_path)
-    rows = tuple(store.read_cells(run_dir).to_pylist())
+    try:
+        manifest = store.read_json(manifest_path)
+        rows = tuple(store.read_cells(run_dir).to_pylist())
+    except store.UnreadableFile as exc:
+        raise RunInputError([str(exc)]) from None
+    if not isinstance(manifest, dict):
+        raise RunInputError([f"{manifest_path}: not an nvbench manifest (a JSON object)"])
+    if not rows:
+        raise RunInputError([f"{run_dir / 'cells'}: no result rows (the run has not finished a job)"])
     return RunData(path=str(run_dir), run_id=str(manifest.get("run_id") or run_dir.name),
                    created_at=str(manifest.get("created_at") or ""), environment=manifest.get("environment") or {},
                    rows=rows)
@@ -306,7 +313,11 @@ def resolve_pointer(path: Path) -> Path:
     (relative paths are relative to the file's folder)."""
     if not path.is_file():
         return path
-    for line in path.read_text().splitlines():
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (UnicodeDecodeError, OSError) as exc:
+        raise RunInputError([f"{path}: cannot read this pointer file ({type(exc).__name__})"]) from None
+    for line in text.splitlines():
         line = line.strip()
         if line and not line.startswith("#"):
             target = Path(line).expanduser()

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import importlib.util
+import math
+import re
 import sys
 import tomllib
 import types
@@ -17,7 +20,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 SCHEMA_VERSION = 1
-"""Version of the matrix file format; files may state it as top-level `version`."""
+"""Version of the matrix file format; every file states it as top-level `version`."""
 
 IMAGENET_TRAIN_IMAGES = 1_281_167
 """Images in ImageNet-1k's training split: the epoch of the reference timeline for synthetic data."""
@@ -26,6 +29,15 @@ AXES = ("backend", "memory_format", "precision", "world_size", "grad_accum")
 BACKENDS = ("dali-gpu", "dali-cpu", "pytorch", "synthetic")
 MEMORY_FORMATS = ("nchw", "nhwc")
 PRECISIONS = ("fp32", "fp16", "bf16")
+MODEL_NAMES = ("resnet18", "resnet34", "resnet50", "resnet101")
+"""The model registry's names (harness.models builds them; a test keeps the two equal). Listed here so
+that validation knows them without importing torch."""
+MODEL_OUTPUT_STRIDE = 32
+"""Every registered model shrinks its input 32x before the classifier (the ResNet stages)."""
+DIGITS_CLASSES = 10
+"""The digits dataset has ten classes (0-9)."""
+INT64_MAX = 2**63 - 1
+"""Integers are stored as Parquet int64."""
 AXIS_CHOICES: dict[str, tuple[str, ...] | None] = {
     "backend": BACKENDS,
     "memory_format": MEMORY_FORMATS,
@@ -39,14 +51,23 @@ class MatrixError(Exception):
     """Every problem found in one matrix file, one line each."""
 
     def __init__(self, problems: list[str]):
-        self.problems = list(problems)
+        self.problems = [_one_line(p) for p in problems]
         super().__init__("\n".join(self.problems))
 
 
+_MAX_LINE = 300
+
+
+def _one_line(text: str) -> str:
+    """`text` as one short printable line: a key or value from the file may hold newlines or be huge."""
+    text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    return text if len(text) <= _MAX_LINE else text[:_MAX_LINE - 3] + "..."
+
+
 def knob(default: Any, doc: str, *, min: float | None = None, gt: float | None = None,
-         max: float | None = None) -> Any:
-    """A config field with its documentation and numeric bounds (checked by the parser)."""
-    meta = {"doc": doc, "min": min, "gt": gt, "max": max}
+         max: float | None = None, lt: float | None = None, choices: tuple[str, ...] | None = None) -> Any:
+    """A config field with its documentation, numeric bounds and allowed names (checked by the parser)."""
+    meta = {"doc": doc, "min": min, "gt": gt, "max": max, "lt": lt, "choices": choices}
     if isinstance(default, (list, dict)):
         raise TypeError("mutable defaults are not allowed; use a tuple")
     return field(default=default, metadata=meta)
@@ -58,14 +79,16 @@ _FROZEN = dict(frozen=True, slots=True, kw_only=True)
 @dataclass(**_FROZEN)
 class BenchmarkConfig:
     name: str = knob("benchmark", "Name shown in reports.")
-    model: str = knob("resnet50", "Model registry name: resnet18, resnet34, resnet50, resnet101.")
+    model: str = knob("resnet50", "Model registry name (harness/models).", choices=MODEL_NAMES)
     num_classes: int = knob(1000, "Classifier outputs; must cover the dataset's classes.", min=1)
     image_size: int = knob(224, "Side of the square training/validation crop in pixels.", min=8)
     batch_size: int = knob(256, "Images per process per micro-batch.", min=1)
     warmup_steps: int = knob(20, "Optimizer steps run and recorded as warmup, excluded from statistics.", min=0)
     measure_steps: int = knob(100, "Optimizer steps in the measured window.", min=2)
     val_steps: int = knob(0, "Validation batches per process after training; 0 = the whole val set.", min=0)
-    seed: int = knob(42, "Base seed; each process uses seed + rank, each data worker adds its id.", min=0)
+    # numpy seeds stop at 2**32 - 1 and each process adds its rank: half of that leaves room for any world.
+    seed: int = knob(42, "Base seed; each process uses seed + rank, each data worker adds its id.", min=0,
+                     max=2**31 - 1)
     timeout_s: float = knob(1800.0, "Wall-clock limit for one cell (all ranks); the cell is killed after it.", gt=0)
 
 
@@ -73,7 +96,7 @@ class BenchmarkConfig:
 class RecipeConfig:
     optimizer: Literal["sgd"] = knob("sgd", "Optimizer (the reference uses SGD with momentum).")
     lr_per_256: float = knob(0.256, "Learning rate per 256 images of global batch (linear scaling).", gt=0)
-    momentum: float = knob(0.875, "SGD momentum.", min=0, max=1)
+    momentum: float = knob(0.875, "SGD momentum.", min=0, lt=1)
     nesterov: bool = knob(False, "Use Nesterov momentum.")
     weight_decay: float = knob(3.0517578125e-05, "L2 weight decay.", min=0)
     bn_bias_weight_decay: bool = knob(False, "Also decay BN parameters and biases (the reference does not).")
@@ -91,7 +114,8 @@ class RecipeConfig:
     epoch_images: int = knob(0, "Images in one epoch of the reference timeline; 0 = the training split's "
                              f"images ({IMAGENET_TRAIN_IMAGES:,} for synthetic data).", min=0)
     step_milestones: tuple[float, ...] = knob((1 / 3, 2 / 3, 8 / 9),
-                                              "Fractions of training at which `step` multiplies LR by step_gamma.")
+                                              "Fractions of training at which `step` multiplies LR by step_gamma.",
+                                              gt=0, lt=1)
     step_gamma: float = knob(0.1, "LR multiplier at each step milestone.", gt=0, max=1)
     zero_init_residual: bool = knob(False, "Zero-init the last BN gamma of each residual branch.")
     init_loss_scale: float = knob(128.0, "Initial fp16 loss scale (the reference's static 128).", gt=0)
@@ -103,11 +127,25 @@ class RecipeConfig:
     allow_tf32: bool = knob(True, "Allow TF32 for fp32 matmul/conv on Ampere and newer (recorded per row).")
     cudnn_benchmark: bool = knob(True, "Let cuDNN autotune convolution algorithms (during warmup).")
 
+    def problems(self) -> list[str]:
+        """Rules across this section's fields, as 'key: message'."""
+        out = []
+        if self.nesterov and self.momentum == 0:
+            out.append("recipe.nesterov: Nesterov momentum needs recipe.momentum > 0")
+        if list(self.step_milestones) != sorted(set(self.step_milestones)):
+            out.append(f"recipe.step_milestones: must be strictly increasing, got {list(self.step_milestones)}")
+        if self.lr_warmup_epochs >= self.epochs:
+            out.append(f"recipe.lr_warmup_epochs: {self.lr_warmup_epochs} must be fewer than recipe.epochs "
+                       f"({self.epochs})")
+        return out
+
 
 @dataclass(**_FROZEN)
 class GenerateConfig:
-    kind: Literal["shapes", "digits"] = knob("shapes", "Generated dataset family (learnable classes).")
-    image_size: int = knob(256, "Side of generated JPEGs in pixels.", min=8)
+    kind: Literal["shapes", "digits"] = knob(
+        "shapes", "Generated dataset family (learnable classes); digits has 10 classes and needs scikit-learn "
+        "(`pip install 'nvbench[digits]'`).")
+    image_size: int = knob(256, "Side of generated JPEGs in pixels.", min=16)
     num_classes: int = knob(10, "Classes in the generated dataset.", min=2)
     train_per_class: int = knob(64, "Training images per class.", min=1)
     val_per_class: int = knob(16, "Validation images per class.", min=1)
@@ -232,14 +270,24 @@ def _type_name(tp: Any) -> str:
     return getattr(tp, "__name__", str(tp))
 
 
+def _choice_problem(value: Any, choices: tuple[Any, ...]) -> str | None:
+    if value in choices and isinstance(value, type(choices[0])):
+        return None
+    hint = _suggest(value, choices) if isinstance(value, str) else ""
+    return f"unknown value {_show(value)}{hint}; choose from {', '.join(map(str, choices))}"
+
+
+def _show(value: Any) -> str:
+    """repr of a value from the file, cut short: a message line names it, it need not hold it all."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def _check_value(value: Any, tp: Any, meta: dict[str, Any]) -> tuple[Any, str | None]:
     """Convert a TOML value to `tp`; return (converted, problem)."""
     origin = typing.get_origin(tp)
     if origin is Literal:
-        choices = typing.get_args(tp)
-        if value not in choices:
-            return None, f"must be one of {', '.join(repr(c) for c in choices)}, got {value!r}"
-        return value, None
+        return value, _choice_problem(value, typing.get_args(tp))
     if origin is tuple:
         if not isinstance(value, list):
             return None, f"must be a {_type_name(tp)}, got {type(value).__name__}"
@@ -247,7 +295,7 @@ def _check_value(value: Any, tp: Any, meta: dict[str, Any]) -> tuple[Any, str | 
         for item in value:
             conv, problem = _check_value(item, typing.get_args(tp)[0], meta)
             if problem:
-                return None, f"item {item!r}: {problem}"
+                return None, f"item {_show(item)}: {problem}"
             items.append(conv)
         return tuple(items), None
     if tp is bool:
@@ -262,15 +310,26 @@ def _check_value(value: Any, tp: Any, meta: dict[str, Any]) -> tuple[Any, str | 
     else:  # pragma: no cover - a declaration error, not user input
         raise TypeError(f"unsupported knob type {tp}")
     if not ok:
-        return None, f"must be {_type_name(tp)}, got {type(value).__name__} {value!r}"
-    if tp in (int, float):
-        if meta.get("min") is not None and value < meta["min"]:
-            return None, f"must be >= {meta['min']:g}, got {value!r}"
-        if meta.get("gt") is not None and value <= meta["gt"]:
-            return None, f"must be > {meta['gt']:g}, got {value!r}"
-        if meta.get("max") is not None and value > meta["max"]:
-            return None, f"must be <= {meta['max']:g}, got {value!r}"
-    return value, None
+        return None, f"must be {_type_name(tp)}, got {type(value).__name__} {_show(value)}"
+    if tp is str and meta.get("choices"):
+        return value, _choice_problem(value, meta["choices"])
+    return value, _bound_problem(value, meta) if tp in (int, float) else None
+
+
+def _bound_problem(value: float, meta: dict[str, Any]) -> str | None:
+    if not math.isfinite(value):
+        return f"must be a finite number, got {value!r}"
+    if isinstance(value, int) and abs(value) > INT64_MAX:
+        return f"must fit in 64 bits, got {_show(value)}"
+    if meta.get("min") is not None and value < meta["min"]:
+        return f"must be >= {meta['min']:g}, got {value!r}"
+    if meta.get("gt") is not None and value <= meta["gt"]:
+        return f"must be > {meta['gt']:g}, got {value!r}"
+    if meta.get("max") is not None and value > meta["max"]:
+        return f"must be <= {meta['max']:g}, got {value!r}"
+    if meta.get("lt") is not None and value >= meta["lt"]:
+        return f"must be < {meta['lt']:g}, got {value!r}"
+    return None
 
 
 def _parse_section(raw: Any, cls: type, where: str, problems: list[str]) -> Any:
@@ -300,12 +359,10 @@ def _parse_axis_value(axis: str, value: Any) -> tuple[Any, str | None]:
     choices = AXIS_CHOICES[axis]
     if choices is None:
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            return None, f"must be a positive integer, got {value!r}"
-        return value, None
-    if value not in choices:
-        hint = _suggest(value, choices) if isinstance(value, str) else ""
-        return None, f"unknown value {value!r}{hint}; choose from {', '.join(choices)}"
-    return value, None
+            return None, f"must be a positive integer, got {_show(value)}"
+        return (None, f"must fit in 64 bits, got {_show(value)}") if value > INT64_MAX else (value, None)
+    problem = _choice_problem(value, choices)
+    return (None, problem) if problem else (value, None)
 
 
 def _parse_axes(raw: Any, where: str, problems: list[str]) -> Axes:
@@ -369,53 +426,136 @@ def _parse_excludes(raw: Any, axes: Axes, where: str, problems: list[str]) -> tu
 def parse_matrix(raw: dict[str, Any], source: str, source_text: str = "", *,
                  check_paths: bool = True) -> Matrix:
     """Validate a decoded TOML document; raise MatrixError listing every problem."""
+    if "version" not in raw and "benchmark" not in raw:
+        raise MatrixError([f"{source}: not an nvbench matrix (no `version = {SCHEMA_VERSION}` and no "
+                           "[benchmark] table)"])
     problems: list[str] = []
     for key in raw:
         if key not in TOP_LEVEL:
             problems.append(f"{key}: unknown section{_suggest(key, TOP_LEVEL)}")
-    version = raw.get("version", SCHEMA_VERSION)
-    if version != SCHEMA_VERSION:
-        problems.append(f"version: unsupported matrix version {version!r}; this nvbench reads {SCHEMA_VERSION}")
+    version = raw.get("version")
+    if version is None:
+        problems.append(f"version: missing; the file's first line should be `version = {SCHEMA_VERSION}`")
+    elif type(version) is not int or version != SCHEMA_VERSION:
+        problems.append(f"version: unsupported matrix version {_show(version)}; this nvbench reads {SCHEMA_VERSION}")
+    if "benchmark" not in raw:
+        problems.append("benchmark: missing table; a matrix names its model and sizes in [benchmark]")
     sections = {name: _parse_section(raw.get(name, {}), cls, name, problems) for name, cls in SECTIONS.items()}
     axes = _parse_axes(raw.get("axes", {}), "axes", problems)
     excludes = _parse_excludes(raw.get("exclude", []), axes, "exclude", problems)
-    bench, data, launch = sections["benchmark"], sections["data"], sections["launch"]
-    if data.path == "" and data.generate.num_classes > bench.num_classes:
-        problems.append(f"benchmark.num_classes: {bench.num_classes} is fewer than data.generate.num_classes "
-                        f"({data.generate.num_classes}); raise num_classes or generate fewer classes")
-    if check_paths and data.path and set(axes.backend) - {"synthetic"}:
-        root = Path(data.path).expanduser()
-        missing = [s for s in ("train", "val") if not (root / s).is_dir()]
-        if missing:
-            problems.append(f"data.path: dataset {str(root)!r} has no {' or '.join(s + '/' for s in missing)} "
-                            "directory (expected an ImageFolder root)")
-    recipe = sections["recipe"]
-    if recipe.lr_warmup_epochs >= recipe.epochs:
-        problems.append(f"recipe.lr_warmup_epochs: {recipe.lr_warmup_epochs} must be fewer than recipe.epochs "
-                        f"({recipe.epochs})")
-    if launch.nnodes > 1 and not launch.rdzv_endpoint:
-        problems.append("launch.rdzv_endpoint: required when launch.nnodes > 1 (host:port every node can reach)")
-    if launch.node_rank >= launch.nnodes:
-        problems.append(f"launch.node_rank: {launch.node_rank} must be < launch.nnodes ({launch.nnodes})")
+    problems += sections["recipe"].problems()
+    problems += _cross_problems(sections, axes, check_paths=check_paths)
     if problems:
         raise MatrixError([f"{source}: {p}" for p in problems])
     return Matrix(source=source, source_text=source_text, version=version, axes=axes, excludes=excludes,
                   **sections)
 
 
+def _cross_problems(sections: dict[str, Any], axes: Axes, *, check_paths: bool) -> list[str]:
+    """Rules across sections: what the file alone says would fail once cells run."""
+    bench, data, launch, smoke = sections["benchmark"], sections["data"], sections["launch"], sections["smoke"]
+    gen, reads_data = data.generate, bool(set(axes.backend) - {"synthetic"})
+    problems = []
+    if data.path == "" and gen.num_classes > bench.num_classes:
+        problems.append(f"benchmark.num_classes: {bench.num_classes} is fewer than data.generate.num_classes "
+                        f"({gen.num_classes}); raise num_classes or generate fewer classes")
+    if reads_data and gen.kind == "digits":
+        problems += _digits_problems(gen)
+    if check_paths and data.path and reads_data:
+        problems += _dataset_path_problems(data.path)
+    problems += _batch_problems(bench, smoke, data, axes, launch)
+    if launch.nnodes > 1 and not launch.rdzv_endpoint:
+        problems.append("launch.rdzv_endpoint: required when launch.nnodes > 1 (host:port every node can reach)")
+    if launch.node_rank >= launch.nnodes:
+        problems.append(f"launch.node_rank: {launch.node_rank} must be < launch.nnodes ({launch.nnodes})")
+    return problems
+
+
+def _digits_problems(gen: GenerateConfig) -> list[str]:
+    problems = []
+    if gen.num_classes > DIGITS_CLASSES:
+        problems.append(f"data.generate.num_classes: digits has {DIGITS_CLASSES} classes, asked for "
+                        f"{gen.num_classes}")
+    # A read of what is installed, not a change to it: validation stays pure.
+    if importlib.util.find_spec("sklearn") is None:
+        problems.append("data.generate.kind: 'digits' needs scikit-learn, which is not installed: "
+                        "pip install 'nvbench[digits]', or use kind = 'shapes'")
+    return problems
+
+
+def _dataset_path_problems(path: str) -> list[str]:
+    try:
+        root = Path(path).expanduser()
+    except RuntimeError:  # "~someone" for a user this machine does not know
+        return [f"data.path: cannot expand {_show(path)}: no such user's home directory"]
+    missing = [s for s in ("train", "val") if not (root / s).is_dir()]
+    if missing:
+        return [f"data.path: dataset {_show(str(root))} has no {' or '.join(s + '/' for s in missing)} "
+                "directory (expected an ImageFolder root)"]
+    return []
+
+
+def _batch_problems(bench: BenchmarkConfig, smoke: SmokeConfig, data: DataConfig, axes: Axes,
+                    launch: LaunchConfig) -> list[str]:
+    """Batches the model or the generated dataset cannot supply, as written and under --smoke (which always
+    generates its dataset)."""
+    gen = data.generate
+    shapes = [("benchmark", bench.batch_size, bench.image_size, gen.train_per_class * gen.num_classes, data.path == ""),
+              ("smoke", smoke.batch_size, smoke.image_size, smoke.dataset_train_per_class * smoke.num_classes, True)]
+    world = max(axes.world_size) * launch.nnodes
+    reads_data = bool(set(axes.backend) - {"synthetic"})
+    dali = any(b.startswith("dali") for b in axes.backend)
+    problems = []
+    for where, batch, image, train_images, generated in shapes:
+        if batch == 1 and image <= MODEL_OUTPUT_STRIDE:
+            # BatchNorm in training needs more than one value per channel; one image shrunk to 1x1 has one.
+            problems.append(f"{where}.batch_size: one image of {image} px leaves the model's last stage 1x1, "
+                            f"which BatchNorm cannot train on; use batch_size >= 2 or image_size > "
+                            f"{MODEL_OUTPUT_STRIDE}")
+        # pytorch's sampler pads every rank's shard to the same length; DALI's training epoch floors it.
+        per_rank = train_images // world if dali else -(-train_images // world)
+        if generated and reads_data and per_rank < batch:
+            problems.append(f"{where}.batch_size: {batch} is more than the {per_rank} generated training images "
+                            f"each of {world} process(es) reads; the loaders train on full batches only, so they "
+                            "would yield none: generate more images or use a smaller batch")
+    return problems
+
+
+def _toml_position(message: str) -> tuple[str, str]:
+    """tomllib's message split into (what, where): 'Invalid value', 'line 2, column 5'."""
+    match = re.search(r" \(at (line \d+, column \d+|end of document)\)$", message)
+    if not match:
+        return message, ""
+    where = match.group(1).replace("end of document", "the end of the file")
+    return message[:match.start()], where
+
+
+def _decode(path: Path, data: bytes) -> str:
+    try:
+        # utf-8-sig: a byte-order mark (some Windows editors write one) is not part of the TOML.
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        column = len(data[data.rfind(b"\n", 0, exc.start) + 1:exc.start].decode("utf-8", "replace")) + 1
+        raise MatrixError([f"{path}: not UTF-8 text at line {line}, column {column} (byte 0x{data[exc.start]:02x}); "
+                           "a matrix file is UTF-8 TOML"]) from None
+
+
 def load_matrix(path: str | Path, *, check_paths: bool = True) -> Matrix:
     """Read and validate a matrix file; every failure is a MatrixError naming the file."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        data = path.read_bytes()
     except FileNotFoundError:
         raise MatrixError([f"{path}: matrix file not found"]) from None
     except OSError as exc:
         raise MatrixError([f"{path}: cannot read matrix file: {exc.strerror}"]) from None
+    text = _decode(path, data)
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise MatrixError([f"{path}: malformed TOML: {exc}"]) from None
+        what, where = _toml_position(str(exc))
+        raise MatrixError([f"{path}: malformed TOML" + (f" at {where}" if where else "") + f": {what}"]) from None
     return parse_matrix(raw, str(path), text, check_paths=check_paths)
 
 
@@ -469,7 +609,9 @@ def markdown_reference() -> str:
             default = f.default
             shown = "[" + ", ".join(f"{v:.4g}" for v in default) + "]" if isinstance(default, tuple) else repr(default)
             shown = shown.replace("'", '"').replace("True", "true").replace("False", "false")
-            out.append(f"| `{f.name}` | {_type_name(hints[f.name])} | `{shown}` | {f.metadata['doc']} |")
+            choices = f.metadata.get("choices")
+            kind = " | ".join(repr(c) for c in choices) if choices else _type_name(hints[f.name])
+            out.append(f"| `{f.name}` | {kind} | `{shown}` | {f.metadata['doc']} |")
         out.append("")
     return "\n".join(out)
 

@@ -96,7 +96,7 @@ def parse_only(filters: Iterable[str], source: str) -> dict[str, set[Any]]:
             problems.append(f"--only {text!r}: unknown axis{_suggest(axis, AXES)}")
             continue
         if AXIS_CHOICES[axis] is None:
-            value = int(value) if value.isdigit() else value
+            value = _as_int(value)
         conv, problem = _parse_axis_value(axis, value)
         if problem:
             problems.append(f"--only {axis}: {problem}")
@@ -105,6 +105,11 @@ def parse_only(filters: Iterable[str], source: str) -> dict[str, set[Any]]:
     if problems:
         raise MatrixError([f"{source}: {p}" for p in problems])
     return allowed
+
+
+def _as_int(text: str) -> int | str:
+    """`text` as an integer when it is one in plain ASCII digits, else unchanged (the axis check says why)."""
+    return int(text) if text.isascii() and text.isdigit() else text
 
 
 def expand(matrix: Matrix, *, smoke: bool = False, only: Iterable[str] = ()) -> list[Cell]:

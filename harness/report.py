@@ -84,15 +84,16 @@ def make_report(run_dir: Path, *, baseline: Path | None = None, history: Path | 
 
 
 def write_report(comparison: Comparison, out_dir: Path) -> ReportResult:
-    out_dir.mkdir(parents=True, exist_ok=True)
+    """Render every file first, then write them together: a report is never half new, half old."""
+    contents = [render_html(comparison).encode(), render_markdown(comparison).encode(),
+                store.table_bytes(verdict_table(comparison)), render_junit(comparison)]
     files = [out_dir / name for name in REPORT_FILES]
-    store.write_bytes(files[0], render_html(comparison).encode())
-    store.write_bytes(files[1], render_markdown(comparison).encode())
-    store.write_table(files[2], verdict_table(comparison))
-    store.write_bytes(files[3], render_junit(comparison))
     if comparison.mode == "history":
         files.append(out_dir / "suspects.json")
-        store.write_json(files[-1], suspects(comparison))
+        contents.append((json.dumps(suspects(comparison), indent=2, sort_keys=True, default=str) + "\n").encode())
+    store.write_all(dict(zip(files, contents)))
+    if comparison.mode != "history":  # a history screen's suspects must not outlive it in this folder
+        (out_dir / "suspects.json").unlink(missing_ok=True)
     return ReportResult(out_dir=out_dir, files=tuple(files), comparison=comparison)
 
 

@@ -124,10 +124,44 @@ def create_run(matrix: Matrix, cells: list[Cell], *, run_dir: Path | None, repor
     return run_dir
 
 
+class RunFolderError(ValueError):
+    """A folder that is not a run this nvbench can finish; the message is one line naming the file."""
+
+
 def load_plan(run_dir: Path) -> tuple[str, list[tuple[str, int]], dict[str, Cell]]:
-    plan = store.read_json(Path(run_dir) / PLAN)
-    cells = {cid: Cell.from_plain(c) for cid, c in plan["cells"].items()}
-    return plan["run_id"], [(cid, int(r)) for cid, r in plan["jobs"]], cells
+    """(run id, jobs in run order, cells by id) of a run folder; RunFolderError when it is not one this nvbench
+    made, or its plan does not read back."""
+    run_dir = Path(run_dir)
+    plan, manifest = _run_file(run_dir, PLAN), _run_file(run_dir, MANIFEST)
+    if not isinstance(manifest.get("sessions"), list):
+        raise RunFolderError(f"{run_dir / MANIFEST}: not an nvbench manifest (no list of sessions)")
+    made_by = manifest.get("nvbench_version")
+    if made_by != __version__:
+        raise RunFolderError(f"{run_dir / MANIFEST}: the run was made by nvbench {made_by}, this is {__version__}; "
+                             "finish it with that version or start a new run")
+    try:
+        cells = {str(cid): Cell.from_plain(c) for cid, c in plan["cells"].items()}
+        jobs = [(str(cid), int(r)) for cid, r in plan["jobs"]]
+        run_id = str(plan["run_id"])
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise RunFolderError(f"{run_dir / PLAN}: not a plan this nvbench can read "
+                             f"({type(exc).__name__}: {exc})") from None
+    if not jobs or any(cid not in cells for cid, _ in jobs):
+        raise RunFolderError(f"{run_dir / PLAN}: its jobs name no cell, or cells it does not hold")
+    return run_id, jobs, cells
+
+
+def _run_file(run_dir: Path, name: str) -> dict[str, Any]:
+    path = run_dir / name
+    try:
+        data = store.read_json(path)
+    except FileNotFoundError:
+        raise RunFolderError(f"{run_dir}: not an nvbench run folder (no {name})") from None
+    except (store.UnreadableFile, OSError) as exc:
+        raise RunFolderError(str(exc) if isinstance(exc, store.UnreadableFile) else f"{path}: {exc}") from None
+    if not isinstance(data, dict):
+        raise RunFolderError(f"{path}: not an nvbench {name} (a JSON object)")
+    return data
 
 
 def plan_fire_drill(run_dir: Path) -> float:

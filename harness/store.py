@@ -29,7 +29,11 @@ def _atomic(path: Path, write) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(folder: Path) -> None:
+    dir_fd = os.open(folder, os.O_RDONLY)
     try:
         os.fsync(dir_fd)  # make the rename itself durable
     finally:
@@ -40,6 +44,36 @@ def write_bytes(path: Path, data: bytes) -> None:
     _atomic(Path(path), lambda fh: fh.write(data))
 
 
+def write_all(files: dict[Path, bytes]) -> None:
+    """Write several files as one: every file is complete on disk under a temporary name before any is
+    renamed into place, so a failure leaves all of the old versions (or none) rather than a mix."""
+    staged: list[tuple[str, Path]] = []
+    try:
+        for path, data in files.items():
+            path = Path(path)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+            staged.append((tmp, path))
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+        for tmp, path in staged:
+            os.replace(tmp, path)
+    finally:
+        for tmp, _ in staged:
+            Path(tmp).unlink(missing_ok=True)
+    for folder in {Path(path).parent for path in files}:
+        _fsync_dir(folder)
+
+
+def table_bytes(table: pa.Table) -> bytes:
+    """A table as the bytes of a Parquet file (zstd), as write_table writes it."""
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, compression="zstd")
+    return sink.getvalue().to_pybytes()
+
+
 def write_json(path: Path, obj: Any) -> None:
     write_bytes(path, (json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n").encode())
 
@@ -48,8 +82,19 @@ def write_table(path: Path, table: pa.Table) -> None:
     _atomic(Path(path), lambda fh: pq.write_table(table, fh, compression="zstd"))
 
 
+class UnreadableFile(ValueError):
+    """A file nvbench wrote (or should have) that cannot be read as such; the message is one line naming it."""
+
+
 def read_json(path: Path) -> Any:
-    return json.loads(Path(path).read_text())
+    """The JSON document at `path`; UnreadableFile when it is not UTF-8 JSON (FileNotFoundError stays)."""
+    path = Path(path)
+    try:
+        return json.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise UnreadableFile(f"{path}: not UTF-8 text (byte {exc.start})") from None
+    except json.JSONDecodeError as exc:
+        raise UnreadableFile(f"{path}: not valid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
 
 
 RENAMED_IN_2 = {"data_wait_s": "host_data_wait_s", "data_wait_frac": "host_data_wait_frac"}
@@ -88,9 +133,17 @@ def _from_version_1(table: pa.Table) -> pa.Table:
     return table
 
 
+def read_table(path: Path, target: pa.Schema) -> pa.Table:
+    """One result file migrated to `target`; UnreadableFile naming it when it is not one."""
+    try:
+        return migrate(pq.read_table(path), target)
+    except (pa.ArrowException, ValueError, OSError) as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise UnreadableFile(f"{path}: not a readable nvbench result table ({reason})") from None
+
+
 def _read_dir(folder: Path, target: pa.Schema) -> pa.Table:
-    files = sorted(Path(folder).glob("*.parquet"))
-    tables = [migrate(pq.read_table(f), target) for f in files]
+    tables = [read_table(f, target) for f in sorted(Path(folder).glob("*.parquet"))]
     return pa.concat_tables(tables) if tables else target.empty_table()
 
 

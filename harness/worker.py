@@ -132,18 +132,24 @@ def engine_options(cell: Cell, device: str, *, dataset_images: int) -> EngineOpt
         loss_scale_growth_interval=r.loss_scale_growth_interval, allow_tf32=r.allow_tf32)
 
 
+def build_engine(cell: Cell, device: torch.device, *, dataset_images: int, wrap=None,
+                 ranges: Ranges | None = None) -> Engine:
+    """The cell's model and engine on `device`, as every cell process builds them (benchmarks/overhead.py's
+    bare loop builds its engine here too, so the two cannot drift apart)."""
+    model = build_model(cell.benchmark.model, num_classes=cell.benchmark.num_classes,
+                        zero_init_residual=cell.recipe.zero_init_residual)
+    return Engine(model, engine_options(cell, str(device), dataset_images=dataset_images), wrap=wrap,
+                  ranges=ranges)
+
+
 def _engine(ctx: Context, *, dataset_images: int) -> Engine:
-    c, r = ctx.cell, ctx.cell.recipe
-    model = build_model(c.benchmark.model, num_classes=c.benchmark.num_classes,
-                        zero_init_residual=r.zero_init_residual)
-    opts = engine_options(c, str(ctx.device), dataset_images=dataset_images)
     wrap = None
     if ctx.is_distributed:
         from torch.nn.parallel import DistributedDataParallel
 
         ids = [ctx.device.index] if ctx.device.type == "cuda" else None
         wrap = lambda m: DistributedDataParallel(m, device_ids=ids)  # noqa: E731
-    return Engine(model, opts, wrap=wrap, ranges=ctx.ranges)
+    return build_engine(ctx.cell, ctx.device, dataset_images=dataset_images, wrap=wrap, ranges=ctx.ranges)
 
 
 def _fence(ctx: Context) -> None:

@@ -17,17 +17,26 @@ def assert_rejected(proc, *fragments: str) -> list[str]:
     return lines
 
 
+HEAD = "version = 1\n[benchmark]\n"
+"""What every matrix states; each case below adds one mistake."""
+
+
 @pytest.mark.parametrize("body, fragment", [
-    ("[benchmark\n", "malformed TOML"),
-    ("[benchmak]\n", "benchmak: unknown section (did you mean 'benchmark'?)"),
-    ("[axes]\nprecison = ['fp16']\n", "axes.precison: unknown axis (did you mean 'precision'?)"),
-    ("[axes]\nbackend = ['tensorflow']\n", "axes.backend: unknown value 'tensorflow'"),
-    ("[axes]\nbackend = []\n", "axes.backend: empty list"),
-    ("[benchmark]\nbatch_size = 'large'\n", "benchmark.batch_size: must be int, got str"),
-    ("[benchmark]\nimage_size = 0\n", "benchmark.image_size: must be >= 8, got 0"),
-    ("[[exclude]]\nbackend = 'pytorch'\n", "exclude[0].backend: value 'pytorch' is not on the axis"),
-    ("[[exclude]]\nprecisoin = 'fp16'\n", "exclude[0].precisoin: unknown axis"),
-    ("[data]\npath = '/nonexistent/imagenet'\n[axes]\nbackend = ['pytorch']\n", "data.path: dataset"),
+    ("[benchmark\n", "malformed TOML at line 1, column 11"),
+    ("version = 1\n[benchmak]\n", "benchmak: unknown section (did you mean 'benchmark'?)"),
+    (HEAD + "[axes]\nprecison = ['fp16']\n", "axes.precison: unknown axis (did you mean 'precision'?)"),
+    (HEAD + "[axes]\nbackend = ['tensorflow']\n", "axes.backend: unknown value 'tensorflow'"),
+    (HEAD + "[axes]\nbackend = []\n", "axes.backend: empty list"),
+    (HEAD + "batch_size = 'large'\n", "benchmark.batch_size: must be int, got str"),
+    (HEAD + "image_size = 0\n", "benchmark.image_size: must be >= 8, got 0"),
+    (HEAD + "model = 'resnet05'\n", "benchmark.model: unknown value 'resnet05' (did you mean 'resnet50'?)"),
+    (HEAD + "[recipe]\nschedule = 'cosin'\n", "recipe.schedule: unknown value 'cosin' (did you mean 'cosine'?)"),
+    (HEAD + "[[exclude]]\nbackend = 'pytorch'\n", "exclude[0].backend: value 'pytorch' is not on the axis"),
+    (HEAD + "[[exclude]]\nprecisoin = 'fp16'\n", "exclude[0].precisoin: unknown axis"),
+    (HEAD + "[data]\npath = '/nonexistent/imagenet'\n[axes]\nbackend = ['pytorch']\n", "data.path: dataset"),
+    ("", "not an nvbench matrix"),
+    ("[project]\nname = 'x'\n", "not an nvbench matrix"),
+    ("[benchmark]\n", "version: missing"),
 ])
 def test_bad_matrix_is_rejected_before_anything_is_written(tmp_path, body, fragment):
     matrix = tmp_path / "bad.toml"
@@ -41,7 +50,7 @@ def test_bad_matrix_is_rejected_before_anything_is_written(tmp_path, body, fragm
 
 def test_validate_reports_every_problem_together(tmp_path):
     matrix = tmp_path / "bad.toml"
-    matrix.write_text("[benchmark]\nbatch_size = 0\nwarmup_steps = -2\n[axes]\nprecision = ['fp8']\n")
+    matrix.write_text(HEAD + "batch_size = 0\nwarmup_steps = -2\n[axes]\nprecision = ['fp8']\n")
     lines = assert_rejected(nvbench("validate", str(matrix)),
                             "benchmark.batch_size", "benchmark.warmup_steps", "axes.precision")
     assert len(lines) == 3

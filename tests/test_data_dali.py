@@ -58,6 +58,13 @@ def solid(tmp_path_factory) -> tuple[Path, dict[int, str]]:
     return root, class_of
 
 
+@pytest.fixture(autouse=True)
+def _as_in_a_cell(tmp_path_factory, monkeypatch):
+    """Each test starts as a cell process does: no codec folder chosen, and a cache of its own."""
+    monkeypatch.delenv(dali_backend.CODEC_EXTENSIONS_ENV, raising=False)
+    monkeypatch.setenv("NVBENCH_CACHE", str(tmp_path_factory.mktemp("cache")))
+
+
 @pytest.fixture(scope="module")
 def generated(tmp_path_factory) -> Path:
     from harness.data.generate import make_dataset
@@ -330,3 +337,89 @@ def test_a_slow_consumer_reads_every_zero_copy_batch_intact(generated, backend):
     finally:
         slow.close()
     assert got == pytest.approx(expected, rel=1e-9)
+
+
+# Cell logs: nvImageCodec's load errors for codecs nvbench never uses stay out
+
+
+def _codec_extensions() -> Path:
+    package = dali_backend._nvimgcodec_dir()
+    if package is None or not any(dali_backend._is_unused(f.name) for f in (package / "extensions").iterdir()):
+        pytest.skip("needs nvImageCodec's wheel with its JPEG 2000 and TIFF extensions")
+    return package / "extensions"
+
+
+def test_the_codec_view_leaves_out_unused_codecs_and_keeps_what_they_load_from(tmp_path):
+    real = _codec_extensions()
+    environ: dict[str, str] = {}
+    view = Path(dali_backend.quiet_codec_extensions(environ, cache=tmp_path))
+    assert environ == {dali_backend.CODEC_EXTENSIONS_ENV: str(view)} and view.is_relative_to(tmp_path)
+    names = {f.name for f in view.iterdir()}
+    assert names == {f.name for f in real.iterdir() if not dali_backend._is_unused(f.name)}
+    assert not any("nvjpeg2k" in n or "nvtiff" in n for n in names) and any("nvjpeg_ext" in n for n in names)
+    # an extension finds its library through $ORIGIN/../../<wheel>/lib: the mirror keeps those paths
+    for sibling in real.parent.parent.iterdir():
+        if sibling != real.parent:
+            assert (view / ".." / ".." / sibling.name).resolve() == sibling.resolve()
+    for entry in real.parent.iterdir():  # the library itself and its other files, beside the view
+        if entry != real:
+            assert (view / ".." / entry.name).resolve() == entry.resolve()
+    assert dali_backend.quiet_codec_extensions({}, cache=tmp_path) == str(view)  # built once, reused
+    mine = {dali_backend.CODEC_EXTENSIONS_ENV: "/opt/my/extensions"}
+    assert dali_backend.quiet_codec_extensions(mine, cache=tmp_path) is None
+    assert mine == {dali_backend.CODEC_EXTENSIONS_ENV: "/opt/my/extensions"}
+
+
+def test_a_dali_loader_points_its_process_at_the_codec_view(solid):
+    import os
+
+    _codec_extensions()
+    loader = build_loader("dali-cpu", _spec(solid[0], "train"))
+    assert len(_epoch_ids(loader)) == len(CLASSES) * TRAIN_PER_CLASS  # JPEGs still decode through the view
+    loader.close()
+    view = Path(os.environ[dali_backend.CODEC_EXTENSIONS_ENV])
+    assert view.is_dir() and not any(dali_backend._is_unused(f.name) for f in view.iterdir())
+
+
+def _without_jpeg2000_and_tiff(tmp_path: Path) -> Path:
+    """A site folder whose nvidia/ holds DALI and nvImageCodec but not the nvjpeg2k / nvtiff wheels, as DALI
+    for CUDA 13 installed without them: hard links, so it costs no space (the libraries locate their
+    neighbours from their own path, which a symlink would not change)."""
+    import os
+    import shutil
+
+    nvidia = _codec_extensions().parent.parent
+    site = tmp_path / "site"
+    for entry in nvidia.iterdir():
+        if entry.name in ("nvjpeg2k", "nvtiff"):
+            continue
+        try:
+            if entry.is_dir():
+                shutil.copytree(entry, site / "nvidia" / entry.name, copy_function=os.link, symlinks=True)
+            else:
+                (site / "nvidia").mkdir(parents=True, exist_ok=True)
+                os.link(entry, site / "nvidia" / entry.name)
+        except OSError as exc:
+            pytest.skip(f"cannot hard-link the installed wheels here: {exc}")
+    return site
+
+
+@pytest.mark.slow
+def test_a_cell_log_holds_no_codec_load_errors_where_jpeg2000_and_tiff_are_not_installed(tiny_matrix, tmp_path):
+    import os
+
+    from conftest import nvbench
+
+    site = _without_jpeg2000_and_tiff(tmp_path)
+    matrix = tiny_matrix('backend = ["dali-cpu"]')
+    path = os.pathsep.join([str(site), str(Path(__file__).parents[1]), os.environ.get("PYTHONPATH", "")])
+    env = {"PYTHONPATH": path, "NVBENCH_CACHE": str(tmp_path / "cache")}
+    logs = {}
+    # the second run sets the variable itself, as a user may: then nvbench leaves it, and the noise is back
+    for name, extra in (("quiet", {}), ("as-set", {"NVIMGCODEC_EXTENSIONS_PATH": str(site / "nvidia" / "nvimgcodec" /
+                                                                                     "extensions")})):
+        proc = nvbench("run", str(matrix), "--out", str(tmp_path / name), "--no-progress", env=env | extra)
+        assert proc.returncode == 0, proc.stderr
+        logs[name] = "".join(p.read_text() for p in (tmp_path / name / "logs").glob("*.log"))
+    assert "nvjpeg2k" in logs["as-set"].lower() and "nvtiff" in logs["as-set"].lower()
+    assert "nvjpeg2k" not in logs["quiet"].lower() and "nvtiff" not in logs["quiet"].lower(), logs["quiet"]

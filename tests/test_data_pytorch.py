@@ -281,3 +281,9 @@ def test_cuda_prefetcher_batches_stay_valid_for_a_slow_consumer_that_drops_them(
     late = [(float(b), int(c)) for _, b, c in sums.tolist()]
     assert early == pytest.approx(expected, rel=1e-5)
     assert late == pytest.approx(expected, rel=1e-5)
+
+
+def test_a_training_shard_smaller_than_a_batch_fails_the_cell_instead_of_spinning(root):
+    for endless in (False, True):
+        with pytest.raises(ValueError, match="gives this process 16 training images, fewer than one batch of 17"):
+            build_loader("pytorch", _spec(root, batch_size=len(CLASSES) * PER_CLASS["train"] + 1, endless=endless))

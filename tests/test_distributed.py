@@ -29,7 +29,8 @@ MEASURE_STEPS, BATCH, VAL_STEPS = 3, 4, 1
 
 
 def _cell(axes: dict | None = None, **launch) -> Cell:
-    matrix = parse_matrix({"axes": {"world_size": [2]} | (axes or {}), "launch": launch}, "m.toml")
+    matrix = parse_matrix({"version": 1, "benchmark": {}, "axes": {"world_size": [2]} | (axes or {}),
+                           "launch": launch}, "m.toml")
     return expand(matrix)[0]
 
 
@@ -328,7 +329,8 @@ def _rank_context(backend: str, root: Path | None, rank: int):
     from harness import worker
     from harness.timing import make_ranges
 
-    matrix = parse_matrix({"benchmark": {"num_classes": 16, "image_size": 16, "batch_size": 2, "seed": 5},
+    matrix = parse_matrix({"version": 1,
+                           "benchmark": {"num_classes": 16, "image_size": 16, "batch_size": 2, "seed": 5},
                            "data": {"workers": 0, "dali_threads": 1}, "axes": {"backend": [backend],
                                                                                "world_size": [2]}}, "m.toml")
     return worker.Context(cell=expand(matrix)[0], run_id="r", repeat=0, out_dir=Path("."), data_root=root,

@@ -142,3 +142,19 @@ def test_existing_different_or_partial_dataset_is_an_error(tmp_path):
     (tmp_path / "junk").mkdir()
     with pytest.raises(FileExistsError, match="has no dataset.json"):
         make_dataset(tmp_path / "junk", **TINY)
+
+
+def test_digits_without_scikit_learn_is_refused_before_anything_is_written(tmp_path, monkeypatch, capsys):
+    import importlib.util
+
+    from harness.cli import main
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "sklearn" else real(name, *a))
+    with pytest.raises(ValueError, match=r"'digits' needs scikit-learn, which is not installed: pip install "
+                                         r"'nvbench\[digits\]'"):
+        make_dataset(tmp_path / "ds", kind="digits", **TINY)
+    assert main(["data", "make", "--out", str(tmp_path / "cli"), "--kind", "digits"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: nvbench data make: invalid dataset parameters: kind: 'digits'")
+    assert not any(tmp_path.iterdir())

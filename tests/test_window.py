@@ -152,7 +152,7 @@ def test_a_diverged_cell_names_its_first_non_finite_step_and_lr():
 def test_a_local_rank_without_its_own_gpu_is_refused(monkeypatch):
     monkeypatch.setenv("LOCAL_RANK", "1")
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
-    cell = expand(parse_matrix({"version": 1}, "m.toml"))[0]
+    cell = expand(parse_matrix({"version": 1, "benchmark": {}}, "m.toml"))[0]
     with pytest.raises(RuntimeError, match="local rank 1 has no GPU of its own: 1 visible"):
         worker._setup({"cell": cell.to_plain(), "device": "cuda"})
 

@@ -5,9 +5,13 @@ DALI (and torch) are imported inside build() only, so listing or checking backen
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import math
 from collections import deque
+import os
+import shutil
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
@@ -57,6 +61,78 @@ def unavailable_reason(device: str, *, backend: str) -> str | None:
     return None
 
 
+CODEC_EXTENSIONS_ENV = "NVIMGCODEC_EXTENSIONS_PATH"
+"""Folder nvImageCodec (DALI's decoders) loads its codec extensions from; unset, the one beside the library."""
+UNUSED_CODECS = ("nvjpeg2k", "nvtiff")
+"""Extensions for JPEG 2000 and TIFF, formats nvbench never reads (IMAGE_FILE_FILTERS). Where their libraries
+are not installed (DALI for CUDA 13 without the nvjpeg2k / nvtiff wheels), each prints two load errors into
+every cell's log as DALI starts; quiet_codec_extensions leaves them out."""
+
+
+def quiet_codec_extensions(environ=os.environ, cache: Path | None = None) -> str | None:
+    """Point nvImageCodec at a view of its extensions folder without UNUSED_CODECS; return that folder, or
+    None where nothing changes (no nvImageCodec wheel, none of them installed, or the variable already set:
+    the user's choice stands). Called in the cell process before DALI is imported."""
+    if CODEC_EXTENSIONS_ENV in environ:
+        return None
+    package = _nvimgcodec_dir()
+    if package is None or not any(_is_unused(f.name) for f in (package / "extensions").iterdir()):
+        return None
+    cache = cache or Path(environ.get("NVBENCH_CACHE") or Path.home() / ".cache" / "nvbench")
+    view = _extension_view(package, cache / "nvimgcodec")
+    environ[CODEC_EXTENSIONS_ENV] = str(view)
+    return str(view)
+
+
+def _is_unused(name: str) -> bool:
+    return any(name.startswith(f"lib{codec}_ext.") for codec in UNUSED_CODECS)
+
+
+def _nvimgcodec_dir() -> Path | None:
+    try:
+        spec = importlib.util.find_spec("nvidia.nvimgcodec")
+    except ModuleNotFoundError:
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    package = Path(next(iter(spec.submodule_search_locations)))
+    return package if (package / "extensions").is_dir() else None
+
+
+def _extension_view(package: Path, root: Path) -> Path:
+    """`root`/<key>/nvidia/nvimgcodec/extensions: links to every extension but the unused ones, in a mirror of
+    the wheel's `nvidia/` tree. The mirror matters: an extension finds its library through RUNPATH entries
+    relative to the folder it was loaded from ($ORIGIN/../../nvjpeg/lib). Built once under a fresh name and
+    renamed into place, so concurrent cells share one complete copy."""
+    nvidia = package.parent
+    names = sorted(f.name for f in (package / "extensions").iterdir())
+    key = hashlib.sha256("\n".join([str(package), *names]).encode()).hexdigest()[:12]
+    view = root / key
+    extensions = view / "nvidia" / package.name / "extensions"
+    if view.is_dir():
+        return extensions
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=root))
+    try:
+        _link_all(nvidia, tmp / "nvidia", skip=package.name)
+        _link_all(package, tmp / "nvidia" / package.name, skip="extensions")
+        _link_all(package / "extensions", tmp / "nvidia" / package.name / "extensions", skip=None)
+        os.rename(tmp, view)
+    except OSError:
+        if not view.is_dir():
+            raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return extensions
+
+
+def _link_all(source: Path, target: Path, *, skip: str | None) -> None:
+    target.mkdir(parents=True, exist_ok=True)
+    for entry in source.iterdir():
+        if entry.name != skip and not _is_unused(entry.name):
+            (target / entry.name).symlink_to(entry)
+
+
 def build(spec: LoaderSpec, *, backend: str, ranges=None) -> DaliLoader:
     """A DALI loader for one split of one rank's shard, yielding batches on spec.device."""
     import torch
@@ -68,6 +144,7 @@ def build(spec: LoaderSpec, *, backend: str, ranges=None) -> DaliLoader:
     reason = unavailable_reason(device.type, backend=backend)
     if reason is not None:
         raise RuntimeError(reason)
+    quiet_codec_extensions()  # before the pipelines below import DALI
     if spec.root is None:
         raise ValueError(f"{backend} reads an ImageFolder: set the dataset root (LoaderSpec.root)")
     split_dir = Path(spec.root) / spec.split

@@ -9,6 +9,7 @@ from __future__ import annotations
 import colorsys
 import dataclasses
 import hashlib
+import importlib.util
 import json
 import math
 import os
@@ -28,6 +29,8 @@ TEXTURES = ("hstripes", "vstripes", "diagonal", "dots", "smooth")
 """Shape-class textures: each is unchanged in kind by a horizontal flip (diagonals pick a random sign)."""
 
 Split = Literal["train", "val"]
+
+DIGITS_NEEDS = "'digits' needs scikit-learn, which is not installed: pip install 'nvbench[digits]'"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -56,6 +59,8 @@ class DatasetParams:
             problems.append(f"num_classes: {self.num_classes} must be >= 1")
         if self.kind == "digits" and self.num_classes > 10:
             problems.append(f"num_classes: digits has 10 classes, asked for {self.num_classes}")
+        if self.kind == "digits" and importlib.util.find_spec("sklearn") is None:
+            problems.append(f"kind: {DIGITS_NEEDS}")
         if self.train_per_class < 1 or self.val_per_class < 1:
             problems.append("train_per_class and val_per_class must be >= 1")
         if not 1 <= self.quality <= 95:

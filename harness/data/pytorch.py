@@ -251,6 +251,9 @@ def build(spec: LoaderSpec, *, backend: str = "pytorch", ranges=None) -> Pytorch
         worker_init_fn=functools.partial(_seed_worker, spec.seed) if has_workers else None,
     )
     per_rank = math.ceil(len(dataset) / spec.world_size) if spec.world_size > 1 or spec.endless else len(dataset)
+    if train and per_rank < spec.batch_size:  # an epoch-by-epoch loader would yield nothing, forever
+        raise ValueError(f"{Path(spec.root) / spec.split} gives this process {per_rank} training images, fewer "
+                         f"than one batch of {spec.batch_size}; lower batch_size or generate more images")
     return PytorchLoader(spec, dataloader, sampler, ranges, num_images=len(dataset), samples_per_epoch=per_rank)
 
 

@@ -1,4 +1,5 @@
-"""The model registry for the `model` axis: one builder per name; a new model is a module plus one line."""
+"""The model registry for `benchmark.model`: one builder per name. A new model is a module, one line here
+and its name in harness.config.MODEL_NAMES (validation reads that list without torch; a test keeps both equal)."""
 
 from __future__ import annotations
 
