@@ -189,21 +189,15 @@ def _assert_runnable(path: Path) -> None:
     from harness.config import load_matrix
     from harness.data import LoaderSpec
     from harness.data.generate import DatasetParams
-    from harness.engine import EngineOptions
     from harness.matrix import expand
     from harness.models import MODELS
+    from harness.worker import engine_options
 
     for smoke in (False, True):
         for c in expand(load_matrix(path), smoke=smoke):
-            r, b, g = c.recipe, c.benchmark, c.data.generate
+            b, g = c.benchmark, c.data.generate
             assert b.model in MODELS
-            EngineOptions(precision=c.precision, memory_format=c.memory_format, grad_accum=c.grad_accum,
-                          device="cpu", global_batch=c.images_per_step, total_steps=b.warmup_steps + b.measure_steps,
-                          lr_per_256=r.lr_per_256, momentum=r.momentum, nesterov=r.nesterov,
-                          weight_decay=r.weight_decay, label_smoothing=r.label_smoothing, schedule=r.schedule,
-                          lr_warmup_fraction=r.lr_warmup_fraction, step_milestones=r.step_milestones,
-                          step_gamma=r.step_gamma, init_loss_scale=r.init_loss_scale,
-                          loss_scale_growth_interval=r.loss_scale_growth_interval)
+            engine_options(c, "cpu", dataset_images=g.train_per_class * g.num_classes)
             DatasetParams(kind=g.kind, image_size=g.image_size, num_classes=g.num_classes,
                           train_per_class=g.train_per_class, val_per_class=g.val_per_class, seed=g.seed)
             LoaderSpec(root=None, split="train", batch_size=b.batch_size, image_size=b.image_size,
