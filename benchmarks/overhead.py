@@ -40,12 +40,13 @@ memory_format = ["{memory_format}"]
 precision = ["{precision}"]
 [run]
 device = "{device}"
+speed_probe = {speed_probe}
 """
 
 
 def overhead_matrix(args: argparse.Namespace) -> str:
     """The one matrix both sides read: the harness runs it, the bare loop builds its cell from it."""
-    return MATRIX.format(**vars(args))
+    return MATRIX.format(**(vars(args) | {"speed_probe": str(args.speed_probe).lower()}))
 
 
 def bare_cell(args: argparse.Namespace):
@@ -123,8 +124,9 @@ def harness_run(args: argparse.Namespace, workdir: Path, index: int) -> float:
 
 
 def bare_run(args: argparse.Namespace) -> float:
-    argv = [sys.executable, __file__, "--bare"] + [f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items()
-                                                   if k not in ("bare", "rounds", "seed")]
+    flags = [(k.replace("_", "-"), v) for k, v in vars(args).items() if k not in ("bare", "rounds", "seed")]
+    argv = [sys.executable, __file__, "--bare"] + [
+        (f"--{k}" if v else f"--no-{k}") if isinstance(v, bool) else f"--{k}={v}" for k, v in flags]
     from harness.runner import with_stable_malloc
 
     # the allocator settings nvbench gives its cells (run.malloc = "stable"): overhead, not malloc, is measured
@@ -145,6 +147,8 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    p.add_argument("--speed-probe", action=argparse.BooleanOptionalAction, default=True,
+                   help="run.speed_probe of the harness side (CPU cells; default on, as in nvbench)")
     p.add_argument("--rounds", type=int, default=6)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--bare", action="store_true", help=argparse.SUPPRESS)

@@ -388,7 +388,8 @@ def _parse_axes(raw: Any, where: str, problems: list[str]) -> Axes:
                 problems.append(f"{where}.{axis}: duplicate value {conv!r}")
             else:
                 parsed.append(conv)
-        kwargs[axis] = tuple(parsed)
+        if parsed:  # else its problems are listed, and the default stands in for the rules that follow
+            kwargs[axis] = tuple(parsed)
     return Axes(**kwargs)
 
 
