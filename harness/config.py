@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import importlib.util
+import itertools
 import math
 import re
 import sys
@@ -445,14 +446,15 @@ def parse_matrix(raw: dict[str, Any], source: str, source_text: str = "", *,
     axes = _parse_axes(raw.get("axes", {}), "axes", problems)
     excludes = _parse_excludes(raw.get("exclude", []), axes, "exclude", problems)
     problems += sections["recipe"].problems()
-    problems += _cross_problems(sections, axes, check_paths=check_paths)
+    problems += _cross_problems(sections, axes, excludes, check_paths=check_paths)
     if problems:
         raise MatrixError([f"{source}: {p}" for p in problems])
     return Matrix(source=source, source_text=source_text, version=version, axes=axes, excludes=excludes,
                   **sections)
 
 
-def _cross_problems(sections: dict[str, Any], axes: Axes, *, check_paths: bool) -> list[str]:
+def _cross_problems(sections: dict[str, Any], axes: Axes, excludes: tuple[Exclude, ...], *,
+                    check_paths: bool) -> list[str]:
     """Rules across sections: what the file alone says would fail once cells run."""
     bench, data, launch, smoke = sections["benchmark"], sections["data"], sections["launch"], sections["smoke"]
     gen, reads_data = data.generate, bool(set(axes.backend) - {"synthetic"})
@@ -464,7 +466,7 @@ def _cross_problems(sections: dict[str, Any], axes: Axes, *, check_paths: bool) 
         problems += _digits_problems(gen)
     if check_paths and data.path and reads_data:
         problems += _dataset_path_problems(data.path)
-    problems += _batch_problems(bench, smoke, data, axes, launch)
+    problems += _batch_problems(bench, smoke, data, _data_shards(axes, excludes), launch)
     if launch.nnodes > 1 and not launch.rdzv_endpoint:
         problems.append("launch.rdzv_endpoint: required when launch.nnodes > 1 (host:port every node can reach)")
     if launch.node_rank >= launch.nnodes:
@@ -496,16 +498,23 @@ def _dataset_path_problems(path: str) -> list[str]:
     return []
 
 
-def _batch_problems(bench: BenchmarkConfig, smoke: SmokeConfig, data: DataConfig, axes: Axes,
+def _data_shards(axes: Axes, excludes: tuple[Exclude, ...]) -> set[tuple[str, int]]:
+    """(backend, world size) of every cell that reads a dataset, excludes applied."""
+    pairs = set()
+    for values in itertools.product(*(getattr(axes, axis) for axis in AXES)):
+        cell = dict(zip(AXES, values))
+        if cell["backend"] != "synthetic" and not any(ex.matches(cell) for ex in excludes):
+            pairs.add((cell["backend"], cell["world_size"]))
+    return pairs
+
+
+def _batch_problems(bench: BenchmarkConfig, smoke: SmokeConfig, data: DataConfig, shards: set[tuple[str, int]],
                     launch: LaunchConfig) -> list[str]:
     """Batches the model or the generated dataset cannot supply, as written and under --smoke (which always
-    generates its dataset)."""
+    generates its dataset), for the cells that read data (`shards`: backend and world size)."""
     gen = data.generate
     shapes = [("benchmark", bench.batch_size, bench.image_size, gen.train_per_class * gen.num_classes, data.path == ""),
               ("smoke", smoke.batch_size, smoke.image_size, smoke.dataset_train_per_class * smoke.num_classes, True)]
-    world = max(axes.world_size) * launch.nnodes
-    reads_data = bool(set(axes.backend) - {"synthetic"})
-    dali = any(b.startswith("dali") for b in axes.backend)
     problems = []
     for where, batch, image, train_images, generated in shapes:
         if batch == 1 and image <= MODEL_OUTPUT_STRIDE:
@@ -514,8 +523,11 @@ def _batch_problems(bench: BenchmarkConfig, smoke: SmokeConfig, data: DataConfig
                             f"which BatchNorm cannot train on; use batch_size >= 2 or image_size > "
                             f"{MODEL_OUTPUT_STRIDE}")
         # pytorch's sampler pads every rank's shard to the same length; DALI's training epoch floors it.
-        per_rank = train_images // world if dali else -(-train_images // world)
-        if generated and reads_data and per_rank < batch:
+        short = [(images, world) for backend, ws in sorted(shards) for world in [ws * launch.nnodes]
+                 for images in [train_images // world if backend.startswith("dali") else -(-train_images // world)]
+                 if images < batch]
+        if generated and short:
+            per_rank, world = min(short)
             problems.append(f"{where}.batch_size: {batch} is more than the {per_rank} generated training images "
                             f"each of {world} process(es) reads; the loaders train on full batches only, so they "
                             "would yield none: generate more images or use a smaller batch")

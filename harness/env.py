@@ -229,11 +229,21 @@ def _torch_facts() -> dict[str, object]:
     except Exception:  # not installed, or a broken install failing to load its libraries
         return facts
     facts["cuda_runtime"] = call_or_none(lambda: torch.version.cuda)
-    facts["cudnn_version"] = call_or_none(lambda: torch.backends.cudnn.version())
+    facts["cudnn_version"] = call_or_none(_cudnn_version)
     facts["nccl_version"] = call_or_none(_nccl_version)
     facts["torch_version"] = call_or_none(lambda: str(torch.__version__))
     facts["torch_git"] = call_or_none(lambda: torch.version.git_version)
     return facts
+
+
+def _cudnn_version() -> int | None:
+    """cuDNN's version as torch loaded it, e.g. 91900. Not torch.backends.cudnn.version(): on a GPU machine
+    (torch 2.11, CUDA 13, an H100) it initialises CUDA, while the library's own version query does not
+    (docs/gpu-validation.md, 2026-11-23)."""
+    import torch
+
+    cudnn = getattr(torch._C, "_cudnn", None)  # absent from CPU builds
+    return int(cudnn.getVersionInt()) if cudnn is not None else None
 
 
 def _nccl_version() -> str | None:

@@ -346,3 +346,13 @@ def test_every_cell_of_a_valid_matrix_builds_what_its_process_builds():
                               train_per_class=g.train_per_class, val_per_class=g.val_per_class, seed=g.seed)
                 LoaderSpec(root=None, split="train", batch_size=b.batch_size, image_size=b.image_size,
                            num_classes=b.num_classes, memory_format=c.memory_format, device="cpu")
+
+
+def test_the_batch_rule_reads_only_the_cells_that_run():
+    raw = {"version": 1, "benchmark": {"batch_size": 4, "image_size": 64},
+           "data": {"generate": {"num_classes": 10, "train_per_class": 4}},
+           "axes": {"backend": ["synthetic", "pytorch"], "world_size": [1, 16]}}
+    with pytest.raises(MatrixError, match="4 is more than the 3 generated training images each of 16 process"):
+        parse_matrix(raw, "m.toml")
+    excluded = raw | {"exclude": [{"backend": "pytorch", "world_size": 16}]}
+    assert len(expand(parse_matrix(excluded, "m.toml"))) == 3  # synthetic needs no images at any world size

@@ -195,6 +195,8 @@ def test_collect_env_calls_nothing_that_initialises_cuda(monkeypatch):
         (torch.cuda, "get_device_name"),
         (torch.cuda, "get_device_properties"),
         (torch.cuda, "current_device"),
+        # Seen on an H100 (torch 2.11, CUDA 13): this one initialises CUDA too.
+        (torch.backends.cudnn, "version"),
     ]:
         monkeypatch.setattr(owner, name, lambda *a, _n=name, **k: calls.append(_n), raising=False)
     collect_env()

@@ -119,7 +119,7 @@ def test_malloc_tunables_keep_what_the_user_set(tiny_matrix):
 
 def test_every_failure_kind_is_a_row_and_the_matrix_completes(tiny_matrix, tmp_path):
     matrix = tiny_matrix('backend = ["synthetic"]\nprecision = ["fp32", "bf16"]\n'
-                         'memory_format = ["nchw", "nhwc"]\ngrad_accum = [1, 2]', timeout=25)
+                         'memory_format = ["nchw", "nhwc"]\ngrad_accum = [1, 2]', timeout=35)
     faults = ";".join([
         "precision=fp32&memory_format=nchw&grad_accum=1:raise",
         "precision=fp32&memory_format=nchw&grad_accum=2:nan",
@@ -132,7 +132,7 @@ def test_every_failure_kind_is_a_row_and_the_matrix_completes(tiny_matrix, tmp_p
     t0 = time.monotonic()
     proc = nvbench("run", str(matrix), "--out", str(out), "--no-progress", env={"NVBENCH_FAULT": faults})
     assert proc.returncode == 1, proc.stderr  # completed, with failures
-    assert time.monotonic() - t0 < 200
+    assert time.monotonic() - t0 < 220
     rows = rows_by(out)
     assert len(rows) == 8
 
@@ -147,8 +147,8 @@ def test_every_failure_kind_is_a_row_and_the_matrix_completes(tiny_matrix, tmp_p
     # the weights turn NaN as the window opens: its first step (1, after 1 warmup step) at 0.256 * 8 / 256 / 8
     assert "first non-finite step loss at step 1 (measured), lr 0.001" in r["reason"]
     r = row("fp32", "nhwc", 1)
-    assert r["status"] == "timeout" and "timeout_s = 25 s" in r["reason"]
-    assert 25 <= r["duration_s"] < 25 + 20
+    assert r["status"] == "timeout" and "timeout_s = 35 s" in r["reason"]
+    assert 35 <= r["duration_s"] < 35 + 20
     r = row("fp32", "nhwc", 2)
     assert (r["status"], r["reason"]) == ("crashed", "killed by SIGSEGV")
     r = row("bf16", "nchw", 1)
@@ -199,7 +199,9 @@ def test_kill_9_then_resume_runs_each_job_exactly_once(tiny_matrix, tmp_path):
 
 def test_unrunnable_cells_are_skipped_without_launching(tiny_matrix, tmp_path):
     cpus = len(os.sched_getaffinity(0))
-    matrix = tiny_matrix(f'backend = ["synthetic", "dali-gpu"]\nworld_size = [1, {cpus + 1}]')
+    # dali-gpu is left out of the oversized group: its generated dataset is too small to shard that wide
+    matrix = tiny_matrix(f'backend = ["synthetic", "dali-gpu"]\nworld_size = [1, {cpus + 1}]',
+                         extra=f'[[exclude]]\nbackend = "dali-gpu"\nworld_size = {cpus + 1}\n')
     out = tmp_path / "run"
     proc = nvbench("run", str(matrix), "--out", str(out), "--no-progress")
     assert proc.returncode == 0, proc.stderr
