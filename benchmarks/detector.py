@@ -8,10 +8,10 @@ Collect: one cell (resnet18, synthetic data, 32 px, batch 16, one CPU thread, --
 steps, run.malloc = --malloc) runs as five pools of --repeats real repeats each, every repeat its own
 process as in `nvbench run`: two pools of the code as it is (a1, a2) and one fire-drill pool per --drills
 percentage (`nvbench run --fire-drill`: calibrated extra work in every measured step, rows flagged). The
-pools are interleaved (harness.ab.run_interleaved): round k runs the k-th repeat of every pool in a random
+pools are interleaved (harness.orchestrate.ab.run_interleaved): round k runs the k-th repeat of every pool in a random
 order, so drift of the machine lands on all pools alike.
 
-Analyse: --trials comparisons per setting drawn from the pools, each judged by harness.compare exactly
+Analyse: --trials comparisons per setting drawn from the pools, each judged by harness.analysis.compare exactly
 as `nvbench report` judges two runs with n repeats per side (default thresholds, so adjusted for the
 machine-speed probe and testing throughput and the fast-step rate; --no-speed-adjust / --no-fast-steps
 judge as `nvbench report` does with those flags, and pools collected before the rows recorded the
@@ -26,7 +26,7 @@ the rates for every floor in --floors):
   nightly:    ci/nightly.sh's pipeline where the code changed: a screen (n later-half candidate repeats
               against n earlier-half unchanged ones), then an interleaved A/B of --confirm-repeats
               rounds not used by the screen; the job fails on a regression the A/B confirms. Reported
-              for a strict screen (`regression`) and the nightly's loose one (harness.nightly).
+              for a strict screen (`regression`) and the nightly's loose one (harness.orchestrate.nightly).
 The realised slowdown of each drill pool (its mean vs the unchanged pools) is printed next to the nominal,
 with how well the probe tracks each pool (correlation of log throughput with log probe time, and the CV
 left after regressing it out), and for each n the smallest floor that keeps both A/A settings at <= 1 %
@@ -58,9 +58,11 @@ import pyarrow.parquet as pq
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from harness import compare, runner, stats  # noqa: E402
-from harness.compare import RunData, Thresholds  # noqa: E402
-from harness.nightly import SCREEN_P  # noqa: E402  the nightly's loose screen
+from harness.analysis import compare
+from harness.analysis.compare import RunData, Thresholds  # noqa: E402
+from harness.orchestrate import runner  # noqa: E402
+from harness.orchestrate.nightly import SCREEN_P  # noqa: E402  the nightly's loose screen
+from harness.stats import window
 
 MATRIX = """\
 # benchmarks/detector.py: one small cell, repeated in pools.
@@ -99,10 +101,10 @@ def _pools(drills: list[float]) -> dict[str, float]:
 
 
 def collect(out: Path, *, repeats: int, drills: list[float], measure_steps: int, malloc: str, seed: int) -> None:
-    from harness import ab
-    from harness.config import load_matrix
-    from harness.env import collect_env, env_key
-    from harness.matrix import expand
+    from harness.orchestrate import ab
+    from harness.results.env import collect_env, env_key
+    from harness.spec.cells import expand
+    from harness.spec.matrix import load_matrix
 
     out.mkdir(parents=True, exist_ok=True)
     matrix_path = out / "detector.toml"
@@ -143,13 +145,13 @@ def _log(message: str) -> None:
 
 def _rows(run: RunData) -> list[dict]:
     """The ok rows of a pool; rows from before nvbench recorded the fast-step rate get it from their step
-    file, computed as the worker computes it (stats.fast_step_rate over the measured steps)."""
+    file, computed as the worker computes it (window.fast_step_rate over the measured steps)."""
     rows = [dict(r) for r in run.rows if r["status"] == "ok"]
     for r in rows:
         if not (r.get("fast_step_img_per_s") or 0) > 0:
             steps = pq.read_table(Path(run.path) / "steps" / f"{r['cell_id']}-r{r['repeat']}.parquet").to_pandas()
             measured = steps[~steps["is_warmup"] & (steps["rank"] == 0)]["step_time_s"].to_numpy()
-            r["fast_step_img_per_s"] = stats.fast_step_rate(measured, r["images_measured"] / r["num_measure_steps"])
+            r["fast_step_img_per_s"] = window.fast_step_rate(measured, r["images_measured"] / r["num_measure_steps"])
     return rows
 
 
@@ -266,7 +268,7 @@ def rates(draws: np.ndarray, floor_pct: float) -> dict[str, float]:
     out = {"alarm": float(np.mean(alarm)), "regression": float(np.mean(regression))}
     if draws.shape[1] == 2 * k:  # a nightly pipeline: the job fails on a regression confirmed by the A/B
         strict = regression
-        loose = strict | ((draws[:, 5] < 0) & (draws[:, 4] <= SCREEN_P))  # as harness.nightly.targets
+        loose = strict | ((draws[:, 5] < 0) & (draws[:, 4] <= SCREEN_P))  # as harness.orchestrate.nightly.targets
         confirmed = _calls(draws[:, k:], floor_pct)[1]
         out |= {"screen_strict": float(np.mean(strict)), "screen_loose": float(np.mean(loose)),
                 "fail_strict": float(np.mean(strict & confirmed)), "fail_loose": float(np.mean(loose & confirmed))}

@@ -51,8 +51,8 @@ def overhead_matrix(args: argparse.Namespace) -> str:
 
 def bare_cell(args: argparse.Namespace):
     """The single cell of overhead_matrix, parsed and expanded as `nvbench run` does."""
-    from harness.config import parse_matrix
-    from harness.matrix import expand
+    from harness.spec.cells import expand
+    from harness.spec.matrix import parse_matrix
 
     text = overhead_matrix(args)
     (cell,) = expand(parse_matrix(tomllib.loads(text), "overhead.toml", text))
@@ -60,13 +60,13 @@ def bare_cell(args: argparse.Namespace):
 
 
 def build_bare(args: argparse.Namespace):
-    """(cell, engine, images, labels): the engine a cell process builds (harness.worker.build_engine: param
+    """(cell, engine, images, labels): the engine a cell process builds (harness.cell.worker.build_engine: param
     groups, fused SGD, GradScaler, label smoothing, autocast, channels_last, LR schedule) and the batch its
     synthetic loader serves, with the process settings the worker applies. Nothing else of the harness."""
     import torch
 
+    from harness.cell.worker import build_engine
     from harness.data import LoaderSpec, build_loader
-    from harness.worker import build_engine
 
     cell = bare_cell(args)
     is_cuda = cell.run.device != "cpu" and torch.cuda.is_available()
@@ -127,7 +127,7 @@ def bare_run(args: argparse.Namespace) -> float:
     flags = [(k.replace("_", "-"), v) for k, v in vars(args).items() if k not in ("bare", "rounds", "seed")]
     argv = [sys.executable, __file__, "--bare"] + [
         (f"--{k}" if v else f"--no-{k}") if isinstance(v, bool) else f"--{k}={v}" for k, v in flags]
-    from harness.runner import with_stable_malloc
+    from harness.orchestrate.runner import with_stable_malloc
 
     # the allocator settings nvbench gives its cells (run.malloc = "stable"): overhead, not malloc, is measured
     env = dict(os.environ, GLIBC_TUNABLES=with_stable_malloc(os.environ.get("GLIBC_TUNABLES")))

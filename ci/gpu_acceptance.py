@@ -118,7 +118,9 @@ def pytest_check(name: str, marker: str, out: Path, *, parallel: bool) -> Callab
         xml = out / f"{name}.xml"
         argv = [sys.executable, "-m", "pytest", "-m", marker, "-q", "-p", "no:cacheprovider", f"--junitxml={xml}"]
         if parallel and importlib.util.find_spec("xdist") is not None:
-            argv += ["-n", str(min(12, max(2, (os.cpu_count() or 2) - 2)))]
+            # At most 8 workers: each test starts cell processes of its own, and tests with timeouts (a hung cell
+            # killed after 25 s) must not see their healthy cells slowed past them.
+            argv += ["-n", str(min(8, max(2, (os.cpu_count() or 2) // 2))), "--dist", "worksteal"]
         code = run(argv, log=out / f"{name}.log", timeout=timeout)
         counts = junit_counts(xml)
         check.figures = {k: v for k, v in counts.items() if k != "not_passed"}
@@ -255,7 +257,7 @@ def profile_check(out: Path) -> Callable[[Check, float], None]:
 # ---------------------------------------------------------------- the report
 
 def environment() -> dict[str, Any]:
-    from harness.env import collect_env
+    from harness.results.env import collect_env
 
     env = collect_env()
     keys = ("device_kind", "gpu_name", "gpu_count", "driver_version", "cuda_runtime", "cudnn_version",

@@ -55,9 +55,9 @@ confirm_ab() {
   shift 2
   if [ "${1:-}" = --only-all ]; then shift; fi  # NVBENCH_CONFIRM=every: no filter, every cell
   [ "$CONFIRM" != sequential ] || return 3
-  sha=$(python -m harness.nightly code "$base") || return 3
+  sha=$(python -m harness.orchestrate.nightly code "$base") || return 3
   if [ -z "$sha" ]; then log "the baseline's commit is not recorded clean: no A/B confirmation"; return 3; fi
-  head=$(python -m harness.nightly code)
+  head=$(python -m harness.orchestrate.nightly code)
   if [ "$CONFIRM" = auto ] && [ "$sha" = "$head" ]; then
     log "tonight runs the baseline's code ($sha): no A/B confirmation (NVBENCH_CONFIRM=interleaved forces one)"
     return 3
@@ -73,7 +73,7 @@ confirm_ab() {
   rc=$?
   git -C "$ROOT" worktree remove --force "$src" >/dev/null 2>&1
   if [ "$rc" -eq 130 ]; then log "interrupted during the A/B confirmation (rows so far in $out)"; exit 130; fi
-  if [ "$rc" -ge 2 ] || ! python -m harness.nightly ran "$out"; then
+  if [ "$rc" -ge 2 ] || ! python -m harness.orchestrate.nightly ran "$out"; then
     log "the A/B confirmation did not run (exit $rc): no A/B confirmation"; return 3
   fi
   publish "$out/report"
@@ -95,7 +95,7 @@ if [ -e "$BASELINE" ]; then
   # shellcheck disable=SC2086
   nvbench report "$RUN" --baseline "$BASELINE" --out "$RUN/report" --fail-on-regression $REPORT_ARGS
   report_rc=$?
-  only=$(python -m harness.nightly targets "$RUN/report" 2>/dev/null)
+  only=$(python -m harness.orchestrate.nightly targets "$RUN/report" 2>/dev/null)
   ab_only=$only
   if [ "$CONFIRM" = every ]; then ab_only="--only-all"; fi
   ab_rc=3
@@ -124,7 +124,7 @@ elif [ -d "$HISTORY" ] && [ -n "$(ls -A "$HISTORY" 2>/dev/null)" ]; then
   nvbench report "$RUN" --history "$HISTORY" --out "$RUN/report" $REPORT_ARGS
   report_rc=$?
   publish "$RUN/report"
-  only=$(python -m harness.nightly targets "$RUN/report" 2>/dev/null)
+  only=$(python -m harness.orchestrate.nightly targets "$RUN/report" 2>/dev/null)
   ab_only=$only
   if [ "$CONFIRM" = every ]; then ab_only="--only-all"; fi
   previous=$(ls -1d "$HISTORY"/*/ 2>/dev/null | sort | tail -n 1)

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from harness import __version__
-from harness.config import MatrixError, load_matrix, with_repeats
+from harness.spec.matrix import MatrixError, load_matrix, with_repeats
 
 EXIT_OK, EXIT_FAILURES, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -24,7 +24,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     for path in args.matrix:
         try:
             matrix = load_matrix(path)
-            from harness.matrix import expand
+            from harness.spec.cells import expand
 
             cells = expand(matrix, only=args.only)
             print(f"{path}: ok, {len(cells)} cells x {matrix.run.repeats} repeats")
@@ -34,8 +34,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def _env_and_caps(device: str):
-    from harness.env import collect_env, env_key
-    from harness.runner import probe_capabilities
+    from harness.orchestrate.runner import probe_capabilities
+    from harness.results.env import collect_env, env_key
 
     env = collect_env()
     return env, env_key(env), probe_capabilities(device, env)
@@ -48,8 +48,9 @@ def _fire_drill_problem(pct: float | None) -> str | None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from harness import runner, store
-    from harness.matrix import expand
+    from harness.orchestrate import runner
+    from harness.results import store
+    from harness.spec.cells import expand
 
     if args.resume and (args.matrix or args.only or args.smoke or args.out or args.dry_run or args.fire_drill
                         or args.repeats is not None):
@@ -95,8 +96,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _execute(run_dir: Path, caps, env, key, *, progress: bool) -> int:
     from rich.console import Console
 
-    from harness import runner, store
     from harness.console import RunProgress, counts_line, summary_table
+    from harness.orchestrate import runner
+    from harness.results import store
 
     console = Console(stderr=True)
     _, jobs, _ = runner.load_plan(run_dir)
@@ -119,8 +121,8 @@ def _execute(run_dir: Path, caps, env, key, *, progress: bool) -> int:
 def cmd_profile(args: argparse.Namespace) -> int:
     from datetime import datetime, timezone
 
-    from harness import profile, runner
-    from harness.matrix import expand
+    from harness.orchestrate import profile, runner
+    from harness.spec.cells import expand
 
     if args.steps < 1:
         return _bad_input([f"--steps must be >= 1, got {args.steps}"])
@@ -159,7 +161,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
 def _thresholds(args: argparse.Namespace):
     """compare.Thresholds from the report/ab flags that were given (the rest keep their defaults)."""
-    from harness.compare import Thresholds
+    from harness.analysis.compare import Thresholds
 
     given = {name: getattr(args, name) for name in ("floor_pct", "fdr_q", "min_repeats", "exclude_unsteady",
                                                      "history_runs", "accuracy_tolerance", "speed_adjust",
@@ -169,7 +171,7 @@ def _thresholds(args: argparse.Namespace):
 
 
 def _print_report(result, fail_on_regression: bool) -> int:
-    from harness.report import headline_words
+    from harness.analysis.report import headline_words
 
     comparison = result.comparison
     for path in result.files:
@@ -182,8 +184,8 @@ def _print_report(result, fail_on_regression: bool) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from harness.compare import RunInputError
-    from harness.report import make_report
+    from harness.analysis.compare import RunInputError
+    from harness.analysis.report import make_report
 
     try:
         thresholds = _thresholds(args)
@@ -202,9 +204,10 @@ def cmd_report(args: argparse.Namespace) -> int:
 def cmd_ab(args: argparse.Namespace) -> int:
     from datetime import datetime, timezone
 
-    from harness import ab, compare, runner
-    from harness.matrix import expand
-    from harness.report import write_report
+    from harness.analysis import compare
+    from harness.analysis.report import write_report
+    from harness.orchestrate import ab, runner
+    from harness.spec.cells import expand
 
     try:
         thresholds = _thresholds(args)
@@ -251,7 +254,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
 def _add_threshold_flags(p: argparse.ArgumentParser, *, history: bool) -> None:
     p.add_argument("--fail-on-regression", action="store_true", help="exit 1 when a regression is confirmed")
     p.add_argument("--floor", dest="floor_pct", type=float, metavar="PCT",
-                   help="practical floor: smaller changes are never a regression (default: see harness/compare.py)")
+                   help="practical floor: smaller changes are never a regression (default: see harness/analysis/compare.py)")
     p.add_argument("--fdr", dest="fdr_q", type=float, metavar="Q", help="Benjamini-Hochberg FDR across cells (0.01)")
     p.add_argument("--min-repeats", type=int, metavar="N", help="fewest usable repeats per side (5)")
     p.add_argument("--exclude-unsteady", action="store_true", default=None,
@@ -268,7 +271,7 @@ def _add_threshold_flags(p: argparse.ArgumentParser, *, history: bool) -> None:
 
 
 def cmd_env(args: argparse.Namespace) -> int:
-    from harness.env import collect_env, env_key, format_env
+    from harness.results.env import collect_env, env_key, format_env
 
     env = collect_env()
     if args.json:

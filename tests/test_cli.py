@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-
 import pytest
-
 from conftest import ROOT, nvbench
 
 

@@ -10,7 +10,6 @@ import sys
 
 import pytest
 import torch
-
 from conftest import ROOT
 
 spec = importlib.util.spec_from_file_location("gpu_acceptance", ROOT / "ci" / "gpu_acceptance.py")

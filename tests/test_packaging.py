@@ -7,7 +7,6 @@ import ast
 import re
 import sys
 import tomllib
-from pathlib import Path
 
 from conftest import ROOT
 

@@ -10,10 +10,11 @@ boundary never restarts workers or pipelines inside a window (it would measure t
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Literal, Protocol
+from typing import ContextManager, Iterator, Literal, Protocol
 
 # Reference normalisation (ImageNet statistics on the 0..255 scale).
 MEAN_255 = (0.485 * 255, 0.456 * 255, 0.406 * 255)
@@ -94,9 +95,10 @@ def backend_module(name: str):
         raise ValueError(f"unknown data backend {name!r}; known: {', '.join(BACKENDS)}") from None
 
 
-def build_loader(backend: str, spec: LoaderSpec, *, ranges=None) -> Loader:
-    """`ranges` (harness.timing.make_ranges) lets a backend mark its host-to-device hand-over as `h2d`."""
-    return backend_module(backend).build(spec, backend=backend, ranges=ranges)
+def build_loader(backend: str, spec: LoaderSpec, *, h2d: ContextManager[None] | None = None) -> Loader:
+    """`h2d`, a reusable context manager (the cell's `h2d` NVTX range), brackets each host-to-device
+    hand-over of a batch; none by default. Data code knows no timing or profiling of its own."""
+    return backend_module(backend).build(spec, backend=backend, h2d=h2d or contextlib.nullcontext())
 
 
 def unavailable_reason(backend: str, device: str) -> str | None:

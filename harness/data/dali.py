@@ -5,13 +5,14 @@ DALI (and torch) are imported inside build() only, so listing or checking backen
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import math
-from collections import deque
 import os
 import shutil
 import tempfile
+from collections import deque
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
@@ -133,7 +134,7 @@ def _link_all(source: Path, target: Path, *, skip: str | None) -> None:
             (target / entry.name).symlink_to(entry)
 
 
-def build(spec: LoaderSpec, *, backend: str, ranges=None) -> DaliLoader:
+def build(spec: LoaderSpec, *, backend: str, h2d=None) -> DaliLoader:
     """A DALI loader for one split of one rank's shard, yielding batches on spec.device."""
     import torch
 
@@ -156,7 +157,7 @@ def build(spec: LoaderSpec, *, backend: str, ranges=None) -> DaliLoader:
                          f"{spec.num_classes}: labels would overflow the model head")
     device_id = None if device.type == "cpu" else (
         device.index if device.index is not None else torch.cuda.current_device())
-    return DaliLoader(spec, backend=backend, split_dir=split_dir, device_id=device_id, ranges=ranges)
+    return DaliLoader(spec, backend=backend, split_dir=split_dir, device_id=device_id, h2d=h2d)
 
 
 def _decode_args(backend: str) -> dict:
@@ -284,13 +285,11 @@ class DaliLoader:
     from epoch to epoch unpadded, shard by shard, as DALI does by default.
     """
 
-    def __init__(self, spec: LoaderSpec, *, backend: str, split_dir: Path, device_id: int | None, ranges=None):
+    def __init__(self, spec: LoaderSpec, *, backend: str, split_dir: Path, device_id: int | None, h2d=None):
         import torch
         from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
 
-        from harness.timing import H2D, make_ranges  # here: importing this module must stay torch-free
-
-        self._ranges, self._h2d = ranges or make_ranges(False), H2D
+        self._h2d = h2d or contextlib.nullcontext()
         self.spec = spec
         self._is_train = spec.split == "train"
         self._pipe = _pipeline(spec, backend, split_dir, device_id)
@@ -363,7 +362,7 @@ class DaliLoader:
         self._epochs_started += 1
         while generation == self._generation:
             try:
-                with self._ranges(self._h2d):  # the hand-over: DALI's outputs become torch tensors
+                with self._h2d:  # the hand-over: DALI's outputs become torch tensors
                     out = next(self._it)[0]
             except StopIteration:  # auto_reset has already re-armed DALI's iterator
                 self._in_epoch = False
@@ -374,7 +373,7 @@ class DaliLoader:
 
     def _stream(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         while True:
-            with self._ranges(self._h2d):
+            with self._h2d:
                 out = next(self._it)[0]
             yield self._hand_over(out)
 

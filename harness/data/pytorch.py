@@ -6,6 +6,7 @@ restart at an epoch boundary.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import math
@@ -20,7 +21,6 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
 
 from harness.data import MEAN_255, STD_255, LoaderSpec
 from harness.data.transforms import Compose, train_transform, val_transform
-from harness.timing import H2D, make_ranges
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png")
 
@@ -133,12 +133,12 @@ def _memory_format(name: str) -> torch.memory_format:
 class PytorchLoader:
     """Loader protocol over a DataLoader; yields normalised float32 images and int64 labels on the device."""
 
-    def __init__(self, spec: LoaderSpec, dataloader: DataLoader, sampler: Sampler, ranges=None, *,
+    def __init__(self, spec: LoaderSpec, dataloader: DataLoader, sampler: Sampler, h2d=None, *,
                  num_images: int, samples_per_epoch: int) -> None:
         self.num_images = num_images
         self.samples_per_epoch = samples_per_epoch
         self.device = torch.device(spec.device)
-        self._ranges = ranges or make_ranges(False)
+        self._h2d = h2d or contextlib.nullcontext()
         self.memory_format = _memory_format(spec.memory_format)
         self._dataloader = dataloader
         self._sampler = sampler
@@ -206,7 +206,7 @@ class PytorchLoader:
             images, labels = next(batches)
         except StopIteration:
             return None
-        with self._ranges(H2D), torch.cuda.stream(self._stream):
+        with self._h2d, torch.cuda.stream(self._stream):
             # non_blocking from pinned memory: the copy is asynchronous to the host; the pinned-memory
             # allocator records the stream, so the host buffer outlives the copy.
             images = images.to(self.device, non_blocking=True)
@@ -226,7 +226,7 @@ def _sampler(spec: LoaderSpec, size: int, train: bool) -> Sampler:
     return EpochShuffleSampler(size, shuffle=train, seed=shuffle_seed)
 
 
-def build(spec: LoaderSpec, *, backend: str = "pytorch", ranges=None) -> PytorchLoader:
+def build(spec: LoaderSpec, *, backend: str = "pytorch", h2d=None) -> PytorchLoader:
     if spec.root is None:
         raise ValueError("the pytorch backend needs a dataset root")
     train = spec.split == "train"
@@ -254,7 +254,7 @@ def build(spec: LoaderSpec, *, backend: str = "pytorch", ranges=None) -> Pytorch
     if train and per_rank < spec.batch_size:  # an epoch-by-epoch loader would yield nothing, forever
         raise ValueError(f"{Path(spec.root) / spec.split} gives this process {per_rank} training images, fewer "
                          f"than one batch of {spec.batch_size}; lower batch_size or generate more images")
-    return PytorchLoader(spec, dataloader, sampler, ranges, num_images=len(dataset), samples_per_epoch=per_rank)
+    return PytorchLoader(spec, dataloader, sampler, h2d, num_images=len(dataset), samples_per_epoch=per_rank)
 
 
 def unavailable_reason(device: str, *, backend: str = "pytorch") -> str | None:

@@ -7,8 +7,8 @@ from typing import Iterator
 
 import torch
 
-from harness.config import IMAGENET_TRAIN_IMAGES
 from harness.data import LoaderSpec
+from harness.spec.matrix import IMAGENET_TRAIN_IMAGES
 
 BATCHES_PER_EPOCH = 1000
 """Nominal epoch length; iteration stops after this many batches."""
@@ -49,7 +49,7 @@ class SyntheticLoader:
         pass
 
 
-def build(spec: LoaderSpec, *, backend: str = "synthetic", ranges=None) -> SyntheticLoader:
+def build(spec: LoaderSpec, *, backend: str = "synthetic", h2d=None) -> SyntheticLoader:
     return SyntheticLoader(spec)
 
 

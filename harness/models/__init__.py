@@ -1,5 +1,5 @@
 """The model registry for `benchmark.model`: one builder per name. A new model is a module, one line here
-and its name in harness.config.MODEL_NAMES (validation reads that list without torch; a test keeps both equal)."""
+and its name in harness.spec.matrix.MODEL_NAMES (validation reads that list without torch; a test keeps both equal)."""
 
 from __future__ import annotations
 

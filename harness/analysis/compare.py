@@ -1,0 +1,818 @@
+"""Verdicts: every cell of a candidate run against a baseline run, the other side of an A/B run, or a
+history of past runs. Pure given rows and manifests (`compare_runs`, `screen_history`); `load_run` and
+`load_history` are the only functions here that read the disk.
+
+A verdict is an effect size with an interval and a practical floor: `regression` only when the whole
+(FDR-adjusted) interval of the change lies below zero AND the change is larger than the floor. Two
+metrics are tested per cell (Bonferroni within the cell, Benjamini-Hochberg across cells): throughput
+(the ratio of sums, the headline) and the fast-step rate (harness.stats.window.fast_step_rate), which sees through the
+interference of a shared machine; either can call a regression, and the verdict says which did.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from harness.results.env import ENV_KEY_FIELDS, env_diff
+from harness.stats import inference
+from harness.stats.core import Interval
+
+REGRESSION = "regression"
+IMPROVEMENT = "improvement"
+UNCHANGED = "unchanged"
+INSUFFICIENT = "insufficient data"
+NOT_COMPARABLE = "not comparable"
+SUSPECT_REGRESSION = "suspect regression"
+SUSPECT_IMPROVEMENT = "suspect improvement"
+FAILED = "failed"
+SKIPPED = "skipped"
+NO_BASELINE = "no baseline"
+VERDICTS = (REGRESSION, SUSPECT_REGRESSION, FAILED, IMPROVEMENT, SUSPECT_IMPROVEMENT, NOT_COMPARABLE,
+            INSUFFICIENT, NO_BASELINE, SKIPPED, UNCHANGED)
+"""Every verdict, in the order reports list them (what needs a person first)."""
+
+ACCURACY_BELOW, ACCURACY_ABOVE, ACCURACY_WITHIN, ACCURACY_NA = "below band", "above band", "within band", "n/a"
+
+BAD_STATUSES = ("failed", "timeout", "crashed")
+AXIS_COLUMNS = ("backend", "memory_format", "precision", "world_size", "grad_accum")
+THROUGHPUT, FAST_STEPS = "throughput", "fast steps"
+"""The metrics a comparison tests: throughput_img_per_s and fast_step_img_per_s of every repeat."""
+METRIC_COLUMNS = {THROUGHPUT: "throughput_img_per_s", FAST_STEPS: "fast_step_img_per_s"}
+
+DEFAULT_FLOOR_PCT = 3.0
+"""Practical floor in %. How it was chosen (benchmarks/detector.py, see the Thresholds docstring): false
+alarms from exchangeable noise are the permutation test's job, not the floor's; the floor is the largest
+round number that still lets a 5 % slowdown be caught 95 % of the time once the noise allows it at all
+(standard error of the change <= 1.2 %, i.e. repeat-to-repeat CV <= ~2.6 % with 10 + 10 repeats; the
+CPU box measures 4.4-8.4 % for throughput and 2.1-3.3 % for the fast-step rate, a dedicated GPU node
+should do far better: measure it with the detector). With both metrics the smallest floor that kept every
+A/A setting of the noisiest collection at <= 1 % was 4 / 3 / 2.5 % at 10 / 15 / 20 repeats a side."""
+
+class RunInputError(ValueError):
+    """A path given as a run, baseline or history is not what it should be; one line per problem."""
+
+    def __init__(self, problems: Sequence[str]):
+        self.problems = list(problems)
+        super().__init__("\n".join(self.problems))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Thresholds:
+    """What it takes to call a change. Validated at construction; every problem is reported at once.
+
+    Measured on the shared 2-core CPU box (benchmarks/detector.py: 60 real repeats of one cell, 300
+    timed steps each, 1000 resampled comparisons per setting; docs/performance.md): A/A comparisons of
+    repeats drawn at random from one session alarm in 0.8 % (5 + 5 repeats) and 0.9 % (10 + 10) of
+    trials at q = 0.01 with any floor from 0 to 5 %: the exact permutation test, not the floor, keeps
+    exchangeable noise from raising alarms. Drift is another matter: the later half of that session
+    against the earlier half alarmed in 1.8 % / 3.4 % of trials, and only a floor of 6-7.5 % would have
+    absorbed it, which would also hide every regression worth catching. So the floor is set by what must
+    stay visible (see DEFAULT_FLOOR_PCT), and a machine's fitness is judged by its noise: the report's
+    MDC column says which changes a comparison could have seen, and `nvbench ab` (interleaved) is the
+    answer to drift between a stored baseline and tonight.
+    """
+
+    floor_pct: float = DEFAULT_FLOOR_PCT
+    """Practical floor in %: a change smaller than this is never a regression, however certain."""
+    fdr_q: float = 0.01
+    """Benjamini-Hochberg false discovery rate across cells (on exact permutation p-values); intervals are
+    at the FCR-adjusted level 1 - R q / m. 0.01: at most 1 % false alarms per cell when nothing changed."""
+    min_repeats: int = 5
+    """Fewest usable repeats per side; fewer gives `insufficient data` (5 + 5 is the least with which a
+    permutation test can reach p <= 0.01 at all, and the least for a bootstrap interval worth showing)."""
+    num_resamples: int = 10_000
+    """Bootstrap resamples per cell."""
+    seed: int = 0
+    """Bootstrap seed: the same inputs always give the same verdicts."""
+    exclude_unsteady: bool = False
+    """Leave out repeats whose window failed the steadiness check (is_steady false)."""
+    speed_adjust: bool = True
+    """Compare throughput adjusted for the machine-speed probe (inference.ancova_fit) when every usable repeat on
+    both sides has one of the same kind (CPU cells, run.speed_probe); otherwise, and always on GPUs, the
+    plain comparison (`nvbench report --no-speed-adjust` forces it). Measured on the CPU box with probe /2
+    (benchmarks/detector.py, two collections; docs/performance.md): at 10 + 10 repeats A/A alarms 0.9-1.0 %
+    (plain 0.5-1.2 %), detection of 5 % 57.5-77.9 % (22.3-36.8 %) and of 10 % 100 % (81.5-97.3 %); at 15 + 15
+    detection of 5 % 92.7-100 % (42.4-55.4 %); drift alarms between the halves of a session 0.0 % in a
+    steady hour (2.2 %) and 14 % in one where the box slowed by 9 % (100 %). The adjustment assumes the
+    change under test cannot move the probe. A change that slows the probe too is partly taken for a
+    slower machine: an error towards a miss, not an alarm; the verdict shows the probe's change and the
+    unadjusted effect beside the adjusted one. The detector's 10 % fire drill moved the first probe (/1) by
+    2.7 % and made detection collapse; probe /2 starts every probe equally cold and moved by +1.0 % in the
+    paired check (benchmarks/speed_probe.py --drill-check), +0.7 / +0.4 % over the two detector collections' pools."""
+    fast_steps: bool = True
+    """Test the fast-step rate (harness.stats.window.fast_step_rate) beside throughput, where every usable repeat on both
+    sides recorded it and the repeats suffice for two tests (from 6 + 5; at 5 + 5 throughput alone): a
+    regression of either, Bonferroni within the cell (each metric at half the level, Holm for which).
+    Measured on the CPU box (benchmarks/detector.py, five collections; docs/performance.md): its repeat-to-
+    repeat CV is 2.1-3.3 % against throughput's 4.4-8.4 %. Speed-adjusted, with both metrics, the steady
+    fifth collection caught a 5 % drill in 96.9 % of 10 + 10 comparisons (throughput alone 57.5 %) and the
+    noisy seventh in 64.5 / 90.1 / 99.2 % at 10 / 15 / 20 a side (24.0 / 43.5 / 66.8 %), A/A alarms
+    0.2-0.8 %. Throughput stays the headline and the only metric of history screening; `nvbench report
+    --no-fast-steps` judges on throughput alone."""
+    accuracy_tolerance: float = 0.01
+    """Top-1 band half-width (absolute, 0.01 = 1 point): an accuracy change counts only beyond it."""
+    history_runs: int = 10
+    """History screening: the last N comparable runs form the per-cell baseline."""
+    history_min_runs: int = 5
+    """History screening: fewer comparable past runs than this gives `insufficient data`."""
+    history_z: float = 3.5
+    """History screening: |robust z| at or above this (and beyond the floor) makes a cell a suspect."""
+
+    def __post_init__(self) -> None:
+        problems = []
+        if not (math.isfinite(self.floor_pct) and 0 <= self.floor_pct < 100):
+            problems.append(f"floor_pct={self.floor_pct}: must be in [0, 100)")
+        if not 0 < self.fdr_q < 1:
+            problems.append(f"fdr_q={self.fdr_q}: must be strictly between 0 and 1")
+        if self.min_repeats < 2:
+            problems.append(f"min_repeats={self.min_repeats}: a bootstrap needs at least 2 repeats per side")
+        if self.num_resamples < 100:
+            problems.append(f"num_resamples={self.num_resamples}: use at least 100 (10000 is the default)")
+        if not 0 <= self.accuracy_tolerance < 1:
+            problems.append(f"accuracy_tolerance={self.accuracy_tolerance}: must be in [0, 1)")
+        if self.history_min_runs < 3:
+            problems.append(f"history_min_runs={self.history_min_runs}: a median and MAD need at least 3 runs")
+        if self.history_runs < self.history_min_runs:
+            problems.append(f"history_runs={self.history_runs}: must be >= history_min_runs={self.history_min_runs}")
+        if not self.history_z > 0:
+            problems.append(f"history_z={self.history_z}: must be > 0")
+        if problems:
+            raise ValueError("; ".join(problems))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunData:
+    """One run folder as the comparison sees it: its cell rows and its manifest."""
+
+    path: str
+    run_id: str
+    created_at: str
+    environment: Mapping[str, Any]
+    rows: tuple[Mapping[str, Any], ...]
+
+    @property
+    def fire_drill_pct(self) -> float:
+        return max((_drill(r) for r in self.rows), default=0.0)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CellVerdict:
+    """One row of verdicts.parquet: a cell of the candidate run and what the comparison says about it."""
+
+    cell_id: str
+    backend: str | None = None
+    memory_format: str | None = None
+    precision: str | None = None
+    world_size: int | None = None
+    grad_accum: int | None = None
+    verdict: str
+    reason: str
+    method: str = ""
+    effect_pct: float | None = None
+    ci_low_pct: float | None = None
+    ci_high_pct: float | None = None
+    ci_level: float | None = None
+    p_value: float | None = None
+    """The cell's p-value as Benjamini-Hochberg saw it: the smallest of the metrics' p-values times their
+    number (Bonferroni within the cell)."""
+    p_adjusted: float | None = None
+    decided_by: str = ""
+    """The metric the verdict rests on (throughput or fast steps; throughput, the headline, when both make
+    the same call); for `unchanged`, the one with the smaller p-value. effect_pct and its interval are
+    always throughput's; fast_* are the fast-step rate's."""
+    throughput_p_value: float | None = None
+    fast_effect_pct: float | None = None
+    fast_ci_low_pct: float | None = None
+    fast_ci_high_pct: float | None = None
+    fast_p_value: float | None = None
+    candidate_fast_img_per_s: float | None = None
+    baseline_fast_img_per_s: float | None = None
+    floor_pct: float
+    fdr_q: float
+    mdc_pct: float | None = None
+    num_candidate: int = 0
+    num_baseline: int = 0
+    candidate_img_per_s: float | None = None
+    baseline_img_per_s: float | None = None
+    candidate_cv: float | None = None
+    baseline_cv: float | None = None
+    num_unsteady: int = 0
+    noise: str = ""
+    accuracy_verdict: str = ACCURACY_NA
+    candidate_top1: float | None = None
+    baseline_top1: float | None = None
+    top1_change: float | None = None
+    top1_ci_low: float | None = None
+    top1_ci_high: float | None = None
+    accuracy_tolerance: float
+    history_median_img_per_s: float | None = None
+    history_mad_img_per_s: float | None = None
+    robust_z: float | None = None
+    num_history_runs: int = 0
+    unadjusted_effect_pct: float | None = None
+    """Speed-adjusted comparisons: the change before the adjustment (mean log throughput)."""
+    speed_probe_change_pct: float | None = None
+    """Speed-adjusted comparisons: change of the probe's time, candidate vs baseline (+ = machine slower)."""
+    speed_slope: float | None = None
+    """Speed-adjusted comparisons: fitted d log throughput / d log probe time."""
+    fire_drill_pct: float = 0.0
+    baseline_fire_drill_pct: float = 0.0
+    is_smoke: bool = False
+    env_diff: str = ""
+    candidate_run_id: str = ""
+    baseline_run_id: str = ""
+
+    @property
+    def decided_effect_pct(self) -> float | None:
+        """The change of the metric the verdict rests on."""
+        return decided_effect_pct({"decided_by": self.decided_by, "effect_pct": self.effect_pct,
+                                   "fast_effect_pct": self.fast_effect_pct})
+
+    @property
+    def is_regression(self) -> bool:
+        """A confirmed regression: of throughput, or of accuracy below its band."""
+        return self.verdict == REGRESSION or self.accuracy_verdict == ACCURACY_BELOW
+
+    def to_row(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+VERDICT_FIELDS = tuple(f.name for f in fields(CellVerdict))
+
+
+def decided_effect_pct(verdict: Mapping[str, Any]) -> float | None:
+    """The change of the metric a verdict rests on, from a CellVerdict's fields (or a verdicts.parquet row)."""
+    return verdict.get("fast_effect_pct") if verdict.get("decided_by") == FAST_STEPS else verdict.get("effect_pct")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Comparison:
+    """Everything a report renders: the verdicts and what they were measured against."""
+
+    mode: str
+    """baseline, ab, history or none."""
+    candidate: RunData
+    baseline_label: str
+    """What the candidate was compared with, in words."""
+    baseline_environment: Mapping[str, Any] | None
+    thresholds: Thresholds
+    verdicts: tuple[CellVerdict, ...]
+    environment_diff: tuple[tuple[str, Any, Any], ...] = ()
+    """(field, baseline value, candidate value) for every environment field that differs."""
+    notes: tuple[str, ...] = ()
+    """Sentences about the comparison as a whole (cells missing from the candidate, ...)."""
+    suspects: tuple[str, ...] = field(default=())
+    """History mode: the cell ids a confirmation rerun should target."""
+
+    def counts(self) -> dict[str, int]:
+        counted = Counter(v.verdict for v in self.verdicts)
+        return {name: counted[name] for name in VERDICTS if counted[name]}
+
+    @property
+    def regressions(self) -> tuple[CellVerdict, ...]:
+        return tuple(v for v in self.verdicts if v.is_regression)
+
+    @property
+    def fire_drill_pct(self) -> float:
+        return max((v.fire_drill_pct for v in self.verdicts), default=0.0)
+
+
+# ---------------------------------------------------------------------------------------------
+# reading runs (the only I/O here)
+
+
+def load_run(path: Path | str) -> RunData:
+    """A run folder (plan.json, manifest.json, cells/) or a baseline pointer file naming one."""
+    from harness.results import store
+
+    run_dir = resolve_pointer(Path(path))
+    manifest_path = run_dir / "manifest.json"
+    if not manifest_path.is_file() or not (run_dir / "cells").is_dir():
+        raise RunInputError([f"{path}: not an nvbench run folder (needs manifest.json and cells/)"])
+    try:
+        manifest = store.read_json(manifest_path)
+        rows = tuple(store.read_cells(run_dir).to_pylist())
+    except store.UnreadableFile as exc:
+        raise RunInputError([str(exc)]) from None
+    if not isinstance(manifest, dict):
+        raise RunInputError([f"{manifest_path}: not an nvbench manifest (a JSON object)"])
+    if not rows:
+        raise RunInputError([f"{run_dir / 'cells'}: no result rows (the run has not finished a job)"])
+    return RunData(path=str(run_dir), run_id=str(manifest.get("run_id") or run_dir.name),
+                   created_at=str(manifest.get("created_at") or ""), environment=manifest.get("environment") or {},
+                   rows=rows)
+
+
+def resolve_pointer(path: Path) -> Path:
+    """A baseline may be a run folder or a text file whose first line that is not blank or `#` names one
+    (relative paths are relative to the file's folder)."""
+    if not path.is_file():
+        return path
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (UnicodeDecodeError, OSError) as exc:
+        raise RunInputError([f"{path}: cannot read this pointer file ({type(exc).__name__})"]) from None
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            target = Path(line).expanduser()
+            return target if target.is_absolute() else path.parent / target
+    raise RunInputError([f"{path}: pointer file names no run folder"])
+
+
+def load_history(folder: Path | str, *, exclude: Path | str | None = None) -> list[RunData]:
+    """Every run folder directly inside `folder` (and pointer files there), oldest first; `exclude` skipped."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise RunInputError([f"{folder}: history must be a folder of run folders"])
+    skip = Path(exclude).resolve() if exclude else None
+    runs = []
+    for entry in sorted(folder.iterdir()):
+        if entry.name.startswith("."):
+            continue
+        target = resolve_pointer(entry) if entry.is_file() else entry
+        if not (target / "manifest.json").is_file() or (skip and target.resolve() == skip):
+            continue
+        runs.append(load_run(target))
+    return sorted(runs, key=lambda r: (r.created_at, r.run_id))
+
+
+# ---------------------------------------------------------------------------------------------
+# per-cell facts
+
+
+def _drill(row: Mapping[str, Any]) -> float:
+    return float(row.get("fire_drill_pct") or 0.0)
+
+
+def _by_cell(rows: Iterable[Mapping[str, Any]]) -> dict[str, list[Mapping[str, Any]]]:
+    out: dict[str, list[Mapping[str, Any]]] = {}
+    for row in rows:
+        out.setdefault(row["cell_id"], []).append(row)
+    for cell_rows in out.values():
+        cell_rows.sort(key=lambda r: r["repeat"])
+    return out
+
+
+def _ok(rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    return [r for r in rows if r["status"] == "ok" and (r.get("throughput_img_per_s") or 0) > 0]
+
+
+def _usable(rows: Sequence[Mapping[str, Any]], th: Thresholds) -> list[Mapping[str, Any]]:
+    ok = _ok(rows)
+    return [r for r in ok if r.get("is_steady") is not False] if th.exclude_unsteady else ok
+
+
+def _throughputs(rows: Sequence[Mapping[str, Any]]) -> np.ndarray:
+    return np.array([r["throughput_img_per_s"] for r in rows], dtype=float)
+
+
+def _cv(x: np.ndarray) -> float | None:
+    return float(x.std(ddof=1) / x.mean()) if x.size >= 2 else None
+
+
+def noise_label(cv: float | None, num_unsteady: int) -> str:
+    """quiet (< 1 %), moderate (< 3 %), noisy (< 10 %), very noisy: spread of throughput across repeats."""
+    if cv is None:
+        label = "unknown (one repeat)"
+    else:
+        label = "quiet" if cv < 0.01 else "moderate" if cv < 0.03 else "noisy" if cv < 0.10 else "very noisy"
+    return label + (f", {num_unsteady} unsteady" if num_unsteady else "")
+
+
+def _axes(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    return {axis: rows[0].get(axis) for axis in AXIS_COLUMNS}
+
+
+def _failure(rows: Sequence[Mapping[str, Any]]) -> tuple[str, str]:
+    """(verdict, reason) for a cell without a usable repeat in the candidate."""
+    bad = [r for r in rows if r["status"] in BAD_STATUSES]
+    if bad:
+        return FAILED, f"{len(bad)} of {len(rows)} repeats {bad[0]['status']}: {bad[0]['reason']}"
+    skipped = [r for r in rows if r["status"] == "skipped"]
+    if skipped:
+        return SKIPPED, skipped[0]["reason"] or "skipped"
+    return INSUFFICIENT, "no repeat with a throughput"
+
+
+def _format_diff(diff: Sequence[tuple[str, Any, Any]]) -> str:
+    return "; ".join(f"{name}: {a} -> {b}" for name, a, b in diff)
+
+
+def accuracy_check(cand: Sequence[Mapping[str, Any]], base: Sequence[Mapping[str, Any]],
+                   th: Thresholds, confidence: float) -> dict[str, Any]:
+    """Top-1 against a band: `below band` when the whole interval of the change lies below 0 and the
+    change is beyond accuracy_tolerance (the same rule as throughput). Repeats evaluate the same images,
+    so the sample size is one repeat's num_val_images, not their sum."""
+    c = [r for r in cand if r.get("top1") is not None and (r.get("num_val_images") or 0) > 0]
+    b = [r for r in base if r.get("top1") is not None and (r.get("num_val_images") or 0) > 0]
+    if not c or not b:
+        return {"accuracy_verdict": ACCURACY_NA}
+    p_c, p_b = float(np.mean([r["top1"] for r in c])), float(np.mean([r["top1"] for r in b]))
+    n_c, n_b = float(np.mean([r["num_val_images"] for r in c])), float(np.mean([r["num_val_images"] for r in b]))
+    ci = inference.two_proportion_interval(p_c, n_c, p_b, n_b, confidence=confidence)
+    verdict = ACCURACY_WITHIN
+    if ci.high < 0 and ci.estimate < -th.accuracy_tolerance:
+        verdict = ACCURACY_BELOW
+    elif ci.low > 0 and ci.estimate > th.accuracy_tolerance:
+        verdict = ACCURACY_ABOVE
+    return {"accuracy_verdict": verdict, "candidate_top1": p_c, "baseline_top1": p_b, "top1_change": ci.estimate,
+            "top1_ci_low": ci.low, "top1_ci_high": ci.high}
+
+
+# ---------------------------------------------------------------------------------------------
+# candidate vs baseline (a run, or side A of an A/B run)
+
+
+@dataclass(slots=True)
+class _Metric:
+    """One metric of a testable cell: its per-repeat values on both sides and its own p-value."""
+
+    name: str
+    cand: np.ndarray
+    baseline: np.ndarray
+    p: float = 1.0
+
+
+@dataclass(slots=True)
+class _Pending:
+    """A cell that reached the tests: its samples and the verdict fields known so far."""
+
+    base: dict[str, Any]
+    metrics: list[_Metric]
+    """Throughput first, then the fast-step rate where both sides have it (Thresholds.fast_steps)."""
+    p: float = 1.0
+    """The cell's p-value: the smallest metric p-value times the number of metrics (Bonferroni)."""
+    note: str = ""
+    """Appended to the verdict's reason."""
+    cand_probe: np.ndarray | None = None
+    """Machine-speed probe seconds of each candidate repeat, when the comparison adjusts for it."""
+    base_probe: np.ndarray | None = None
+
+    @property
+    def adjusted(self) -> bool:
+        return self.cand_probe is not None and self.base_probe is not None
+
+
+def _probes(cand_ok: Sequence[Mapping[str, Any]], base_ok: Sequence[Mapping[str, Any]],
+            th: Thresholds) -> tuple[np.ndarray, np.ndarray] | None:
+    """Probe seconds of both sides when the comparison can adjust for machine speed: every usable repeat has
+    a probe, all of one kind, and the probe varied within a side (else its slope is unknowable)."""
+    if not th.speed_adjust:
+        return None
+    rows = [*cand_ok, *base_ok]
+    if any(not (r.get("speed_probe_s") or 0) > 0 for r in rows) or \
+            len({r.get("speed_probe_kind") for r in rows}) != 1:
+        return None
+    c = np.array([r["speed_probe_s"] for r in cand_ok], dtype=float)
+    b = np.array([r["speed_probe_s"] for r in base_ok], dtype=float)
+    if np.ptp(np.log(c)) <= 1e-12 and np.ptp(np.log(b)) <= 1e-12:
+        return None
+    return c, b
+
+
+def _prepare(cid: str, cand_rows: list, base_rows: list | None, candidate: RunData, baseline: RunData,
+             th: Thresholds, require_same_env: bool) -> tuple[dict[str, Any], _Pending | None]:
+    """Common verdict fields, and the samples when the cell can be tested (else a final verdict)."""
+    common = {"cell_id": cid, **_axes(cand_rows), "floor_pct": th.floor_pct, "fdr_q": th.fdr_q,
+              "accuracy_tolerance": th.accuracy_tolerance, "fire_drill_pct": max(map(_drill, cand_rows)),
+              "is_smoke": bool(cand_rows[0].get("is_smoke")), "candidate_run_id": candidate.run_id,
+              "baseline_run_id": baseline.run_id}
+    cand_ok = _usable(cand_rows, th)
+    common |= {"num_candidate": len(cand_ok)}
+    if not _ok(cand_rows):
+        verdict, reason = _failure(cand_rows)
+        return common | {"verdict": verdict, "reason": reason}, None
+    if not base_rows:
+        return common | {"verdict": NO_BASELINE, "reason": f"cell not in the baseline {baseline.run_id}"}, None
+    common["baseline_fire_drill_pct"] = max(map(_drill, base_rows))
+    if bool(base_rows[0].get("is_smoke")) != common["is_smoke"]:
+        which = "candidate" if common["is_smoke"] else "baseline"
+        why = f"the {which} is a --smoke run; smoke and full runs measure different things"
+        return common | {"verdict": NOT_COMPARABLE, "reason": why}, None
+    base_ok = _usable(base_rows, th)
+    cand_keys = {r.get("env_key") for r in _ok(cand_rows)}
+    base_keys = {r.get("env_key") for r in _ok(base_rows)}
+    diff = ""
+    if cand_keys != base_keys:
+        diff = _format_diff(env_diff(baseline.environment, candidate.environment, fields=ENV_KEY_FIELDS)) or \
+            f"env_key {sorted(map(str, base_keys))} -> {sorted(map(str, cand_keys))}"
+        common["env_diff"] = diff
+        if require_same_env:
+            return common | {"verdict": NOT_COMPARABLE, "reason": f"environment differs: {diff}"}, None
+    cand_x, base_x = _throughputs(cand_ok), _throughputs(base_ok)
+    unsteady = sum(r.get("is_steady") is False for r in _ok(cand_rows) + _ok(base_rows))
+    cv = max((c for c in (_cv(cand_x), _cv(base_x)) if c is not None), default=None)
+    common |= {"num_baseline": len(base_ok), "num_unsteady": unsteady, "noise": noise_label(cv, unsteady),
+               "candidate_cv": _cv(cand_x), "baseline_cv": _cv(base_x),
+               "candidate_img_per_s": float(cand_x.mean()) if cand_x.size else None,
+               "baseline_img_per_s": float(base_x.mean()) if base_x.size else None}
+    base_cv = _cv(base_x)
+    if base_cv and min(len(cand_ok), len(base_ok)) >= 2:
+        common["mdc_pct"] = 100 * inference.min_detectable_change(base_cv, len(cand_ok), len(base_ok), alpha=th.fdr_q)
+    dropped = " (unsteady repeats left out)" if th.exclude_unsteady else ""
+    if min(len(cand_ok), len(base_ok)) < th.min_repeats:
+        return common | {"verdict": INSUFFICIENT,
+                         "reason": f"{len(cand_ok)} candidate and {len(base_ok)} baseline repeats usable{dropped}; "
+                                   f"need at least {th.min_repeats} on each side"}, None
+    smallest_p = 2 / math.comb(len(cand_ok) + len(base_ok), len(cand_ok))
+    if smallest_p > th.fdr_q:
+        why = (f"{len(cand_ok)} + {len(base_ok)} repeats usable{dropped}: no outcome could reach p <= {th.fdr_q:g} "
+               f"(the smallest possible is {smallest_p:.3g}); add repeats")
+        return common | {"verdict": INSUFFICIENT, "reason": why}, None
+    probes = _probes(cand_ok, base_ok, th)
+    metrics = [_Metric(THROUGHPUT, cand_x, base_x)]
+    fast = _fast_steps(cand_ok, base_ok, th)
+    if fast is not None and 2 * smallest_p > th.fdr_q:  # split two ways the level would be out of reach
+        fast, note = None, (f" (fast steps not tested: at {len(cand_ok)} + {len(base_ok)} repeats only one metric "
+                            f"can reach p <= {th.fdr_q:g})")
+    else:
+        note = ""
+    if fast is not None:
+        metrics.append(_Metric(FAST_STEPS, *fast))
+        common |= {"candidate_fast_img_per_s": float(fast[0].mean()), "baseline_fast_img_per_s": float(fast[1].mean())}
+    return common, _Pending(base=common, metrics=metrics, cand_probe=probes and probes[0],
+                            base_probe=probes and probes[1], note=note)
+
+
+def _fast_steps(cand_ok: Sequence[Mapping[str, Any]], base_ok: Sequence[Mapping[str, Any]],
+                th: Thresholds) -> tuple[np.ndarray, np.ndarray] | None:
+    """Fast-step rates of both sides when the comparison tests them: every usable repeat recorded one
+    (rows written before nvbench recorded it read as null: those cells are judged on throughput)."""
+    column = METRIC_COLUMNS[FAST_STEPS]
+    if not th.fast_steps or any(not (r.get(column) or 0) > 0 for r in [*cand_ok, *base_ok]):
+        return None
+    return (np.array([r[column] for r in cand_ok], dtype=float), np.array([r[column] for r in base_ok], dtype=float))
+
+
+def _p_value(p: _Pending, m: _Metric, th: Thresholds) -> float:
+    if p.adjusted:
+        return inference.ancova_permutation_p(m.cand, m.baseline, p.cand_probe, p.base_probe,
+                                          num_permutations=th.num_resamples, seed=th.seed)
+    return inference.permutation_p_value(m.cand, m.baseline, num_permutations=th.num_resamples, seed=th.seed)
+
+
+def _interval(pending: _Pending, m: _Metric, level: float,
+              th: Thresholds) -> tuple[Interval, dict[str, Any], str]:
+    """The metric's change with its interval, the speed-adjustment fields (with the metric's minimum
+    detectable change at its share of the level), and the method in words."""
+    n_c, n_b, alpha = m.cand.size, m.baseline.size, th.fdr_q / len(pending.metrics)
+    if not pending.adjusted:
+        ci = inference.bootstrap_log_ratio(m.cand, m.baseline, confidence=level, num_resamples=th.num_resamples,
+                                       seed=th.seed)
+        cv = _cv(m.baseline)
+        mdc = 100 * inference.min_detectable_change(cv, n_c, n_b, alpha=alpha) if cv else None
+        return ci, {"mdc_pct": mdc}, f"permutation + benjamini_hochberg; {ci.method} interval"
+    fit = inference.ancova_fit(m.cand, m.baseline, pending.cand_probe, pending.base_probe)
+    extra = {"unadjusted_effect_pct": inference.to_percent(fit.unadjusted),
+             "speed_probe_change_pct": inference.to_percent(fit.covariate_shift), "speed_slope": fit.slope,
+             # what the adjusted comparison could see: its residual noise in place of the raw spread
+             "mdc_pct": 100 * inference.min_detectable_change(fit.residual_sd, n_c, n_b, alpha=alpha)
+             if math.isfinite(fit.residual_sd) and fit.residual_sd > 0 else None}
+    return fit.interval(level), extra, "speed-adjusted (ancova on the probe) freedman_lane permutation + " \
+        "benjamini_hochberg; ancova_t interval"
+
+
+def holm_within(p_values: Sequence[float], alpha: float) -> list[bool]:
+    """Which metrics of one cell are significant when the cell is tested at `alpha` (Holm's step-down,
+    i.e. closed testing over Bonferroni: the smallest p-value needs k p <= alpha, the next (k - 1) p <=
+    alpha, and so on while they pass). With one metric: p <= alpha."""
+    order = sorted(range(len(p_values)), key=lambda i: p_values[i])
+    out = [False] * len(p_values)
+    for rank, i in enumerate(order):
+        if (len(p_values) - rank) * p_values[i] > alpha * (1 + 1e-12):
+            break
+        out[i] = True
+    return out
+
+
+def _decide(pending: _Pending, alpha: float, p_adjusted: float, level: float, th: Thresholds) -> dict[str, Any]:
+    """The verdict of a tested cell. `alpha`: the level Benjamini-Hochberg tested the cell at (R q / m with
+    R cells rejected; 0 when none was). Which metrics are significant follows Holm within the cell
+    (holm_within); each metric's interval is at the FCR level split between the metrics; a regression of
+    either metric makes the verdict (a regression is never hidden by an improvement of the other)."""
+    k = len(pending.metrics)
+    level_m = 1 - (1 - level) / k
+    out = {"p_value": pending.p, "p_adjusted": p_adjusted, "ci_level": level_m}
+    calls, texts, reach = {}, [], []
+    for m, significant in zip(pending.metrics, holm_within([m.p for m in pending.metrics], alpha)):
+        ci, extra, method = _interval(pending, m, level_m, th)
+        if extra.get("mdc_pct") is not None:
+            reach.append(extra["mdc_pct"])
+        extra = {key: value for key, value in extra.items() if key != "mdc_pct"}
+        effect, low, high = inference.to_percent(ci.estimate), inference.to_percent(ci.low), inference.to_percent(ci.high)
+        text = f"{effect:+.1f}% [{low:+.1f}, {high:+.1f}]"
+        if m.name == THROUGHPUT:
+            out |= {"method": method + (f"; Bonferroni over {k} metrics" if k > 1 else ""), "effect_pct": effect,
+                    "ci_low_pct": low, "ci_high_pct": high, "throughput_p_value": m.p} | extra
+            if pending.adjusted:
+                text += (f" adjusted for machine speed (probe {extra['speed_probe_change_pct']:+.1f}%, "
+                         f"unadjusted {extra['unadjusted_effect_pct']:+.1f}%)")
+        else:
+            out |= {"fast_effect_pct": effect, "fast_ci_low_pct": low, "fast_ci_high_pct": high, "fast_p_value": m.p}
+        texts.append(f"{m.name} {text}" if k > 1 else text)
+        excludes_zero = ci.high < 0 or ci.low > 0
+        if significant and excludes_zero and effect <= -th.floor_pct:
+            calls.setdefault(REGRESSION, m.name)
+        elif significant and excludes_zero and effect >= th.floor_pct:
+            calls.setdefault(IMPROVEMENT, m.name)
+        elif significant and excludes_zero:
+            calls.setdefault("within floor", m.name)
+        elif significant:
+            calls.setdefault("interval includes 0", m.name)
+        elif excludes_zero:
+            calls.setdefault("not rejected", m.name)
+    if reach:  # either metric can call a change: the comparison reaches as far as the better one
+        out["mdc_pct"] = min(reach)
+    change = "; ".join(texts) + f" at {level_m:.1%}"
+    nearest = min(pending.metrics, key=lambda m: m.p).name
+    if REGRESSION in calls:
+        name = calls[REGRESSION]
+        return out | {"verdict": REGRESSION, "decided_by": name,
+                      "reason": f"{change}: {_whose(name, k)}slower beyond the {th.floor_pct:g}% floor{pending.note}"}
+    if IMPROVEMENT in calls:
+        name = calls[IMPROVEMENT]
+        return out | {"verdict": IMPROVEMENT, "decided_by": name,
+                      "reason": f"{change}: {_whose(name, k)}faster beyond the {th.floor_pct:g}% floor{pending.note}"}
+    if "within floor" in calls:
+        why = f"real but within the {th.floor_pct:g}% practical floor"
+    elif "interval includes 0" in calls:
+        why = "the permutation test rejects but the interval includes 0"
+    elif "not rejected" in calls:
+        why = f"the interval excludes 0 but the permutation test does not reject (p = {pending.p:.2g}, " \
+              f"BH-adjusted {p_adjusted:.2g} > {th.fdr_q:g})"
+    else:
+        why = "the interval includes 0"
+    mdc = out.get("mdc_pct", pending.base.get("mdc_pct"))
+    effects = [abs(out[f]) for f in ("effect_pct", "fast_effect_pct") if out.get(f) is not None]
+    if mdc is not None and mdc > max(th.floor_pct, *effects):
+        why += f"; at this noise only changes beyond ~{mdc:.0f}% are reliably seen"
+    return out | {"verdict": UNCHANGED, "decided_by": nearest, "reason": f"{change}: {why}{pending.note}"}
+
+
+def _whose(name: str, k: int) -> str:
+    return f"{name} " if k > 1 else ""
+
+
+def compare_runs(candidate: RunData, baseline: RunData, thresholds: Thresholds | None = None, *,
+                 require_same_env: bool = True, mode: str = "baseline",
+                 baseline_label: str | None = None) -> Comparison:
+    """Verdict for every cell of `candidate` against `baseline`, matched by cell_id.
+
+    Per testable cell: log ratio of mean throughput across repeats with a percentile bootstrap interval
+    (inference.bootstrap_log_ratio, resampling repeats) and an exact permutation p-value of the same statistic
+    (inference.permutation_p_value: its false-alarm rate is at most the level at any number of repeats, where
+    the percentile bootstrap's is not); Benjamini-Hochberg across the testable cells at fdr_q; intervals at
+    the FCR-adjusted level 1 - R q / m (Benjamini & Yekutieli). With Thresholds.speed_adjust (the default)
+    and a machine-speed probe of one kind on every usable repeat of both sides (CPU cells),
+    the change is instead the difference of mean log throughput at equal probe time (inference.ancova_fit, t
+    interval) tested by a Freedman-Lane permutation (inference.ancova_permutation_p). With Thresholds.fast_steps
+    the fast-step rate is tested the same way beside throughput: the cell's p-value is the smaller one times
+    two, Holm within the cell says which metric is significant, intervals are at half the error each. A
+    regression needs all three, for one metric: BH rejects (and Holm keeps the metric), the whole interval
+    lies below 0, and the change is beyond the floor.
+    `require_same_env=False` (A/B runs, where the environment is what is being compared) reports
+    environment differences instead of refusing.
+    """
+    th = thresholds or Thresholds()
+    cand_cells, base_cells = _by_cell(candidate.rows), _by_cell(baseline.rows)
+    prepared = [_prepare(cid, rows, base_cells.get(cid), candidate, baseline, th, require_same_env)
+                for cid, rows in sorted(cand_cells.items())]
+    testable = [p for _, p in prepared if p is not None]
+    for p in testable:
+        for m in p.metrics:
+            m.p = _p_value(p, m, th)
+        p.p = min(1.0, len(p.metrics) * min(m.p for m in p.metrics))
+    decided: dict[int, dict[str, Any]] = {}
+    if testable:
+        adjusted, rejected = inference.benjamini_hochberg([p.p for p in testable], q=th.fdr_q)
+        level = inference.fcr_adjusted_confidence(int(rejected.sum()), len(testable), q=th.fdr_q)
+        alpha = int(rejected.sum()) * th.fdr_q / len(testable)  # the BH threshold the rejected cells passed
+        for p, adj, rej in zip(testable, adjusted, rejected):
+            decided[id(p)] = _decide(p, alpha if rej else 0.0, float(adj), level, th)
+    verdicts = []
+    for common, p in prepared:
+        fields_ = common | decided[id(p)] if p is not None else common
+        cid = common["cell_id"]
+        if p is not None or common["verdict"] not in (FAILED, SKIPPED):
+            fields_ |= accuracy_check(_ok(cand_cells[cid]), _ok(base_cells.get(cid, [])), th,
+                                      fields_.get("ci_level") or 1 - th.fdr_q)
+            if fields_["verdict"] == NOT_COMPARABLE:
+                fields_["accuracy_verdict"] = ACCURACY_NA
+        drills = (fields_.get("fire_drill_pct") or 0.0, fields_.get("baseline_fire_drill_pct") or 0.0)
+        if any(drills):  # never silent: a drill's verdict says so in its own words
+            fields_["reason"] = f"FIRE DRILL (candidate +{drills[0]:g}%, baseline +{drills[1]:g}% injected work): " \
+                + fields_["reason"]
+        verdicts.append(CellVerdict(**fields_))
+    missing = sorted(set(base_cells) - set(cand_cells))
+    notes = (f"{len(missing)} baseline cell(s) not in this run: {', '.join(missing)}",) if missing else ()
+    return Comparison(
+        mode=mode, candidate=candidate, baseline_label=baseline_label or f"run {baseline.run_id}",
+        baseline_environment=baseline.environment, thresholds=th, verdicts=tuple(verdicts), notes=notes,
+        environment_diff=tuple(env_diff(baseline.environment, candidate.environment)))
+
+
+def describe_only(candidate: RunData, thresholds: Thresholds | None = None) -> Comparison:
+    """No baseline: every cell's own figures and failures, verdict `no baseline`."""
+    th = thresholds or Thresholds()
+    verdicts = []
+    for cid, rows in sorted(_by_cell(candidate.rows).items()):
+        ok = _usable(rows, th)
+        x = _throughputs(ok)
+        unsteady = sum(r.get("is_steady") is False for r in _ok(rows))
+        verdict, reason = _failure(rows) if not _ok(rows) else (NO_BASELINE, "no baseline given")
+        verdicts.append(CellVerdict(
+            cell_id=cid, **_axes(rows), verdict=verdict, reason=reason, floor_pct=th.floor_pct, fdr_q=th.fdr_q,
+            accuracy_tolerance=th.accuracy_tolerance, num_candidate=len(ok),
+            candidate_img_per_s=float(x.mean()) if x.size else None, candidate_cv=_cv(x) if x.size else None,
+            num_unsteady=unsteady, noise=noise_label(_cv(x), unsteady) if x.size else "",
+            fire_drill_pct=max(map(_drill, rows)), is_smoke=bool(rows[0].get("is_smoke")),
+            candidate_run_id=candidate.run_id))
+    return Comparison(mode="none", candidate=candidate, baseline_label="nothing (no baseline given)",
+                      baseline_environment=None, thresholds=th, verdicts=tuple(verdicts))
+
+
+# ---------------------------------------------------------------------------------------------
+# history screening
+
+
+def _history_values(cid: str, is_smoke: bool, env_keys: set, history: Sequence[RunData],
+                    th: Thresholds) -> tuple[list[float], RunData | None, int]:
+    """Mean throughput of the cell in each comparable past run (newest last, at most history_runs),
+    the newest past run holding the cell at all, and how many drill runs were left out."""
+    values, newest, drills = [], None, 0
+    for run in history:
+        rows = _by_cell(run.rows).get(cid)
+        if not rows:
+            continue
+        newest = run
+        ok = [r for r in _usable(rows, th) if bool(r.get("is_smoke")) == is_smoke]
+        if any(_drill(r) for r in rows):
+            drills += 1
+            continue
+        if ok and {r.get("env_key") for r in ok} <= env_keys:
+            values.append(float(_throughputs(ok).mean()))
+    return values[-th.history_runs:], newest, drills
+
+
+def screen_history(candidate: RunData, history: Sequence[RunData], thresholds: Thresholds | None = None, *,
+                   label: str = "history") -> Comparison:
+    """Screen every cell against its own history: the median and scaled MAD of its mean throughput over
+    the last `history_runs` comparable runs (same env_key and smoke-ness; fire drills never count). A
+    cell is a suspect when its robust z is at least history_z AND the change beyond the floor; suspects
+    are what a confirmation rerun should target, not confirmed regressions."""
+    th = thresholds or Thresholds()
+    verdicts, suspects = [], []
+    for cid, rows in sorted(_by_cell(candidate.rows).items()):
+        common = {"cell_id": cid, **_axes(rows), "floor_pct": th.floor_pct, "fdr_q": th.fdr_q,
+                  "accuracy_tolerance": th.accuracy_tolerance, "fire_drill_pct": max(map(_drill, rows)),
+                  "is_smoke": bool(rows[0].get("is_smoke")), "candidate_run_id": candidate.run_id,
+                  "baseline_run_id": label, "method": "history_median_mad"}
+        ok = _usable(rows, th)
+        if not _ok(rows):
+            verdict, reason = _failure(rows)
+            verdicts.append(CellVerdict(**common, verdict=verdict, reason=reason))
+            continue
+        x = float(_throughputs(ok).mean()) if ok else float(_throughputs(_ok(rows)).mean())
+        keys = {r.get("env_key") for r in _ok(rows)}
+        values, newest, drills = _history_values(cid, common["is_smoke"], keys, history, th)
+        common |= {"candidate_img_per_s": x, "num_candidate": len(ok), "num_history_runs": len(values),
+                   "candidate_cv": _cv(_throughputs(ok)) if ok else None}
+        verdicts.append(CellVerdict(**common, **_screen(x, values, newest, drills, candidate, th)))
+        if verdicts[-1].verdict in (SUSPECT_REGRESSION, SUSPECT_IMPROVEMENT):
+            suspects.append(cid)
+    return Comparison(mode="history", candidate=candidate, baseline_label=label, baseline_environment=None,
+                      thresholds=th, verdicts=tuple(verdicts), suspects=tuple(suspects))
+
+
+def _screen(x: float, values: list[float], newest: RunData | None, drills: int, candidate: RunData,
+            th: Thresholds) -> dict[str, Any]:
+    if newest is None:
+        return {"verdict": NO_BASELINE, "reason": "cell in no past run"}
+    if not values:
+        diff = _format_diff(env_diff(newest.environment, candidate.environment, fields=ENV_KEY_FIELDS))
+        why = f"environment differs from the newest past run {newest.run_id}: {diff}" if diff else \
+            f"no past run with the same environment and smoke setting ({drills} fire drill(s) left out)"
+        return {"verdict": NOT_COMPARABLE, "reason": why, "env_diff": diff}
+    if len(values) < th.history_min_runs:
+        return {"verdict": INSUFFICIENT,
+                "reason": f"{len(values)} comparable past run(s); need at least {th.history_min_runs}"}
+    med, mad = inference.median_mad(values)
+    z = inference.robust_z(x, values)
+    effect = inference.to_percent(math.log(x / med))
+    out = {"effect_pct": effect, "history_median_img_per_s": med, "history_mad_img_per_s": mad,
+           "robust_z": z if math.isfinite(z) else None, "baseline_img_per_s": med,
+           "mdc_pct": max(th.floor_pct, 100 * th.history_z * mad / med),
+           "noise": noise_label(mad / med, 0) + " (run to run)"}
+    shown = f"{effect:+.1f}% vs the median of {len(values)} runs (robust z {z:+.1f})"
+    if abs(z) >= th.history_z and abs(effect) >= th.floor_pct:
+        verdict = SUSPECT_REGRESSION if effect < 0 else SUSPECT_IMPROVEMENT
+        return out | {"verdict": verdict, "reason": f"{shown}: rerun this cell to confirm"}
+    why = "within the run-to-run spread" if abs(z) < th.history_z else f"within the {th.floor_pct:g}% floor"
+    return out | {"verdict": UNCHANGED, "reason": f"{shown}: {why}"}

@@ -1,0 +1,638 @@
+"""Rendering of a comparison (harness.analysis.compare) into report.html (self-contained: inline CSS and SVG, no
+network), summary.md (a CI comment or job summary), junit.xml (a confirmed regression is a failed test)
+and verdicts.parquet. No statistics here: every number comes from compare or the run's rows.
+
+Every string that comes from results or matrices is escaped (html.escape for HTML and SVG, ElementTree
+for XML, _md for Markdown) before it is written.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+import re
+import string
+import xml.etree.ElementTree as ET
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from importlib import resources
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from harness.analysis import compare
+from harness.analysis.compare import (
+    ACCURACY_BELOW,
+    FAILED,
+    IMPROVEMENT,
+    INSUFFICIENT,
+    NO_BASELINE,
+    NOT_COMPARABLE,
+    REGRESSION,
+    SKIPPED,
+    SUSPECT_IMPROVEMENT,
+    SUSPECT_REGRESSION,
+    UNCHANGED,
+    CellVerdict,
+    Comparison,
+    RunInputError,
+    Thresholds,
+)
+from harness.results import store
+from harness.results.env import ENV_KEY_FIELDS
+from harness.stats.window import FAST_STEP_QUANTILE
+
+VERDICTS_VERSION = 3
+"""Version of verdicts.parquet (schema metadata nvbench.verdicts_version). 1: first release. 2: the
+speed-adjustment columns unadjusted_effect_pct, speed_probe_change_pct and speed_slope. 3: the fast-step
+rate (decided_by, throughput_p_value, fast_effect_pct, fast_ci_low_pct, fast_ci_high_pct, fast_p_value,
+candidate_fast_img_per_s, baseline_fast_img_per_s); p_value is the cell's (Bonferroni over its metrics)."""
+
+REPORT_FILES = ("report.html", "summary.md", "verdicts.parquet", "junit.xml")
+
+_ARROW_TYPES = {"str": pa.string(), "int": pa.int64(), "float": pa.float64(), "bool": pa.bool_()}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReportResult:
+    out_dir: Path
+    files: tuple[Path, ...]
+    comparison: Comparison
+
+    @property
+    def has_regression(self) -> bool:
+        return bool(self.comparison.regressions)
+
+
+# ---------------------------------------------------------------------------------------------
+# entry point: load, compare, render, write
+
+
+def make_report(run_dir: Path, *, baseline: Path | None = None, history: Path | None = None,
+                out_dir: Path | None = None, thresholds: Thresholds | None = None) -> ReportResult:
+    """Compare `run_dir` with a baseline run, a history folder, or nothing, and write the four files."""
+    problems: list[str] = []
+
+    def attempt(load):
+        try:
+            return load()
+        except RunInputError as exc:
+            problems.extend(exc.problems)
+            return None
+
+    candidate = attempt(lambda: compare.load_run(run_dir))
+    baseline_run = attempt(lambda: compare.load_run(baseline)) if baseline else None
+    runs = attempt(lambda: compare.load_history(history, exclude=run_dir)) if history else None
+    if problems:
+        raise RunInputError(problems)
+    th = thresholds or Thresholds()
+    if baseline_run is not None:
+        comparison = compare.compare_runs(candidate, baseline_run, th)
+    elif runs is not None:
+        comparison = compare.screen_history(candidate, runs, th, label=f"history: {len(runs)} run(s) in {history}")
+    else:
+        comparison = compare.describe_only(candidate, th)
+    return write_report(comparison, Path(out_dir) if out_dir else Path(run_dir) / "report")
+
+
+def write_report(comparison: Comparison, out_dir: Path) -> ReportResult:
+    """Render every file first, then write them together: a report is never half new, half old."""
+    contents = [render_html(comparison).encode(), render_markdown(comparison).encode(),
+                store.table_bytes(verdict_table(comparison)), render_junit(comparison)]
+    files = [out_dir / name for name in REPORT_FILES]
+    if comparison.mode == "history":
+        files.append(out_dir / "suspects.json")
+        contents.append((json.dumps(suspects(comparison), indent=2, sort_keys=True, default=str) + "\n").encode())
+    store.write_all(dict(zip(files, contents)))
+    if comparison.mode != "history":  # a history screen's suspects must not outlive it in this folder
+        (out_dir / "suspects.json").unlink(missing_ok=True)
+    return ReportResult(out_dir=out_dir, files=tuple(files), comparison=comparison)
+
+
+def suspects(comparison: Comparison) -> list[dict[str, Any]]:
+    """History mode: what a confirmation rerun should target, with the `--only` filters that select it."""
+    out = []
+    for v in comparison.verdicts:
+        if v.cell_id in comparison.suspects:
+            only = [f"{axis}={getattr(v, axis)}" for axis in compare.AXIS_COLUMNS]
+            out.append({"cell_id": v.cell_id, "verdict": v.verdict, "effect_pct": v.effect_pct,
+                        "robust_z": v.robust_z, "only": only})
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# shared wording
+
+
+def _e(value: Any) -> str:
+    return html.escape("" if value is None else str(value), quote=True)
+
+
+def _num(value: float | None, spec: str = ".1f", suffix: str = "") -> str:
+    return "-" if value is None or (isinstance(value, float) and not math.isfinite(value)) else \
+        f"{format(value, spec)}{suffix}"
+
+
+def change_text(v: CellVerdict) -> str:
+    """'-3.1% [-3.8, -2.4]', '-3.1% (z -4.2)' in history mode, or '-'; with the fast-step rate's change
+    after it where the comparison tested it ('...; fast steps -5.0% [-6.1, -3.9]'), the metric the
+    verdict rests on marked with '*'."""
+    if v.effect_pct is None:
+        return "-"
+    if v.ci_low_pct is not None and v.ci_high_pct is not None:
+        text = f"{v.effect_pct:+.1f}% [{v.ci_low_pct:+.1f}, {v.ci_high_pct:+.1f}]"
+    else:
+        return f"{v.effect_pct:+.1f}%" + (f" (z {v.robust_z:+.1f})" if v.robust_z is not None else "")
+    if v.fast_effect_pct is None:
+        return text
+    fast = f"fast steps {v.fast_effect_pct:+.1f}% [{v.fast_ci_low_pct:+.1f}, {v.fast_ci_high_pct:+.1f}]"
+    if v.verdict in (REGRESSION, IMPROVEMENT):  # mark the metric that made the call
+        text, fast = (text + "*", fast) if v.decided_by == compare.THROUGHPUT else (text, fast + "*")
+    return f"{text}; {fast}"
+
+
+def label(cell_id: str) -> str:
+    """The readable axis part of a cell id (the hash dropped): unique within one matrix."""
+    head, _, tail = cell_id.rpartition("_")
+    return head if head and re.fullmatch(r"[0-9a-f]{6,}", tail) else cell_id
+
+
+def _css_class(verdict: str) -> str:
+    return verdict.replace(" ", "-")
+
+
+def sorted_verdicts(comparison: Comparison) -> list[CellVerdict]:
+    """By the change of the metric each verdict rests on, most negative first; cells without an effect
+    after them, in VERDICTS order."""
+    order = {name: i for i, name in enumerate(compare.VERDICTS)}
+    return sorted(comparison.verdicts, key=lambda v: (v.decided_effect_pct is None, v.decided_effect_pct or 0.0,
+                                                      order.get(v.verdict, 99), v.cell_id))
+
+
+def headline_words(comparison: Comparison) -> str:
+    counts = comparison.counts()
+    parts = [f"{n} {name}{'s' if n != 1 and name.endswith(('regression', 'improvement')) else ''}"
+             for name, n in counts.items()]
+    acc = sum(v.accuracy_verdict == ACCURACY_BELOW for v in comparison.verdicts)
+    if acc:
+        parts.append(f"{acc} accuracy below band")
+    return ", ".join(parts) or "no cells"
+
+
+def _drill_banner(comparison: Comparison) -> str | None:
+    drilled = [v for v in comparison.verdicts if v.fire_drill_pct or v.baseline_fire_drill_pct]
+    if not drilled:
+        return None
+    pct = max(max(v.fire_drill_pct, v.baseline_fire_drill_pct) for v in drilled)
+    return (f"FIRE DRILL: {len(drilled)} cell(s) ran with calibrated extra work (up to +{pct:g}% per step, "
+            "nvbench run --fire-drill). These verdicts test the detector; they are not results.")
+
+
+def _method_text(comparison: Comparison) -> str:
+    th = comparison.thresholds
+    if comparison.mode == "history":
+        return (f"History screening: per cell, the median and scaled MAD of mean throughput over the last "
+                f"{th.history_runs} comparable runs (at least {th.history_min_runs}); a suspect has |robust z| >= "
+                f"{th.history_z:g} and a change beyond the {th.floor_pct:g}% floor. Suspects are not confirmed: "
+                "rerun them (suspects.json) and compare against a baseline.")
+    return (f"Throughput per repeat is a ratio of sums over the measured window. Change = log ratio of mean "
+            f"throughput across repeats with a percentile bootstrap interval ({th.num_resamples} resamples of "
+            f"repeats, seed {th.seed}); exact permutation test of the same ratio, Benjamini-Hochberg across cells "
+            f"at q = {th.fdr_q:g}, intervals at the FCR-adjusted level 1 - R q / m. Regression: BH rejects, the "
+            f"whole interval lies below 0 and the change is beyond the {th.floor_pct:g}% floor; at least "
+            f"{th.min_repeats} repeats per side{'; unsteady repeats left out' if th.exclude_unsteady else ''}. "
+            f"Top-1: Wald interval of the difference, band +/- {th.accuracy_tolerance:g}. MDC: minimum detectable "
+            "change (80% power) at the baseline's repeat-to-repeat spread." + _fast_text(comparison)
+            + _adjusted_text(comparison))
+
+
+def _fast_text(comparison: Comparison) -> str:
+    tested = sum(v.fast_effect_pct is not None for v in comparison.verdicts)
+    if not tested:
+        return ""
+    return (f" Fast steps ({tested} cell(s): every repeat on both sides recorded it): images per step over the "
+            f"{100 * FAST_STEP_QUANTILE:g}th percentile of the step times, the speed of the steps "
+            "interference left alone; tested as "
+            "throughput is, Bonferroni within the cell (Holm for which metric), each interval at half the "
+            "level's error; either metric can call a regression (* marks the one that did); MDC: the better "
+            "metric's.")
+
+
+def _adjusted_text(comparison: Comparison) -> str:
+    adjusted = sum(v.unadjusted_effect_pct is not None for v in comparison.verdicts)
+    if not adjusted:
+        return ""
+    return (f" Speed-adjusted ({adjusted} cell(s): every repeat on both sides carried a machine-speed probe): "
+            "change = difference of mean log throughput at equal probe time (analysis of covariance, t "
+            "interval), Freedman-Lane permutation test; MDC at the spread the probe leaves unexplained.")
+
+
+# ---------------------------------------------------------------------------------------------
+# inline SVG
+
+
+_LABEL_W, _PLOT_W, _ROW_H, _TOP, _BOTTOM = 220, 340, 20, 10, 40
+
+
+def _ticks(lo: float, hi: float, count: int = 6) -> list[float]:
+    raw = (hi - lo) / count
+    mag = 10 ** math.floor(math.log10(raw))
+    step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
+    first = math.ceil(lo / step) * step
+    return [first + i * step for i in range(int((hi - first) / step) + 1)]
+
+
+def hplot(labels: Sequence[str], lo: float, hi: float, draw: Callable[[int, float, Callable[[float], float]], str],
+          *, x_label: str, fmt: str = "g", zero: float | None = None,
+          band: tuple[float, float] | None = None, titles: Sequence[str] | None = None) -> str:
+    """A horizontal chart, one row per label; `draw(i, y, sx)` returns the SVG of row i (already escaped)."""
+    if not labels:
+        return "<p>nothing to plot</p>"
+    if not hi > lo:
+        lo, hi = lo - 1, hi + 1
+    pad = (hi - lo) * 0.04
+    lo, hi = lo - pad, hi + pad
+    width, height = _LABEL_W + _PLOT_W + 20, _TOP + _ROW_H * len(labels) + _BOTTOM
+    bottom = _TOP + _ROW_H * len(labels)
+
+    def sx(value: float) -> float:
+        return _LABEL_W + (min(max(value, lo), hi) - lo) / (hi - lo) * _PLOT_W
+
+    parts = [f'<svg viewBox="0 0 {width} {height}" width="{width}" height="{height}" role="img" '
+             f'aria-label="{_e(x_label)}">']
+    if band is not None:
+        parts.append(f'<rect class="floor" x="{sx(band[0]):.1f}" y="{_TOP}" width="{sx(band[1]) - sx(band[0]):.1f}" '
+                     f'height="{bottom - _TOP}"/>')
+    for tick in _ticks(lo, hi):
+        x = sx(tick)
+        parts.append(f'<line class="axis" x1="{x:.1f}" y1="{_TOP}" x2="{x:.1f}" y2="{bottom}"/>'
+                     f'<text x="{x:.1f}" y="{bottom + 14}" text-anchor="middle">{_e(format(tick, fmt))}</text>')
+    if zero is not None and lo <= zero <= hi:
+        parts.append(f'<line class="zero" x1="{sx(zero):.1f}" y1="{_TOP}" x2="{sx(zero):.1f}" y2="{bottom}"/>')
+    for i, name in enumerate(labels):
+        y = _TOP + _ROW_H * i + _ROW_H / 2
+        shown = name if len(name) <= 34 else name[:33] + "\u2026"
+        tip = (titles[i] if titles else name)
+        parts.append(f'<text x="{_LABEL_W - 6}" y="{y + 4:.1f}" text-anchor="end"><title>{_e(tip)}</title>'
+                     f'{_e(shown)}</text>')
+        parts.append(draw(i, y, sx))
+    parts.append(f'<text x="{_LABEL_W + _PLOT_W / 2:.1f}" y="{height - 6}" text-anchor="middle">{_e(x_label)}</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _dot(x: float, y: float, css: str, tip: str, r: float = 4.5) -> str:
+    return f'<circle class="{_e(css)}" cx="{x:.1f}" cy="{y:.1f}" r="{r}"><title>{_e(tip)}</title></circle>'
+
+
+def _figure(caption: str, svg: str, note: str = "") -> str:
+    return f"<figure><figcaption>{_e(caption)}</figcaption>{svg}" + (f"<p>{_e(note)}</p>" if note else "") + \
+        "</figure>"
+
+
+def _finite(values: Iterable[float | None]) -> list[float]:
+    return [v for v in values if v is not None and math.isfinite(v)]
+
+
+def change_plot(comparison: Comparison) -> str:
+    rows = [v for v in sorted_verdicts(comparison) if v.effect_pct is not None]
+    if not rows:
+        return _figure("Change vs baseline", "<p>no cell could be compared</p>")
+    floor = comparison.thresholds.floor_pct
+    fast = _finite([x for v in rows for x in (v.fast_effect_pct, v.fast_ci_low_pct, v.fast_ci_high_pct)])
+    ends = _finite([x for v in rows for x in (v.effect_pct, v.ci_low_pct, v.ci_high_pct)]) + fast + [floor, -floor]
+    lo, hi = min(ends), max(ends)
+
+    def draw(i: int, y: float, sx) -> str:
+        v = rows[i]
+        css = _css_class(v.verdict)
+        tip = f"{v.cell_id}: {v.verdict}, {change_text(v)}"
+        line = ""
+        if v.ci_low_pct is not None and v.ci_high_pct is not None:
+            line = (f'<line class="ci {_e(css)}" x1="{sx(v.ci_low_pct):.1f}" y1="{y:.1f}" '
+                    f'x2="{sx(v.ci_high_pct):.1f}" y2="{y:.1f}"/>')
+        line += _dot(sx(v.effect_pct), y, css, tip)
+        if v.fast_effect_pct is not None and v.fast_ci_low_pct is not None and v.fast_ci_high_pct is not None:
+            y2 = y + 5  # the fast-step rate just below: hollow dot, dashed interval
+            line += (f'<line class="ci fast {_e(css)}" x1="{sx(v.fast_ci_low_pct):.1f}" y1="{y2:.1f}" '
+                     f'x2="{sx(v.fast_ci_high_pct):.1f}" y2="{y2:.1f}"/>') + \
+                _dot(sx(v.fast_effect_pct), y2, f"fast {css}", tip, r=3)
+        return line
+
+    svg = hplot([label(v.cell_id) for v in rows], lo, hi, draw, x_label="change, %", zero=0.0,
+                band=(-floor, floor), titles=[v.cell_id for v in rows])
+    note = f"Dots: change of throughput; lines: interval; shaded: the +/-{floor:g}% practical floor."
+    if fast:
+        note += " Hollow dots, dashed lines: the fast-step rate (the quieter metric; either can call a regression)."
+    return _figure("Change vs baseline, with intervals", svg, note)
+
+
+def _cell_means(rows: Sequence[Mapping[str, Any]], column: str) -> dict[str, float]:
+    values: dict[str, list[float]] = {}
+    for r in rows:
+        if r["status"] == "ok" and r.get(column) is not None and math.isfinite(r[column]):
+            values.setdefault(r["cell_id"], []).append(float(r[column]))
+    return {cid: float(np.mean(v)) for cid, v in values.items()}
+
+
+def throughput_plots(comparison: Comparison) -> list[str]:
+    """One dot plot per axis that varies: each cell's mean throughput at its axis value (filled: this run,
+    hollow: the baseline)."""
+    by_id = {v.cell_id: v for v in comparison.verdicts}
+    means = _cell_means(comparison.candidate.rows, "throughput_img_per_s")
+    if not means:
+        return [_figure("Throughput by axis", "<p>no cell finished</p>")]
+    axes = [a for a in compare.AXIS_COLUMNS if len({getattr(by_id[c], a) for c in means}) > 1] or ["backend"]
+    values = list(means.values()) + _finite(by_id[c].baseline_img_per_s for c in means)
+    figures = []
+    for axis in axes:
+        groups = sorted({str(getattr(by_id[c], axis)) for c in means})
+        members = {g: [c for c in means if str(getattr(by_id[c], axis)) == g] for g in groups}
+
+        def draw(i: int, y: float, sx, members=members, groups=groups) -> str:
+            out = []
+            for cid in members[groups[i]]:
+                base = by_id[cid].baseline_img_per_s
+                if base is not None:
+                    out.append(_dot(sx(base), y, "base", f"{cid} baseline: {base:.1f} img/s", 4))
+                out.append(_dot(sx(means[cid]), y, "cand", f"{cid}: {means[cid]:.1f} img/s", 3.5))
+            return "".join(out)
+
+        svg = hplot([f"{axis} = {g}" for g in groups], 0.0, max(values), draw, x_label="images/s")
+        figures.append(_figure(f"Throughput by {axis}", svg, "Filled: this run; hollow: baseline. One dot per cell."))
+    return figures
+
+
+def accuracy_plot(comparison: Comparison) -> str:
+    rows = [v for v in sorted_verdicts(comparison) if v.candidate_top1 is not None]
+    if not rows:
+        means = _cell_means(comparison.candidate.rows, "top1")
+        if not means:
+            return _figure("Top-1 accuracy", "<p>no accuracy measured (synthetic data has none)</p>")
+        ids = sorted(means)
+        svg = hplot([label(c) for c in ids], 0.0, 1.0, lambda i, y, sx: _dot(sx(means[ids[i]]), y, "cand",
+                    f"{ids[i]}: top-1 {means[ids[i]]:.3f}"), x_label="top-1", titles=ids)
+        return _figure("Top-1 accuracy", svg)
+    tol = comparison.thresholds.accuracy_tolerance
+
+    def draw(i: int, y: float, sx) -> str:
+        v = rows[i]
+        out = []
+        if v.baseline_top1 is not None:
+            lo, hi = v.baseline_top1 - tol, v.baseline_top1 + tol
+            out.append(f'<rect class="band" x="{sx(lo):.1f}" y="{y - 7:.1f}" width="{sx(hi) - sx(lo):.1f}" '
+                       'height="14"/>')
+            out.append(_dot(sx(v.baseline_top1), y, "base", f"{v.cell_id} baseline: {v.baseline_top1:.3f}", 4))
+        tip = f"{v.cell_id}: {v.candidate_top1:.3f} ({v.accuracy_verdict})"
+        out.append(_dot(sx(v.candidate_top1), y, "cand", tip, 3.5))
+        return "".join(out)
+
+    svg = hplot([label(v.cell_id) for v in rows], 0.0, 1.0, draw, x_label="top-1", titles=[v.cell_id for v in rows])
+    return _figure("Top-1 accuracy against the band", svg, f"Band: baseline +/- {tol:g}; filled: this run.")
+
+
+def bar_plot(comparison: Comparison, column: str, caption: str, x_label: str, note: str,
+             *, percent: bool = False, at_least: float = 1.0) -> str:
+    means = _cell_means(comparison.candidate.rows, column)
+    if not means:
+        return _figure(caption, f"<p>no {_e(column)} in this run</p>")
+    ids = sorted(means, key=lambda c: (means[c], c))
+    scale = 100.0 if percent else 1.0
+    hi = max(at_least, max(means.values())) * scale
+
+    def draw(i: int, y: float, sx) -> str:
+        value = means[ids[i]] * scale
+        return (f'<rect class="bar" x="{sx(0):.1f}" y="{y - 6:.1f}" width="{max(0.5, sx(value) - sx(0)):.1f}" '
+                f'height="12"><title>{_e(ids[i])}: {value:.3g}</title></rect>')
+
+    svg = hplot([label(c) for c in ids], 0.0, hi, draw, x_label=x_label, titles=ids)
+    return _figure(caption, svg, note)
+
+
+# ---------------------------------------------------------------------------------------------
+# HTML
+
+
+def _cards(comparison: Comparison) -> str:
+    kinds = {REGRESSION: "bad", FAILED: "bad", SUSPECT_REGRESSION: "bad", IMPROVEMENT: "good",
+             SUSPECT_IMPROVEMENT: "good", NOT_COMPARABLE: "warn", INSUFFICIENT: "warn"}
+    cards = [f'<div class="card {kinds.get(name, "")}"><span class="n">{n}</span>{_e(name)}</div>'
+             for name, n in comparison.counts().items()]
+    acc = sum(v.accuracy_verdict == ACCURACY_BELOW for v in comparison.verdicts)
+    if acc:
+        cards.append(f'<div class="card bad"><span class="n">{acc}</span>accuracy below band</div>')
+    notes = "".join(f"<p>{_e(n)}</p>" for n in comparison.notes)
+    return f'<div class="cards">{"".join(cards)}</div><p>Compared with {_e(comparison.baseline_label)}.</p>{notes}'
+
+
+def _table(comparison: Comparison) -> str:
+    head = ("cell", "verdict", "change [interval]", "MDC", "noise", "img/s (this / baseline)", "repeats",
+            "top-1", "reason")
+    out = ["<table><thead><tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr></thead><tbody>"]
+    for v in sorted_verdicts(comparison):
+        drill = v.fire_drill_pct or v.baseline_fire_drill_pct
+        tag = f' <span class="tag">fire drill +{v.fire_drill_pct:g}%</span>' if drill else ""
+        top1 = "-" if v.candidate_top1 is None else f"{v.candidate_top1:.3f} ({v.accuracy_verdict})"
+        cells = [
+            f'<code title="{_e(v.cell_id)}">{_e(label(v.cell_id))}</code>{tag}',
+            f'<span class="v v-{_e(_css_class(v.verdict))}">{_e(v.verdict)}</span>',
+            f'<span class="mono">{_e(change_text(v))}</span>',
+            _e(_num(v.mdc_pct, ".1f", "%")), _e(v.noise or "-"),
+            f"{_e(_num(v.candidate_img_per_s))} / {_e(_num(v.baseline_img_per_s))}",
+            f"{v.num_candidate} / {v.num_baseline if comparison.mode != 'history' else v.num_history_runs}",
+            _e(top1), f'<span class="reason">{_e(v.reason)}</span>',
+        ]
+        classes = ' class="drill"' if drill else ""
+        nums = (2, 3, 5, 6)
+        out.append(f"<tr{classes}>" + "".join(f'<td class="num">{c}</td>' if i in nums else f"<td>{c}</td>"
+                                               for i, c in enumerate(cells)) + "</tr>")
+    out.append("</tbody></table>")
+    if comparison.mode == "history" and comparison.suspects:
+        codes = ", ".join(f"<code>{_e(s)}</code>" for s in comparison.suspects)
+        out.append(f"<p>Suspects for a confirmation rerun: {codes} (also in suspects.json).</p>")
+    return "".join(out)
+
+
+def _environment(comparison: Comparison) -> str:
+    env = comparison.candidate.environment
+    parts = []
+    if comparison.baseline_environment is None:
+        parts.append("<p>No second side to compare with.</p>")
+    elif comparison.environment_diff:
+        rows = "".join(f"<tr><td><code>{_e(name)}</code>{' *' if name in ENV_KEY_FIELDS else ''}</td>"
+                       f"<td>{_e(a)}</td><td>{_e(b)}</td></tr>" for name, a, b in comparison.environment_diff)
+        parts.append("<table><thead><tr><th>field (* must match)</th><th>baseline</th><th>this run</th></tr></thead>"
+                     f"<tbody>{rows}</tbody></table>")
+    else:
+        parts.append("<p>None: both sides ran in the same recorded environment.</p>")
+    full = "".join(f"<tr><td><code>{_e(k)}</code></td><td>{_e(v)}</td></tr>" for k, v in env.items())
+    parts.append(f"<details><summary>This run's environment</summary><table><tbody>{full}</tbody></table></details>")
+    return "".join(parts)
+
+
+def _failures(comparison: Comparison) -> str:
+    bad = sorted((r for r in comparison.candidate.rows if r["status"] != "ok"),
+                 key=lambda r: (r["cell_id"], r["repeat"]))
+    if not bad:
+        return "<p>None.</p>"
+    rows = "".join(f'<tr><td><code>{_e(r["cell_id"])}</code></td><td class="num">{r["repeat"]}</td>'
+                   f'<td><span class="v v-{"skipped" if r["status"] == "skipped" else "failed"}">'
+                   f'{_e(r["status"])}</span></td>'
+                   f'<td>{_e(r.get("reason"))}</td><td><code>{_e(r.get("log_path") or "-")}</code></td></tr>'
+                   for r in bad)
+    return ("<table><thead><tr><th>cell</th><th>repeat</th><th>status</th><th>reason</th><th>log</th></tr></thead>"
+            f"<tbody>{rows}</tbody></table>")
+
+
+def _template(name: str) -> str:
+    return resources.files("harness.analysis").joinpath("templates", name).read_text()
+
+
+def render_html(comparison: Comparison) -> str:
+    cand = comparison.candidate
+    banner = _drill_banner(comparison)
+    plots = [change_plot(comparison), *throughput_plots(comparison), accuracy_plot(comparison),
+             bar_plot(comparison, "exposed_data_wait_frac", "Exposed data wait",
+                      "% of the window the GPU waited for data",
+                      "The time the training stream sat idle waiting for a batch (CUDA events around each fetch; "
+                      "on CPU the host's wait), over the window. Lower is better; 0 = the loader never stalled the "
+                      "GPU. The host's own time in next() (host_data_wait_frac) overlaps queued GPU work and is "
+                      "not shown here.", percent=True, at_least=0.05),
+             bar_plot(comparison, "loader_efficiency", "Loader efficiency", "throughput / synthetic twin",
+                      "1.0 = the loader keeps up with the compute (real-data cells with a synthetic twin).")]
+    env = cand.environment
+    subtitle = (f"{cand.run_id} vs {comparison.baseline_label} \u00b7 created {cand.created_at or '?'} \u00b7 "
+                f"host {env.get('hostname') or '?'} \u00b7 nvbench {env.get('nvbench_version') or '?'} "
+                f"git {str(env.get('nvbench_git_sha') or '?')[:10]}")
+    return string.Template(_template("report.html")).substitute(
+        title=_e(f"nvbench report: {cand.run_id}"), css=_template("report.css"), subtitle=_e(subtitle),
+        banner=f'<div class="banner">{_e(banner)}</div>' if banner else "",
+        headline=_cards(comparison), table=_table(comparison), plots="\n".join(plots),
+        environment=_environment(comparison), failures=_failures(comparison),
+        method=_e(f"{_method_text(comparison)} Written {datetime.now(timezone.utc).isoformat(timespec='seconds')}."))
+
+
+# ---------------------------------------------------------------------------------------------
+# Markdown
+
+
+def _md(value: Any) -> str:
+    """Text safe inside a Markdown table cell: HTML escaped, pipes and emphasis characters neutralised."""
+    text = html.escape("" if value is None else str(value), quote=False)
+    text = re.sub(r"([\\`*_\[\]|#~])", r"\\\1", text)
+    return " ".join(text.split())
+
+
+def _md_row(v: CellVerdict) -> str:
+    drill = f" (fire drill +{v.fire_drill_pct:g}%)" if v.fire_drill_pct or v.baseline_fire_drill_pct else ""
+    return (f"| {_md(label(v.cell_id))}{_md(drill)} | **{_md(v.verdict)}** | {_md(change_text(v))} | "
+            f"{_md(_num(v.mdc_pct, '.1f', '%'))} | {_md(v.noise or '-')} | {_md(v.reason)} |")
+
+
+def render_markdown(comparison: Comparison) -> str:
+    cand = comparison.candidate
+    head = "| cell | verdict | change [interval] | MDC | noise | reason |\n|---|---|---|---|---|---|"
+    lines = [f"## nvbench: {_md(cand.run_id)} vs {_md(comparison.baseline_label)}", ""]
+    banner = _drill_banner(comparison)
+    if banner:
+        lines += [f"> **{_md(banner)}**", ""]
+    regs = comparison.regressions
+    lines += [f"**{_md(headline_words(comparison))}**" + (" \u2014 no confirmed regression." if not regs else ""), ""]
+    lines += [f"- {_md(n)}" for n in comparison.notes]
+    attention = [v for v in sorted_verdicts(comparison)
+                 if v.verdict not in (UNCHANGED, NO_BASELINE) or v.is_regression]
+    if attention:
+        lines += ["", head, *(_md_row(v) for v in attention)]
+    lines += ["", f"<details><summary>All {len(comparison.verdicts)} cells</summary>", "", head,
+              *(_md_row(v) for v in sorted_verdicts(comparison)), "", "</details>"]
+    bad = [r for r in cand.rows if r["status"] != "ok"]
+    if bad:
+        lines += ["", "**Failed and skipped:**", ""]
+        lines += [f"- {_md(r['cell_id'])} r{r['repeat']}: {_md(r['status'])}: {_md(r.get('reason'))}" for r in bad]
+    if comparison.environment_diff:
+        lines += ["", "**Environment differences** (baseline -> this run):", ""]
+        lines += [f"- {_md(name)}{' (must match)' if name in ENV_KEY_FIELDS else ''}: {_md(a)} -> {_md(b)}"
+                  for name, a, b in comparison.environment_diff]
+    if comparison.suspects:
+        lines += ["", "**Suspects for a confirmation rerun:** " + ", ".join(_md(s) for s in comparison.suspects)]
+    lines += ["", f"<sub>{_md(_method_text(comparison))}</sub>", ""]
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------
+# JUnit XML and verdicts.parquet
+
+
+_XML_BAD = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
+
+
+def _x(value: Any) -> str:
+    """ElementTree escapes markup but not characters XML 1.0 forbids (terminal escapes in a log line)."""
+    return _XML_BAD.sub("\ufffd", "" if value is None else str(value))
+
+
+def render_junit(comparison: Comparison) -> bytes:
+    """One <testcase> per cell: a confirmed regression is a <failure>, a failed cell an <error>, and cells
+    that could not be judged (skipped, not comparable, insufficient data, no baseline) are <skipped>."""
+    cand = comparison.candidate
+    suite = ET.Element("testsuite", name=_x(f"nvbench.{cand.run_id}"),
+                       timestamp=_x(cand.created_at), hostname=_x(cand.environment.get("hostname") or ""))
+    props = ET.SubElement(suite, "properties")
+    th = asdict(comparison.thresholds)
+    for name, value in [("baseline", comparison.baseline_label), ("mode", comparison.mode),
+                        ("fire_drill_pct", comparison.fire_drill_pct), *th.items()]:
+        ET.SubElement(props, "property", name=_x(name), value=_x(value))
+    counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+    durations = _cell_means(cand.rows, "duration_s")
+    for v in sorted(comparison.verdicts, key=lambda v: v.cell_id):
+        counts["tests"] += 1
+        drill = f" [FIRE DRILL +{v.fire_drill_pct:g}%]" if v.fire_drill_pct or v.baseline_fire_drill_pct else ""
+        case = ET.SubElement(suite, "testcase", classname=_x(f"nvbench.{v.backend}.{v.precision}"),
+                             name=_x(v.cell_id + drill), time=f"{durations.get(v.cell_id, 0.0):.3f}")
+        message = _x(f"{v.verdict}: {change_text(v)}")
+        if v.is_regression:
+            counts["failures"] += 1
+            what = "throughput" if v.verdict == REGRESSION else "accuracy"
+            if v.verdict != REGRESSION:
+                message = _x(f"top-1 {v.accuracy_verdict}: {v.top1_change:+.4f} "
+                             f"[{v.top1_ci_low:+.4f}, {v.top1_ci_high:+.4f}]")
+            ET.SubElement(case, "failure", message=message, type=f"{what}-regression").text = _x(v.reason)
+        elif v.verdict == FAILED:
+            counts["errors"] += 1
+            ET.SubElement(case, "error", message=_x(v.reason), type="cell-failed").text = _x(v.reason)
+        elif v.verdict in (SKIPPED, NOT_COMPARABLE, INSUFFICIENT, NO_BASELINE):
+            counts["skipped"] += 1
+            ET.SubElement(case, "skipped", message=_x(f"{v.verdict}: {v.reason}"))
+        ET.SubElement(case, "system-out").text = _x(f"{v.verdict}: {v.reason}")
+    for key, value in counts.items():
+        suite.set(key, str(value))
+    root = ET.Element("testsuites", name="nvbench", **{k: str(v) for k, v in counts.items()})
+    root.append(suite)
+    ET.indent(root)
+    return ET.tostring(root, encoding="utf-8", xml_declaration=True) + b"\n"
+
+
+def verdict_schema() -> pa.Schema:
+    from dataclasses import fields
+
+    hints = {"str": "str", "int": "int", "float": "float", "bool": "bool"}
+    out = []
+    for f in fields(CellVerdict):
+        base = str(f.type).split("|")[0].strip()
+        out.append(pa.field(f.name, _ARROW_TYPES[hints[base]]))
+    return pa.schema(out)
+
+
+def verdict_table(comparison: Comparison) -> pa.Table:
+    """One row per cell; schema metadata carries the version, mode, baseline and thresholds."""
+    schema = verdict_schema().with_metadata({
+        b"nvbench.verdicts_version": str(VERDICTS_VERSION).encode(), b"nvbench.table": b"verdicts",
+        b"nvbench.mode": comparison.mode.encode(), b"nvbench.baseline": comparison.baseline_label.encode(),
+        b"nvbench.thresholds": json.dumps(asdict(comparison.thresholds), sort_keys=True).encode(),
+        b"nvbench.run_id": comparison.candidate.run_id.encode()})
+    rows = [v.to_row() for v in comparison.verdicts]
+    arrays = [pa.array([r[f.name] for r in rows], type=f.type) for f in schema]
+    return pa.Table.from_arrays(arrays, schema=schema)

@@ -1,0 +1,44 @@
+"""A cell's process: `python -m harness.cell run JOB` trains one rank; `exec CMD...` becomes CMD (torchrun's
+agent). Either way the process first asks Linux to kill it with its parent, before anything slow (torch
+takes seconds to import), so a killed runner leaves no process of its cells behind."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+
+from harness.spec.job import PARENT_PID_ENV
+
+_PARENT_AT_START = os.getppid()
+
+
+def die_with_parent() -> None:
+    """SIGKILL this process when its parent dies; exit now if the parent is already gone."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG; survives exec
+    except (OSError, AttributeError):  # not Linux: the runner's process-group kill still covers timeouts
+        return
+    # A torchrun rank's parent is the agent (recorded as this module loaded); otherwise the runner names itself.
+    expected = _PARENT_AT_START if "LOCAL_RANK" in os.environ else \
+        int(os.environ.get(PARENT_PID_ENV, _PARENT_AT_START))
+    if os.getppid() != expected:  # the parent died before prctl took effect
+        os._exit(1)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    die_with_parent()  # first, before torch loads
+    if argv[:1] == ["exec"] and len(argv) > 1:
+        os.execvp(argv[1], argv[1:])
+    if argv[:1] == ["run"]:
+        from harness.cell.worker import main as run_worker
+
+        return run_worker(argv[1:])
+    print("usage: python -m harness.cell (run JOB_JSON | exec CMD...)", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,78 @@
+"""A profiled cell's side of `nvbench profile`: the job's profile section turns the measured window into the
+profiled steps, and an instrument records exactly them (cudaProfilerStart/Stop for nsys, torch.profiler)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from harness.spec.cells import Cell
+
+KEY_AVERAGES_ROWS = 60
+"""Rows of the key-averages table written beside a torch trace."""
+
+def cell_for_job(cell: Cell, section: dict[str, Any] | None) -> Cell:
+    """The cell as the worker runs it: the profiled steps are the measured window; one validation batch."""
+    if not section:
+        return cell
+    bench = dataclasses.replace(cell.benchmark, measure_steps=int(section["steps"]), val_steps=1)
+    return dataclasses.replace(cell, benchmark=bench)
+
+
+def range_modes(cell: Cell, section: dict[str, Any] | None) -> tuple[bool, bool]:
+    """(NVTX on, torch.profiler ranges on): nsys always gets NVTX, torch gets record_function ranges."""
+    tool = section["tool"] if section else None
+    return cell.run.nvtx or tool == "nsys", tool == "torch"
+
+
+class NsysCapture:
+    """cudaProfilerStart/Stop around the measured window, so `nsys --capture-range=cudaProfilerApi` records
+    only the profiled steps."""
+
+    def start(self) -> None:
+        import torch.cuda.profiler
+
+        torch.cuda.profiler.start()
+
+    def stop(self) -> None:
+        import torch.cuda.profiler
+
+        torch.cuda.profiler.stop()
+
+
+class TorchCapture:
+    """torch.profiler over the measured window; on stop, a Chrome/Perfetto trace and a key-averages table."""
+
+    def __init__(self, section: dict[str, Any], *, rank: int, is_cuda: bool) -> None:
+        import torch.profiler
+
+        activities = [torch.profiler.ProfilerActivity.CPU]
+        if is_cuda:
+            activities.append(torch.profiler.ProfilerActivity.CUDA)
+        self._sort_by = "self_device_time_total" if is_cuda else "self_cpu_time_total"
+        stem = Path(section["dir"]) / f"{section['name']}-rank{rank}"
+        self.trace_path = stem.with_name(stem.name + ".trace.json")
+        self.table_path = stem.with_name(stem.name + ".key_averages.txt")
+        self._profiler = torch.profiler.profile(activities=activities, record_shapes=True)
+
+    def start(self) -> None:
+        self._profiler.start()
+
+    def stop(self) -> None:
+        from harness.results import store
+
+        self._profiler.stop()
+        self.trace_path.parent.mkdir(parents=True, exist_ok=True)
+        self._profiler.export_chrome_trace(str(self.trace_path))
+        table = self._profiler.key_averages().table(sort_by=self._sort_by, row_limit=KEY_AVERAGES_ROWS)
+        store.write_bytes(self.table_path, (table + "\n").encode())
+
+
+def capture(section: dict[str, Any] | None, *, rank: int, is_cuda: bool) -> NsysCapture | TorchCapture | None:
+    """The instrument that records the measured window for the job's profile section (None: not profiling)."""
+    if not section:
+        return None
+    if section["tool"] == "nsys":
+        return NsysCapture()
+    return TorchCapture(section, rank=rank, is_cuda=is_cuda)

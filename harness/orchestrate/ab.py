@@ -1,0 +1,189 @@
+"""A/B of two interpreters (two venvs, two library versions) or two checkouts (the baseline's code and
+tonight's) on one machine: every (cell, repeat) runs under both, back to back, the order within each
+pair drawn at random (seeded), into two run folders OUT/a and OUT/b; the report compares B (candidate)
+with A (baseline). Interleaving puts slow drift of the machine (thermals, other load) on both sides
+alike instead of on whichever side ran later.
+
+`run_interleaved` is the scheduling core, also used by benchmarks/detector.py for its pools.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import subprocess
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import harness
+from harness.orchestrate import runner
+from harness.results import store
+from harness.spec.cells import Cell
+from harness.spec.job import FAULT_ENV
+from harness.spec.matrix import Matrix
+
+AB_FILE = "ab.json"
+SIDES = ("a", "b")
+
+_ENV_SNIPPET = ("import json, harness; from harness.results.env import collect_env, env_key; e = collect_env(); "
+                "e['env_key'] = env_key(e); print(harness.__file__); print(json.dumps(e, default=str))")
+
+
+class AbInputError(ValueError):
+    def __init__(self, problems: Sequence[str]):
+        self.problems = list(problems)
+        super().__init__("\n".join(self.problems))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Side:
+    """One arm of an interleaved schedule: a run folder and the job context that runs its cells."""
+
+    name: str
+    ctx: runner.JobContext
+    cells: dict[str, Cell]
+    jobs: list[tuple[str, int]]
+
+
+def checkout_root() -> Path:
+    """The checkout this nvbench runs from: the folder holding its harness/ package."""
+    return Path(harness.__file__).resolve().parents[1]
+
+
+def collect_env_under(python: str, *, checkout: Path | None = None, timeout_s: float = 120.0) -> dict[str, Any]:
+    """The environment fingerprint as `python` sees it (its torch, its DALI) running `checkout`'s harness
+    (None: this one), with its env_key."""
+    env = dict(os.environ)
+    root = checkout or checkout_root()
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(root), env.get("PYTHONPATH"))))
+    env["PYTHONSAFEPATH"] = "1"  # as runner._child_env: the working directory must not shadow the checkout
+    try:
+        done = subprocess.run([python, "-c", _ENV_SNIPPET], capture_output=True, text=True, env=env,
+                              timeout=timeout_s, check=False)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise AbInputError([f"{python}: cannot run it: {exc}"]) from exc
+    if done.returncode != 0:
+        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        where = f" from {checkout}" if checkout else ""
+        raise AbInputError([f"{python}: cannot import nvbench's harness{where} and its dependencies: {tail}"])
+    *_, imported, fingerprint = done.stdout.strip().splitlines()
+    if Path(imported).resolve().parents[1] != root.resolve():  # Python < 3.11 ignores PYTHONSAFEPATH
+        raise AbInputError([f"{python}: imports nvbench's harness from {Path(imported).parent}, not from {root} "
+                            f"(run it from another directory, or with Python >= 3.11)"])
+    return json.loads(fingerprint)
+
+
+def resolve_checkout(path: str) -> Path:
+    """A folder holding an nvbench checkout (its harness/ package), e.g. a git worktree of the baseline's commit."""
+    root = Path(path).expanduser().absolute()
+    if not (root / "harness" / "__init__.py").is_file():
+        raise AbInputError([f"{path}: not an nvbench checkout (no harness/__init__.py)"])
+    return root
+
+
+def resolve_python(python: str) -> str:
+    found = shutil.which(python)
+    if found is None:
+        raise AbInputError([f"{python}: no such interpreter (give a path or a name on PATH)"])
+    return str(Path(found).absolute())
+
+
+# ---------------------------------------------------------------------------------------------
+# the interleaved schedule
+
+
+def side_for(run_dir: Path, *, caps: runner.Capabilities, env: dict[str, Any], env_key: str,
+             python: str | None = None, checkout: Path | None = None, notify: Callable[[str], None] = print) -> Side:
+    """A side over an existing run folder: its pending jobs, run under `python` (None: this interpreter)
+    from `checkout` (None: this checkout)."""
+    run_id, jobs, cells = runner.load_plan(run_dir)
+    ctx = runner.JobContext(run_dir=run_dir, run_id=run_id, caps=caps, env=env, env_key=env_key,
+                            fault_spec=os.environ.get(FAULT_ENV), notify=notify,
+                            fire_drill_pct=runner.plan_fire_drill(run_dir), python=python, checkout=checkout)
+    return Side(name=run_dir.name, ctx=ctx, cells=cells, jobs=runner.pending(run_dir, jobs))
+
+
+def run_interleaved(sides: Sequence[Side], *, seed: int,
+                    on_done: Callable[[str, dict[str, Any]], None] | None = None) -> list[tuple[str, str, int]]:
+    """Round k runs the k-th pending job of every side, the sides in a fresh random order each round.
+
+    Returns (side, cell_id, repeat) in the order run. Each side's manifest gets a session entry and its
+    twin columns are derived at the end, as `nvbench run` does; a side whose jobs are all done is skipped.
+    """
+    rng = random.Random(seed)
+    order: list[tuple[str, str, int]] = []
+    sessions = {side.name: _open_session(side) for side in sides}
+    for k in range(max((len(s.jobs) for s in sides), default=0)):
+        round_ = [s for s in sides if k < len(s.jobs)]
+        rng.shuffle(round_)
+        for side in round_:
+            cid, repeat = side.jobs[k]
+            row = runner.run_job(side.cells[cid], repeat, side.ctx)
+            order.append((side.name, cid, repeat))
+            if on_done:
+                on_done(side.name, row)
+    for side in sides:
+        runner.derive_twin_columns(side.ctx.run_dir)
+        _close_session(side, sessions[side.name])
+        shutil.rmtree(side.ctx.run_dir / "work", ignore_errors=True)
+    return order
+
+
+def _open_session(side: Side) -> dict[str, Any]:
+    manifest = store.read_json(side.ctx.run_dir / runner.MANIFEST)
+    session = {"started_at": datetime.now(timezone.utc).isoformat(), "pending_at_start": len(side.jobs)}
+    manifest["sessions"].append(session)
+    store.write_json(side.ctx.run_dir / runner.MANIFEST, manifest)
+    return session
+
+
+def _close_session(side: Side, session: dict[str, Any]) -> None:
+    manifest = store.read_json(side.ctx.run_dir / runner.MANIFEST)
+    session["finished_at"] = datetime.now(timezone.utc).isoformat()
+    manifest["sessions"][-1] = session
+    manifest["finished_at"] = session["finished_at"]
+    store.write_json(side.ctx.run_dir / runner.MANIFEST, manifest)
+
+
+# ---------------------------------------------------------------------------------------------
+# nvbench ab
+
+
+def create_ab(matrix: Matrix, cells: list[Cell], *, out_dir: Path, pythons: dict[str, str],
+              envs: dict[str, dict[str, Any]], smoke: bool, only: list[str], seed: int,
+              checkouts: dict[str, Path | None] | None = None, fire_drill_pct: float = 0.0) -> dict[str, Path]:
+    """OUT/a and OUT/b with the same plan (same cells, same job order) and OUT/ab.json; nothing runs yet.
+
+    A fire drill (nvbench ab --fire-drill) slows side B only: B is the candidate, and the drill proves that
+    a confirmation by A/B still rings."""
+    checkouts = checkouts or {}
+    if (out_dir / AB_FILE).exists():
+        raise AbInputError([f"{out_dir}: already holds an A/B run"])
+    dirs = {}
+    for name in SIDES:
+        env = {k: v for k, v in envs[name].items() if k != "env_key"}
+        dirs[name] = runner.create_run(matrix, cells, run_dir=out_dir / name, reports_root=out_dir, smoke=smoke,
+                                       only=only, env=env, fire_drill_pct=fire_drill_pct if name == "b" else 0.0)
+    store.write_json(out_dir / AB_FILE, {
+        "created_at": datetime.now(timezone.utc).isoformat(), "matrix_source": matrix.source, "seed": seed,
+        "python": pythons, "checkout": {n: str(checkouts[n]) if checkouts.get(n) else None for n in SIDES},
+        "env_key": {n: envs[n]["env_key"] for n in SIDES}, "order": []})
+    return dirs
+
+
+def run_ab(out_dir: Path, *, caps: runner.Capabilities, envs: dict[str, dict[str, Any]], pythons: dict[str, str],
+           seed: int, checkouts: dict[str, Path | None] | None = None, notify: Callable[[str], None] = print,
+           on_done: Callable[[str, dict[str, Any]], None] | None = None) -> None:
+    """Run both sides interleaved; the order actually run is appended to ab.json."""
+    checkouts = checkouts or {}
+    sides = [side_for(out_dir / name, caps=caps, env={k: v for k, v in envs[name].items() if k != "env_key"},
+                      env_key=envs[name]["env_key"], python=pythons[name], checkout=checkouts.get(name),
+                      notify=notify) for name in SIDES]
+    order = run_interleaved(sides, seed=seed, on_done=on_done)
+    meta = store.read_json(out_dir / AB_FILE)
+    meta["order"] += [list(item) for item in order]
+    store.write_json(out_dir / AB_FILE, meta)

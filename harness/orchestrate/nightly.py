@@ -1,0 +1,95 @@
+"""What ci/nightly.sh asks before and after it confirms a verdict with an interleaved A/B run:
+
+    python -m harness.orchestrate.nightly targets REPORT_DIR   # the --only flags of the cells to confirm (empty: none)
+    python -m harness.orchestrate.nightly code [RUN_DIR]       # the commit of the run's harness (no RUN_DIR: this
+                                                   # checkout's), printed only when it is recorded and clean
+    python -m harness.orchestrate.nightly ran AB_DIR           # exit 1 (and say why) when a side of an A/B has a
+                                                   # cell without one ok repeat: no confirmation then
+
+A confirmation targets the suspects of a history screen (suspects.json) or, in a baseline comparison
+(verdicts.parquet), every regression and every slowdown with p <= SCREEN_P: the A/B decides, so the
+screen can be loose, and a slowdown the sequential comparison cannot confirm across nights (it carries
+the machine's drift between them) still gets its interleaved test (benchmarks/detector.py measures both).
+
+The baseline's code can be checked out again (a git worktree) only when its run recorded a commit and no
+uncommitted changes; otherwise `code` prints nothing and the nightly falls back: a sequential rerun of
+history suspects, the baseline verdict as it is. So it does when the A/B could not run a side (an old
+commit whose harness no longer runs under tonight's runner fails every repeat).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from harness.analysis import compare
+from harness.results import store
+from harness.results.env import git_state
+
+SCREEN_P = 0.2
+"""A baseline comparison's slowdown with a p-value up to this goes to the A/B confirmation."""
+
+
+def targets(report_dir: Path) -> list[str]:
+    """Sorted, de-duplicated `--only AXIS=VALUE` flags covering every cell the report asks to confirm."""
+    if (report_dir / "suspects.json").is_file():
+        flags = {f for s in store.read_json(report_dir / "suspects.json") for f in s["only"]}
+    else:
+        rows = pq.read_table(report_dir / "verdicts.parquet").to_pylist()
+        flags = {f"{axis}={row[axis]}" for row in rows if _screened(row) for axis in compare.AXIS_COLUMNS}
+    return [arg for flag in sorted(flags) for arg in ("--only", flag)]
+
+
+def _screened(row: dict) -> bool:
+    if row["verdict"] == compare.REGRESSION:
+        return True
+    effect, p = compare.decided_effect_pct(row), row.get("p_value")  # the deciding metric's change, the cell's p
+    return effect is not None and p is not None and effect < 0 and p <= SCREEN_P
+
+
+def recorded_code(run_dir: Path | None) -> str | None:
+    """The commit a run's harness came from (None: this checkout's), or None when it cannot be re-created."""
+    if run_dir is None:
+        sha, dirty = git_state(Path(__file__).resolve().parent)
+    else:
+        env = compare.load_run(run_dir).environment
+        sha, dirty = env.get("nvbench_git_sha"), env.get("nvbench_git_dirty")
+    return sha if sha and dirty is False else None
+
+
+def unusable_side(ab_dir: Path) -> str | None:
+    """Why an A/B run confirms nothing (a side with a cell that has no ok repeat), or None. Cells skipped
+    on this machine (a GPU cell on a CPU box, caught by the widened --only filters) do not count."""
+    runs = {side: compare.load_run(ab_dir / side) for side in ("a", "b")}
+    cells = {row["cell_id"] for run in runs.values() for row in run.rows if row["status"] != "skipped"}
+    for side, run in runs.items():
+        ok = {row["cell_id"] for row in run.rows if row["status"] == "ok"}
+        if missing := sorted(cells - ok):
+            return f"{ab_dir / side}: no ok repeat of {', '.join(missing)} (see its logs/)"
+    return None
+
+
+def main(argv: list[str]) -> int:
+    try:
+        if argv[:1] == ["targets"] and len(argv) == 2:
+            print(" ".join(targets(Path(argv[1]))))
+            return 0
+        if argv[:1] == ["code"] and len(argv) <= 2:
+            print(recorded_code(Path(argv[1]) if len(argv) == 2 else None) or "")
+            return 0
+        if argv[:1] == ["ran"] and len(argv) == 2:
+            why = unusable_side(Path(argv[1]))
+            if why:
+                print(why, file=sys.stderr)
+            return 1 if why else 0
+    except (OSError, ValueError) as exc:  # a missing report or run folder: one line, exit 2
+        print(f"harness.orchestrate.nightly: {exc}".splitlines()[0], file=sys.stderr)
+        return 2
+    print("usage: python -m harness.orchestrate.nightly targets REPORT_DIR | code [RUN_DIR] | ran AB_DIR", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

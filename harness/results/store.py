@@ -1,0 +1,155 @@
+"""Atomic writes of results (temporary file, fsync, rename) and reads that migrate older schemas."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute  # noqa: F401  (pa.compute)
+import pyarrow.parquet as pq
+
+from harness.results.schema import CELL_SCHEMA, METADATA_VERSION_KEY, RESULT_SCHEMA_VERSION, STEP_SCHEMA
+
+
+def _atomic(path: Path, write) -> None:
+    # The temporary name starts with "." so dataset readers (pyarrow, pandas, DuckDB globs on *.parquet)
+    # never list it, and it lives in the target folder so os.replace is a same-filesystem rename.
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            write(fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(folder: Path) -> None:
+    dir_fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)  # make the rename itself durable
+    finally:
+        os.close(dir_fd)
+
+
+def write_bytes(path: Path, data: bytes) -> None:
+    _atomic(Path(path), lambda fh: fh.write(data))
+
+
+def write_all(files: dict[Path, bytes]) -> None:
+    """Write several files as one: every file is complete on disk under a temporary name before any is
+    renamed into place, so a failure leaves all of the old versions (or none) rather than a mix."""
+    staged: list[tuple[str, Path]] = []
+    try:
+        for path, data in files.items():
+            path = Path(path)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+            staged.append((tmp, path))
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+        for tmp, path in staged:
+            os.replace(tmp, path)
+    finally:
+        for tmp, _ in staged:
+            Path(tmp).unlink(missing_ok=True)
+    for folder in {Path(path).parent for path in files}:
+        _fsync_dir(folder)
+
+
+def table_bytes(table: pa.Table) -> bytes:
+    """A table as the bytes of a Parquet file (zstd), as write_table writes it."""
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, compression="zstd")
+    return sink.getvalue().to_pybytes()
+
+
+def write_json(path: Path, obj: Any) -> None:
+    write_bytes(path, (json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n").encode())
+
+
+def write_table(path: Path, table: pa.Table) -> None:
+    _atomic(Path(path), lambda fh: pq.write_table(table, fh, compression="zstd"))
+
+
+class UnreadableFile(ValueError):
+    """A file nvbench wrote (or should have) that cannot be read as such; the message is one line naming it."""
+
+
+def read_json(path: Path) -> Any:
+    """The JSON document at `path`; UnreadableFile when it is not UTF-8 JSON (FileNotFoundError stays)."""
+    path = Path(path)
+    try:
+        return json.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise UnreadableFile(f"{path}: not UTF-8 text (byte {exc.start})") from None
+    except json.JSONDecodeError as exc:
+        raise UnreadableFile(f"{path}: not valid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
+
+
+RENAMED_IN_2 = {"data_wait_s": "host_data_wait_s", "data_wait_frac": "host_data_wait_frac"}
+"""Version 1 name -> version 2 name, in both tables."""
+
+
+def migrate(table: pa.Table, target: pa.Schema) -> pa.Table:
+    """Bring a table written by any earlier nvbench to the current schema (records.py has the history)."""
+    meta = table.schema.metadata or {}
+    version = int(meta.get(METADATA_VERSION_KEY, b"0"))
+    if version > RESULT_SCHEMA_VERSION:
+        raise ValueError(f"results written by a newer nvbench (schema {version} > {RESULT_SCHEMA_VERSION}); "
+                         "upgrade nvbench to read them")
+    if version < 1:
+        raise ValueError("not an nvbench result table (no schema version in its metadata)")
+    if version < 2:
+        table = _from_version_1(table)
+    # Columns added in later versions arrive as nulls.
+    arrays = [table.column(f.name) if f.name in table.column_names else pa.nulls(len(table), f.type)
+              for f in target]
+    return pa.Table.from_arrays(arrays, schema=target)
+
+
+def _from_version_1(table: pa.Table) -> pa.Table:
+    """Version 1 measured data wait on the host only: renamed; a CPU row's is also its exposed wait (step
+    rows do not say their device: their exposed wait stays null)."""
+    names = [RENAMED_IN_2.get(name, name) for name in table.column_names]
+    table = table.rename_columns(names)
+    if "device" not in names:
+        return table
+    on_cpu = pa.compute.equal(table.column("device"), "cpu")
+    for host, exposed in (("host_data_wait_s", "exposed_data_wait_s"), ("host_data_wait_frac", "exposed_data_wait_frac")):
+        if host in names and exposed not in names:
+            column = table.column(host)
+            table = table.append_column(exposed, pa.compute.if_else(on_cpu, column, pa.nulls(len(table), column.type)))
+    return table
+
+
+def read_table(path: Path, target: pa.Schema) -> pa.Table:
+    """One result file migrated to `target`; UnreadableFile naming it when it is not one."""
+    try:
+        return migrate(pq.read_table(path), target)
+    except (pa.ArrowException, ValueError, OSError) as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise UnreadableFile(f"{path}: not a readable nvbench result table ({reason})") from None
+
+
+def _read_dir(folder: Path, target: pa.Schema) -> pa.Table:
+    tables = [read_table(f, target) for f in sorted(Path(folder).glob("*.parquet"))]
+    return pa.concat_tables(tables) if tables else target.empty_table()
+
+
+def read_cells(run_dir: Path) -> pa.Table:
+    return _read_dir(Path(run_dir) / "cells", CELL_SCHEMA)
+
+
+def read_steps(run_dir: Path) -> pa.Table:
+    return _read_dir(Path(run_dir) / "steps", STEP_SCHEMA)

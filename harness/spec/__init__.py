@@ -1,0 +1,3 @@
+"""The specification: a matrix file (TOML) parsed into typed, validated configuration (`matrix`), expanded
+into cells with stable ids and a (cell, repeat) schedule (`cells`), and the contract by which the parent
+starts a cell's process (`job`). Pure: imports no torch, touches no device, writes nothing."""

@@ -1,0 +1,156 @@
+"""Axes x excludes -> cells with stable ids, and the (cell, repeat) schedule. Pure: imports no torch."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import itertools
+import json
+import random
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from harness.spec.matrix import (
+    AXES,
+    AXIS_CHOICES,
+    BenchmarkConfig,
+    DataConfig,
+    LaunchConfig,
+    Matrix,
+    MatrixError,
+    RecipeConfig,
+    RunConfig,
+    _parse_axis_value,
+    _suggest,
+    from_plain,
+    to_plain,
+)
+
+# Knobs that change how a cell is run or kept, not what it measures: left out of the cell id so that
+# ids stay comparable across runs, machines and timeouts.
+_ID_EXCLUDED = {"benchmark": {"name", "timeout_s"}, "data": {"cache_dir"},
+                # speed_probe: what the probe takes is kept out of step times and window, so it is how a
+                # cell is observed, not what it measures.
+                "run": {"repeats", "order", "shuffle_seed", "device", "speed_probe"},
+                # Where a node sits in its rendezvous, not what the group measures: all nodes share one id.
+                "launch": {"node_rank", "rdzv_endpoint", "rdzv_id", "rdzv_backend"}}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Cell:
+    """One fully resolved configuration: what a worker process trains and measures."""
+
+    backend: str
+    memory_format: str
+    precision: str
+    world_size: int
+    grad_accum: int
+    benchmark: BenchmarkConfig
+    recipe: RecipeConfig
+    data: DataConfig
+    run: RunConfig
+    launch: LaunchConfig
+    is_smoke: bool = False
+
+    @property
+    def axes(self) -> dict[str, Any]:
+        return {axis: getattr(self, axis) for axis in AXES}
+
+    @property
+    def cell_id(self) -> str:
+        """Readable axis prefix + hash of every knob that affects the measurement."""
+        plain = self.to_plain()
+        for section, names in _ID_EXCLUDED.items():
+            for name in names:
+                plain[section].pop(name, None)
+        digest = hashlib.sha256(json.dumps(plain, sort_keys=True).encode()).hexdigest()[:10]
+        a = self
+        return f"{a.backend}_{a.memory_format}_{a.precision}_ws{a.world_size}_ga{a.grad_accum}_{digest}"
+
+    @property
+    def images_per_step(self) -> int:
+        """Images one optimizer step consumes over all ranks and nodes."""
+        return self.benchmark.batch_size * self.grad_accum * self.world_size * self.launch.nnodes
+
+    def to_plain(self) -> dict[str, Any]:
+        return to_plain(self)
+
+    @classmethod
+    def from_plain(cls, data: dict[str, Any]) -> "Cell":
+        return from_plain(cls, data)
+
+
+def shrink_for_smoke(matrix: Matrix) -> tuple[BenchmarkConfig, DataConfig]:
+    """The benchmark and data sections as --smoke runs them: tiny images, steps and generated dataset."""
+    s = matrix.smoke
+    bench = dataclasses.replace(
+        matrix.benchmark, image_size=s.image_size, batch_size=s.batch_size, warmup_steps=s.warmup_steps,
+        measure_steps=s.measure_steps, val_steps=s.val_steps, num_classes=s.num_classes, timeout_s=s.timeout_s)
+    generate = dataclasses.replace(
+        matrix.data.generate, image_size=s.dataset_image_size, num_classes=s.num_classes,
+        train_per_class=s.dataset_train_per_class, val_per_class=s.dataset_val_per_class)
+    data = dataclasses.replace(matrix.data, path="", workers=min(matrix.data.workers, s.workers),
+                               dali_threads=min(matrix.data.dali_threads, 2), generate=generate)
+    return bench, data
+
+
+def parse_only(filters: Iterable[str], source: str) -> dict[str, set[Any]]:
+    """`--only axis=value` strings -> {axis: allowed values}; repeated axes widen, distinct axes narrow."""
+    problems, allowed = [], {}
+    for text in filters:
+        axis, sep, value = text.partition("=")
+        axis, value = axis.strip(), value.strip()
+        if not sep or not axis or not value:
+            problems.append(f"--only {text!r}: expected axis=value, e.g. backend=synthetic")
+            continue
+        if axis not in AXIS_CHOICES:
+            problems.append(f"--only {text!r}: unknown axis{_suggest(axis, AXES)}")
+            continue
+        if AXIS_CHOICES[axis] is None:
+            value = _as_int(value)
+        conv, problem = _parse_axis_value(axis, value)
+        if problem:
+            problems.append(f"--only {axis}: {problem}")
+        else:
+            allowed.setdefault(axis, set()).add(conv)
+    if problems:
+        raise MatrixError([f"{source}: {p}" for p in problems])
+    return allowed
+
+
+def _as_int(text: str) -> int | str:
+    """`text` as an integer when it is one in plain ASCII digits, else unchanged (the axis check says why)."""
+    return int(text) if text.isascii() and text.isdigit() else text
+
+
+def expand(matrix: Matrix, *, smoke: bool = False, only: Iterable[str] = ()) -> list[Cell]:
+    """Cartesian product of the axes minus excludes, in axis order; `only` filters by axis values."""
+    allowed = parse_only(only, matrix.source)
+    bench, data = shrink_for_smoke(matrix) if smoke else (matrix.benchmark, matrix.data)
+    cells = []
+    for values in itertools.product(*(getattr(matrix.axes, axis) for axis in AXES)):
+        axes = dict(zip(AXES, values))
+        if any(ex.matches(axes) for ex in matrix.excludes):
+            continue
+        if any(axes[axis] not in ok for axis, ok in allowed.items()):
+            continue
+        cells.append(Cell(**axes, benchmark=bench, recipe=matrix.recipe, data=data, run=matrix.run,
+                          launch=matrix.launch, is_smoke=smoke))
+    if not cells:
+        what = " and ".join(f"--only {a}={'|'.join(map(str, sorted(v, key=str)))}" for a, v in allowed.items())
+        raise MatrixError([f"{matrix.source}: no cell left to run"
+                           + (f" after {what}" if what else " (every cell is excluded)")])
+    return cells
+
+
+def schedule(cell_ids: list[str], repeats: int, order: str, seed: int) -> list[tuple[str, int]]:
+    """The (cell id, repeat) list in run order; interleaved order is a seeded shuffle."""
+    jobs = [(cid, r) for r in range(repeats) for cid in cell_ids]
+    if order == "interleaved":
+        random.Random(seed).shuffle(jobs)
+    return jobs
+
+
+def job_key(cell_id: str, repeat: int) -> str:
+    """File stem of a (cell, repeat): cells/<key>.parquet, steps/<key>.parquet, logs/<key>.log."""
+    return f"{cell_id}-r{repeat}"

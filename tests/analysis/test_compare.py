@@ -1,0 +1,375 @@
+"""Verdict logic on constructed results: regression/improvement/unchanged by interval and floor, BH across
+cells, insufficient data, not comparable, failures, accuracy bands, fire drills and history screening."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from harness.analysis import compare
+from harness.analysis.compare import (
+    FAILED,
+    IMPROVEMENT,
+    INSUFFICIENT,
+    NO_BASELINE,
+    NOT_COMPARABLE,
+    REGRESSION,
+    SKIPPED,
+    SUSPECT_IMPROVEMENT,
+    SUSPECT_REGRESSION,
+    UNCHANGED,
+    RunData,
+    Thresholds,
+)
+
+CELL = "synthetic_nchw_fp32_ws1_ga1_0123456789"
+ENV = {"torch_version": "2.4.0", "python_version": "3.12.1", "hostname": "a"}
+
+
+def rows(values, *, cell=CELL, env_key="k1", status="ok", reason="", is_smoke=False, steady=True, drill=0.0,
+         top1=None, num_val=None, backend="synthetic"):
+    out = []
+    for i, value in enumerate(values):
+        out.append({"cell_id": cell, "repeat": i, "status": status, "reason": reason, "backend": backend,
+                    "memory_format": "nchw", "precision": "fp32", "world_size": 1, "grad_accum": 1,
+                    "throughput_img_per_s": value if status == "ok" else None, "env_key": env_key,
+                    "is_smoke": is_smoke, "is_steady": steady, "fire_drill_pct": drill, "top1": top1,
+                    "num_val_images": num_val, "duration_s": 1.0})
+    return out
+
+
+def run(*row_lists, run_id="cand", env=ENV, created_at=""):
+    return RunData(path=run_id, run_id=run_id, created_at=created_at, environment=env,
+                   rows=tuple(r for rs in row_lists for r in rs))
+
+
+BASE = [100.0, 101.0, 99.0, 100.5, 99.5]
+
+
+def one(cand, base, th=None, **kw):
+    (v,) = compare.compare_runs(run(cand), run(base, run_id="base"), th, **kw).verdicts
+    return v
+
+
+def test_clear_slowdown_is_a_regression_with_an_interval_below_zero():
+    v = one(rows([x * 0.9 for x in BASE]), rows(BASE))
+    assert v.verdict == REGRESSION and v.is_regression
+    assert v.effect_pct == pytest.approx(-10.0, abs=1e-9)
+    assert v.ci_high_pct < 0 and v.ci_low_pct < v.effect_pct < v.ci_high_pct
+    assert v.ci_level == pytest.approx(0.99) and v.p_value == pytest.approx(2 / 252)  # exact permutation
+    assert (v.num_candidate, v.num_baseline) == (5, 5)
+    assert v.method == "permutation + benjamini_hochberg; bootstrap_percentile interval"
+    assert "slower beyond the 3% floor" in v.reason and v.reason.startswith("-10.0% [")
+    assert v.noise == "quiet" and v.mdc_pct == pytest.approx(2.12, abs=0.01)  # CV 0.79 %, 5 + 5, alpha 0.01
+
+
+def test_clear_speedup_is_an_improvement():
+    v = one(rows([x * 1.1 for x in BASE]), rows(BASE))
+    assert v.verdict == IMPROVEMENT and not v.is_regression and v.ci_low_pct > 0
+
+
+def test_noise_is_unchanged_because_the_interval_includes_zero():
+    v = one(rows([100.5, 99.0, 101.0, 99.5, 100.0]), rows(BASE))
+    assert v.verdict == UNCHANGED and v.ci_low_pct < 0 < v.ci_high_pct
+    assert "the interval includes 0" in v.reason
+
+
+def test_a_certain_but_small_change_stays_within_the_floor():
+    base = [100.0, 100.01, 99.99, 100.02, 99.98]
+    v = one(rows([x * 0.99 for x in base]), rows(base))
+    assert v.ci_high_pct < 0  # real...
+    assert v.verdict == UNCHANGED and "within the 3% practical floor" in v.reason  # ...but not practical
+    assert one(rows([x * 0.99 for x in base]), rows(base), Thresholds(floor_pct=0.5)).verdict == REGRESSION
+
+
+def test_too_few_repeats_is_insufficient_data():
+    v = one(rows([90.0, 91.0]), rows(BASE))
+    assert v.verdict == INSUFFICIENT
+    assert v.reason == "2 candidate and 5 baseline repeats usable; need at least 5 on each side"
+    assert v.effect_pct is None
+    # 3 + 3 repeats allowed, but no permutation of 6 values can reach p <= 0.01: said, not guessed.
+    v = one(rows([90.0, 91.0, 89.0]), rows(BASE[:3]), Thresholds(min_repeats=3))
+    assert v.verdict == INSUFFICIENT and "no outcome could reach p <= 0.01 (the smallest possible is 0.1)" in v.reason
+
+
+def test_unsteady_repeats_can_be_left_out():
+    steady = rows([90.0, 91.0, 89.0, 90.5, 89.5])
+    cand = steady + [r | {"repeat": 5 + r["repeat"], "is_steady": False} for r in rows([50.0, 60.0])]
+    v = one(cand, rows(BASE), Thresholds(exclude_unsteady=True))
+    assert v.num_candidate == 5 and v.verdict == REGRESSION and "2 unsteady" in v.noise
+    assert one(cand, rows(BASE)).num_candidate == 7
+
+
+def test_different_environment_is_not_comparable_and_names_the_fields():
+    cand = run(rows([x * 0.5 for x in BASE], env_key="k2"), env=ENV | {"torch_version": "2.5.0", "hostname": "b"})
+    (v,) = compare.compare_runs(cand, run(rows(BASE), run_id="base")).verdicts
+    assert v.verdict == NOT_COMPARABLE
+    assert v.reason == "environment differs: torch_version: 2.4.0 -> 2.5.0"  # hostname is not a key field
+    assert v.env_diff == "torch_version: 2.4.0 -> 2.5.0" and v.effect_pct is None
+    # An A/B run compares environments on purpose: the verdict is given and the difference shown.
+    (ab,) = compare.compare_runs(cand, run(rows(BASE), run_id="base"), require_same_env=False, mode="ab").verdicts
+    assert ab.verdict == REGRESSION and ab.env_diff == "torch_version: 2.4.0 -> 2.5.0"
+
+
+def test_smoke_results_are_never_compared_with_full_runs():
+    v = one(rows(BASE, is_smoke=True), rows(BASE))
+    assert v.verdict == NOT_COMPARABLE and "candidate is a --smoke run" in v.reason
+
+
+def test_failed_skipped_and_missing_cells():
+    failed = rows([1, 1, 1], status="failed", reason="rank 0: RuntimeError: boom")
+    skipped = rows([1], cell="dali-gpu_nchw_fp32_ws1_ga1_aaaaaaaaaa", status="skipped", reason="no CUDA")
+    new = rows(BASE, cell="pytorch_nchw_fp32_ws1_ga1_bbbbbbbbbb")
+    gone = rows(BASE, cell="pytorch_nhwc_fp32_ws1_ga1_cccccccccc")
+    comparison = compare.compare_runs(run(failed, skipped, new), run(rows(BASE), gone, run_id="base"))
+    by = {v.cell_id: v for v in comparison.verdicts}
+    assert by[CELL].verdict == FAILED and by[CELL].reason == "3 of 3 repeats failed: rank 0: RuntimeError: boom"
+    assert by["dali-gpu_nchw_fp32_ws1_ga1_aaaaaaaaaa"].verdict == SKIPPED
+    assert by["pytorch_nchw_fp32_ws1_ga1_bbbbbbbbbb"].verdict == NO_BASELINE
+    assert comparison.notes == ("1 baseline cell(s) not in this run: pytorch_nhwc_fp32_ws1_ga1_cccccccccc",)
+    assert comparison.counts() == {FAILED: 1, NO_BASELINE: 1, SKIPPED: 1}
+
+
+def test_benjamini_hochberg_across_cells_sets_the_interval_level():
+    rng = np.random.default_rng(0)
+    cand, base = [], []
+    for i in range(20):
+        cell = f"synthetic_nchw_fp32_ws1_ga{i + 1}_{i:010d}"
+        b = list(100 + rng.normal(0, 1, 6))
+        c = [x * (0.8 if i == 0 else 1.0) for x in b[::-1]]  # cell 0: -20 %; the rest: the same values
+        cand += rows(c, cell=cell)
+        base += rows(b, cell=cell)
+    # cell 1: marginally significant alone (p < 0.05) but not after BH across 20 cells
+    b1 = [100.0, 101.0, 99.0, 100.5, 99.5, 100.2]
+    c1 = [x - 1.3 for x in b1]  # permutation p = 0.013 alone; BH needs <= 0.05 / 20 for a lone discovery
+    cand = [r for r in cand if not r["cell_id"].startswith("synthetic_nchw_fp32_ws1_ga2_")]
+    base = [r for r in base if not r["cell_id"].startswith("synthetic_nchw_fp32_ws1_ga2_")]
+    cell1 = "synthetic_nchw_fp32_ws1_ga2_0000000001"
+    cand += rows(c1, cell=cell1)
+    base += rows(b1, cell=cell1)
+    comparison = compare.compare_runs(run(cand), run(base, run_id="base"), Thresholds(floor_pct=0.5, fdr_q=0.05))
+    by = {v.cell_id: v for v in comparison.verdicts}
+    strong = by["synthetic_nchw_fp32_ws1_ga1_0000000000"]
+    assert strong.verdict == REGRESSION and strong.ci_level == pytest.approx(1 - 1 * 0.05 / 20)
+    weak = by[cell1]
+    assert weak.p_value < 0.05 < weak.p_adjusted
+    # The percentile bootstrap of 6 + 6 repeats is too narrow (its interval misses 0); the exact test holds.
+    assert weak.verdict == UNCHANGED and "the permutation test does not reject" in weak.reason
+    assert comparison.counts() == {REGRESSION: 1, UNCHANGED: 19}
+
+
+def test_accuracy_below_its_band_is_a_regression_even_when_throughput_is_unchanged():
+    base = rows(BASE, top1=0.76, num_val=50_000, backend="pytorch")
+    v = one(rows(BASE, top1=0.70, num_val=50_000, backend="pytorch"), base)
+    assert v.verdict == UNCHANGED and v.accuracy_verdict == "below band" and v.is_regression
+    assert v.top1_change == pytest.approx(-0.06) and v.top1_ci_high < 0
+    assert one(rows(BASE, top1=0.755, num_val=50_000), base).accuracy_verdict == "within band"  # inside tolerance
+    assert one(rows(BASE, top1=0.70, num_val=20), base).accuracy_verdict == "within band"  # 20 images: noise
+    assert one(rows(BASE), rows(BASE)).accuracy_verdict == "n/a"  # synthetic data has no accuracy
+
+
+def test_a_fire_drill_is_flagged_in_its_verdict():
+    v = one(rows([x * 0.9 for x in BASE], drill=10.0), rows(BASE))
+    assert v.verdict == REGRESSION and v.fire_drill_pct == 10.0 and v.baseline_fire_drill_pct == 0.0
+    assert v.reason.startswith("FIRE DRILL (candidate +10%, baseline +0% injected work): -10.0%")
+
+
+def test_describe_only_without_baseline():
+    comparison = compare.describe_only(run(rows(BASE)))
+    (v,) = comparison.verdicts
+    assert v.verdict == NO_BASELINE and v.candidate_img_per_s == pytest.approx(100.0) and comparison.mode == "none"
+
+
+# --- history ---------------------------------------------------------------------------------
+
+
+def history(values, *, env_key="k1", drill_at=None):
+    return [run(rows([v, v * 1.001, v * 0.999], env_key=env_key, drill=10.0 if i == drill_at else 0.0),
+                run_id=f"past{i}", created_at=f"2026-01-{i + 1:02d}") for i, v in enumerate(values)]
+
+
+PAST = [100.0, 101.0, 99.0, 100.5, 99.5, 100.2, 99.8, 100.9]
+
+
+def screen(cand_value, past, th=None):
+    comparison = compare.screen_history(run(rows([cand_value] * 3)), past, th)
+    (v,) = comparison.verdicts
+    return v, comparison
+
+
+def test_history_flags_a_suspect_with_median_and_mad():
+    v, comparison = screen(90.0, history(PAST))
+    assert v.verdict == SUSPECT_REGRESSION and comparison.suspects == (CELL,)
+    med = float(np.median(PAST))
+    assert v.history_median_img_per_s == pytest.approx(med)
+    assert v.effect_pct == pytest.approx(100 * (90 / med - 1))
+    assert v.robust_z < -3.5 and v.num_history_runs == 8 and "rerun this cell to confirm" in v.reason
+    assert not v.is_regression  # a suspect is not a confirmed regression
+    assert screen(112.0, history(PAST))[0].verdict == SUSPECT_IMPROVEMENT
+    assert screen(99.6, history(PAST))[0].verdict == UNCHANGED
+
+
+def test_history_uses_only_the_last_n_comparable_runs_and_never_drills():
+    past = history([50.0] * 5 + PAST, drill_at=12)  # old level 50, then PAST; the newest is a drill
+    v, _ = screen(90.0, past, Thresholds(history_runs=6, history_min_runs=5))
+    assert v.num_history_runs == 6 and v.history_median_img_per_s > 99
+    assert v.verdict == SUSPECT_REGRESSION
+
+
+def test_history_with_too_few_or_incomparable_runs():
+    assert screen(90.0, history(PAST[:3]))[0].verdict == INSUFFICIENT
+    v, _ = screen(90.0, history(PAST, env_key="other"))
+    assert v.verdict == NOT_COMPARABLE
+    assert screen(90.0, [])[0].verdict == NO_BASELINE
+
+
+# --- inputs ----------------------------------------------------------------------------------
+
+
+def test_thresholds_report_every_problem_at_once():
+    with pytest.raises(ValueError, match=r"floor_pct=-1: must be in \[0, 100\); fdr_q=2: must be strictly "
+                                         r"between 0 and 1; min_repeats=1: a bootstrap needs at least 2"):
+        Thresholds(floor_pct=-1, fdr_q=2, min_repeats=1)
+
+
+def test_load_run_rejects_a_folder_that_is_not_a_run_and_follows_pointers(tmp_path):
+    with pytest.raises(compare.RunInputError, match="not an nvbench run folder"):
+        compare.load_run(tmp_path)
+    pointer = tmp_path / "current.txt"
+    pointer.write_text("# promoted 2026-01-01\n\nsome-run\n")
+    assert compare.resolve_pointer(pointer) == tmp_path / "some-run"
+    (tmp_path / "empty.txt").write_text("# nothing\n")
+    with pytest.raises(compare.RunInputError, match="pointer file names no run folder"):
+        compare.resolve_pointer(tmp_path / "empty.txt")
+
+
+def test_noise_labels():
+    assert compare.noise_label(0.005, 0) == "quiet"
+    assert compare.noise_label(0.02, 1) == "moderate, 1 unsteady"
+    assert compare.noise_label(0.2, 0) == "very noisy"
+    assert math.isclose(compare.DEFAULT_FLOOR_PCT, Thresholds().floor_pct)
+
+
+# --- two metrics: throughput and the fast-step rate -----------------------------------------------
+
+
+def with_fast(row_list, fast_values):
+    return [r | {"fast_step_img_per_s": f} for r, f in zip(row_list, fast_values)]
+
+
+def _repeats(rng, n, *, slow=0.0, tail=0.0):
+    """Throughput that a shared machine makes noisy (8 %) and a fast-step rate it barely touches (1 %);
+    `slow` slows every step (both metrics), `tail` only the slow steps (throughput alone)."""
+    through = 100 * np.exp(rng.normal(-slow - tail, 0.08, n))
+    fast = 120 * np.exp(rng.normal(-slow, 0.01, n))
+    return list(through), list(fast)
+
+
+def two(rng, n, th=None, **cand):
+    (ct, cf), (bt, bf) = _repeats(rng, n, **cand), _repeats(rng, n)
+    return one(with_fast(rows(ct), cf), with_fast(rows(bt), bf), th)
+
+
+def test_fast_steps_find_a_slowdown_that_throughput_noise_hides():
+    v = two(np.random.default_rng(3), 10, slow=0.05)
+    assert v.verdict == REGRESSION and v.decided_by == compare.FAST_STEPS and v.decided_effect_pct == v.fast_effect_pct
+    assert v.fast_effect_pct == pytest.approx(-5.0, abs=1.0) and v.fast_ci_high_pct < 0
+    assert v.p_value == pytest.approx(2 * v.fast_p_value) and v.throughput_p_value > v.fast_p_value
+    assert v.ci_level == pytest.approx(0.995)  # the 99 % level split between the two metrics
+    assert "fast steps slower beyond the 3% floor" in v.reason and v.reason.startswith("throughput ")
+    assert v.mdc_pct < 3  # the fast-step rate's reach, not throughput's (~15 % at 8 %)
+    alone = two(np.random.default_rng(3), 10, Thresholds(fast_steps=False), slow=0.05)  # --no-fast-steps
+    assert alone.verdict == UNCHANGED and alone.fast_effect_pct is None and alone.decided_by == compare.THROUGHPUT
+
+
+def test_a_slowdown_of_a_few_steps_is_left_to_throughput():
+    rng = np.random.default_rng(4)
+    cand = with_fast(rows([x * 0.9 for x in BASE * 2]), [120.0 + 0.1 * i for i in range(10)])
+    base = with_fast(rows(BASE * 2), [120.0 + 0.1 * i for i in range(10)][::-1])
+    v = one(cand, base)
+    assert v.verdict == REGRESSION and v.decided_by == compare.THROUGHPUT and abs(v.fast_effect_pct) < 1e-9
+    assert "throughput slower" in v.reason
+    assert two(rng, 10).verdict == UNCHANGED  # unchanged code: neither metric calls it
+
+
+def test_a_regression_of_one_metric_is_never_hidden_by_an_improvement_of_the_other():
+    cand = with_fast(rows([x * 0.9 for x in BASE * 2]), [132.0 + 0.1 * i for i in range(10)])  # fast steps +10 %
+    base = with_fast(rows(BASE * 2), [120.0 + 0.1 * i for i in range(10)])
+    v = one(cand, base)
+    assert v.verdict == REGRESSION and v.decided_by == compare.THROUGHPUT and v.fast_effect_pct > 9
+
+
+def test_fast_steps_need_repeats_enough_for_two_tests_and_a_value_in_every_row():
+    rng = np.random.default_rng(5)
+    (ct, cf), (bt, bf) = _repeats(rng, 5, slow=0.05), _repeats(rng, 5)
+    v = one(with_fast(rows(ct), cf), with_fast(rows(bt), bf))  # 5 + 5: 2 x 2/252 > 0.01, out of reach
+    assert v.fast_effect_pct is None and "fast steps not tested: at 5 + 5 repeats" in v.reason
+    (ct, cf), (bt, bf) = _repeats(rng, 8), _repeats(rng, 8)
+    older = with_fast(rows(bt), bf[:-1] + [None])  # a baseline row from before nvbench recorded the rate
+    v = one(with_fast(rows(ct), cf), older)
+    assert v.fast_effect_pct is None and "fast steps" not in v.reason and v.ci_level == pytest.approx(0.99)
+
+
+@pytest.mark.parametrize(("p_values", "alpha", "expected"), [
+    ([0.01], 0.01, [True]),
+    ([0.004, 0.03], 0.05, [True, True]),  # 2 x 0.004 <= 0.05, then 0.03 <= 0.05
+    ([0.03, 0.02], 0.05, [True, True]),
+    ([0.02, 0.2], 0.05, [True, False]),
+    ([0.03, 0.04], 0.05, [False, False]),  # 2 x 0.03 > 0.05: the step-down stops at once
+    ([0.2, 0.01], 0.0, [False, False]),
+])
+def test_holm_within_a_cell(p_values, alpha, expected):
+    assert compare.holm_within(p_values, alpha) == expected
+
+
+# --- speed-adjusted comparisons (CPU cells with a machine-speed probe) -----------------------------
+
+
+ADJUST = Thresholds()  # speed_adjust is the default
+
+
+def probed(values, probes, kind="sha256-256KiB+fma-3x64KiB/1", **kw):
+    return [r | {"speed_probe_s": p, "speed_probe_kind": kind} for r, p in zip(rows(values, **kw), probes)]
+
+
+def _machine(rng, n, slow):
+    """Probe times and throughputs of a machine whose speed wanders (and is `slow` slower on average):
+    throughput follows the probe with slope -1 in logs, plus 0.5 % of noise the probe does not see."""
+    x = rng.normal(slow, 0.04, n)
+    return 1e-3 * np.exp(x), 100 * np.exp(-x + rng.normal(0, 0.005, n))
+
+
+def test_a_slower_machine_on_the_baseline_night_is_not_a_code_change():
+    rng = np.random.default_rng(0)
+    (pc, yc), (pb, yb) = _machine(rng, 8, 0.0), _machine(rng, 8, 0.08)  # baseline machine ~8 % slower
+    plain = one(probed(yc, pc), probed(yb, pb), Thresholds(speed_adjust=False))  # --no-speed-adjust
+    assert plain.verdict == IMPROVEMENT and plain.unadjusted_effect_pct is None  # what drift looks like unadjusted
+    v = one(probed(yc, pc), probed(yb, pb), ADJUST)
+    assert v.verdict == UNCHANGED and v.method.startswith("speed-adjusted")
+    assert abs(v.effect_pct) < 1.5 and v.unadjusted_effect_pct > 5
+    assert v.speed_probe_change_pct < -5 and v.speed_slope == pytest.approx(-1.0, abs=0.2)
+    assert "adjusted for machine speed" in v.reason and v.mdc_pct < plain.mdc_pct
+
+
+def test_a_real_slowdown_is_found_through_the_machine_noise():
+    rng = np.random.default_rng(1)
+    (pc, yc), (pb, yb) = _machine(rng, 8, 0.0), _machine(rng, 8, 0.0)
+    v = one(probed(yc * 0.95, pc), probed(yb, pb), ADJUST)
+    assert v.verdict == REGRESSION and v.ci_high_pct < 0 and v.method.startswith("speed-adjusted")
+    assert v.effect_pct == pytest.approx(-5.0, abs=1.0)
+    assert v.ci_level == pytest.approx(0.99) and v.p_value < 0.001
+
+
+@pytest.mark.parametrize("change", [
+    lambda c, b: (c[:-1] + [c[-1] | {"speed_probe_s": None}], b),  # one repeat without a probe
+    lambda c, b: (c, [r | {"speed_probe_kind": "older/0"} for r in b]),  # the probe changed between runs
+])
+def test_no_adjustment_unless_every_repeat_has_the_same_probe(change):
+    rng = np.random.default_rng(2)
+    (pc, yc), (pb, yb) = _machine(rng, 6, 0.0), _machine(rng, 6, 0.0)
+    cand, base = change(probed(yc, pc), probed(yb, pb))
+    v = one(cand, base, ADJUST)
+    assert v.method == "permutation + benjamini_hochberg; bootstrap_percentile interval"
+    assert v.unadjusted_effect_pct is None and "adjusted" not in v.reason

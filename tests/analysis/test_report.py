@@ -1,0 +1,290 @@
+"""`nvbench report` on real tiny runs: a self-contained HTML page, Markdown, JUnit and Parquet that
+independent readers accept, escaping of every result string, exit codes, fire drills and history."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import xml.etree.ElementTree as ET
+from concurrent.futures import ThreadPoolExecutor
+from html.parser import HTMLParser
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from conftest import TINY, nvbench
+
+from harness.analysis import compare, report
+from harness.results import store
+from harness.results.schema import cell_table
+from harness.spec.cells import job_key
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+
+def _matrix(folder: Path, name: str, axes: str, repeats: int) -> Path:
+    path = folder / f"{name}.toml"
+    path.write_text(TINY.format(axes=axes, repeats=repeats, timeout=120, cache=folder / "cache", nvtx="false",
+                                device="cpu"))
+    return path
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """A: a real run (synthetic + pytorch, one repeat each); D: a real fire drill (+900 %) of the synthetic
+    cell. Tests that need more repeats deal A's real rows into them (copy_run)."""
+    root = tmp_path_factory.mktemp("report")
+    both = _matrix(root, "both", 'backend = ["synthetic", "pytorch"]', repeats=1)
+    one = _matrix(root, "one", 'backend = ["synthetic"]', repeats=1)
+    a, d = root / "A", root / "D"
+    with ThreadPoolExecutor(2) as pool:  # two run folders, one core each: half the wall time
+        runs = [pool.submit(nvbench, "run", str(both), "--out", str(a), "--no-progress"),
+                pool.submit(nvbench, "run", str(one), "--out", str(d), "--no-progress", "--fire-drill", "900")]
+        for proc in (r.result() for r in runs):
+            assert proc.returncode == 0, proc.stdout + proc.stderr
+    return root, a, d
+
+
+def copy_run(src: Path, dst: Path, *, scale: float = 1.0, run_id: str | None = None, extra_rows=(),
+             created_at: str | None = None, repeats: int | None = None) -> Path:
+    """A copy of a real run whose throughputs (and fast-step rates) are multiplied by `scale` (a constructed
+    other side); `repeats` re-deals the real rows into that many repeats per cell, each 0.5 % apart."""
+    shutil.copytree(src, dst)
+    manifest = store.read_json(dst / "manifest.json")
+    manifest["run_id"] = run_id or dst.name
+    if created_at:
+        manifest["created_at"] = created_at
+    store.write_json(dst / "manifest.json", manifest)
+    rows = store.read_cells(src).to_pylist()
+    if repeats:
+        shutil.rmtree(dst / "cells")
+        by_cell = {}
+        for row in rows:
+            by_cell.setdefault(row["cell_id"], []).append(row)
+        rates = ("throughput_img_per_s", "fast_step_img_per_s")
+        rows = [dict(same[i % len(same)], repeat=i) | {k: same[i % len(same)][k] * (1 + 0.005 * i) for k in rates}
+                for same in by_cell.values() for i in range(repeats)]
+    for row in [*rows, *extra_rows]:
+        for k in ("throughput_img_per_s", "fast_step_img_per_s"):
+            if row.get(k):
+                row[k] *= scale
+        row["run_id"] = manifest["run_id"]
+        store.write_table(dst / "cells" / f"{job_key(row['cell_id'], row['repeat'])}.parquet", cell_table([row]))
+    return dst
+
+
+class _Checker(HTMLParser):
+    """Tag balance, and anything that would reach the network."""
+
+    VOID = {"meta", "br", "img", "input", "link", "hr", "col", "source", "wbr", "area", "base", "embed"}
+
+    def __init__(self):
+        super().__init__()
+        self.stack, self.problems, self.tags = [], [], set()
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.add(tag)
+        for name, value in attrs:
+            if name in ("src", "href") or (value or "").startswith(("http:", "https:", "//")):
+                self.problems.append(f"<{tag} {name}={value!r}>")
+        if tag not in self.VOID:
+            self.stack.append(tag)
+
+    def handle_startendtag(self, tag, attrs):
+        self.tags.add(tag)
+
+    def handle_endtag(self, tag):
+        if not self.stack or self.stack[-1] != tag:
+            self.problems.append(f"</{tag}> closes {self.stack[-1:]}")
+        else:
+            self.stack.pop()
+
+
+def check_html(path: Path) -> str:
+    text = path.read_text()
+    checker = _Checker()
+    checker.feed(text)
+    checker.close()
+    assert checker.problems == [] and checker.stack == [], (checker.problems, checker.stack)
+    assert {"svg", "style", "table"} <= checker.tags and "script" not in checker.tags
+    assert "http://" not in text and "https://" not in text and "@import" not in text
+    return text
+
+
+def junit(path: Path) -> ET.Element:
+    root = ET.parse(path).getroot()
+    assert root.tag == "testsuites"
+    return root.find("testsuite")
+
+
+def test_report_of_a_run_against_itself(runs):
+    root, a, _ = runs
+    out = root / "self"
+    proc = nvbench("report", str(a), "--baseline", str(a), "--out", str(out), "--fail-on-regression")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == [str(out / name) for name in report.REPORT_FILES]
+    assert "2 insufficient data" in proc.stderr  # one repeat a side
+    html_text = check_html(out / "report.html")
+    for heading in ("Headline", "Cells, sorted by effect", "Change vs baseline", "Throughput by backend",
+                    "Top-1 accuracy", "Exposed data wait", "Loader efficiency", "Environment differences",
+                    "Failed and skipped cells"):
+        assert heading in html_text, heading
+    assert "None: both sides ran in the same recorded environment." in html_text
+    md = (out / "summary.md").read_text()
+    assert md.startswith("## nvbench: A vs run A") and "no confirmed regression" in md
+    suite = junit(out / "junit.xml")
+    assert [suite.get(k) for k in ("tests", "failures", "errors", "skipped")] == ["2", "0", "0", "2"]
+    table = pq.read_table(out / "verdicts.parquet")
+    assert table.schema.metadata[b"nvbench.verdicts_version"] == b"3"
+    thresholds = json.loads(table.schema.metadata[b"nvbench.thresholds"])
+    assert thresholds["min_repeats"] == 5 and thresholds["speed_adjust"] is True
+    plain = root / "plain"
+    proc = nvbench("report", str(a), "--baseline", str(a), "--out", str(plain), "--no-speed-adjust")
+    assert proc.returncode == 0, proc.stderr
+    meta = pq.read_table(plain / "verdicts.parquet").schema.metadata
+    assert json.loads(meta[b"nvbench.thresholds"])["speed_adjust"] is False
+    rows = table.to_pylist()
+    assert [r["verdict"] for r in rows] == ["insufficient data"] * 2
+    pytorch = next(r for r in rows if r["backend"] == "pytorch")
+    assert pytorch["candidate_top1"] is not None and pytorch["accuracy_verdict"] == "within band"
+    # The same real rows dealt into 6 repeats a side: enough to judge, and nothing changed.
+    six = copy_run(a, root / "six", repeats=6)
+    result = report.make_report(six, baseline=six, out_dir=root / "six-report")
+    assert {v.verdict for v in result.comparison.verdicts} == {"unchanged"}
+    assert all(v.effect_pct == pytest.approx(0.0, abs=1e-9) for v in result.comparison.verdicts)
+    assert all(v.fast_effect_pct == pytest.approx(0.0, abs=1e-9) for v in result.comparison.verdicts)
+    check_html(result.out_dir / "report.html")
+
+
+def test_a_confirmed_regression_fails_junit_and_the_exit_code(runs):
+    root, a, _ = runs
+    cand = copy_run(a, root / "cand6", repeats=6)
+    faster = copy_run(a, root / "faster", scale=10.0, repeats=6)  # 10x faster baseline: certain under any noise
+    out = root / "regressed"
+    args = ("report", str(cand), "--baseline", str(faster), "--out", str(out))
+    proc = nvbench(*args, "--fail-on-regression")
+    assert proc.returncode == 1, proc.stderr
+    assert "regression: synthetic_nchw_fp32_ws1_ga1_" in proc.stderr
+    assert nvbench(*args).returncode == 0  # without the flag a regression is reported, not fatal
+    suite = junit(out / "junit.xml")
+    assert suite.get("failures") == "2"
+    failure = suite.find("testcase/failure")
+    assert failure.get("type") == "throughput-regression" and failure.get("message").startswith("regression: -90.0% [")
+    md = (out / "summary.md").read_text()
+    assert "**2 regressions**" in md and "| **regression** | -90.0% \\[" in md
+    rows = pq.read_table(out / "verdicts.parquet").to_pylist()
+    assert {r["verdict"] for r in rows} == {"regression"}
+    assert all(r["ci_high_pct"] < 0 and r["floor_pct"] == compare.DEFAULT_FLOOR_PCT for r in rows)
+    # both metrics were tested on the real rows' fast-step rates, and both fell by the constructed 90 %
+    assert all(r["fast_effect_pct"] == pytest.approx(-90.0, abs=0.5) and r["fast_ci_high_pct"] < 0 for r in rows)
+    assert all(r["decided_by"] in ("throughput", "fast steps") for r in rows)
+    assert "; fast steps -90.0% \\[" in md
+
+
+def test_bad_input_exits_2(runs, tmp_path):
+    _, a, _ = runs
+    proc = nvbench("report", str(tmp_path / "nothing"), "--baseline", str(tmp_path))
+    assert proc.returncode == 2
+    assert proc.stderr.count("not an nvbench run folder") == 2  # both problems, reported together
+    proc = nvbench("report", str(a), "--floor", "-1", "--out", str(tmp_path / "r"))
+    assert proc.returncode == 2 and "floor_pct=-1.0: must be in [0, 100)" in proc.stderr
+    assert not (tmp_path / "r").exists()
+    matrix = _matrix(tmp_path, "m", 'backend = ["synthetic"]', repeats=1)
+    proc = nvbench("run", str(matrix), "--fire-drill", "0", "--out", str(tmp_path / "run"))
+    assert proc.returncode == 2 and "--fire-drill 0: must be a percentage in (0, 1000]" in proc.stderr
+    proc = nvbench("run", "--resume", str(a), "--fire-drill", "5")
+    assert proc.returncode == 2 and "--resume takes the run folder alone" in proc.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_every_string_from_results_is_escaped(runs):
+    root, a, _ = runs
+    evil = "<script>alert('x')</script> | `rm` *bold* & \x1b[31m"
+    row = store.read_cells(a).to_pylist()[0] | {
+        "cell_id": "synthetic_nchw_fp32_ws1_ga9_<b>x&y", "repeat": 0, "status": "failed", "reason": evil,
+        "throughput_img_per_s": None}
+    hostile = copy_run(a, root / "hostile", extra_rows=[row])
+    manifest = store.read_json(hostile / "manifest.json")
+    manifest["environment"]["hostname"] = "<img src=x onerror=alert(1)>"
+    store.write_json(hostile / "manifest.json", manifest)
+    result = report.make_report(hostile, baseline=a, out_dir=root / "hostile-report",
+                                thresholds=compare.Thresholds(min_repeats=2))
+    text = check_html(result.out_dir / "report.html")
+    assert "<script>" not in text and "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in text
+    assert "<b>x" not in text and "&lt;b&gt;x&amp;y" in text and "<img" not in text
+    suite = junit(result.out_dir / "junit.xml")  # parses: markup escaped, the terminal escape replaced
+    error = suite.find("testcase/error")
+    assert error.get("type") == "cell-failed" and "<script>" in error.get("message")
+    md = (result.out_dir / "summary.md").read_text()
+    assert "&lt;script&gt;" in md and "\\| \\`rm\\` \\*bold\\*" in md and "<script>" not in md
+
+
+def test_fire_drill_rows_are_flagged_and_the_report_says_so(runs):
+    root, a, d = runs
+    (row,) = store.read_cells(d).to_pylist()
+    assert row["fire_drill_pct"] == 900.0 and row["status"] == "ok"
+    assert all(r["fire_drill_pct"] == 0.0 for r in store.read_cells(a).to_pylist())
+    assert store.read_json(d / "plan.json")["fire_drill_pct"] == 900.0
+    assert "fire drill: +900%" in (d / row["log_path"]).read_text()
+    steps = store.read_steps(d).to_pandas()
+    measured = steps[~steps.is_warmup].step_time_s.median()
+    assert measured > 3 * steps[steps.is_warmup].step_time_s.min()  # 10x the work; generous for noise
+    result = report.make_report(d, baseline=a, out_dir=root / "drill-report")
+    text = check_html(result.out_dir / "report.html")
+    assert 'class="banner">FIRE DRILL: 1 cell(s) ran with calibrated extra work (up to +900% per step' in text
+    (v,) = result.comparison.verdicts
+    assert v.fire_drill_pct == 900.0 and v.reason.startswith("FIRE DRILL (candidate +900%, baseline +0%")
+    assert "[FIRE DRILL +900%]" in junit(result.out_dir / "junit.xml").find("testcase").get("name")
+    assert "> **FIRE DRILL" in (result.out_dir / "summary.md").read_text()
+
+
+def test_cpu_fire_drill_adds_its_share_of_each_step():
+    import time
+
+    import torch
+
+    from harness.cell.worker import FireDrill
+
+    drill = FireDrill(torch.device("cpu"), 20.0, np.array([]))  # CPU needs no warm-up calibration
+    own = extra = 0.0
+    for _ in range(10):
+        drill.begin()
+        time.sleep(0.03)  # the step's own work
+        end = time.perf_counter()
+        drill()
+        own, extra = own + end - drill._t0, extra + time.perf_counter() - end
+    # +20 % of the steps' own time over the window; an overrun of the last matmul is owed back
+    assert extra / own == pytest.approx(0.2, abs=0.04)
+
+
+def test_history_screening_names_suspects_but_does_not_fail(runs):
+    root, a, _ = runs
+    hist = root / "history"
+    hist.mkdir()
+    for i, scale in enumerate(np.linspace(0.99, 1.01, 6)):
+        copy_run(a, hist / f"past{i}", scale=float(scale), created_at=f"2026-01-0{i + 1}T00:00:00+00:00")
+    slow = copy_run(a, root / "slow", scale=0.7)
+    out = root / "history-report"
+    proc = nvbench("report", str(slow), "--history", str(hist), "--out", str(out), "--fail-on-regression")
+    assert proc.returncode == 0, proc.stderr  # suspects are not confirmed regressions
+    assert "2 suspect regressions" in proc.stderr
+    suspects = json.loads((out / "suspects.json").read_text())
+    assert {s["verdict"] for s in suspects} == {"suspect regression"}
+    assert {tuple(s["only"][:1]) for s in suspects} == {("backend=synthetic",), ("backend=pytorch",)}
+    check_html(out / "report.html")
+    rows = pq.read_table(out / "verdicts.parquet").to_pylist()
+    assert all(r["num_history_runs"] == 6 and r["effect_pct"] == pytest.approx(-30.0, abs=0.5) for r in rows)
+
+
+def test_change_text_shows_the_fast_step_rate_and_marks_the_metric_that_decided():
+    common = dict(cell_id="c", floor_pct=3.0, fdr_q=0.01, accuracy_tolerance=0.01, effect_pct=-1.0,
+                  ci_low_pct=-9.0, ci_high_pct=7.0)
+    fast = dict(fast_effect_pct=-5.2, fast_ci_low_pct=-6.9, fast_ci_high_pct=-3.5)
+    regressed = compare.CellVerdict(verdict="regression", reason="", decided_by="fast steps", **common, **fast)
+    assert report.change_text(regressed) == "-1.0% [-9.0, +7.0]; fast steps -5.2% [-6.9, -3.5]*"
+    assert regressed.decided_effect_pct == -5.2
+    same = compare.CellVerdict(verdict="unchanged", reason="", decided_by="fast steps", **common, **fast)
+    assert report.change_text(same) == "-1.0% [-9.0, +7.0]; fast steps -5.2% [-6.9, -3.5]"  # nothing decided
+    alone = compare.CellVerdict(verdict="regression", reason="", decided_by="throughput", **common)
+    assert report.change_text(alone) == "-1.0% [-9.0, +7.0]" and alone.decided_effect_pct == -1.0

@@ -1,0 +1,431 @@
+"""The engine on CPU: accumulation equivalence, fp16 overflow handling, schedules, decay groups,
+precision x memory format, validation counts, DDP no_sync, option validation."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+from harness.cell.engine import STATIC_GROWTH_INTERVAL, Engine, EngineOptions, LrSchedule, param_groups
+from harness.models import build_model
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # other engineers' tests share the 2 cores
+
+
+def options(**overrides) -> EngineOptions:
+    base = dict(precision="fp32", memory_format="nchw", grad_accum=1, device="cpu", global_batch=8, total_steps=10)
+    return EngineOptions(**(base | overrides))
+
+
+def tiny_net(*, norm: bool = False, classes: int = 5) -> nn.Module:
+    """Conv (+BN) -> ReLU -> global pool -> fc: every layer kind the groups and formats care about."""
+    torch.manual_seed(0)
+    layers: list[nn.Module] = [nn.Conv2d(3, 4, 3, padding=1, bias=not norm)]
+    if norm:
+        layers.append(nn.BatchNorm2d(4))
+    layers += [nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, classes)]
+    return nn.Sequential(*layers)
+
+
+def batch(n: int, *, classes: int = 5, size: int = 8, seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randn(n, 3, size, size, generator=gen), torch.randint(0, classes, (n,), generator=gen)
+
+
+def params_of(engine: Engine) -> list[torch.Tensor]:
+    return [p.detach().clone() for p in engine.model.parameters()]
+
+
+# ---- gradient accumulation --------------------------------------------------------------------------
+
+
+def test_grad_accum_4x2_matches_one_batch_of_8():
+    # Large lr and weight decay so that any mis-scaling of loss, decay or momentum shows up.
+    recipe = dict(global_batch=8, lr_per_256=25.6, weight_decay=0.05, lr_warmup_epochs=0, label_smoothing=0.1)
+    net = tiny_net()
+    whole = Engine(copy.deepcopy(net), options(grad_accum=1, **recipe))
+    split = Engine(copy.deepcopy(net), options(grad_accum=4, **recipe))
+    for step in range(3):  # several steps so momentum buffers take part
+        images, labels = batch(8, seed=step)
+        whole.forward_backward(images, labels)
+        whole.optimizer_step()
+        for micro in range(4):
+            part = slice(2 * micro, 2 * micro + 2)
+            split.forward_backward(images[part], labels[part], sync_grads=micro == 3)
+        split.optimizer_step()
+    for a, b in zip(params_of(whole), params_of(split), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    assert not torch.equal(params_of(whole)[0], tiny_net()[0].weight)  # training really moved the weights
+    # The reported loss is the per-image mean times images either way.
+    torch.testing.assert_close(whole.pop_train_loss(), split.pop_train_loss(), rtol=1e-6, atol=1e-6)
+    assert whole.pop_train_loss().tolist() == [0.0, 0.0]  # popped means reset
+
+
+def test_train_loss_is_label_smoothed_mean_times_batch():
+    net = tiny_net()
+    engine = Engine(copy.deepcopy(net), options(label_smoothing=0.1))
+    images, labels = batch(6)
+    engine.forward_backward(images, labels)
+    expected = F.cross_entropy(net(images), labels, label_smoothing=0.1) * 6
+    loss_sum, count = engine.pop_train_loss().tolist()
+    assert count == 6
+    assert loss_sum == pytest.approx(expected.item(), rel=1e-6)
+
+
+# ---- fp16 loss scaling -----------------------------------------------------------------------------
+
+
+def test_fp16_overflow_skips_the_step_and_halves_the_scale():
+    engine = Engine(tiny_net(), options(precision="fp16", init_loss_scale=1024.0, lr_warmup_epochs=0))
+    assert engine.loss_scale() == 1024.0
+    images, labels = batch(4)
+    before = params_of(engine)
+    fc_weight = engine.model[-1].weight
+    hook = fc_weight.register_hook(lambda grad: grad * math.inf)  # one poisoned gradient
+    engine.forward_backward(images, labels)
+    hook.remove()
+    engine.optimizer_step()
+    for a, b in zip(before, params_of(engine), strict=True):
+        assert torch.equal(a, b)  # the whole step is skipped, finite gradients included
+    assert engine.loss_scale() == 512.0
+    # A skipped first step must leave momentum at zero, not at fused SGD's uninitialised buffers.
+    for state in engine.optimizer.state.values():
+        assert torch.count_nonzero(state["momentum_buffer"]) == 0
+
+    engine.forward_backward(images, labels)
+    engine.optimizer_step()
+    after = params_of(engine)
+    assert all(torch.isfinite(p).all() for p in after)
+    assert all(not torch.equal(a, b) for a, b in zip(before, after, strict=True))
+    assert engine.loss_scale() == 512.0  # static by default: a clean step never grows it
+
+
+def test_fp16_step_matches_fp32_step_after_unscaling():
+    # The scaler must divide the scale back out: one fp16 step lands where the fp32 step does.
+    recipe = dict(lr_warmup_epochs=0, lr_per_256=2.56, init_loss_scale=256.0)
+    net = tiny_net()
+    fp32 = Engine(copy.deepcopy(net), options(precision="fp32", **recipe))
+    fp16 = Engine(copy.deepcopy(net), options(precision="fp16", **recipe))
+    images, labels = batch(8)
+    for engine in (fp32, fp16):
+        engine.forward_backward(images, labels)
+        engine.optimizer_step()
+    for a, b in zip(params_of(fp32), params_of(fp16), strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=2e-3)
+
+
+def test_scaler_only_for_fp16():
+    assert Engine(tiny_net(), options(precision="bf16")).loss_scale() is None
+    assert Engine(tiny_net(), options(precision="fp32")).scaler is None
+    scaler = Engine(tiny_net(), options(precision="fp16", dynamic_loss_scale=True,
+                                        loss_scale_growth_interval=7)).scaler
+    assert (scaler.get_growth_factor(), scaler.get_backoff_factor(), scaler.get_growth_interval()) == (2.0, 0.5, 7)
+
+
+def test_fp16_loss_scale_is_the_references_static_128_unless_dynamic():
+    static = Engine(tiny_net(), options(precision="fp16", loss_scale_growth_interval=2))
+    dynamic = Engine(tiny_net(), options(precision="fp16", dynamic_loss_scale=True, loss_scale_growth_interval=2))
+    assert static.scaler.get_growth_interval() == STATIC_GROWTH_INTERVAL  # the growth interval is ignored
+    images, labels = batch(4)
+    for _ in range(4):  # clean steps
+        for engine in (static, dynamic):
+            engine.forward_backward(images, labels)
+            engine.optimizer_step()
+    assert static.loss_scale() == 128.0
+    assert dynamic.loss_scale() == 128.0 * 4  # doubled after every 2 clean steps
+
+
+# ---- learning-rate schedules -----------------------------------------------------------------------
+
+
+def schedule(kind: str, *, total: int = 100, warmup: float = 0.1) -> LrSchedule:
+    """The compressed timeline over `total` steps, warming up over `warmup` of them (90 epochs)."""
+    return LrSchedule.from_options(options(schedule=kind, total_steps=total, lr_timeline="compressed",
+                                           epochs=90, lr_warmup_epochs=round(warmup * 90)))
+
+
+def test_warmup_ramps_linearly_from_one_step_to_peak():
+    s = schedule("cosine")
+    assert s.warmup_steps == 10
+    assert [s(k) for k in range(10)] == pytest.approx([(k + 1) / 10 for k in range(10)])
+    assert s(10) == pytest.approx(1.0)
+
+
+def test_cosine_reaches_half_midway_and_zero_at_the_end():
+    s = schedule("cosine")
+    assert s(55) == pytest.approx(0.5)
+    assert s(100) == pytest.approx(0.0, abs=1e-12)
+    assert s(140) == pytest.approx(0.0, abs=1e-12)  # clamped past the end, never rising again
+    assert all(s(k) > s(k + 1) for k in range(10, 99))
+
+
+def test_linear_decays_to_zero():
+    s = schedule("linear")
+    assert s(55) == pytest.approx(0.5)
+    assert s(100) == 0.0
+
+
+def test_step_schedule_milestones_and_gamma():
+    s = schedule("step", total=90, warmup=0.0)
+    assert [s(k) for k in (0, 29, 30, 59, 60, 79, 80, 89)] == pytest.approx(
+        [1, 1, 0.1, 0.1, 0.01, 0.01, 0.001, 0.001]
+    )
+
+
+def test_constant_after_warmup():
+    s = schedule("constant", warmup=0.2)
+    assert s(0) == pytest.approx(0.05)
+    assert {s(k) for k in range(20, 100)} == {1.0}
+
+
+def reference(kind: str = "cosine", **overrides) -> LrSchedule:
+    """The reference timeline with 10 steps per epoch (1,000 images an epoch at a global batch of 100)."""
+    return LrSchedule.from_options(options(schedule=kind, global_batch=100, epoch_images=1000, **overrides))
+
+
+def test_reference_warmup_is_epoch_granular():
+    s = reference()
+    assert [s.epoch(k) for k in (0, 9, 10, 79, 80)] == [0, 0, 1, 7, 8]
+    # DLE: lr = base * (epoch + 1) / 8 for the 8 warmup epochs; the step within the epoch is ignored.
+    assert {s(k) for k in range(10)} == {1 / 8}
+    assert [s(10 * e) for e in range(8)] == pytest.approx([(e + 1) / 8 for e in range(8)])
+    assert s(79) == pytest.approx(1.0) and s(80) == pytest.approx(1.0)
+
+
+def test_reference_decay_runs_over_the_epochs_of_the_reference_run():
+    cosine, linear = reference(), reference("linear")
+    assert cosine(10 * 49) == pytest.approx(0.5)  # (49 - 8) / (90 - 8) is halfway through the decay
+    assert linear(10 * 49) == pytest.approx(0.5)
+    assert cosine(10 * 90) == pytest.approx(0.0, abs=1e-12) and cosine(10 * 200) == pytest.approx(0.0, abs=1e-12)
+    step = reference("step", lr_warmup_epochs=0)
+    assert [step(10 * e) for e in (0, 29, 30, 59, 60, 79, 80)] == pytest.approx([1, 1, 0.1, 0.1, 0.01, 0.01, 0.001])
+
+
+def test_a_short_benchmark_of_imagenet_trains_at_an_eighth_of_the_peak():
+    s = LrSchedule.from_options(options(global_batch=256, total_steps=130))  # the defaults: ImageNet, 8 of 90
+    assert {s(k) for k in range(1000)} == {1 / 8}
+
+
+def test_engine_lr_scales_with_global_batch_and_follows_the_schedule():
+    engine = Engine(tiny_net(), options(global_batch=512, total_steps=20, lr_timeline="compressed",
+                                        lr_warmup_epochs=9))
+    peak = 0.256 * 512 / 256
+    expected = LrSchedule.from_options(engine.opts)
+    assert engine.opts.peak_lr == pytest.approx(peak)
+    seen = []
+    for _ in range(20):
+        seen.append(engine.lr())
+        engine.optimizer_step()  # no gradients: only the schedule moves
+    assert seen == pytest.approx([peak * expected(k) for k in range(20)])
+    assert seen[0] == pytest.approx(peak / 2) and seen[2] == pytest.approx(peak)
+    assert engine.lr() == pytest.approx(0.0, abs=1e-12)
+    assert {g["lr"] for g in engine.optimizer.param_groups} == {engine.lr()}
+
+
+def test_step_records_keep_each_steps_mean_loss_and_its_lr():
+    net = tiny_net()
+    engine = Engine(copy.deepcopy(net), options(grad_accum=2, total_steps=4, lr_timeline="compressed",
+                                                lr_warmup_epochs=45))
+    expected_loss, expected_lr = [], []
+    for step in range(3):
+        expected_lr.append(engine.lr())
+        losses = []
+        for micro in range(2):
+            images, labels = batch(4, seed=10 * step + micro)
+            with torch.no_grad():
+                losses.append(F.cross_entropy(engine.model(images), labels, label_smoothing=0.1).item())
+            engine.forward_backward(images, labels, sync_grads=micro == 1)
+        expected_loss.append(sum(losses) / 2)
+        engine.optimizer_step()
+    loss, lr = engine.step_records()
+    assert loss == pytest.approx(expected_loss, rel=1e-5)
+    assert lr.tolist() == pytest.approx(expected_lr) and expected_lr[0] < expected_lr[1]  # warming up
+
+
+# ---- weight-decay groups ---------------------------------------------------------------------------
+
+
+def test_norm_params_and_biases_get_no_weight_decay():
+    model = build_model("resnet18", num_classes=10)
+    engine = Engine(model, options())
+    decay, no_decay = engine.optimizer.param_groups
+    assert decay["weight_decay"] == pytest.approx(3.0517578125e-05) and no_decay["weight_decay"] == 0.0
+    norm_and_bias = {id(p) for m in model.modules() if isinstance(m, nn.BatchNorm2d) for p in m.parameters()}
+    norm_and_bias.add(id(model.fc.bias))
+    assert {id(p) for p in no_decay["params"]} == norm_and_bias
+    weights = {id(m.weight) for m in model.modules() if isinstance(m, nn.Conv2d | nn.Linear)}
+    assert {id(p) for p in decay["params"]} == weights
+    assert len(decay["params"]) + len(no_decay["params"]) == len(list(model.parameters()))
+
+
+def test_bn_bias_weight_decay_puts_everything_in_one_group():
+    model = tiny_net(norm=True)
+    (group,) = param_groups(model, weight_decay=0.1, decay_norm_and_bias=True)
+    assert group["weight_decay"] == 0.1 and len(group["params"]) == len(list(model.parameters()))
+
+
+# ---- precision x memory format ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
+@pytest.mark.parametrize("memory_format", ["nchw", "nhwc"])
+def test_mixed_precision_steps_run_in_both_formats(precision, memory_format):
+    seen_by_wrap = []
+
+    def wrap(module: nn.Module) -> nn.Module:
+        seen_by_wrap.append(module[0].weight.is_contiguous(memory_format=torch.channels_last))
+        return module
+
+    opts = options(precision=precision, memory_format=memory_format, grad_accum=2)
+    engine = Engine(tiny_net(norm=True), opts, wrap=wrap)
+    for seed in range(2):
+        images, labels = batch(4, seed=seed)
+        engine.forward_backward(images, labels, sync_grads=seed == 1)
+    engine.optimizer_step()
+    loss_sum, count = engine.pop_train_loss().tolist()
+    assert count == 8 and math.isfinite(loss_sum) and loss_sum > 0
+    conv_weight = engine.model[0].weight
+    nhwc = memory_format == "nhwc"
+    assert seen_by_wrap == [nhwc]  # the format was applied before the wrapper saw the model
+    assert conv_weight.is_contiguous(memory_format=torch.channels_last) == nhwc
+    assert conv_weight.is_contiguous() != nhwc  # a 4x3x3x3 weight cannot be both
+    assert all(p.dtype == torch.float32 and torch.isfinite(p).all() for p in engine.model.parameters())
+
+
+@pytest.mark.parametrize(
+    "precision, dtype", [("bf16", torch.bfloat16), ("fp16", torch.float16), ("fp32", torch.float32)]
+)
+def test_autocast_dtype_per_precision(precision, dtype):
+    engine = Engine(tiny_net(), options(precision=precision))
+    seen = []
+    engine.model[0].register_forward_hook(lambda module, args, out: seen.append(out.dtype))
+    engine.forward_backward(*batch(2))
+    assert seen == [dtype]
+
+
+# ---- validation ------------------------------------------------------------------------------------
+
+
+def identity_logits(classes: int) -> nn.Module:
+    """A model whose logits are its input, so tests choose the logits exactly."""
+    model = nn.Linear(classes, classes, bias=False)
+    with torch.no_grad():
+        model.weight.copy_(torch.eye(classes))
+    return model
+
+
+def test_validation_counts_top1_top5_and_plain_loss():
+    engine = Engine(identity_logits(7), options(label_smoothing=0.1))
+    ranks = torch.tensor([6.0, 5.0, 4.0, 3.0, 2.0, 1.0, 0.0])  # class c is ranked c-th
+    logits = ranks.repeat(4, 1)
+    labels = torch.tensor([0, 3, 4, 6])  # top-1 hit, top-5 only, top-5 only (rank 5), miss
+    engine.validate_batch(logits, labels)
+    engine.validate_batch(logits[:1], torch.tensor([5]))  # another miss, accumulated
+    loss_sum, correct1, correct5, count = engine.pop_val().tolist()
+    assert (correct1, correct5, count) == (1, 3, 5)
+    expected = F.cross_entropy(torch.cat([logits, logits[:1]]), torch.tensor([0, 3, 4, 6, 5]), reduction="sum")
+    assert loss_sum == pytest.approx(expected.item(), rel=1e-6)  # no label smoothing in validation
+    assert engine.pop_val().tolist() == [0.0, 0.0, 0.0, 0.0]
+
+
+def test_top5_is_clipped_to_the_number_of_classes():
+    engine = Engine(identity_logits(3), options())
+    engine.validate_batch(torch.tensor([[3.0, 2.0, 1.0], [3.0, 2.0, 1.0]]), torch.tensor([0, 2]))
+    assert engine.pop_val().tolist()[1:] == [1.0, 2.0, 2.0]
+
+
+def test_validate_uses_eval_mode_and_training_restores_train_mode():
+    engine = Engine(tiny_net(norm=True), options())
+    bn = engine.model[1]
+    engine.validate_batch(*batch(4))
+    assert not engine.model.training and bn.num_batches_tracked.item() == 0  # running stats untouched
+    engine.forward_backward(*batch(4))
+    assert engine.model.training and bn.num_batches_tracked.item() == 1
+
+
+# ---- DDP ---------------------------------------------------------------------------------------------
+
+
+def test_ddp_no_sync_skips_all_reduce_until_the_last_micro_batch():
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        reductions = []
+
+        def counting_hook(state, bucket):
+            reductions.append(1)
+            fut = torch.futures.Future()
+            fut.set_result(bucket.buffer())
+            return fut
+
+        def wrap(module):
+            ddp = nn.parallel.DistributedDataParallel(module)
+            ddp.register_comm_hook(None, counting_hook)
+            return ddp
+
+        engine = Engine(tiny_net(), options(grad_accum=3, global_batch=6), wrap=wrap)
+        for micro in range(3):
+            engine.forward_backward(*batch(2, seed=micro), sync_grads=micro == 2)
+            assert len(reductions) == (1 if micro == 2 else 0)
+        engine.optimizer_step()
+    finally:
+        dist.destroy_process_group()
+
+
+# ---- options -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (dict(grad_accum=0), r"grad_accum: must be >= 1"),
+        (dict(precision="fp8"), r"precision: 'fp8' is not one of"),
+        (dict(memory_format="NHWC"), r"memory_format: 'NHWC'"),
+        (dict(device="gpu"), r"device: 'gpu'"),
+        (dict(global_batch=10, grad_accum=4), r"global_batch: 10 is not a multiple of grad_accum=4"),
+        (dict(lr_warmup_epochs=90), r"lr_warmup_epochs: must be in \[0, epochs=90\)"),
+        (dict(epoch_images=0), r"epoch_images: must be >= 1"),
+        (dict(lr_timeline="short"), r"lr_timeline: 'short'"),
+        (dict(step_milestones=(0.6, 0.3)), r"step_milestones: must be strictly increasing"),
+        (dict(momentum=0.0, nesterov=True), r"nesterov: needs momentum > 0"),
+        (dict(schedule="poly"), r"schedule: 'poly'"),
+        (dict(loss_scale_growth_interval=0), r"loss_scale_growth_interval"),
+    ],
+)
+def test_invalid_options_name_the_field(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        options(**overrides)
+
+
+def test_all_option_problems_are_reported_together():
+    with pytest.raises(ValueError, match=r"(?s)total_steps.*label_smoothing"):
+        options(total_steps=0, label_smoothing=1.5)
+
+
+# ---- GPU: no host synchronisation in the step functions ---------------------------------------------
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
+def test_step_functions_never_sync_the_host(precision):
+    opts = options(precision=precision, memory_format="nhwc", grad_accum=2, device="cuda:0")
+    engine = Engine(tiny_net(norm=True), opts)
+    images, labels = (t.cuda() for t in batch(4))
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")  # any implicit device->host wait raises
+    try:
+        for _ in range(3):  # the first steps include lazy scaler and optimizer-state setup
+            engine.forward_backward(images, labels, sync_grads=False)
+            engine.forward_backward(images, labels)
+            engine.optimizer_step()
+        engine.validate_batch(images, labels)
+        train, val = engine.pop_train_loss(), engine.pop_val()
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    assert train.tolist()[1] == 24 and val.tolist()[3] == 4

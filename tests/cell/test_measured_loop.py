@@ -1,0 +1,209 @@
+"""The measured loop's mechanics without a GPU: the data wait the device sees (events on a simulated
+stream), events created before the window, instruments started before the opening fence, epoch marks,
+the reason a diverged cell gives. And on a GPU: the exposed wait of a real CUDA stream."""
+
+from __future__ import annotations
+
+import time
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+from harness.cell import worker
+from harness.cell.timing import StepClock, make_ranges
+from harness.spec.cells import expand
+from harness.spec.matrix import parse_matrix
+
+
+class SimulatedStream:
+    """A device stream on a simulated clock: the host queues work (busy_until grows) and takes host time."""
+
+    def __init__(self) -> None:
+        self.host = 0.0
+        self.busy_until = 0.0
+
+    def queue(self, device_s: float) -> None:
+        self.busy_until = max(self.busy_until, self.host) + device_s
+
+
+class FakeEvent:
+    """An event on the simulated stream: it completes when the stream reaches it."""
+
+    created = 0
+
+    def __init__(self, stream: SimulatedStream) -> None:
+        FakeEvent.created += 1
+        self.stream, self.t, self.records = stream, None, 0
+
+    def record(self) -> None:
+        self.records += 1
+        self.t = max(self.stream.host, self.stream.busy_until)
+
+    def elapsed_time(self, end: "FakeEvent") -> float:
+        return (end.t - self.t) * 1e3
+
+
+class SimulatedEngine:
+    def __init__(self, stream: SimulatedStream, device_s: float) -> None:
+        self.stream, self.device_s = stream, device_s
+
+    def forward_backward(self, images, labels, *, sync_grads: bool) -> None:
+        self.stream.queue(self.device_s)
+
+    def optimizer_step(self) -> None:
+        pass
+
+
+def batches(stream: SimulatedStream, host_s: float):
+    while True:
+        stream.host += host_s  # the host spends this long producing the batch
+        yield None, None
+
+
+def context(accum: int) -> SimpleNamespace:
+    return SimpleNamespace(cell=SimpleNamespace(grad_accum=accum), ranges=make_ranges(False),
+                           device=torch.device("cpu"), is_distributed=False)
+
+
+def simulated_window(*, fetch_s: float, compute_s: float, steps: int = 5, accum: int = 2) -> np.ndarray:
+    stream = SimulatedStream()
+    clock = StepClock(steps, torch.device("cuda"), accum, make_event=lambda: FakeEvent(stream))
+    worker._window(context(accum), SimulatedEngine(stream, compute_s), batches(stream, fetch_s), clock, "measure")
+    return clock.resolve_exposed_data_wait()
+
+
+def test_a_busy_gpu_hides_the_hosts_fetch_time():
+    exposed = simulated_window(fetch_s=0.02, compute_s=0.05)
+    # Only the very first fetch finds the stream idle; after it the device always has queued work.
+    assert exposed[0] == pytest.approx(0.02) and exposed[1:] == pytest.approx(0.0)
+
+
+def test_a_starved_gpu_waits_for_what_the_host_takes_beyond_its_work():
+    exposed = simulated_window(fetch_s=0.05, compute_s=0.02)
+    # Each later fetch: 0.05 s on the host, of which the previous micro-batch's 0.02 s of work hides part.
+    assert exposed[1:] == pytest.approx(2 * (0.05 - 0.02))
+    assert exposed[0] == pytest.approx(0.05 + 0.03)
+
+
+def test_every_event_exists_before_the_window_opens():
+    stream = SimulatedStream()
+    FakeEvent.created = 0
+    clock = StepClock(4, torch.device("cuda"), 3, make_event=lambda: FakeEvent(stream))
+    made = FakeEvent.created
+    assert made == 2 * 4 + 2 * 4 * 3
+    events = [*clock._start, *clock._end, *clock._fetch_start, *clock._fetch_end]
+    assert all(e.records == 1 for e in events)  # recorded once: torch creates a CUDA event on its first record
+    worker._window(context(3), SimulatedEngine(stream, 0.01), batches(stream, 0.0), clock, "measure")
+    assert FakeEvent.created == made
+
+
+def test_on_cpu_the_exposed_wait_is_the_host_wait():
+    clock = StepClock(3, torch.device("cpu"), 1)
+
+    def slow():
+        while True:
+            time.sleep(0.01)
+            yield None, None
+
+    worker._window(context(1), SimulatedEngine(SimulatedStream(), 0.0), slow(), clock, "measure")
+    assert (clock.resolve_exposed_data_wait() == clock.host_data_wait_s).all()
+    assert (clock.host_data_wait_s >= 0.01).all()
+
+
+def test_instruments_start_before_the_opening_fence_and_stop_after_the_closing_one(monkeypatch):
+    log: list[str] = []
+    monkeypatch.setattr(worker, "_fence", lambda ctx: log.append("fence"))
+
+    class Instrument:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def start(self) -> None:
+            log.append(f"start {self.name}")
+
+        def stop(self) -> None:
+            log.append(f"stop {self.name}")
+
+    stream = SimulatedStream()
+    clock = StepClock(2, torch.device("cpu"))
+    worker._window(context(1), SimulatedEngine(stream, 0.0), batches(stream, 0.0), clock, "measure",
+                   instruments=[Instrument("profiler"), Instrument("nvml")])
+    assert log == ["start profiler", "start nvml", "fence", "fence", "stop nvml", "stop profiler"]
+
+
+def test_epoch_marks_follow_the_stream_of_images():
+    epoch, starts = worker.epoch_marks(6, 4, 10)  # steps of 4 images, epochs of 10
+    assert epoch == [0, 0, 0, 1, 1, 2]
+    assert starts == [True, False, True, False, False, True]  # images 0, 10 and 20 open epochs
+    assert worker.epoch_marks(3, 4, None) == ([None] * 3, [None] * 3)
+
+
+def test_a_diverged_cell_names_its_first_non_finite_step_and_lr():
+    loss = np.array([2.3, 2.2, np.inf, np.nan])
+    lr = np.array([0.1, 0.2, 0.3, 0.4])
+    reason = worker.non_finite_reason(float("nan"), loss, lr, warmup_steps=3)
+    assert reason == ("non-finite training loss (nan) in the measured window; "
+                      "first non-finite step loss at step 2 (warmup), lr 0.3")
+    assert "another rank diverged" in worker.non_finite_reason(float("nan"), loss[:2], lr[:2], warmup_steps=1)
+
+
+def test_a_local_rank_without_its_own_gpu_is_refused(monkeypatch):
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    cell = expand(parse_matrix({"version": 1, "benchmark": {}}, "m.toml"))[0]
+    with pytest.raises(RuntimeError, match="local rank 1 has no GPU of its own: 1 visible"):
+        worker._setup({"cell": cell.to_plain(), "device": "cuda"})
+
+
+# ---------------------------------------------------------------- on a GPU
+
+
+class SlowLoader:
+    """Yields one device batch after `host_s` of host time (a loader the host waits for)."""
+
+    def __init__(self, host_s: float) -> None:
+        self.host_s = host_s
+        self.images = torch.zeros(8, 3, 8, 8, device="cuda")
+
+    def __iter__(self):
+        while True:
+            time.sleep(self.host_s)
+            yield self.images, None
+
+
+class SleepEngine:
+    """GPU work of a known length per micro-batch (torch.cuda._sleep cycles)."""
+
+    def __init__(self, cycles: int) -> None:
+        self.cycles = cycles
+
+    def forward_backward(self, images, labels, *, sync_grads: bool) -> None:
+        torch.cuda._sleep(self.cycles)
+
+    def optimizer_step(self) -> None:
+        pass
+
+
+def _cycles_per_s() -> float:
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    torch.cuda._sleep(10_000_000)
+    end.record()
+    torch.cuda.synchronize()
+    return 10_000_000 / (start.elapsed_time(end) / 1e3)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize(("host_ms", "gpu_ms", "exposed_ms"), [(10, 40, 0), (40, 10, 30)])
+def test_the_exposed_wait_is_what_a_real_stream_waited(host_ms, gpu_ms, exposed_ms):
+    ctx = SimpleNamespace(cell=SimpleNamespace(grad_accum=1), ranges=make_ranges(False),
+                          device=torch.device("cuda", 0), is_distributed=False)
+    engine = SleepEngine(int(gpu_ms / 1e3 * _cycles_per_s()))
+    clock = StepClock(8, ctx.device)
+    worker._window(ctx, engine, iter(SlowLoader(host_ms / 1e3)), clock, "measure")
+    exposed, host = clock.resolve_exposed_data_wait()[1:] * 1e3, clock.host_data_wait_s[1:] * 1e3
+    assert np.median(host) == pytest.approx(host_ms, abs=3)  # the host waited either way
+    assert np.median(exposed) == pytest.approx(exposed_ms, abs=3)

@@ -1,0 +1,153 @@
+"""ci/nightly.sh end to end with real cells: a night without a baseline only describes and joins the
+history; a fire drill against a promoted baseline fails the job with a confirmed regression and stays
+out of the history, confirmed sequentially and by an interleaved A/B against a worktree of the
+baseline's commit (on a screen's targets, or on every cell); plus harness.orchestrate.nightly, the helper that
+picks the targets and the baseline's code."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from conftest import ROOT
+
+from harness.orchestrate import nightly, runner
+from harness.results import store
+
+
+def night(matrix: Path, reports: Path, run_id: str, **extra: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+               NVBENCH_MATRIX=str(matrix), NVBENCH_REPORTS=str(reports), NVBENCH_RUN_ID=run_id,
+               # 3 + 3 repeats keep the test short; an exact permutation test of 3 + 3 can reach p = 0.1
+               NVBENCH_REPEATS="3", NVBENCH_CONFIRM_REPEATS="3", NVBENCH_REPORT_ARGS="--min-repeats 3 --fdr 0.1")
+    env.update(extra)
+    env.pop("GITHUB_STEP_SUMMARY", None)
+    env.pop("GITHUB_OUTPUT", None)
+    return subprocess.run(["bash", str(ROOT / "ci" / "nightly.sh")], capture_output=True, text=True, env=env,
+                          cwd=ROOT, timeout=600)
+
+
+@pytest.mark.slow
+def test_nightly_describes_then_fails_on_a_fire_drill(tmp_path, tiny_matrix):
+    matrix, reports = tiny_matrix(), tmp_path / "reports"
+
+    first = night(matrix, reports, "night1")
+    assert first.returncode == 0, first.stderr
+    assert "describing the run only" in first.stderr
+    assert (reports / "night1" / "report" / "report.html").is_file()
+    assert len(list((reports / "night1" / "cells").glob("*.parquet"))) == 3
+    assert (reports / "history" / "night1").resolve() == (reports / "night1").resolve()
+
+    (reports / "baselines").mkdir()
+    (reports / "baselines" / "current").write_text("# promoted by the test\n../night1\n")
+    drill = night(matrix, reports, "night2", NVBENCH_RUN_ARGS="--fire-drill 200")
+    assert drill.returncode == 1, drill.stdout + drill.stderr
+    assert "confirmed regression" in drill.stderr
+    summary = (reports / "night2" / "report" / "summary.md").read_text()
+    assert "FIRE DRILL" in summary
+    suite = ET.parse(reports / "night2" / "report" / "junit.xml").getroot()
+    failures = suite.findall(".//testcase/failure")
+    assert len(failures) == 1 and "regression" in failures[0].get("message", "")
+    assert not (reports / "history" / "night2").exists()
+    same_code = nightly.recorded_code(None)
+    assert ("tonight runs the baseline's code" if same_code else "not recorded clean") in drill.stderr
+    assert not (reports / "night2-ab").exists()  # same code: the baseline verdict stands
+    assert "no A/B confirmation: the baseline verdict stands, judged on throughput alone" in drill.stderr
+    (verdict,) = pq.read_table(reports / "night2" / "report" / "verdicts.parquet").to_pylist()
+    assert verdict["verdict"] == "regression" and verdict["decided_by"] == "throughput"
+    assert verdict["fast_effect_pct"] is None  # across nights the fast-step rate is not asked
+
+    bad = night(matrix, reports, "night3", NVBENCH_CONFIRM="sometimes")
+    assert bad.returncode == 2 and "NVBENCH_CONFIRM=sometimes: must be auto, interleaved, every" in bad.stderr
+    assert not (reports / "night3").exists()
+    if same_code is None:
+        pytest.skip("the A/B confirmation checks out the baseline's commit: needs a clean git checkout")
+    drill = night(matrix, reports, "night4", NVBENCH_RUN_ARGS="--fire-drill 200", NVBENCH_CONFIRM="interleaved")
+    assert drill.returncode == 1, drill.stdout + drill.stderr
+    assert f"confirming by A/B: A = {same_code} (baseline)" in drill.stderr
+    meta = json.loads((reports / "night4-ab" / "ab.json").read_text())
+    assert meta["checkout"]["a"] == str(reports / "night4-ab-baseline-src") and meta["checkout"]["b"] is None
+    assert not (reports / "night4-ab-baseline-src").exists()  # the worktree is gone again
+    assert "night4-ab-baseline-src" not in subprocess.run(["git", "-C", str(ROOT), "worktree", "list"],
+                                                           capture_output=True, text=True).stdout
+    (verdict,) = pq.read_table(reports / "night4-ab" / "report" / "verdicts.parquet").to_pylist()
+    assert verdict["verdict"] == "regression" and verdict["fire_drill_pct"] == 200
+    drilled = {side: {r["fire_drill_pct"] for r in store.read_cells(reports / "night4-ab" / side).to_pylist()}
+               for side in ("a", "b")}
+    assert drilled == {"a": {0.0}, "b": {200.0}}
+
+    # NVBENCH_CONFIRM=every: no screen, the A/B judges every cell (here at the default thresholds, so
+    # 2 + 2 repeats are `insufficient data` and cannot fail by chance)
+    quiet = night(matrix, reports, "night5", NVBENCH_CONFIRM="every", NVBENCH_REPORT_ARGS="", NVBENCH_REPEATS="2",
+                  NVBENCH_CONFIRM_REPEATS="")  # empty: as many as the night's run
+    assert quiet.returncode == 0, quiet.stdout + quiet.stderr
+    assert "confirming by A/B" in quiet.stderr
+    (verdict,) = pq.read_table(reports / "night5-ab" / "report" / "verdicts.parquet").to_pylist()
+    assert verdict["verdict"] == "insufficient data" and verdict["num_candidate"] == 2
+    assert (reports / "history" / "night5").is_symlink()
+
+
+def _run_folder(path: Path, environment: dict, rows: list[dict]) -> Path:
+    path.mkdir(parents=True)
+    store.write_json(path / "manifest.json", {"run_id": path.name, "environment": environment})
+    (path / "cells").mkdir()
+    for k, row in enumerate(rows):
+        runner.write_row(path, f"row{k}", row)
+    return path
+
+
+def test_targets_are_the_regressions_of_a_baseline_report_or_the_suspects_of_a_screen(tmp_path):
+    axes = {"memory_format": "nchw", "precision": "fp32", "world_size": 1, "grad_accum": 1, "effect_pct": None,
+            "p_value": None}
+    table = pa.Table.from_pylist([{"verdict": "regression", "backend": "pytorch", **axes},
+                                  {"verdict": "unchanged", "backend": "synthetic", **axes},
+                                  {"verdict": "regression", "backend": "dali-cpu", **axes},
+                                  {"verdict": "unchanged", "backend": "dali-gpu", **axes | {"effect_pct": -2.0,
+                                   "p_value": 0.15}},  # a slowdown the loose screen sends to the A/B
+                                  {"verdict": "unchanged", "backend": "synthetic", **axes | {"effect_pct": -2.0,
+                                   "p_value": 0.3}},
+                                  {"verdict": "unchanged", "backend": "synthetic", **axes | {"effect_pct": 2.0,
+                                   "p_value": 0.01}}])
+    pq.write_table(table, tmp_path / "verdicts.parquet")
+    assert nightly.targets(tmp_path) == [
+        "--only", "backend=dali-cpu", "--only", "backend=dali-gpu", "--only", "backend=pytorch",
+        "--only", "grad_accum=1", "--only", "memory_format=nchw", "--only", "precision=fp32", "--only", "world_size=1"]
+    store.write_json(tmp_path / "suspects.json", [{"cell_id": "c", "only": ["backend=synthetic", "precision=bf16"]}])
+    assert nightly.targets(tmp_path) == ["--only", "backend=synthetic", "--only", "precision=bf16"]
+
+
+def test_the_loose_screen_reads_the_change_of_the_metric_the_verdict_rests_on(tmp_path):
+    axes = {"memory_format": "nchw", "precision": "fp32", "world_size": 1, "grad_accum": 1, "verdict": "unchanged",
+            "effect_pct": 1.0, "fast_effect_pct": -3.0, "p_value": 0.1}
+    table = pa.Table.from_pylist([{"backend": "pytorch", "decided_by": "fast steps", **axes},  # fast steps slower
+                                  {"backend": "synthetic", "decided_by": "throughput", **axes}])  # throughput faster
+    pq.write_table(table, tmp_path / "verdicts.parquet")
+    assert ["--only", "backend=pytorch"] == nightly.targets(tmp_path)[:2]
+    assert "backend=synthetic" not in nightly.targets(tmp_path)
+
+
+def test_code_is_the_recorded_commit_only_when_clean_and_ran_needs_an_ok_repeat_per_cell_and_side(tmp_path):
+    sha = "0123456789abcdef0123456789abcdef01234567"
+    ok, crashed = {"cell_id": "c1", "status": "ok"}, {"cell_id": "c1", "status": "crashed"}
+    clean = _run_folder(tmp_path / "clean", {"nvbench_git_sha": sha, "nvbench_git_dirty": False}, [ok])
+    assert nightly.recorded_code(clean) == sha
+    dirty = _run_folder(tmp_path / "dirty", {"nvbench_git_sha": sha, "nvbench_git_dirty": True}, [ok])
+    assert nightly.recorded_code(dirty) is None
+    assert nightly.recorded_code(_run_folder(tmp_path / "installed", {}, [ok])) is None
+
+    skipped = {"cell_id": "gpu-only", "status": "skipped"}
+    _run_folder(tmp_path / "ab" / "a", {}, [ok, crashed, skipped])
+    _run_folder(tmp_path / "ab" / "b", {}, [crashed, crashed, skipped])
+    assert nightly.unusable_side(tmp_path / "ab").endswith("no ok repeat of c1 (see its logs/)")
+    assert nightly.main(["ran", str(tmp_path / "ab")]) == 1
+    runner.write_row(tmp_path / "ab" / "b", "row9", ok)
+    assert nightly.unusable_side(tmp_path / "ab") is None and nightly.main(["ran", str(tmp_path / "ab")]) == 0
+    assert nightly.main(["code", str(tmp_path / "nowhere")]) == 2
+    assert nightly.main(["sideways"]) == 2

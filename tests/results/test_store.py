@@ -1,0 +1,68 @@
+"""Atomic writes and schema migration of result files."""
+
+from __future__ import annotations
+
+import os
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from harness.results import store
+from harness.results.schema import CELL_SCHEMA, METADATA_VERSION_KEY, RESULT_SCHEMA_VERSION, cell_table
+
+
+def test_write_is_atomic_and_leaves_no_temporary(tmp_path):
+    path = tmp_path / "cells" / "a-r0.parquet"
+    store.write_table(path, cell_table([{"run_id": "r", "cell_id": "a", "repeat": 0, "status": "ok"}]))
+    assert os.listdir(path.parent) == ["a-r0.parquet"]
+    assert store.read_cells(tmp_path).column("status").to_pylist() == ["ok"]
+
+    def broken(fh):
+        fh.write(b"half a file")
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        store._atomic(path, broken)
+    assert os.listdir(path.parent) == ["a-r0.parquet"]  # the old file intact, no temporary left
+    assert pq.read_table(path).num_rows == 1
+
+
+def test_older_file_gains_new_columns_as_null(tmp_path):
+    old = pa.table({"run_id": ["r"], "cell_id": ["a"], "repeat": [0], "status": ["ok"]})
+    old = old.replace_schema_metadata({METADATA_VERSION_KEY: b"1"})
+    (tmp_path / "cells").mkdir()
+    pq.write_table(old, tmp_path / "cells" / "a-r0.parquet")
+    table = store.read_cells(tmp_path)
+    assert table.schema.names == CELL_SCHEMA.names
+    assert table.column("throughput_img_per_s").to_pylist() == [None]
+
+
+def test_newer_or_foreign_files_are_refused(tmp_path):
+    newer = pa.table({"x": [1]}).replace_schema_metadata(
+        {METADATA_VERSION_KEY: str(RESULT_SCHEMA_VERSION + 1).encode()})
+    with pytest.raises(ValueError, match="written by a newer nvbench"):
+        store.migrate(newer, CELL_SCHEMA)
+    with pytest.raises(ValueError, match="not an nvbench result table"):
+        store.migrate(pa.table({"x": [1]}), CELL_SCHEMA)
+
+
+def test_unknown_column_is_an_error():
+    with pytest.raises(KeyError, match="not cells columns"):
+        cell_table([{"run_id": "r", "throughput": 3.0}])
+
+
+def test_version_1_data_wait_becomes_the_host_wait_and_on_cpu_also_the_exposed_wait(tmp_path):
+    old = pa.table({"run_id": ["r", "r"], "cell_id": ["a", "b"], "repeat": [0, 0], "status": ["ok", "ok"],
+                    "device": ["cpu", "cuda"], "data_wait_s": [0.5, 2.0], "data_wait_frac": [0.05, 0.2]})
+    (tmp_path / "cells").mkdir()
+    pq.write_table(old.replace_schema_metadata({METADATA_VERSION_KEY: b"1"}), tmp_path / "cells" / "a.parquet")
+    table = store.read_cells(tmp_path).to_pylist()
+    assert [(r["host_data_wait_s"], r["host_data_wait_frac"]) for r in table] == [(0.5, 0.05), (2.0, 0.2)]
+    # the host wait was the stall on a CPU; a GPU's exposed wait was never measured
+    assert [(r["exposed_data_wait_s"], r["exposed_data_wait_frac"]) for r in table] == [(0.5, 0.05), (None, None)]
+    steps = pa.table({"run_id": ["r"], "cell_id": ["a"], "repeat": [0], "step": [0], "data_wait_s": [0.1]})
+    (tmp_path / "steps").mkdir()
+    pq.write_table(steps.replace_schema_metadata({METADATA_VERSION_KEY: b"1"}), tmp_path / "steps" / "a.parquet")
+    (step,) = store.read_steps(tmp_path).to_pylist()
+    assert (step["host_data_wait_s"], step["exposed_data_wait_s"]) == (0.1, None)

@@ -1,0 +1,159 @@
+"""The layout's contracts, checked over the import graph of harness/ (every import, lazy ones inside
+functions included, read with ast): no import circle; the specification imports no torch; the analysis
+imports nothing of the cell or the orchestration; the cell imports nothing of the orchestration; the parent
+(orchestration and command line) never imports the cell; models know no data; statistics know nothing of
+nvbench. docs/architecture.md draws the same picture."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import ROOT
+
+PACKAGE = ROOT / "harness"
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports_of(path: Path) -> set[str]:
+    """Every module `path` imports, absolute names, anywhere in the file."""
+    found = set()
+    package = module_name(path) if path.name == "__init__.py" else module_name(path).rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names)  # `from pkg import module`
+    return found
+
+
+def graph() -> dict[str, set[str]]:
+    """harness module -> the harness modules it imports (names that are not modules are dropped)."""
+    files = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+    edges = {}
+    for name, path in files.items():
+        targets = {t for t in imports_of(path) if t in files}
+        edges[name] = {t for t in targets if t != name}
+    return edges
+
+
+def third_party(prefix: str) -> set[str]:
+    """Top-level packages outside harness that modules under `prefix` import."""
+    return {t.split(".")[0] for name, path in {module_name(p): p for p in PACKAGE.rglob("*.py")}.items()
+            if name == prefix or name.startswith(prefix + ".") for t in imports_of(path)
+            if not t.startswith("harness")}
+
+
+def reachable(edges: dict[str, set[str]], start: str) -> set[str]:
+    seen, todo = set(), [m for m in edges if m == start or m.startswith(start + ".")]
+    while todo:
+        module = todo.pop()
+        if module not in seen:
+            seen.add(module)
+            todo += edges.get(module, ())
+    return seen
+
+
+def within(modules: set[str], prefix: str) -> set[str]:
+    return {m for m in modules if m == prefix or m.startswith(prefix + ".")}
+
+
+EDGES = graph()
+
+
+def test_the_layout_has_the_packages_the_contracts_name():
+    packages = {m for m in EDGES if m.count(".") == 1 and (PACKAGE / m.split(".")[1] / "__init__.py").exists()}
+    assert packages == {"harness.spec", "harness.orchestrate", "harness.cell", "harness.data", "harness.models",
+                        "harness.results", "harness.stats", "harness.analysis"}
+
+
+def test_no_import_circle():
+    # Tarjan's strongly connected components: a component of two or more modules is a circle.
+    index, low, stack, on_stack, circles = {}, {}, [], set(), []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in EDGES[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                circles.append(sorted(component))
+
+    sys.setrecursionlimit(10_000)
+    for module in EDGES:
+        if module not in index:
+            visit(module)
+    # A package's __init__ importing its own submodules is how a package exposes them, not a circle.
+    circles = [c for c in circles if not all(m.startswith(c[0].rsplit(".", 1)[0]) for m in c)]
+    assert circles == []
+
+
+def test_the_specification_imports_no_torch():
+    spec = reachable(EDGES, "harness.spec")
+    assert spec <= within(set(EDGES), "harness.spec") | {"harness"}, spec
+    assert not {"torch", "numpy", "nvidia"} & third_party("harness.spec")
+
+
+@pytest.mark.parametrize("module", ["harness.spec.matrix", "harness.spec.cells", "harness.spec.job"])
+def test_the_specification_loads_without_torch(module):
+    probe = f"import sys, {module}; print(sorted(m for m in ('torch', 'numpy') if m in sys.modules))"
+    done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "[]", done.stderr
+
+
+def test_the_analysis_imports_nothing_of_the_cell_or_the_orchestration():
+    analysis = reachable(EDGES, "harness.analysis")
+    assert not within(analysis, "harness.cell") and not within(analysis, "harness.orchestrate")
+
+
+def test_the_cell_imports_nothing_of_the_orchestration():
+    assert not within(reachable(EDGES, "harness.cell"), "harness.orchestrate")
+
+
+@pytest.mark.parametrize("parent", ["harness.orchestrate", "harness.cli", "harness.console"])
+def test_the_parent_never_imports_the_cell(parent):
+    assert not within(reachable(EDGES, parent), "harness.cell"), "start it as `python -m harness.cell` instead"
+
+
+def test_models_know_no_data():
+    assert not within(reachable(EDGES, "harness.models"), "harness.data")
+
+
+def test_data_knows_no_timing_or_orchestration():
+    data = reachable(EDGES, "harness.data")
+    assert not within(data, "harness.cell") and not within(data, "harness.orchestrate")
+
+
+def test_statistics_know_nothing_of_nvbench():
+    assert reachable(EDGES, "harness.stats") <= within(set(EDGES), "harness.stats") | {"harness"}
+    assert third_party("harness.stats") <= {"__future__", "collections", "dataclasses", "itertools", "math",
+                                            "numpy", "scipy"}
+
+
+def test_the_contracts_see_a_broken_rule():
+    """The graph reader itself: a lazy import inside a function counts."""
+    assert "harness.cell.worker" in EDGES["harness.cell.__main__"]  # imported inside main()
