@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import math
 import re
+import time
 from dataclasses import dataclass
 from typing import Callable, Literal
 
@@ -23,6 +24,7 @@ from harness.cell.timing import BACKWARD, FORWARD, OPTIMIZER, Ranges, make_range
 from harness.spec.matrix import IMAGENET_TRAIN_IMAGES
 
 Precision = Literal["fp32", "fp16", "bf16"]
+CompileMode = Literal["eager", "inductor", "cudagraph"]
 MemoryFormat = Literal["nchw", "nhwc"]
 Schedule = Literal["cosine", "linear", "step", "constant"]
 Timeline = Literal["reference", "compressed"]
@@ -31,6 +33,10 @@ PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "bf16")
 MEMORY_FORMATS: tuple[str, ...] = ("nchw", "nhwc")
 SCHEDULES: tuple[str, ...] = ("cosine", "linear", "step", "constant")
 TIMELINES: tuple[str, ...] = ("reference", "compressed")
+COMPILE_MODES: tuple[str, ...] = ("eager", "inductor", "cudagraph")
+CAPTURE_WARMUP_ITERS = 3
+"""Eager iterations on a side stream before a CUDA graph is captured (lazy state, cuDNN and allocator
+settle), undone afterwards."""
 STATIC_GROWTH_INTERVAL = 1_000_000_000
 """The reference's static loss scale: a GradScaler whose scale never grows (DLE passes this interval)."""
 _AUTOCAST_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
@@ -94,6 +100,9 @@ class EngineOptions:
     """Overflow-free steps before a dynamic fp16 scale doubles (growth 2 and backoff 0.5 are fixed)."""
     allow_tf32: bool = True
     """Let fp32 matmuls and convolutions use TF32 on CUDA."""
+    compile: CompileMode = "eager"
+    """eager PyTorch; inductor: the model's forward and backward under torch.compile; cudagraph: the whole
+    step (forward, backward, optimizer, loss scaler) captured once as a CUDA graph and replayed."""
 
     def __post_init__(self) -> None:
         problems = _option_problems(self)
@@ -121,6 +130,8 @@ def _option_problems(o: EngineOptions) -> list[str]:
         (o.weight_decay >= 0, f"weight_decay: must be >= 0, got {o.weight_decay}"),
         (0 <= o.label_smoothing < 1, f"label_smoothing: must be in [0, 1), got {o.label_smoothing}"),
         (o.lr_timeline in TIMELINES, f"lr_timeline: {o.lr_timeline!r} is not one of {TIMELINES}"),
+        (o.compile in COMPILE_MODES, f"compile: {o.compile!r} is not one of {COMPILE_MODES}"),
+        (o.compile != "cudagraph" or o.device.startswith("cuda"), "compile: cudagraph needs a CUDA device"),
         (o.epochs >= 1, f"epochs: must be >= 1, got {o.epochs}"),
         (0 <= o.lr_warmup_epochs < o.epochs,
          f"lr_warmup_epochs: must be in [0, epochs={o.epochs}), got {o.lr_warmup_epochs}"),
@@ -241,11 +252,17 @@ class Engine:
         model = model.to(device=self.device, memory_format=memory_format)
         # Wrapping (DDP) comes last so it sees parameters already on their device and in their format.
         self.model: nn.Module = wrap(model) if wrap is not None else model
+        if opts.compile == "cudagraph" and wrap is not None:
+            raise ValueError("compile: cudagraph captures a single process's step; DDP is not supported")
+        self._module = self.model
+        """The model as built (eager): validation runs it, so a compiled model is not recompiled for eval."""
         if self.device.type == "cuda":
             _set_tf32(opts.allow_tf32)
         self._autocast_dtype = _AUTOCAST_DTYPES.get(opts.precision)
         self._schedule = LrSchedule.from_options(opts)
         self._step = 0
+        self._lr = opts.peak_lr * self._schedule(0)
+        """The LR of the next step, on the host: the optimizer's copy may live on the device (a graph's)."""
         self.optimizer = self._build_optimizer()
         self.scaler = self._build_scaler()
         self._criterion = nn.CrossEntropyLoss(label_smoothing=opts.label_smoothing)
@@ -255,6 +272,10 @@ class Engine:
         # over its micro-batches, this rank's) and its LR on the host, so recording them costs no sync.
         self._step_loss = torch.zeros(opts.total_steps, dtype=torch.float32, device=self.device)
         self._step_lr = np.full(opts.total_steps, np.nan)
+        self._graph: GraphedStep | None = None
+        self._micro = 0
+        if opts.compile == "inductor":
+            self.model = torch.compile(self.model)
 
     # ---- construction -------------------------------------------------------------------------------
 
@@ -265,7 +286,8 @@ class Engine:
         )
         optimizer = torch.optim.SGD(
             groups,
-            lr=opts.peak_lr * self._schedule(0),
+            # A captured graph reads the LR from device memory, which each step updates in place.
+            lr=torch.tensor(self._lr, device=self.device) if opts.compile == "cudagraph" else self._lr,
             momentum=opts.momentum,
             nesterov=opts.nesterov,
             # Fused SGD takes the GradScaler's found_inf/scale as tensors; with the stock SGD,
@@ -302,14 +324,51 @@ class Engine:
         """Put the model in eval mode (validate_batch also ensures it)."""
         self.model.eval()
 
+    def prepare(self, images: Tensor, labels: Tensor) -> float:
+        """Compile or capture the training step on a batch like the ones to come; return the seconds it took.
+
+        Eager: nothing. inductor: one whole step (so that torch.compile compiles forward and backward);
+        cudagraph: CAPTURE_WARMUP_ITERS eager steps on a side stream, then the capture. Both leave the model,
+        the optimizer, the scaler and every record as they were (restored in place, so a graph's addresses stay
+        valid): preparing trains nothing. Synchronises the device: call it before any window.
+        """
+        if self.opts.compile == "eager":
+            return 0.0
+        t0 = time.perf_counter()
+        saved = _snapshot(self._state_tensors())
+        self.train()
+        if self.opts.compile == "inductor":
+            for micro in range(self.opts.grad_accum):
+                self._micro_step(images, labels, sync_grads=micro == self.opts.grad_accum - 1)
+            self._update()
+        else:
+            self._graph = GraphedStep(self, images, labels)
+            self._graph.capture(CAPTURE_WARMUP_ITERS)
+        self.optimizer.zero_grad(set_to_none=self._graph is None)  # a graph keeps its gradient buffers
+        _restore(saved)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)  # sync: compile_s must include the queued work
+        return time.perf_counter() - t0
+
     def forward_backward(self, images: Tensor, labels: Tensor, *, sync_grads: bool = True) -> None:
         """One micro-batch: autocast forward, backward of loss / grad_accum; adds to the train-loss sums.
 
         Pass sync_grads=False on all but the last micro-batch of an accumulation so a DDP model skips
-        its gradient all-reduce (model.no_sync()); without DDP the flag has no effect.
+        its gradient all-reduce (model.no_sync()); without DDP the flag has no effect. A captured step only
+        copies the batch into its input buffers here; the graph runs it in optimizer_step.
         """
+        if self._graph is not None:
+            self._graph.load(self._micro, images, labels)
+            self._micro += 1
+            return
         if not self.model.training:
             self.model.train()
+        loss = self._micro_step(images, labels, sync_grads=sync_grads)
+        if self._step < self.opts.total_steps:
+            self._step_loss[self._step].add_(loss, alpha=1.0 / self.opts.grad_accum)
+
+    def _micro_step(self, images: Tensor, labels: Tensor, *, sync_grads: bool) -> Tensor:
+        """Forward and backward of one micro-batch; its loss (detached) added to the train-loss sums."""
         images = self._format(images)
         no_sync = getattr(self.model, "no_sync", None)
         grad_sync = no_sync() if (not sync_grads and no_sync is not None) else contextlib.nullcontext()
@@ -326,29 +385,50 @@ class Engine:
         detached = loss.detach()
         self._train_acc[0].add_(detached.to(torch.float64), alpha=batch)
         self._train_acc[1].add_(batch)
-        if self._step < self.opts.total_steps:
-            self._step_loss[self._step].add_(detached, alpha=1.0 / self.opts.grad_accum)
+        return detached
 
     def optimizer_step(self) -> None:
-        """Apply the accumulated gradients (skipped on fp16 overflow), clear them, advance the LR."""
+        """Apply the accumulated gradients (skipped on fp16 overflow), clear them, advance the LR. A captured
+        step replays its graph here: forward, backward and update in one launch."""
+        if self._graph is not None:
+            self._record_lr()
+            self._graph.replay()
+            if self._step < self.opts.total_steps:
+                self._step_loss[self._step].copy_(self._graph.step_loss)
+            self._micro = 0
+            self._advance()
+            return
         with self._ranges(OPTIMIZER):
-            self._apply_step()
+            self._record_lr()
+            self._update()
+            self.optimizer.zero_grad(set_to_none=True)
+            self._advance()
 
-    def _apply_step(self) -> None:
+    def _record_lr(self) -> None:
         if self._step < self.opts.total_steps:
             self._step_lr[self._step] = self.lr()
+
+    def _update(self) -> None:
+        """The optimizer step itself, through the scaler when there is one (no host decision either way)."""
         if self.scaler is not None:
             self.scaler.step(self.optimizer)
             self.scaler.update()
         else:
             self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+
+    def _advance(self) -> None:
         # The schedule advances even when the scaler skipped the step: knowing whether it did would
         # need a host read of found_inf, and the reference counts iterations, not applied updates.
         self._step += 1
         lr = self.opts.peak_lr * self._schedule(self._step)
+        if lr == self._lr:
+            return
+        self._lr = lr
         for group in self.optimizer.param_groups:
-            group["lr"] = lr
+            if isinstance(group["lr"], Tensor):
+                group["lr"].fill_(lr)  # where a captured graph reads it
+            else:
+                group["lr"] = lr
 
     def step_records(self) -> tuple[np.ndarray, np.ndarray]:
         """(loss, lr) of every optimizer step taken so far, in step order; NaN where none was recorded.
@@ -359,8 +439,10 @@ class Engine:
         return losses, self._step_lr[: self._step].copy()
 
     def pop_train_loss(self) -> Tensor:
-        """Device float64 tensor [loss_sum, num_samples] since the last pop (label-smoothed loss)."""
-        out, self._train_acc = self._train_acc, self._zeros(2)
+        """Device float64 tensor [loss_sum, num_samples] since the last pop (label-smoothed loss). The sums
+        are zeroed in place: a captured graph keeps adding into the same memory."""
+        out = self._train_acc.clone()
+        self._train_acc.zero_()
         return out
 
     # ---- validation ---------------------------------------------------------------------------------
@@ -392,8 +474,17 @@ class Engine:
         return None if self.scaler is None else float(self.scaler.get_scale())
 
     def lr(self) -> float:
-        """LR of the next optimizer step (a host-side float: no sync)."""
-        return self.optimizer.param_groups[0]["lr"]
+        """LR of the next optimizer step (a host-side float: no sync, also when the optimizer holds it on the
+        device for a graph)."""
+        return self._lr
+
+    def _state_tensors(self) -> list[Tensor]:
+        """Every tensor a training step changes: parameters, buffers, optimizer and scaler state, records."""
+        tensors = [*self._module.parameters(), *self._module.buffers(), self._train_acc, self._step_loss]
+        tensors += [t for state in self.optimizer.state.values() for t in state.values() if isinstance(t, Tensor)]
+        if self.scaler is not None and self.scaler._scale is not None:
+            tensors += [self.scaler._scale, self.scaler._growth_tracker]
+        return tensors
 
     @property
     def steps_taken(self) -> int:
@@ -407,6 +498,8 @@ class Engine:
             self.device.type,
             dtype=self._autocast_dtype or torch.float32,
             enabled=self._autocast_dtype is not None,
+            # A graph replays the casts it captured; autocast's weight cache would hold stale copies.
+            cache_enabled=self.opts.compile != "cudagraph",
         )
 
     def _format(self, images: Tensor) -> Tensor:
@@ -430,3 +523,60 @@ def _set_tf32(allow: bool) -> None:
     # both APIs readable for the environment fingerprint.
     torch.backends.cuda.matmul.allow_tf32 = allow
     torch.backends.cudnn.allow_tf32 = allow
+
+
+def _snapshot(tensors: list[Tensor]) -> list[tuple[Tensor, Tensor]]:
+    return [(t, t.detach().clone()) for t in tensors]
+
+
+def _restore(saved: list[tuple[Tensor, Tensor]]) -> None:
+    with torch.no_grad():
+        for tensor, copy in saved:
+            tensor.copy_(copy)
+
+
+class GraphedStep:
+    """The whole training step captured as one CUDA graph: static input buffers (one per micro-batch) that
+    each step's batches are copied into, then one replay runs forward, backward, the optimizer and the loss
+    scaler. Everything the step reads lives at fixed addresses: the LR in a device tensor, the scaler's scale
+    and its found-inf flags on the device (fused SGD takes them as tensors), the loss sums added in place."""
+
+    def __init__(self, engine: Engine, images: Tensor, labels: Tensor) -> None:
+        self.engine = engine
+        images = engine._format(images)
+        accum = engine.opts.grad_accum
+        self.inputs = [(torch.empty_like(images), torch.empty_like(labels)) for _ in range(accum)]
+        for x, y in self.inputs:
+            x.copy_(images)
+            y.copy_(labels)
+        self.step_loss = torch.zeros((), dtype=torch.float32, device=engine.device)
+        self.graph = torch.cuda.CUDAGraph()
+
+    def _body(self) -> None:
+        engine, accum = self.engine, self.engine.opts.grad_accum
+        self.step_loss.zero_()
+        for x, y in self.inputs:
+            self.step_loss.add_(engine._micro_step(x, y, sync_grads=True), alpha=1.0 / accum)
+        engine._update()
+
+    def capture(self, warmup_iters: int) -> None:
+        side = torch.cuda.Stream(self.engine.device)
+        side.wait_stream(torch.cuda.current_stream(self.engine.device))
+        with torch.cuda.stream(side):
+            for _ in range(warmup_iters):
+                self.engine.optimizer.zero_grad(set_to_none=True)
+                self._body()
+        torch.cuda.current_stream(self.engine.device).wait_stream(side)
+        # Gradients start unallocated, so the first backward of the captured step writes them (in the graph's
+        # memory pool) rather than adding to them: each replay starts from fresh gradients.
+        self.engine.optimizer.zero_grad(set_to_none=True)
+        with torch.cuda.graph(self.graph):
+            self._body()
+
+    def load(self, micro: int, images: Tensor, labels: Tensor) -> None:
+        x, y = self.inputs[micro]
+        x.copy_(self.engine._format(images))
+        y.copy_(labels)
+
+    def replay(self) -> None:
+        self.graph.replay()

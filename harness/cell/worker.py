@@ -15,7 +15,7 @@ import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -45,6 +45,7 @@ from harness.models import build_model
 from harness.results import store
 from harness.results.schema import step_table
 from harness.spec.cells import Cell
+from harness.spec.matrix import WARMUP_CHUNK, WARMUP_TOLERANCE
 from harness.stats import window
 
 
@@ -133,26 +134,33 @@ def epoch_images(cell: Cell, dataset_images: int) -> int:
     return cell.recipe.epoch_images or dataset_images
 
 
+def most_warmup_steps(cell: Cell) -> int:
+    """Warmup steps the cell may run: fixed, or auto's maximum."""
+    b = cell.benchmark
+    return b.warmup_max_steps if b.warmup_steps == "auto" else b.warmup_steps
+
+
 def engine_options(cell: Cell, device: str, *, dataset_images: int) -> EngineOptions:
     """How `cell` trains, as the engine takes it: the recipe, the axes and the epoch of its LR timeline."""
     r = cell.recipe
     return EngineOptions(
         precision=cell.precision, memory_format=cell.memory_format, grad_accum=cell.grad_accum, device=device,
-        global_batch=cell.images_per_step, total_steps=cell.benchmark.warmup_steps + cell.benchmark.measure_steps,
+        global_batch=cell.images_per_step, total_steps=most_warmup_steps(cell) + cell.benchmark.measure_steps,
         lr_per_256=r.lr_per_256, momentum=r.momentum, nesterov=r.nesterov, weight_decay=r.weight_decay,
         bn_bias_weight_decay=r.bn_bias_weight_decay, label_smoothing=r.label_smoothing, schedule=r.schedule,
         lr_timeline=r.lr_timeline, epochs=r.epochs, lr_warmup_epochs=r.lr_warmup_epochs,
         epoch_images=epoch_images(cell, dataset_images), step_milestones=r.step_milestones,
         step_gamma=r.step_gamma, init_loss_scale=r.init_loss_scale, dynamic_loss_scale=r.dynamic_loss_scale,
-        loss_scale_growth_interval=r.loss_scale_growth_interval, allow_tf32=r.allow_tf32)
+        loss_scale_growth_interval=r.loss_scale_growth_interval, allow_tf32=r.allow_tf32, compile=cell.compile)
 
 
 def build_engine(cell: Cell, device: torch.device, *, dataset_images: int, wrap=None,
                  ranges: Ranges | None = None) -> Engine:
     """The cell's model and engine on `device`, as every cell process builds them (benchmarks/overhead.py's
     bare loop builds its engine here too, so the two cannot drift apart)."""
-    model = build_model(cell.benchmark.model, num_classes=cell.benchmark.num_classes,
-                        zero_init_residual=cell.recipe.zero_init_residual)
+    with torch.device(device):  # initialised where it trains: no host-side init and copy
+        model = build_model(cell.benchmark.model, num_classes=cell.benchmark.num_classes,
+                            zero_init_residual=cell.recipe.zero_init_residual)
     return Engine(model, engine_options(cell, str(device), dataset_images=dataset_images), wrap=wrap,
                   ranges=ranges)
 
@@ -239,20 +247,69 @@ def _validate(ctx: Context, engine: Engine) -> dict[str, Any]:
             "val_s": time.perf_counter() - t0}
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Warmup:
+    """The warmup steps as they ran: fixed, or chunk after chunk until steady (`auto`)."""
+
+    step_times_s: np.ndarray
+    host_data_wait_s: np.ndarray
+    exposed_data_wait_s: np.ndarray
+    wall_s: float
+
+    @property
+    def steps(self) -> int:
+        return len(self.step_times_s)
+
+
+def is_steady(step_times_s: np.ndarray, chunk: int = WARMUP_CHUNK, tolerance: float = WARMUP_TOLERANCE) -> bool:
+    """The auto-warmup rule: the median time of the last `chunk` steps is within `tolerance` (relative) of the
+    median of the `chunk` steps before them."""
+    if len(step_times_s) < 2 * chunk:
+        return False
+    last, before = np.median(step_times_s[-chunk:]), np.median(step_times_s[-2 * chunk:-chunk])
+    return abs(last / before - 1.0) <= tolerance
+
+
+def _warm_up(ctx: Context, engine: Engine, batches, *, clock: Callable[[int], StepClock] | None = None) -> Warmup:
+    """benchmark.warmup_steps steps, or (auto) warmup_min_steps and then chunks of WARMUP_CHUNK until
+    is_steady or warmup_max_steps. Each chunk is a window of its own, so reading its step times costs no sync
+    beyond its closing fence; every rank stops when all are steady (one all-reduce per chunk). `clock` makes a
+    chunk's StepClock (tests pass one on a simulated device)."""
+    b, accum = ctx.cell.benchmark, ctx.cell.grad_accum
+    clock = clock or (lambda n: StepClock(n, ctx.device, accum))
+    auto = b.warmup_steps == "auto"
+    todo = b.warmup_min_steps if auto else b.warmup_steps
+    clocks, wall = [], 0.0
+    while todo:
+        clocks.append(clock(todo))
+        wall += _window(ctx, engine, batches, clocks[-1], WARMUP)
+        if not auto:
+            break
+        times = np.concatenate([c.resolve() for c in clocks])
+        done = is_steady(times) or len(times) >= b.warmup_max_steps
+        if ctx.is_distributed:  # all ranks stop together: the least steady decides
+            done = bool(_all_reduce(ctx, torch.tensor([int(done)], device=ctx.device), dist.ReduceOp.MIN).item())
+        todo = 0 if done else min(WARMUP_CHUNK, b.warmup_max_steps - len(times))
+    cat = (lambda arrays: np.concatenate(arrays)) if clocks else (lambda arrays: np.zeros(0))
+    return Warmup(step_times_s=cat([c.resolve() for c in clocks]), host_data_wait_s=cat([c.host_data_wait_s for c in clocks]),
+                  exposed_data_wait_s=cat([c.resolve_exposed_data_wait() for c in clocks]), wall_s=wall)
+
+
 def _train(ctx: Context, engine: Engine, loader) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     b, accum = ctx.cell.benchmark, ctx.cell.grad_accum
     batches = iter(loader)
     engine.train()
-    warm = StepClock(b.warmup_steps, ctx.device, accum)
+    # Compile or capture on a real batch, then undo that step: before any window (eager: nothing to do).
+    compile_s = engine.prepare(*next(batches)) if ctx.cell.compile != "eager" else 0.0
+    warm = _warm_up(ctx, engine, batches)
     meas = StepClock(b.measure_steps, ctx.device, accum)
-    warm_s = _window(ctx, engine, batches, warm, WARMUP) if b.warmup_steps else 0.0
     engine.pop_train_loss()  # warmup loss is not the measured loss
     inject_fault(ctx.fault, ctx.rank, engine)
     # NVML sampling of this process's GPU (nothing on CPU) and the profiler: started before the opening
     # fence, stopped after the closing one.
     sampler = TelemetrySampler(ctx.device.index if ctx.device.type == "cuda" else None)
     recorder = capture.capture(ctx.profile, rank=ctx.rank, is_cuda=ctx.device.type == "cuda")
-    drill = FireDrill(ctx.device, ctx.fire_drill_pct, warm.resolve()) if ctx.fire_drill_pct else None
+    drill = FireDrill(ctx.device, ctx.fire_drill_pct, warm.step_times_s) if ctx.fire_drill_pct else None
     if drill is not None:
         print(f"fire drill: +{ctx.fire_drill_pct:g}%: {drill.describe()}", flush=True)
     probe = _speed_probe(ctx, warm)
@@ -264,7 +321,7 @@ def _train(ctx: Context, engine: Engine, loader) -> tuple[dict[str, Any], dict[s
     train_loss = loss_sum / count
     step_loss, step_lr = engine.step_records()
     if not math.isfinite(train_loss):
-        raise NonFiniteLoss(non_finite_reason(train_loss, step_loss, step_lr, b.warmup_steps))
+        raise NonFiniteLoss(non_finite_reason(train_loss, step_loss, step_lr, warm.steps))
     step_times = meas.resolve()
     exposed = meas.resolve_exposed_data_wait()
     waits = torch.tensor([meas.host_data_wait_s.sum(), exposed.sum()], dtype=torch.float64, device=ctx.device)
@@ -275,8 +332,8 @@ def _train(ctx: Context, engine: Engine, loader) -> tuple[dict[str, Any], dict[s
     steady = window.steadiness(step_times)
     fast = window.fast_step_rate(step_times, ctx.cell.images_per_step)
     metrics = {
-        "num_warmup_steps": b.warmup_steps, "num_measure_steps": b.measure_steps, "images_measured": images,
-        "window_s": window_s, "warmup_window_s": warm_s,
+        "warmup_steps_used": warm.steps, "num_measure_steps": b.measure_steps, "images_measured": images,
+        "window_s": window_s, "warmup_window_s": warm.wall_s, "compile_s": compile_s,
         "throughput_img_per_s": interval.estimate,
         "throughput_ci_low_img_per_s": interval.low, "throughput_ci_high_img_per_s": interval.high,
         "throughput_per_process_img_per_s": images / window_s / ctx.world_size,  # all ranks of all nodes
@@ -289,19 +346,19 @@ def _train(ctx: Context, engine: Engine, loader) -> tuple[dict[str, Any], dict[s
         "is_steady": steady.is_steady, "steadiness": steady.reason,
         "train_loss": train_loss, "lr_final": engine.lr(), "loss_scale": engine.loss_scale(),
     } | _telemetry_columns(ctx, sampler.summary, images) | (probe.summary() if probe is not None else {})
-    n = b.warmup_steps + b.measure_steps
+    n = warm.steps + b.measure_steps
     local_images = ctx.cell.benchmark.batch_size * accum
     epoch, is_epoch_start = epoch_marks(n, local_images, loader.samples_per_epoch)
     steps = {
-        "step": np.arange(n), "is_warmup": np.arange(n) < b.warmup_steps,
-        "step_time_s": np.concatenate([warm.resolve(), step_times]),
+        "step": np.arange(n), "is_warmup": np.arange(n) < warm.steps,
+        "step_time_s": np.concatenate([warm.step_times_s, step_times]),
         "host_data_wait_s": np.concatenate([warm.host_data_wait_s, meas.host_data_wait_s]),
-        "exposed_data_wait_s": np.concatenate([warm.resolve_exposed_data_wait(), exposed]),
+        "exposed_data_wait_s": np.concatenate([warm.exposed_data_wait_s, exposed]),
         "loss": step_loss, "lr": step_lr, "epoch": epoch, "is_epoch_start": is_epoch_start,
         "images": np.full(n, local_images),
     }
     if probe is not None:
-        ran = np.concatenate([np.full(b.warmup_steps, np.nan), probe.per_step])
+        ran = np.concatenate([np.full(warm.steps, np.nan), probe.per_step])
         steps["speed_probe_s"] = [None if math.isnan(v) else float(v) for v in ran]  # null where none ran
     return metrics, steps
 
@@ -330,14 +387,13 @@ def epoch_marks(num_steps: int, images_per_step: int, samples_per_epoch: int | N
     return (first // samples_per_epoch).tolist(), (last // samples_per_epoch > (first - 1) // samples_per_epoch).tolist()
 
 
-def _speed_probe(ctx: Context, warm: StepClock) -> SpeedProbe | None:
+def _speed_probe(ctx: Context, warm: Warmup) -> SpeedProbe | None:
     """The machine-speed probe of a timed single-process CPU cell (run.speed_probe; harness/cell/probe.py), or
     None. Not in torchrun groups: one rank probing while the others wait in the next all-reduce would put
     the probe into their step times."""
     if not ctx.cell.run.speed_probe or ctx.device.type != "cpu" or ctx.profile or ctx.is_distributed:
         return None
-    warm_times = warm.resolve()
-    step_s = float(np.median(warm_times)) if warm_times.size else 0.0
+    step_s = float(np.median(warm.step_times_s)) if warm.steps else 0.0
     cost_s = min(probe_run_once()[1] for _ in range(5))  # the first run also allocates the flush buffer
     steps = ctx.cell.benchmark.measure_steps
     return SpeedProbe(steps, probe_every(step_s, cost_s, steps))
@@ -418,6 +474,9 @@ def _memory(ctx: Context) -> dict[str, Any]:
     return {"mem_peak_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "mem_kind": "host_rss"}
 
 
+NO_VALIDATION = {"val_loss": None, "top1": None, "top5": None, "num_val_images": 0, "val_s": 0.0}
+
+
 def run_cell(ctx: Context) -> dict[str, Any]:
     """Train and validate one cell; write this rank's steps; return the cell metrics (all-reduced: global)."""
     with ctx.ranges(CELL):
@@ -427,7 +486,8 @@ def run_cell(ctx: Context) -> dict[str, Any]:
         build_s = time.perf_counter() - t0
         flops_per_image = _count_flops(ctx) if ctx.local_rank == 0 else None  # each node's result writer
         metrics, steps = _train(ctx, engine, loader)
-        metrics |= _validate(ctx, engine)
+        # Synthetic labels are random: validation would cost time and mean nothing.
+        metrics |= _validate(ctx, engine) if ctx.cell.backend != "synthetic" else NO_VALIDATION
     n = len(steps["step"])
     steps |= {"run_id": [ctx.run_id] * n, "cell_id": [ctx.cell.cell_id] * n, "repeat": np.full(n, ctx.repeat),
               "rank": np.full(n, ctx.rank)}
@@ -445,11 +505,13 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m harness.cell run JOB_JSON", file=sys.stderr)
         return 2
     job = store.read_json(Path(argv[0]))
+    # The runner's launch to here: the interpreter, torch's import, torchrun's rendezvous (one clock: same host).
+    startup_s = time.time() - job["launched_at"] if job.get("launched_at") else None
     out_dir, rank = Path(job["out_dir"]), int(os.environ.get("RANK", 0))
     _stack_on_sigterm(out_dir / f"stack-rank{rank}.txt")
     try:
         ctx = _setup(job)
-        result = run_cell(ctx)
+        result = run_cell(ctx) | {"startup_s": startup_s}
         # The metrics are all-reduced, so every node's local rank 0 holds the global figures: each node's
         # runner (out_dir is node-local) gets a full row. Per-rank extras (step times, memory) are its own.
         if ctx.local_rank == 0:

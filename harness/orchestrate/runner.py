@@ -30,9 +30,11 @@ from harness.results import store
 from harness.results.schema import CELL_SCHEMA, cell_table
 from harness.spec.cells import Cell, job_key, schedule
 from harness.spec.job import FAULT_ENV, PARENT_PID_ENV
-from harness.spec.matrix import Matrix
+from harness.spec.matrix import AXES, Axes, Matrix
 
 PLAN = "plan.json"
+AXIS_DEFAULTS = {axis: getattr(Axes(), axis)[0] for axis in AXES}
+"""Each axis's value in rows written before the axis existed (compile: eager)."""
 MANIFEST = "manifest.json"
 
 
@@ -69,6 +71,10 @@ def skip_reason(cell: Cell, caps: Capabilities) -> str | None:
     reason = unavailable_reason(cell.backend, caps.device)
     if reason:
         return reason
+    if cell.compile == "cudagraph" and caps.device != "cuda":
+        return "compile = cudagraph captures the step as a CUDA graph; this run trains on the CPU"
+    if cell.compile == "cudagraph" and cell.world_size * cell.launch.nnodes > 1:
+        return "compile = cudagraph captures one process's step; DDP groups (world_size > 1) are not captured"
     if caps.device == "cuda" and cell.world_size > caps.gpu_count:
         return (f"world_size {cell.world_size} needs {cell.world_size} GPUs on this node; "
                 f"{caps.gpu_count} visible")
@@ -349,12 +355,13 @@ def run_job(cell: Cell, repeat: int, ctx: JobContext) -> dict[str, Any]:
            "data_root": str(data_root) if data_root else None, "out_dir": str(work), "fault": fault,
            "profile": ctx.profile.job_section(key) if ctx.profile else None,
            "fire_drill_pct": ctx.fire_drill_pct, "flops_cache": str(ctx.run_dir / "flops.json")}
-    store.write_json(work / "job.json", job)
     argv = launcher_for(cell).command(cell, work / "job.json", key)
     if ctx.python:  # every interpreter slot of the command (torchrun's agent and its ranks alike)
         argv = [ctx.python if arg == sys.executable else arg for arg in argv]
     if ctx.profile:
         argv = ctx.profile.command(argv, key)
+    job["launched_at"] = time.time()  # the cell measures its startup_s from here
+    store.write_json(work / "job.json", job)
     t0 = time.monotonic()
     outcome = run_process(argv, log_path=log_path, timeout_s=cell.benchmark.timeout_s, env=_child_env(cell, ctx))
     status, reason = classify(outcome, work, log_path, cell.benchmark.timeout_s)
@@ -452,13 +459,33 @@ def execute(run_dir: Path, *, caps: Capabilities, env: dict[str, Any], env_key: 
     derive_twin_columns(run_dir)
     session["finished_at"] = datetime.now(timezone.utc).isoformat()
     manifest["finished_at"] = session["finished_at"]
+    manifest |= matrix_efficiency(manifest["sessions"], store.read_cells(run_dir).to_pylist())
     store.write_json(run_dir / MANIFEST, manifest)
     shutil.rmtree(run_dir / "work", ignore_errors=True)
     return rows
 
 
+PHASES = ("startup_s", "build_s", "compile_s", "warmup_window_s", "window_s", "val_s")
+"""Where a job's time goes, in the order it goes there (the rest of a job is its process's exit and the
+runner's own work between launch and row)."""
+
+
+def matrix_efficiency(sessions: list[dict[str, Any]], rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The run's measured share of its wall time: the measured windows of its ok rows over the wall time of
+    every session that ran it (a resumed run counts each session), with where the rest went."""
+    wall = sum((datetime.fromisoformat(s["finished_at"]) - datetime.fromisoformat(s["started_at"])).total_seconds()
+               for s in sessions if s.get("finished_at"))
+    ok = [r for r in rows if r["status"] == "ok"]
+    phases = {name: sum(r.get(name) or 0.0 for r in ok) for name in PHASES}
+    jobs_s = sum(r.get("duration_s") or 0.0 for r in rows)
+    breakdown = phases | {"rest_of_jobs_s": jobs_s - sum(phases.values()), "between_jobs_s": wall - jobs_s}
+    return {"wall_s": wall, "window_s_total": phases["window_s"],
+            "matrix_efficiency": phases["window_s"] / wall if wall > 0 else None,
+            "time_breakdown_s": {k: round(v, 3) for k, v in breakdown.items()}}
+
+
 def _twin_key(row: dict[str, Any], **override: Any) -> tuple:
-    axes = {axis: row[axis] for axis in ("backend", "memory_format", "precision", "world_size", "grad_accum")}
+    axes = {axis: row[axis] if row.get(axis) is not None else default for axis, default in AXIS_DEFAULTS.items()}
     axes |= override
     return (*axes.values(), row["repeat"], row["model"], row["batch_size"], row["image_size"], row["is_smoke"])
 

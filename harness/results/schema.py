@@ -6,7 +6,8 @@ Schema history (bump RESULT_SCHEMA_VERSION and teach store.migrate the step when
      step rows. Columns added later read as null from older files (store.migrate).
   2 (0.2.0): data wait as the GPU sees it: `exposed_data_wait_s/_frac` (CUDA events on the consumer stream
      around each fetch; on CPU the host figure) beside the host figure, renamed from `data_wait_s/_frac` to
-     `host_data_wait_s/_frac`; `step_time_total_s`. Steps: `host_data_wait_s` (was `data_wait_s`),
+     `host_data_wait_s/_frac`; `step_time_total_s`; the `compile` axis with `compile_s`; `startup_s`;
+     `num_warmup_steps` renamed `warmup_steps_used` (auto warmup). Steps: `host_data_wait_s` (was `data_wait_s`),
      `exposed_data_wait_s`, `loss`, `lr`, `epoch`, `is_epoch_start`. Migrating version 1: the renamed
      columns carry over; the exposed wait of a CPU row is its host wait (the same measurement there), of a
      CUDA row null (never measured).
@@ -52,6 +53,8 @@ CELL_COLUMNS: tuple[Column, ...] = (
     _c("precision", S, "", "Axis: fp32, fp16 (autocast + GradScaler) or bf16 (autocast)."),
     _c("world_size", I, "processes", "Axis: processes per node (a torchrun group when > 1)."),
     _c("grad_accum", I, "micro-batches", "Axis: micro-batches per optimizer step."),
+    _c("compile", S, "", "Axis: eager, inductor (the step under torch.compile) or cudagraph (the whole step captured "
+       "as one CUDA graph and replayed); null in rows from before the axis (eager)."),
     _c("nnodes", I, "nodes", "Nodes in the torchrun group."),
     _c("model", S, "", "Model registry name."),
     _c("batch_size", I, "images", "Per-process micro-batch."),
@@ -61,7 +64,8 @@ CELL_COLUMNS: tuple[Column, ...] = (
     _c("device", S, "", "cpu or cuda."),
     _c("device_name", S, "", "GPU or CPU model the cell ran on."),
     _c("is_smoke", B, "", "Run with --smoke (shrunk): not comparable with full runs."),
-    _c("num_warmup_steps", I, "steps", "Optimizer steps run as warmup (recorded, excluded)."),
+    _c("warmup_steps_used", I, "steps", "Optimizer steps run as warmup (recorded, excluded): benchmark.warmup_steps, "
+       "or as many as `auto` needed to find the steps steady."),
     _c("num_measure_steps", I, "steps", "Optimizer steps in the measured window."),
     _c("images_measured", I, "images", "Images processed by all ranks in the measured window."),
     _c("window_s", F, "s", "Wall time of the measured window, bounded by device sync and barrier; less the speed probe's time (CPU)."),
@@ -116,7 +120,11 @@ CELL_COLUMNS: tuple[Column, ...] = (
     _c("mfu_pct", F, "%", "Model FLOPs utilisation: per-process achieved TFLOP/s / mfu_peak_tflops; null when the peak is unknown."),
     _c("loader_efficiency", F, "", "throughput / throughput of the synthetic twin (same other axes) in this run."),
     _c("scaling_efficiency", F, "", "per-process throughput / that of the world_size-1 twin in this run."),
-    _c("build_s", F, "s", "Model, engine and process-group setup inside the cell."),
+    _c("startup_s", F, "s", "From the runner launching the cell's process to its first line of nvbench code: "
+       "interpreter, imports, torchrun's rendezvous."),
+    _c("build_s", F, "s", "Model, engine and training loader setup inside the cell (rank 0)."),
+    _c("compile_s", F, "s", "torch.compile's compilation or the CUDA graph's capture (rank 0), outside the measured "
+       "window, before warmup; 0 for eager."),
     _c("val_s", F, "s", "Wall time of validation."),
     _c("started_at", TS, "UTC", "When the cell's process was launched."),
     _c("duration_s", F, "s", "Launch to exit of the cell's process(es), build and validation included."),

@@ -97,7 +97,8 @@ def read_json(path: Path) -> Any:
         raise UnreadableFile(f"{path}: not valid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
 
 
-RENAMED_IN_2 = {"data_wait_s": "host_data_wait_s", "data_wait_frac": "host_data_wait_frac"}
+RENAMED_IN_2 = {"data_wait_s": "host_data_wait_s", "data_wait_frac": "host_data_wait_frac",
+                "num_warmup_steps": "warmup_steps_used"}
 """Version 1 name -> version 2 name, in both tables."""
 
 

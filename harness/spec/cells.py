@@ -50,6 +50,7 @@ class Cell:
     data: DataConfig
     run: RunConfig
     launch: LaunchConfig
+    compile: str = "eager"
     is_smoke: bool = False
 
     @property
@@ -65,7 +66,8 @@ class Cell:
                 plain[section].pop(name, None)
         digest = hashlib.sha256(json.dumps(plain, sort_keys=True).encode()).hexdigest()[:10]
         a = self
-        return f"{a.backend}_{a.memory_format}_{a.precision}_ws{a.world_size}_ga{a.grad_accum}_{digest}"
+        mode = "" if a.compile == "eager" else f"_{a.compile}"
+        return f"{a.backend}_{a.memory_format}_{a.precision}_ws{a.world_size}_ga{a.grad_accum}{mode}_{digest}"
 
     @property
     def images_per_step(self) -> int:

@@ -23,11 +23,19 @@ from typing import Any, Literal
 SCHEMA_VERSION = 1
 """Version of the matrix file format; every file states it as top-level `version`."""
 
+WARMUP_CHUNK = 10
+"""Auto warmup judges steadiness every this many steps."""
+WARMUP_TOLERANCE = 0.02
+"""Auto warmup is over when a chunk's median step time is within this fraction of the previous chunk's."""
+
 IMAGENET_TRAIN_IMAGES = 1_281_167
 """Images in ImageNet-1k's training split: the epoch of the reference timeline for synthetic data."""
 
-AXES = ("backend", "memory_format", "precision", "world_size", "grad_accum")
+AXES = ("backend", "memory_format", "precision", "world_size", "grad_accum", "compile")
 BACKENDS = ("dali-gpu", "dali-cpu", "pytorch", "synthetic")
+COMPILE_MODES = ("eager", "inductor", "cudagraph")
+"""How the training step runs: eager PyTorch (the default), under torch.compile (inductor), or captured
+whole as one CUDA graph and replayed (cudagraph)."""
 MEMORY_FORMATS = ("nchw", "nhwc")
 PRECISIONS = ("fp32", "fp16", "bf16")
 MODEL_NAMES = ("resnet18", "resnet34", "resnet50", "resnet101")
@@ -45,6 +53,7 @@ AXIS_CHOICES: dict[str, tuple[str, ...] | None] = {
     "precision": PRECISIONS,
     "world_size": None,  # positive integers
     "grad_accum": None,
+    "compile": COMPILE_MODES,
 }
 
 
@@ -84,7 +93,13 @@ class BenchmarkConfig:
     num_classes: int = knob(1000, "Classifier outputs; must cover the dataset's classes.", min=1)
     image_size: int = knob(224, "Side of the square training/validation crop in pixels.", min=8)
     batch_size: int = knob(256, "Images per process per micro-batch.", min=1)
-    warmup_steps: int = knob(20, "Optimizer steps run and recorded as warmup, excluded from statistics.", min=0)
+    warmup_steps: int | Literal["auto"] = knob(
+        20, "Optimizer steps run and recorded as warmup, excluded from statistics; \"auto\": warm up until the "
+        f"steps are steady: after warmup_min_steps, in chunks of {WARMUP_CHUNK} steps, until the median step time "
+        f"of the last chunk is within {WARMUP_TOLERANCE:.0%} of the chunk before (or warmup_max_steps). The row "
+        "records the steps run (warmup_steps_used).", min=0)
+    warmup_min_steps: int = knob(10, "Auto warmup: steps run before steadiness is first judged.", min=1)
+    warmup_max_steps: int = knob(200, "Auto warmup: the most warmup steps; the row says when they ran out.", min=1)
     measure_steps: int = knob(100, "Optimizer steps in the measured window.", min=2)
     val_steps: int = knob(0, "Validation batches per process after training; 0 = the whole val set.", min=0)
     # numpy seeds stop at 2**32 - 1 and each process adds its rank: half of that leaves room for any world.
@@ -221,6 +236,7 @@ class Axes:
     precision: tuple[str, ...] = ("fp32",)
     world_size: tuple[int, ...] = (1,)
     grad_accum: tuple[int, ...] = (1,)
+    compile: tuple[str, ...] = ("eager",)
 
 
 @dataclass(**_FROZEN)
@@ -264,6 +280,8 @@ def _suggest(key: str, known: typing.Iterable[str]) -> str:
 
 def _type_name(tp: Any) -> str:
     origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_type_name(t) for t in typing.get_args(tp))
     if origin is Literal:
         return " | ".join(repr(a) for a in typing.get_args(tp))
     if origin is tuple:
@@ -287,6 +305,18 @@ def _show(value: Any) -> str:
 def _check_value(value: Any, tp: Any, meta: dict[str, Any]) -> tuple[Any, str | None]:
     """Convert a TOML value to `tp`; return (converted, problem)."""
     origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):  # e.g. int | Literal["auto"]: the first member that takes it
+        problems = {}
+        for member in typing.get_args(tp):
+            conv, problem = _check_value(value, member, meta)
+            if problem is None:
+                return conv, None
+            problems[typing.get_origin(member) or member] = problem
+        if isinstance(value, int) and not isinstance(value, bool) and int in problems:
+            return None, problems[int]  # a number out of range says which range
+        if isinstance(value, str) and Literal in problems:
+            return None, problems[Literal]  # a misspelt word gets its suggestion
+        return None, f"must be {_type_name(tp)}, got {type(value).__name__} {_show(value)}"
     if origin is Literal:
         return value, _choice_problem(value, typing.get_args(tp))
     if origin is tuple:
@@ -467,6 +497,7 @@ def _cross_problems(sections: dict[str, Any], axes: Axes, excludes: tuple[Exclud
     if check_paths and data.path and reads_data:
         problems += _dataset_path_problems(data.path)
     problems += _batch_problems(bench, smoke, data, _data_shards(axes, excludes), launch)
+    problems += _warmup_problems(bench, sections["recipe"])
     if launch.nnodes > 1 and not launch.rdzv_endpoint:
         problems.append("launch.rdzv_endpoint: required when launch.nnodes > 1 (host:port every node can reach)")
     if launch.node_rank >= launch.nnodes:
@@ -495,6 +526,16 @@ def _dataset_path_problems(path: str) -> list[str]:
     if missing:
         return [f"data.path: dataset {_show(str(root))} has no {' or '.join(s + '/' for s in missing)} "
                 "directory (expected an ImageFolder root)"]
+    return []
+
+
+def _warmup_problems(bench: BenchmarkConfig, recipe: RecipeConfig) -> list[str]:
+    if bench.warmup_min_steps > bench.warmup_max_steps:
+        return [f"benchmark.warmup_min_steps: {bench.warmup_min_steps} is more than benchmark.warmup_max_steps "
+                f"({bench.warmup_max_steps})"]
+    if bench.warmup_steps == "auto" and recipe.lr_timeline == "compressed":
+        return ["benchmark.warmup_steps: 'auto' leaves the cell's length open, which the compressed LR timeline "
+                "is fitted to; give a number of steps, or use recipe.lr_timeline = 'reference'"]
     return []
 
 

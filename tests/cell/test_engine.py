@@ -429,3 +429,72 @@ def test_step_functions_never_sync_the_host(precision):
     finally:
         torch.cuda.set_sync_debug_mode(0)
     assert train.tolist()[1] == 24 and val.tolist()[3] == 4
+
+
+# ---- compile modes ---------------------------------------------------------------------------------
+
+
+def test_inductor_trains_as_eager_does(monkeypatch):
+    """torch.compile keeps the reference's numerics: the same loss trajectory and weights as eager, and
+    compiling (prepare) trains nothing."""
+    import torch._inductor.config
+
+    # Numerics, not speed: no compile-worker pool to start, no probing of vector ISAs (each compiles a test
+    # program), scalar C++ kernels. Halves a cold compile on the 2-core CI machine.
+    monkeypatch.setattr(torch._inductor.config, "compile_threads", 1)
+    monkeypatch.setattr(torch._inductor.config.cpp, "vec_isa_ok", False)
+    net = tiny_net(norm=True)
+    recipe = dict(grad_accum=2, total_steps=6, lr_per_256=256.0, weight_decay=0.05)  # large steps: drift shows
+    eager = Engine(copy.deepcopy(net), options(**recipe))
+    compiled = Engine(copy.deepcopy(net), options(compile="inductor", **recipe))
+    torch._dynamo.reset()
+    assert compiled.prepare(*batch(4, seed=99)) > 0
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] >= 1  # it did compile
+    assert compiled.steps_taken == 0 and compiled.pop_train_loss().tolist() == [0.0, 0.0]
+    for a, b in zip(params_of(compiled), params_of(eager), strict=True):
+        assert torch.equal(a, b)  # preparing restored every weight
+    for engine in (eager, compiled):
+        for step in range(4):
+            for micro in range(2):
+                engine.forward_backward(*batch(4, seed=10 * step + micro), sync_grads=micro == 1)
+            engine.optimizer_step()
+    eager_loss, _ = eager.step_records()
+    compiled_loss, _ = compiled.step_records()
+    assert compiled_loss == pytest.approx(eager_loss, rel=1e-4)
+    assert eager_loss[0] != pytest.approx(eager_loss[-1], rel=1e-3)  # it did train
+    for a, b in zip(params_of(compiled), params_of(eager), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_cudagraph_needs_cuda_and_a_single_process():
+    with pytest.raises(ValueError, match="compile: cudagraph needs a CUDA device"):
+        options(compile="cudagraph")
+    assert Engine(tiny_net(), options()).prepare(*batch(2)) == 0.0  # eager: nothing to prepare
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+def test_cudagraph_replays_the_eager_step(precision):
+    """The captured step trains as the eager step does (same losses, same weights), preparing trains nothing,
+    and the LR, changed after capture, reaches the replayed optimizer."""
+    net = tiny_net(norm=True)
+    recipe = dict(precision=precision, memory_format="nhwc", grad_accum=2, total_steps=6, device="cuda:0",
+                  lr_timeline="compressed", lr_warmup_epochs=45)  # warmup: the LR changes every step
+    eager = Engine(copy.deepcopy(net), options(**recipe))
+    graphed = Engine(copy.deepcopy(net), options(compile="cudagraph", **recipe))
+    images, labels = (t.cuda() for t in batch(4, seed=99))
+    assert graphed.prepare(images, labels) > 0 and graphed.steps_taken == 0
+    for engine in (eager, graphed):
+        for step in range(4):
+            for micro in range(2):
+                x, y = (t.cuda() for t in batch(4, seed=10 * step + micro))
+                engine.forward_backward(x, y, sync_grads=micro == 1)
+            engine.optimizer_step()
+    eager_loss, eager_lr = eager.step_records()
+    graphed_loss, graphed_lr = graphed.step_records()
+    assert graphed_lr.tolist() == eager_lr.tolist() and len(set(eager_lr.tolist())) == 4
+    assert graphed_loss == pytest.approx(eager_loss, rel=1e-3)
+    for a, b in zip(params_of(graphed), params_of(eager), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-4)
+    torch.testing.assert_close(graphed.pop_train_loss(), eager.pop_train_loss())

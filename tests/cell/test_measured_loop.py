@@ -207,3 +207,51 @@ def test_the_exposed_wait_is_what_a_real_stream_waited(host_ms, gpu_ms, exposed_
     exposed, host = clock.resolve_exposed_data_wait()[1:] * 1e3, clock.host_data_wait_s[1:] * 1e3
     assert np.median(host) == pytest.approx(host_ms, abs=3)  # the host waited either way
     assert np.median(exposed) == pytest.approx(exposed_ms, abs=3)
+
+
+# ---------------------------------------------------------------- auto warmup
+
+
+def test_steady_means_the_last_chunk_is_within_two_percent_of_the_one_before():
+    assert worker.is_steady(np.r_[np.full(10, 1.0), np.full(10, 1.019)])
+    assert not worker.is_steady(np.r_[np.full(10, 1.0), np.full(10, 1.03)])
+    assert not worker.is_steady(np.full(19, 1.0))  # two chunks are needed to judge
+    # medians: a single stall in a chunk does not keep warmup going
+    assert worker.is_steady(np.r_[np.full(10, 1.0), np.full(9, 1.0), [5.0]])
+    assert worker.is_steady(np.r_[np.full(30, 3.0), np.full(10, 1.0), np.full(10, 1.01)])  # only the last two
+
+
+class SettlingEngine(SimulatedEngine):
+    """Steps whose device time follows `times(step)`: slow and settling (cuDNN autotuning, allocator growth),
+    then steady."""
+
+    def __init__(self, stream: SimulatedStream, times) -> None:
+        super().__init__(stream, times(0))
+        self.steps, self.times = 0, times
+
+    def optimizer_step(self) -> None:
+        self.steps += 1
+        self.device_s = self.times(self.steps)
+
+
+def auto_warmup(times, *, min_steps: int = 10, max_steps: int = 200) -> worker.Warmup:
+    stream = SimulatedStream()
+    bench = SimpleNamespace(warmup_steps="auto", warmup_min_steps=min_steps, warmup_max_steps=max_steps)
+    ctx = SimpleNamespace(cell=SimpleNamespace(grad_accum=1, benchmark=bench), ranges=make_ranges(False),
+                          device=torch.device("cpu"), is_distributed=False)
+    clock = lambda n: StepClock(n, torch.device("cuda"), 1, make_event=lambda: FakeEvent(stream))  # noqa: E731
+    return worker._warm_up(ctx, SettlingEngine(stream, times), batches(stream, 0.0), clock=clock)
+
+
+def test_auto_warmup_ends_at_the_first_steady_chunk_and_says_how_many_steps_it_took():
+    # chunk medians 50, 30, 15, 10, 10 ms: the first two alike are the chunks ending at steps 40 and 50
+    settling = lambda step: 0.05 if step < 10 else 0.03 if step < 20 else 0.02 if step < 25 else 0.01  # noqa: E731
+    warm = auto_warmup(settling)
+    assert warm.steps == 50 and warm.step_times_s[-1] == pytest.approx(0.01)
+    assert len(warm.host_data_wait_s) == len(warm.exposed_data_wait_s) == 50
+    assert auto_warmup(lambda step: 0.01).steps == 20  # steady from the start: the first judgement stops it
+
+
+def test_auto_warmup_stops_at_its_maximum():
+    growing = lambda step: 0.01 * 1.05 ** step  # noqa: E731  # never steady
+    assert auto_warmup(growing, max_steps=35).steps == 35  # 10, then chunks of 10, the last one cut to 5

@@ -91,10 +91,11 @@ def test_range_names_are_fixed_constants():
         make_ranges(True)("stpe")
 
 
-def expected_cell(warmup: int, measure: int, accum: int) -> Tree:
+def expected_cell(warmup: int, measure: int, accum: int, *, validation: bool) -> Tree:
     micro = [("data", []), ("forward", []), ("backward", [])] * accum
     step = ("step", micro + [("optimizer", [])])
-    return [("cell", [("warmup", [step] * warmup), ("measure", [step] * measure), ("validation", [])])]
+    return [("cell", [("warmup", [step] * warmup), ("measure", [step] * measure)]
+             + ([("validation", [])] if validation else []))]
 
 
 def _gpus() -> int:
@@ -121,7 +122,8 @@ def test_a_real_cell_emits_nested_ranges_in_every_worker_process(inject_lib, tin
     assert sorted(workers) == ([str(r) for r in range(world)] if world > 1 else ["-"])  # RANK under torchrun
     for rank, trees in workers.items():
         (tree,) = trees.values()  # every range on one thread: the training loop's
-        assert tree == expected_cell(warmup=1, measure=3, accum=2), f"rank {rank}"
+        # synthetic data is not validated: no validation range
+        assert tree == expected_cell(warmup=1, measure=3, accum=2, validation=False), f"rank {rank}"
 
 
 def test_nvtx_off_in_the_matrix_emits_no_ranges(inject_lib, tiny_matrix, tmp_path):

@@ -228,3 +228,32 @@ def test_interleaved_order_is_recorded_and_reproducible(tiny_matrix, tmp_path):
     assert jobs_a != sorted(jobs_a, key=lambda j: (j[1], j[0]))  # shuffled, not sequential
     with pytest.raises(FileExistsError, match="already holds a run"):
         create_run(m, expand(m), run_dir=a, reports_root=tmp_path, smoke=False, only=[], env={})
+
+
+def test_a_run_says_where_its_time_went_and_how_much_of_it_measured(tiny_matrix, tmp_path):
+    """compile = cudagraph without CUDA is a skipped row; an auto warmup records the steps it ran; synthetic
+    cells skip validation; the manifest has the run's matrix efficiency and where the rest of the time went."""
+    matrix = tiny_matrix('backend = ["synthetic"]\ncompile = ["eager", "cudagraph"]')
+    matrix.write_text(matrix.read_text().replace(
+        "warmup_steps = 1\n", 'warmup_steps = "auto"\nwarmup_min_steps = 2\nwarmup_max_steps = 12\n'))
+    out = tmp_path / "run"
+    proc = nvbench("run", str(matrix), "--out", str(out), "--no-progress")
+    assert proc.returncode == 0, proc.stderr
+    rows = {r["compile"]: r for r in pq.read_table(out / "cells").to_pylist()}
+    graph, eager = rows["cudagraph"], rows["eager"]
+    assert graph["status"] == "skipped" and "captures the step as a CUDA graph; this run trains on the CPU" in graph["reason"]
+    assert eager["status"] == "ok" and eager["compile_s"] == 0.0
+    # 2 steps, then one chunk of 10: two chunks are needed to judge steadiness, so the maximum ends it
+    assert eager["warmup_steps_used"] == 12
+    steps = pq.read_table(out / "steps").to_pylist()
+    assert sum(s["is_warmup"] for s in steps) == 12 and len(steps) == 12 + 3
+    assert eager["num_val_images"] == 0 and eager["val_s"] == 0.0  # synthetic: no validation
+    assert 0 < eager["startup_s"] < eager["duration_s"]
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["window_s_total"] == pytest.approx(eager["window_s"])
+    assert manifest["matrix_efficiency"] == pytest.approx(eager["window_s"] / manifest["wall_s"])
+    assert 0 < manifest["matrix_efficiency"] < 1
+    spent = manifest["time_breakdown_s"]
+    assert set(spent) == {"startup_s", "build_s", "compile_s", "warmup_window_s", "window_s", "val_s",
+                          "rest_of_jobs_s", "between_jobs_s"}
+    assert sum(spent.values()) == pytest.approx(manifest["wall_s"], abs=0.01)

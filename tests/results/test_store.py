@@ -54,13 +54,15 @@ def test_unknown_column_is_an_error():
 
 def test_version_1_data_wait_becomes_the_host_wait_and_on_cpu_also_the_exposed_wait(tmp_path):
     old = pa.table({"run_id": ["r", "r"], "cell_id": ["a", "b"], "repeat": [0, 0], "status": ["ok", "ok"],
-                    "device": ["cpu", "cuda"], "data_wait_s": [0.5, 2.0], "data_wait_frac": [0.05, 0.2]})
+                    "device": ["cpu", "cuda"], "data_wait_s": [0.5, 2.0], "data_wait_frac": [0.05, 0.2],
+                    "num_warmup_steps": [30, 30]})
     (tmp_path / "cells").mkdir()
     pq.write_table(old.replace_schema_metadata({METADATA_VERSION_KEY: b"1"}), tmp_path / "cells" / "a.parquet")
     table = store.read_cells(tmp_path).to_pylist()
     assert [(r["host_data_wait_s"], r["host_data_wait_frac"]) for r in table] == [(0.5, 0.05), (2.0, 0.2)]
     # the host wait was the stall on a CPU; a GPU's exposed wait was never measured
     assert [(r["exposed_data_wait_s"], r["exposed_data_wait_frac"]) for r in table] == [(0.5, 0.05), (None, None)]
+    assert [r["warmup_steps_used"] for r in table] == [30, 30]  # renamed for auto warmup
     steps = pa.table({"run_id": ["r"], "cell_id": ["a"], "repeat": [0], "step": [0], "data_wait_s": [0.1]})
     (tmp_path / "steps").mkdir()
     pq.write_table(steps.replace_schema_metadata({METADATA_VERSION_KEY: b"1"}), tmp_path / "steps" / "a.parquet")

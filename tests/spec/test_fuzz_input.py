@@ -197,7 +197,7 @@ def _assert_runnable(path: Path) -> None:
         for c in expand(load_matrix(path), smoke=smoke):
             b, g = c.benchmark, c.data.generate
             assert b.model in MODELS
-            engine_options(c, "cpu", dataset_images=g.train_per_class * g.num_classes)
+            engine_options(c, "cuda:0", dataset_images=g.train_per_class * g.num_classes)
             DatasetParams(kind=g.kind, image_size=g.image_size, num_classes=g.num_classes,
                           train_per_class=g.train_per_class, val_per_class=g.val_per_class, seed=g.seed)
             LoaderSpec(root=None, split="train", batch_size=b.batch_size, image_size=b.image_size,

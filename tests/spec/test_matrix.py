@@ -323,7 +323,7 @@ def test_digits_without_scikit_learn_is_refused_at_validate_time(monkeypatch):
 
 
 def test_every_cell_of_a_valid_matrix_builds_what_its_process_builds():
-    from harness.cell.engine import EngineOptions
+    from harness.cell.worker import engine_options
     from harness.data import LoaderSpec
     from harness.data.generate import DatasetParams
     from harness.models import MODELS
@@ -331,15 +331,9 @@ def test_every_cell_of_a_valid_matrix_builds_what_its_process_builds():
     for path in sorted((ROOT / "matrices").glob("*.toml")):
         for smoke in (False, True):
             for c in expand(load_matrix(path), smoke=smoke):
-                r, b, g = c.recipe, c.benchmark, c.data.generate
+                b, g = c.benchmark, c.data.generate
                 assert b.model in MODELS
-                EngineOptions(precision=c.precision, memory_format=c.memory_format, grad_accum=c.grad_accum,
-                              device="cpu", global_batch=c.images_per_step,
-                              total_steps=b.warmup_steps + b.measure_steps, momentum=r.momentum,
-                              nesterov=r.nesterov, schedule=r.schedule, step_milestones=r.step_milestones,
-                              lr_timeline=r.lr_timeline, epochs=r.epochs, lr_warmup_epochs=r.lr_warmup_epochs,
-                              epoch_images=r.epoch_images or 1, step_gamma=r.step_gamma,
-                              init_loss_scale=r.init_loss_scale, dynamic_loss_scale=r.dynamic_loss_scale)
+                engine_options(c, "cuda:0", dataset_images=1)  # the options a cell process builds (cuda: any mode)
                 DatasetParams(kind=g.kind, image_size=g.image_size, num_classes=g.num_classes,
                               train_per_class=g.train_per_class, val_per_class=g.val_per_class, seed=g.seed)
                 LoaderSpec(root=None, split="train", batch_size=b.batch_size, image_size=b.image_size,
@@ -354,3 +348,24 @@ def test_the_batch_rule_reads_only_the_cells_that_run():
         parse_matrix(raw, "m.toml")
     excluded = raw | {"exclude": [{"backend": "pytorch", "world_size": 16}]}
     assert len(expand(parse_matrix(excluded, "m.toml"))) == 3  # synthetic needs no images at any world size
+
+
+def test_auto_warmup_needs_an_open_ended_timeline_and_a_sane_range():
+    base = {"version": 1, "benchmark": {"warmup_steps": "auto"}}
+    assert parse_matrix(base, "m.toml").benchmark.warmup_steps == "auto"
+    with pytest.raises(MatrixError, match="'auto' leaves the cell's length open"):
+        parse_matrix(base | {"recipe": {"lr_timeline": "compressed"}}, "m.toml")
+    with pytest.raises(MatrixError, match="warmup_min_steps: 50 is more than benchmark.warmup_max_steps \\(20\\)"):
+        parse_matrix({"version": 1, "benchmark": {"warmup_min_steps": 50, "warmup_max_steps": 20}}, "m.toml")
+    with pytest.raises(MatrixError, match="warmup_steps: unknown value 'atuo' \\(did you mean 'auto'\\?\\)"):
+        parse_matrix({"version": 1, "benchmark": {"warmup_steps": "atuo"}}, "m.toml")
+
+
+def test_the_compile_axis_names_its_modes_and_eager_ids_keep_their_form():
+    cells = expand(parse_matrix({"version": 1, "benchmark": {}, "axes": {"compile": ["eager", "inductor",
+                                                                                      "cudagraph"]}}, "m.toml"))
+    assert [c.compile for c in cells] == ["eager", "inductor", "cudagraph"]
+    assert cells[0].cell_id.startswith("synthetic_nchw_fp32_ws1_ga1_") and cells[0].cell_id.count("_") == 5
+    assert "_ga1_inductor_" in cells[1].cell_id and "_ga1_cudagraph_" in cells[2].cell_id
+    with pytest.raises(MatrixError, match="axes.compile: unknown value 'jit'"):
+        parse_matrix({"version": 1, "benchmark": {}, "axes": {"compile": ["jit"]}}, "m.toml")
