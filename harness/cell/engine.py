@@ -335,6 +335,8 @@ class Engine:
         if self.opts.compile == "eager":
             return 0.0
         t0 = time.perf_counter()
+        if self.scaler is not None:
+            self.scaler.scale(torch.zeros((), device=self.device))  # creates its scale now, so it is saved too
         saved = _snapshot(self._state_tensors())
         self.train()
         if self.opts.compile == "inductor":
