@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
+import harness
 from harness.analysis import compare
 from harness.results import store
 from harness.results.env import git_state
@@ -52,7 +53,7 @@ def _screened(row: dict) -> bool:
 def recorded_code(run_dir: Path | None) -> str | None:
     """The commit a run's harness came from (None: this checkout's), or None when it cannot be re-created."""
     if run_dir is None:
-        sha, dirty = git_state(Path(__file__).resolve().parent)
+        sha, dirty = git_state(Path(harness.__file__).resolve().parent)  # the package, as collect_env reads it
     else:
         env = compare.load_run(run_dir).environment
         sha, dirty = env.get("nvbench_git_sha"), env.get("nvbench_git_dirty")
