@@ -14,7 +14,7 @@ import math
 import re
 import string
 import xml.etree.ElementTree as ET
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from datetime import datetime, timezone
 from importlib import resources
 from pathlib import Path
@@ -22,6 +22,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from harness.analysis import compare
 from harness.analysis.compare import (
@@ -38,6 +39,7 @@ from harness.analysis.compare import (
     UNCHANGED,
     CellVerdict,
     Comparison,
+    MetricVerdict,
     RunInputError,
     Thresholds,
 )
@@ -53,6 +55,8 @@ candidate_fast_img_per_s, baseline_fast_img_per_s); p_value is the cell's (Bonfe
 
 REPORT_FILES = ("report.html", "summary.md", "verdicts.parquet", "junit.xml")
 
+VERSION_KEY = b"nvbench.verdicts_version"
+
 _ARROW_TYPES = {"str": pa.string(), "int": pa.int64(), "float": pa.float64(), "bool": pa.bool_()}
 
 
@@ -61,10 +65,6 @@ class ReportResult:
     out_dir: Path
     files: tuple[Path, ...]
     comparison: Comparison
-
-    @property
-    def has_regression(self) -> bool:
-        return bool(self.comparison.regressions)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -118,7 +118,7 @@ def suspects(comparison: Comparison) -> list[dict[str, Any]]:
     for v in comparison.verdicts:
         if v.cell_id in comparison.suspects:
             only = [f"{axis}={getattr(v, axis)}" for axis in compare.AXIS_COLUMNS]
-            out.append({"cell_id": v.cell_id, "verdict": v.verdict, "effect_pct": v.effect_pct,
+            out.append({"cell_id": v.cell_id, "verdict": v.verdict, "effect_pct": v.throughput.effect_pct,
                         "robust_z": v.robust_z, "only": only})
     return out
 
@@ -140,15 +140,16 @@ def change_text(v: CellVerdict) -> str:
     """'-3.1% [-3.8, -2.4]', '-3.1% (z -4.2)' in history mode, or '-'; with the fast-step rate's change
     after it where the comparison tested it ('...; fast steps -5.0% [-6.1, -3.9]'), the metric the
     verdict rests on marked with '*'."""
-    if v.effect_pct is None:
+    t, f = v.throughput, v.fast_step
+    if t.effect_pct is None:
         return "-"
-    if v.ci_low_pct is not None and v.ci_high_pct is not None:
-        text = f"{v.effect_pct:+.1f}% [{v.ci_low_pct:+.1f}, {v.ci_high_pct:+.1f}]"
+    if t.ci_low_pct is not None and t.ci_high_pct is not None:
+        text = f"{t.effect_pct:+.1f}% [{t.ci_low_pct:+.1f}, {t.ci_high_pct:+.1f}]"
     else:
-        return f"{v.effect_pct:+.1f}%" + (f" (z {v.robust_z:+.1f})" if v.robust_z is not None else "")
-    if v.fast_effect_pct is None:
+        return f"{t.effect_pct:+.1f}%" + (f" (z {v.robust_z:+.1f})" if v.robust_z is not None else "")
+    if f is None or f.effect_pct is None:
         return text
-    fast = f"fast steps {v.fast_effect_pct:+.1f}% [{v.fast_ci_low_pct:+.1f}, {v.fast_ci_high_pct:+.1f}]"
+    fast = f"fast steps {f.effect_pct:+.1f}% [{f.ci_low_pct:+.1f}, {f.ci_high_pct:+.1f}]"
     if v.verdict in (REGRESSION, IMPROVEMENT):  # mark the metric that made the call
         text, fast = (text + "*", fast) if v.decided_by == compare.THROUGHPUT else (text, fast + "*")
     return f"{text}; {fast}"
@@ -210,7 +211,7 @@ def _method_text(comparison: Comparison) -> str:
 
 
 def _fast_text(comparison: Comparison) -> str:
-    tested = sum(v.fast_effect_pct is not None for v in comparison.verdicts)
+    tested = sum(v.fast_step is not None for v in comparison.verdicts)
     if not tested:
         return ""
     return (f" Fast steps ({tested} cell(s): every repeat on both sides recorded it): images per step over the "
@@ -222,7 +223,7 @@ def _fast_text(comparison: Comparison) -> str:
 
 
 def _adjusted_text(comparison: Comparison) -> str:
-    adjusted = sum(v.unadjusted_effect_pct is not None for v in comparison.verdicts)
+    adjusted = sum(v.throughput.unadjusted_effect_pct is not None for v in comparison.verdicts)
     if not adjusted:
         return ""
     return (f" Speed-adjusted ({adjusted} cell(s): every repeat on both sides carried a machine-speed probe): "
@@ -298,28 +299,29 @@ def _finite(values: Iterable[float | None]) -> list[float]:
 
 
 def change_plot(comparison: Comparison) -> str:
-    rows = [v for v in sorted_verdicts(comparison) if v.effect_pct is not None]
+    rows = [v for v in sorted_verdicts(comparison) if v.throughput.effect_pct is not None]
     if not rows:
         return _figure("Change vs baseline", "<p>no cell could be compared</p>")
     floor = comparison.thresholds.floor_pct
-    fast = _finite([x for v in rows for x in (v.fast_effect_pct, v.fast_ci_low_pct, v.fast_ci_high_pct)])
-    ends = _finite([x for v in rows for x in (v.effect_pct, v.ci_low_pct, v.ci_high_pct)]) + fast + [floor, -floor]
+    fast = _finite([x for v in rows if v.fast_step for x in _ends(v.fast_step)])
+    ends = _finite([x for v in rows for x in _ends(v.throughput)]) + fast + [floor, -floor]
     lo, hi = min(ends), max(ends)
 
     def draw(i: int, y: float, sx) -> str:
         v = rows[i]
         css = _css_class(v.verdict)
         tip = f"{v.cell_id}: {v.verdict}, {change_text(v)}"
+        t, f = v.throughput, v.fast_step
         line = ""
-        if v.ci_low_pct is not None and v.ci_high_pct is not None:
-            line = (f'<line class="ci {_e(css)}" x1="{sx(v.ci_low_pct):.1f}" y1="{y:.1f}" '
-                    f'x2="{sx(v.ci_high_pct):.1f}" y2="{y:.1f}"/>')
-        line += _dot(sx(v.effect_pct), y, css, tip)
-        if v.fast_effect_pct is not None and v.fast_ci_low_pct is not None and v.fast_ci_high_pct is not None:
+        if t.ci_low_pct is not None and t.ci_high_pct is not None:
+            line = (f'<line class="ci {_e(css)}" x1="{sx(t.ci_low_pct):.1f}" y1="{y:.1f}" '
+                    f'x2="{sx(t.ci_high_pct):.1f}" y2="{y:.1f}"/>')
+        line += _dot(sx(t.effect_pct), y, css, tip)
+        if f is not None and None not in _ends(f):
             y2 = y + 5  # the fast-step rate just below: hollow dot, dashed interval
-            line += (f'<line class="ci fast {_e(css)}" x1="{sx(v.fast_ci_low_pct):.1f}" y1="{y2:.1f}" '
-                     f'x2="{sx(v.fast_ci_high_pct):.1f}" y2="{y2:.1f}"/>') + \
-                _dot(sx(v.fast_effect_pct), y2, f"fast {css}", tip, r=3)
+            line += (f'<line class="ci fast {_e(css)}" x1="{sx(f.ci_low_pct):.1f}" y1="{y2:.1f}" '
+                     f'x2="{sx(f.ci_high_pct):.1f}" y2="{y2:.1f}"/>') + \
+                _dot(sx(f.effect_pct), y2, f"fast {css}", tip, r=3)
         return line
 
     svg = hplot([label(v.cell_id) for v in rows], lo, hi, draw, x_label="change, %", zero=0.0,
@@ -328,6 +330,10 @@ def change_plot(comparison: Comparison) -> str:
     if fast:
         note += " Hollow dots, dashed lines: the fast-step rate (the quieter metric; either can call a regression)."
     return _figure("Change vs baseline, with intervals", svg, note)
+
+
+def _ends(metric: MetricVerdict) -> tuple[float | None, float | None, float | None]:
+    return metric.effect_pct, metric.ci_low_pct, metric.ci_high_pct
 
 
 def _cell_means(rows: Sequence[Mapping[str, Any]], column: str) -> dict[str, float]:
@@ -346,7 +352,7 @@ def throughput_plots(comparison: Comparison) -> list[str]:
     if not means:
         return [_figure("Throughput by axis", "<p>no cell finished</p>")]
     axes = [a for a in compare.AXIS_COLUMNS if len({getattr(by_id[c], a) for c in means}) > 1] or ["backend"]
-    values = list(means.values()) + _finite(by_id[c].baseline_img_per_s for c in means)
+    values = list(means.values()) + _finite(by_id[c].throughput.baseline_img_per_s for c in means)
     figures = []
     for axis in axes:
         groups = sorted({str(getattr(by_id[c], axis)) for c in means})
@@ -355,7 +361,7 @@ def throughput_plots(comparison: Comparison) -> list[str]:
         def draw(i: int, y: float, sx, members=members, groups=groups) -> str:
             out = []
             for cid in members[groups[i]]:
-                base = by_id[cid].baseline_img_per_s
+                base = by_id[cid].throughput.baseline_img_per_s
                 if base is not None:
                     out.append(_dot(sx(base), y, "base", f"{cid} baseline: {base:.1f} img/s", 4))
                 out.append(_dot(sx(means[cid]), y, "cand", f"{cid}: {means[cid]:.1f} img/s", 3.5))
@@ -441,7 +447,7 @@ def _table(comparison: Comparison) -> str:
             f'<span class="v v-{_e(_css_class(v.verdict))}">{_e(v.verdict)}</span>',
             f'<span class="mono">{_e(change_text(v))}</span>',
             _e(_num(v.mdc_pct, ".1f", "%")), _e(v.noise or "-"),
-            f"{_e(_num(v.candidate_img_per_s))} / {_e(_num(v.baseline_img_per_s))}",
+            f"{_e(_num(v.throughput.candidate_img_per_s))} / {_e(_num(v.throughput.baseline_img_per_s))}",
             f"{v.num_candidate} / {v.num_baseline if comparison.mode != 'history' else v.num_history_runs}",
             _e(top1), f'<span class="reason">{_e(v.reason)}</span>',
         ]
@@ -616,23 +622,36 @@ def render_junit(comparison: Comparison) -> bytes:
 
 
 def verdict_schema() -> pa.Schema:
-    from dataclasses import fields
-
-    hints = {"str": "str", "int": "int", "float": "float", "bool": "bool"}
-    out = []
-    for f in fields(CellVerdict):
-        base = str(f.type).split("|")[0].strip()
-        out.append(pa.field(f.name, _ARROW_TYPES[hints[base]]))
-    return pa.schema(out)
+    """verdicts.parquet's columns (compare.VERDICT_COLUMNS), typed from the CellVerdict and MetricVerdict fields."""
+    types = {f.name: f.type for f in fields(CellVerdict)}
+    metric = {f.name: f.type for f in fields(MetricVerdict)}
+    types |= {column: metric[name] for columns in compare.METRIC_COLUMNS.values() for name, column in columns.items()}
+    return pa.schema([pa.field(name, _ARROW_TYPES[str(types[name]).split("|")[0].strip()])
+                      for name in compare.VERDICT_COLUMNS])
 
 
 def verdict_table(comparison: Comparison) -> pa.Table:
     """One row per cell; schema metadata carries the version, mode, baseline and thresholds."""
     schema = verdict_schema().with_metadata({
-        b"nvbench.verdicts_version": str(VERDICTS_VERSION).encode(), b"nvbench.table": b"verdicts",
+        VERSION_KEY: str(VERDICTS_VERSION).encode(), b"nvbench.table": b"verdicts",
         b"nvbench.mode": comparison.mode.encode(), b"nvbench.baseline": comparison.baseline_label.encode(),
         b"nvbench.thresholds": json.dumps(asdict(comparison.thresholds), sort_keys=True).encode(),
         b"nvbench.run_id": comparison.candidate.run_id.encode()})
     rows = [v.to_row() for v in comparison.verdicts]
     arrays = [pa.array([r[f.name] for r in rows], type=f.type) for f in schema]
     return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def read_verdicts(path: Path) -> list[CellVerdict]:
+    """verdicts.parquet back as CellVerdicts. Versions 1 and 2 lack the speed-adjustment (2) and fast-step (3)
+    columns: they read as null. store.UnreadableFile, naming the file, when it is no verdicts table."""
+    try:
+        table = pq.read_table(path)
+    except (pa.ArrowException, OSError) as exc:
+        raise store.UnreadableFile(f"{path}: not a readable verdicts table ({type(exc).__name__})") from None
+    version = int((table.schema.metadata or {}).get(VERSION_KEY, b"0"))
+    if not 1 <= version <= VERDICTS_VERSION:
+        why = "no nvbench.verdicts_version in its metadata" if version < 1 else \
+            f"version {version} is newer than this nvbench's {VERDICTS_VERSION}; upgrade nvbench"
+        raise store.UnreadableFile(f"{path}: not a verdicts table this nvbench reads ({why})")
+    return [CellVerdict.from_row(row) for row in table.to_pylist()]

@@ -23,6 +23,20 @@ from harness.spec.cells import job_key
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 
+VERDICTS_V3_COLUMNS = (
+    "cell_id", "backend", "memory_format", "precision", "world_size", "grad_accum", "verdict", "reason", "method",
+    "effect_pct", "ci_low_pct", "ci_high_pct", "ci_level", "p_value", "p_adjusted", "decided_by",
+    "throughput_p_value", "fast_effect_pct", "fast_ci_low_pct", "fast_ci_high_pct", "fast_p_value",
+    "candidate_fast_img_per_s", "baseline_fast_img_per_s", "floor_pct", "fdr_q", "mdc_pct", "num_candidate",
+    "num_baseline", "candidate_img_per_s", "baseline_img_per_s", "candidate_cv", "baseline_cv", "num_unsteady",
+    "noise", "accuracy_verdict", "candidate_top1", "baseline_top1", "top1_change", "top1_ci_low", "top1_ci_high",
+    "accuracy_tolerance", "history_median_img_per_s", "history_mad_img_per_s", "robust_z", "num_history_runs",
+    "unadjusted_effect_pct", "speed_probe_change_pct", "speed_slope", "fire_drill_pct", "baseline_fire_drill_pct",
+    "is_smoke", "env_diff", "candidate_run_id", "baseline_run_id",
+)  # fmt: skip
+"""verdicts.parquet version 3, as the release wrote it: a reader's contract, whatever shape CellVerdict takes."""
+
+
 def _matrix(folder: Path, name: str, axes: str, repeats: int) -> Path:
     path = folder / f"{name}.toml"
     path.write_text(TINY.format(axes=axes, repeats=repeats, timeout=120, cache=folder / "cache", nvtx="false",
@@ -137,6 +151,7 @@ def test_report_of_a_run_against_itself(runs):
     assert [suite.get(k) for k in ("tests", "failures", "errors", "skipped")] == ["2", "0", "0", "2"]
     table = pq.read_table(out / "verdicts.parquet")
     assert table.schema.metadata[b"nvbench.verdicts_version"] == b"3"
+    assert tuple(table.column_names) == VERDICTS_V3_COLUMNS
     thresholds = json.loads(table.schema.metadata[b"nvbench.thresholds"])
     assert thresholds["min_repeats"] == 5 and thresholds["speed_adjust"] is True
     plain = root / "plain"
@@ -152,9 +167,10 @@ def test_report_of_a_run_against_itself(runs):
     six = copy_run(a, root / "six", repeats=6)
     result = report.make_report(six, baseline=six, out_dir=root / "six-report")
     assert {v.verdict for v in result.comparison.verdicts} == {"unchanged"}
-    assert all(v.effect_pct == pytest.approx(0.0, abs=1e-9) for v in result.comparison.verdicts)
-    assert all(v.fast_effect_pct == pytest.approx(0.0, abs=1e-9) for v in result.comparison.verdicts)
+    assert all(v.throughput.effect_pct == pytest.approx(0.0, abs=1e-9) for v in result.comparison.verdicts)
+    assert all(v.fast_step.effect_pct == pytest.approx(0.0, abs=1e-9) for v in result.comparison.verdicts)
     check_html(result.out_dir / "report.html")
+    assert report.read_verdicts(result.out_dir / "verdicts.parquet") == list(result.comparison.verdicts)
 
 
 def test_a_confirmed_regression_fails_junit_and_the_exit_code(runs):
@@ -278,9 +294,9 @@ def test_history_screening_names_suspects_but_does_not_fail(runs):
 
 
 def test_change_text_shows_the_fast_step_rate_and_marks_the_metric_that_decided():
-    common = dict(cell_id="c", floor_pct=3.0, fdr_q=0.01, accuracy_tolerance=0.01, effect_pct=-1.0,
-                  ci_low_pct=-9.0, ci_high_pct=7.0)
-    fast = dict(fast_effect_pct=-5.2, fast_ci_low_pct=-6.9, fast_ci_high_pct=-3.5)
+    common = dict(cell_id="c", floor_pct=3.0, fdr_q=0.01, accuracy_tolerance=0.01,
+                  throughput=compare.MetricVerdict(effect_pct=-1.0, ci_low_pct=-9.0, ci_high_pct=7.0))
+    fast = dict(fast_step=compare.MetricVerdict(effect_pct=-5.2, ci_low_pct=-6.9, ci_high_pct=-3.5))
     regressed = compare.CellVerdict(verdict="regression", reason="", decided_by="fast steps", **common, **fast)
     assert report.change_text(regressed) == "-1.0% [-9.0, +7.0]; fast steps -5.2% [-6.9, -3.5]*"
     assert regressed.decided_effect_pct == -5.2
