@@ -45,6 +45,7 @@ from harness.analysis.compare import (
 )
 from harness.results import store
 from harness.results.env import ENV_KEY_FIELDS
+from harness.spec.cells import cell_label as label
 from harness.stats.window import FAST_STEP_QUANTILE
 
 VERDICTS_VERSION = 3
@@ -153,12 +154,6 @@ def change_text(v: CellVerdict) -> str:
     if v.verdict in (REGRESSION, IMPROVEMENT):  # mark the metric that made the call
         text, fast = (text + "*", fast) if v.decided_by == compare.THROUGHPUT else (text, fast + "*")
     return f"{text}; {fast}"
-
-
-def label(cell_id: str) -> str:
-    """The readable axis part of a cell id (the hash dropped): unique within one matrix."""
-    head, _, tail = cell_id.rpartition("_")
-    return head if head and re.fullmatch(r"[0-9a-f]{6,}", tail) else cell_id
 
 
 def _css_class(verdict: str) -> str:

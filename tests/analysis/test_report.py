@@ -53,10 +53,11 @@ def runs(tmp_path_factory):
     one = _matrix(root, "one", 'backend = ["synthetic"]', repeats=1)
     a, d = root / "A", root / "D"
     with ThreadPoolExecutor(2) as pool:  # two run folders, one core each: half the wall time
-        runs = [pool.submit(nvbench, "run", str(both), "--out", str(a), "--no-progress"),
+        runs = [pool.submit(nvbench, "run", str(both), "--out", "A", "--no-progress", cwd=root, env={"COLUMNS": "80"}),
                 pool.submit(nvbench, "run", str(one), "--out", str(d), "--no-progress", "--fire-drill", "900")]
         for proc in (r.result() for r in runs):
             assert proc.returncode == 0, proc.stdout + proc.stderr
+    (root / "A.stderr").write_text(runs[0].result().stderr)  # what `nvbench run` showed, for the summary's test
     return root, a, d
 
 
@@ -130,6 +131,23 @@ def junit(path: Path) -> ET.Element:
     root = ET.parse(path).getroot()
     assert root.tag == "testsuites"
     return root.find("testsuite")
+
+
+def test_a_run_ends_with_a_summary_that_fits_80_columns(runs):
+    root, a, _ = runs
+    stderr = (root / "A.stderr").read_text()
+    summary = stderr[stderr.index("ran: 2 cells"):].splitlines()
+    assert max(map(len, summary)) <= 80
+    lines = {line.split()[0]: line.split() for line in summary if line.startswith(("synthetic_", "pytorch_"))}
+    rows = {r["backend"]: r for r in store.read_cells(a).to_pylist()}
+    for backend, row in rows.items():  # the label, then the row's figures as the run wrote them
+        label, img_s, interval, top1, wait, status = lines[f"{backend}_nchw_fp32_ws1_ga1"]
+        assert float(img_s) == pytest.approx(row["throughput_img_per_s"], abs=0.051) and status == "ok"
+        half = (row["throughput_ci_high_img_per_s"] - row["throughput_ci_low_img_per_s"]) / 2
+        assert interval == f"±{100 * half / row['throughput_img_per_s']:.1f}%"
+        assert top1 == ("-" if row["top1"] is None else f"{row['top1']:.3f}")
+        assert wait == f"{row['exposed_data_wait_frac']:.1%}"
+    assert summary[-3:] == ["2 rows: 2 ok", "results: A", "next:    nvbench report A"]
 
 
 def test_report_of_a_run_against_itself(runs):
