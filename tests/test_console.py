@@ -62,7 +62,8 @@ def test_skips_are_grouped_by_reason_and_failures_give_their_first_line():
     start = lines.index("skipped: 60 cells, by reason (in full: --verbose)")
     groups = lines[start + 1:start + 4]
     assert [g.split()[0] for g in groups] == ["24", "18", "18"]  # most common first
-    assert groups[0].startswith("  24  dali-gpu needs CUDA: this machine has no visible GPU") and groups[0].endswith("…")
+    assert groups[0].startswith("  24  dali-gpu needs CUDA: this machine has no visible GPU")
+    assert groups[0].endswith("…") and len(groups[0]) == 80
     assert lines[start + 4] == ""
     failed = lines.index("failed: 1 cell (in full: --verbose)")
     assert lines[failed + 1] == "  synthetic_nchw_fp32_ws2_ga1  r0 timeout: no exit within 120 s: the process gr…"
