@@ -429,7 +429,8 @@ def test_the_dali_version_matters_to_dali_cells_only_and_an_unjudged_cell_shows_
     # the GPU stack matters to every GPU cell, and to no CPU cell
     gpu = _env(driver_version="590.2")
     (d, s) = compare.compare_runs(run(_cells(gpu), env=gpu[0]), run(_cells(old), run_id="base", env=old[0])).verdicts
-    assert s.verdict == d.verdict == NOT_COMPARABLE and s.reason == "environment differs: driver_version: 580.1 -> 590.2"
+    assert s.verdict == d.verdict == NOT_COMPARABLE
+    assert s.reason == "environment differs: driver_version: 580.1 -> 590.2"
     (d, s) = compare.compare_runs(run(_cells(gpu, device="cpu"), env=gpu[0]),
                                   run(_cells(old, device="cpu"), run_id="base", env=old[0])).verdicts
     assert s.verdict == d.verdict == UNCHANGED

@@ -3,7 +3,9 @@ independent readers accept, escaping of every result string, exit codes, fire dr
 
 from __future__ import annotations
 
+import html
 import json
+import re
 import shutil
 import xml.etree.ElementTree as ET
 from concurrent.futures import ThreadPoolExecutor
@@ -13,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from browser import Browser, chromium_path
 from conftest import TINY, nvbench
 
 from harness.analysis import compare, report
@@ -122,9 +125,16 @@ def check_html(path: Path) -> str:
     checker.feed(text)
     checker.close()
     assert checker.problems == [] and checker.stack == [], (checker.problems, checker.stack)
-    assert {"svg", "style", "table"} <= checker.tags and "script" not in checker.tags
+    assert {"svg", "style", "table", "script"} <= checker.tags  # every script inline: a src is a problem above
     assert "http://" not in text and "https://" not in text and "@import" not in text
     return text
+
+
+def figures(text: str) -> list[tuple[str, str, str]]:
+    """(caption, the plot's axis label, its note) of every <figure> that draws a plot."""
+    found = re.findall(r"<figure><figcaption>(.*?)</figcaption><svg [^>]*aria-label=\"([^\"]*)\".*?</svg>"
+                       r"(?:<p>(.*?)</p>)?</figure>", text, flags=re.S)
+    return [(html.unescape(c), html.unescape(a), html.unescape(n)) for c, a, n in found]
 
 
 def junit(path: Path) -> ET.Element:
@@ -245,7 +255,8 @@ def test_every_string_from_results_is_escaped(runs):
     result = report.make_report(hostile, baseline=a, out_dir=root / "hostile-report",
                                 thresholds=compare.Thresholds(min_repeats=2))
     text = check_html(result.out_dir / "report.html")
-    assert "<script>" not in text and "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in text
+    assert text.count("<script>") == 1 and "<script>alert" not in text  # the page's own script, no other
+    assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in text
     assert "<b>x" not in text and "&lt;b&gt;x&amp;y" in text and "<img" not in text
     suite = junit(result.out_dir / "junit.xml")  # parses: markup escaped, the terminal escape replaced
     error = suite.find("testcase/error")
@@ -322,3 +333,53 @@ def test_change_text_shows_the_fast_step_rate_and_marks_the_metric_that_decided(
     assert report.change_text(same) == "-1.0% [-9.0, +7.0]; fast steps -5.2% [-6.9, -3.5]"  # nothing decided
     alone = compare.CellVerdict(verdict="regression", reason="", decided_by="throughput", **common)
     assert report.change_text(alone) == "-1.0% [-9.0, +7.0]" and alone.decided_effect_pct == -1.0
+
+
+def test_the_report_names_both_sides_offers_the_gpu_columns_and_every_plot_has_units_and_a_good_value(runs):
+    root, a, _ = runs
+    six = copy_run(a, root / "six-b", repeats=6)
+    manifest = store.read_json(six / "manifest.json") | {"matrix_efficiency": 0.8312}
+    store.write_json(six / "manifest.json", manifest)
+    text = check_html(report.make_report(six, baseline=a, out_dir=root / "six-b-report").out_dir / "report.html")
+    env = manifest["environment"]
+    setup = text[text.index('<table class="setup">'):text.index("</table>")]
+    for name in ("device", "driver", "CUDA", "cuDNN", "torch", "DALI", "nvbench", "matrix efficiency"):
+        assert f">{name}</th>" in setup, name
+    assert setup.count(html.escape(f"{env['torch_version']}")) == 2 and "<td>0.83</td><td>-</td>" in setup
+    assert setup.count(f"git {env['nvbench_git_sha'][:10]}" if env["nvbench_git_sha"] else "git not recorded") == 2
+    for heading in ("MFU %", "power W", "img/J", "data wait"):
+        assert f">{heading}</th>" in text, heading
+    plots = figures(text)
+    assert len(plots) >= 6 and any(c.startswith("Step times: ") for c, _, _ in plots)
+    for caption, axis, note in plots:  # a unit on the axis, and what a good value looks like
+        assert re.search(r"%|/s|ms|ratio|fraction", axis), (caption, axis)
+        assert re.search(r"[Hh]igher is better|[Ll]ower is better|good:", note), (caption, note)
+    steps = text[text.index('<section id="steps">'):text.index('<section id="environment">')]
+    assert steps.count("<details>") == 2 and steps.count('class="warmup"') == 2 and "step time, ms" in steps
+    assert 'class="epoch"' in steps  # the pytorch cell's first step opens its data epoch
+
+
+def test_the_report_renders_in_a_real_browser_without_a_console_error(runs, tmp_path):
+    binary = chromium_path()
+    if binary is None:
+        pytest.skip("no chromium on PATH (README's test command installs Debian's chromium): the report is not "
+                    "rendered in a browser")
+    root, a, _ = runs
+    result = report.make_report(copy_run(a, tmp_path / "six", repeats=6), baseline=copy_run(a, tmp_path / "base",
+                                scale=1.1, repeats=6), out_dir=tmp_path / "report")
+    page = result.out_dir / "report.html"
+    broken = tmp_path / "broken.html"  # the same page with one deliberate error: the capture must see it
+    broken.write_text(page.read_text().replace("</body>", "<script>window.noSuchFunction();</script></body>"))
+    with Browser(binary) as browser:
+        assert any(e.startswith("exception: TypeError: window.noSuchFunction") for e in browser.load(broken).errors)
+        load = browser.load(page)
+        assert load.errors == [] and load.requests == [page.resolve().as_uri()]  # nothing but the file itself
+        sorted_by = "Array.from(document.querySelectorAll('table.sortable tbody tr')).map(r => r.cells[5].dataset.sort)"
+        browser.evaluate("document.querySelectorAll('table.sortable th')[5].click()")  # img/s: ascending
+        up = [float(x) for x in browser.evaluate(sorted_by)]
+        browser.evaluate("document.querySelectorAll('table.sortable th')[5].click()")  # again: descending
+        assert up == sorted(up) and [float(x) for x in browser.evaluate(sorted_by)] == sorted(up, reverse=True)
+        height = "(d => { d.open = true; return d.querySelector('svg').getBoundingClientRect().height; })" \
+                 "(document.querySelector('#steps details'))"
+        assert browser.evaluate(height) > 100  # a reader who opens a cell sees its step-time plot
+        assert browser.load(page).errors == []
