@@ -1,5 +1,6 @@
 """pyproject.toml declares what the code imports: every third-party import of harness/ is a dependency, or,
-where only a function imports it, an extra; the suite's own imports are in the `test` extra."""
+where only a function imports it, an extra; the suite's own imports are in the `test` extra. And CI (.ci/run)
+runs exactly the README's test command."""
 
 from __future__ import annotations
 
@@ -75,3 +76,10 @@ def test_the_test_extra_covers_the_suite_and_the_optional_datasets():
     for name in _imports("tests"):
         assert _distributions(name) & available, f"tests import {name}; add it to the `test` extra"
     assert declared["digits"] <= declared["test"], "the suite covers the digits dataset: `test` needs its extra"
+
+
+def test_ci_runs_exactly_the_readme_test_command():
+    readme = (ROOT / "README.md").read_text()
+    command = readme.split("# the tests (exactly what .ci/run does)\n", 1)[1].splitlines()[0]
+    assert command.endswith("python -m pytest") and "apt-get install -y -qq chromium" in command
+    assert (ROOT / ".ci" / "run").read_text().rstrip().splitlines()[-1] == command
