@@ -45,7 +45,7 @@ def _imports(folder: str) -> dict[str, bool]:
                 continue
             for name in names:
                 root = name.split(".")[0]
-                if root in sys.stdlib_module_names or root in ("harness", "conftest", "__future__"):
+                if root in sys.stdlib_module_names or root in ("harness", "conftest", "browser", "__future__"):
                     continue
                 key = "nvidia.dali" if name.startswith("nvidia.dali") else root
                 found[key] = found.get(key, False) or id(node) in top_level
