@@ -108,7 +108,7 @@ def _execute(run_dir: Path, caps, env, key, *, progress: bool, verbose: bool) ->
     try:
         with RunProgress(console, len(todo)) as bar:
             runner.execute(run_dir, caps=caps, env=env, env_key=key, on_start=bar.start if progress else None,
-                           on_done=bar.done, notify=console.print)
+                           on_done=bar.done, notify=lambda message: console.print(message, soft_wrap=True))
     except KeyboardInterrupt:
         console.print(f"interrupted; finish with: nvbench run --resume {run_dir}", soft_wrap=True)
         return EXIT_INTERRUPTED

@@ -51,8 +51,9 @@ class RunProgress:
         status = row["status"]
         detail = (f"{_fmt(row.get('throughput_img_per_s'), '.1f')} img/s  top1 {_fmt(row.get('top1'), '.3f')}"
                   if status == "ok" else escape(row["reason"]))  # reasons quote logs: '[' is not markup
+        # one line per job whatever the width: a long reason is cut here and shown whole by --verbose
         self.console.print(f"[{STATUS_STYLE[status]}]{status:>8}[/] {row['cell_id']} r{row['repeat']}  {detail}",
-                           highlight=False, soft_wrap=True)
+                           highlight=False, no_wrap=True, overflow="ellipsis")
         self.progress.advance(self.task)
 
 

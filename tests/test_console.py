@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from harness.console import print_summary, throughput_interval_pct
+from harness.console import RunProgress, print_summary, throughput_interval_pct
 
 RUN = Path("reports/20261125-101010-resnet50-smoke-ab12")
 GPU_REASON = "dali-gpu needs CUDA: this machine has no visible GPU (torch.cuda.is_available() is false)"
@@ -94,3 +94,13 @@ def test_a_long_label_is_cut_and_the_numbers_stay_whole():
     lines = summary([row])
     assert max(map(len, lines)) <= 80
     assert lines[3].split()[1:] == ["4899.1", "±0.2%", "-", "0.0%", "ok"] and "…" in lines[3]
+
+
+def test_each_finished_job_is_one_line_at_80_columns():
+    out = io.StringIO()
+    progress = RunProgress(Console(file=out, width=80), total=2)
+    for row in smoke_like_rows()[-2:]:  # two skipped dali-gpu jobs with their long reason
+        progress.done(row)
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 2 and all(len(line) == 80 and line.endswith("…") for line in lines)
+    assert lines[0].startswith(" skipped dali-gpu_nhwc_bf16_ws4_ga1_0123456789 r0  dali-gpu needs CUDA")

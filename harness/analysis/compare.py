@@ -122,10 +122,6 @@ class RunData:
     matrix_efficiency: float | None = None
     """manifest.json's matrix_efficiency (measured window seconds / run wall seconds), where the run records it."""
 
-    @property
-    def fire_drill_pct(self) -> float:
-        return max((_drill(r) for r in self.rows), default=0.0)
-
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class MetricVerdict:
