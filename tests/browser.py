@@ -4,6 +4,7 @@ test uses it to load a page and collect every console error, uncaught exception 
 as a script it also writes the PNG screenshot docs/results.md shows:
 
     python tests/browser.py REPORT.html --screenshot docs/report.png [--width 1200 --height 1400]
+    python tests/browser.py REPORT.html --open pytorch_nchw_fp32_ws1_ga2 --screenshot docs/report-steps.png
 """
 
 from __future__ import annotations
@@ -171,11 +172,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--screenshot", type=Path, help="write a PNG of the page's top here")
     p.add_argument("--width", type=int, default=1200)
     p.add_argument("--height", type=int, default=1400)
+    p.add_argument("--open", metavar="CELL", help="open this cell's step times (its label) and scroll to it")
     args = p.parse_args(argv)
     with Browser() as browser:
         load = browser.load(args.page)
         for problem in load.errors:
             print(problem)
+        if args.open:
+            browser.evaluate(f"(d => {{ d.open = true; d.scrollIntoView(); }})(Array.from(document.querySelectorAll("
+                             f"'#steps details')).find(d => d.querySelector('code').textContent === {json.dumps(args.open)}))")
         if args.screenshot:
             print(browser.screenshot(args.screenshot, width=args.width, height=args.height))
     return 1 if load.errors else 0
