@@ -383,3 +383,12 @@ def test_the_report_renders_in_a_real_browser_without_a_console_error(runs, tmp_
                  "(document.querySelector('#steps details'))"
         assert browser.evaluate(height) > 100  # a reader who opens a cell sees its step-time plot
         assert browser.load(page).errors == []
+
+
+def test_a_long_window_is_thinned_to_its_fastest_and_slowest_steps_so_a_stall_stays_visible():
+    steps = np.arange(10_000, dtype=float)
+    times = 0.050 + 0.001 * np.sin(steps / 50)
+    times[7_777] = 0.400  # one stall among 10,000 steps
+    x, y = report._thin(steps, times)
+    assert len(x) <= report.MAX_POINTS and np.all(np.diff(x) > 0)  # in step order
+    assert 7_777 in x and y.max() == 0.400 and y.min() == times.min()
