@@ -272,9 +272,12 @@ def test_fire_drill_rows_are_flagged_and_the_report_says_so(runs):
     assert all(r["fire_drill_pct"] == 0.0 for r in store.read_cells(a).to_pylist())
     assert store.read_json(d / "plan.json")["fire_drill_pct"] == 900.0
     assert "fire drill: +900%" in (d / row["log_path"]).read_text()
-    steps = store.read_steps(d).to_pandas()
+    steps, plain = store.read_steps(d).to_pandas(), store.read_steps(a).to_pandas()
+    plain = plain[(plain.cell_id == row["cell_id"]) & ~plain.is_warmup]  # the same cell, run beside it undrilled
     measured = steps[~steps.is_warmup].step_time_s.median()
-    assert measured > 3 * steps[steps.is_warmup].step_time_s.min()  # 10x the work; generous for noise
+    # 10x the work; generous for noise. (Not against the drill's own warmup: a first step's one-time set-up
+    # made it as slow as 0.4 s on the shared box.)
+    assert measured > 3 * plain.step_time_s.median()
     result = report.make_report(d, baseline=a, out_dir=root / "drill-report")
     text = check_html(result.out_dir / "report.html")
     assert 'class="banner">FIRE DRILL: 1 cell(s) ran with calibrated extra work (up to +900% per step' in text
