@@ -173,13 +173,11 @@ def _trial(base_rows: list[dict], cand_rows: list[dict], env: dict, th: Threshol
     comparison = compare.compare_runs(_as_run(cand_rows, "cand", env), _as_run(base_rows, "base", env),
                                       dataclasses.replace(th, floor_pct=0.0))
     (v,) = comparison.verdicts
-    metrics = [(v.throughput_p_value, v.effect_pct, v.ci_low_pct, v.ci_high_pct)]
-    if v.fast_p_value is not None:
-        metrics.append((v.fast_p_value, v.fast_effect_pct, v.fast_ci_low_pct, v.fast_ci_high_pct))
-    held = compare.holm_within([m[0] for m in metrics], th.fdr_q)
-    sig = [h and (high < 0 or low > 0) for h, (_, _, low, high) in zip(held, metrics)]
-    fast = (metrics[1][1], sig[1]) if len(metrics) > 1 else (np.nan, False)
-    return v.effect_pct, sig[0], *fast, v.p_value, v.decided_effect_pct
+    metrics = [m for m in (v.throughput, v.fast_step) if m is not None and m.p_value is not None]
+    held = compare.holm_within([m.p_value for m in metrics], th.fdr_q)
+    sig = [h and (m.ci_high_pct < 0 or m.ci_low_pct > 0) for h, m in zip(held, metrics)]
+    fast = (metrics[1].effect_pct, sig[1]) if len(metrics) > 1 else (np.nan, False)
+    return v.throughput.effect_pct, sig[0], *fast, v.p_value, v.decided_effect_pct
 
 
 def _relabel(rows: list[dict]) -> list[dict]:

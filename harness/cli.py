@@ -90,13 +90,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         run_dir = runner.create_run(matrix, cell_list, run_dir=Path(args.out) if args.out else None,
                                     reports_root=Path(args.reports), smoke=args.smoke, only=args.only, env=env,
                                     fire_drill_pct=args.fire_drill or 0.0)
-    return _execute(run_dir, caps, env, key, progress=not args.no_progress)
+    return _execute(run_dir, caps, env, key, progress=not args.no_progress, verbose=args.verbose)
 
 
-def _execute(run_dir: Path, caps, env, key, *, progress: bool) -> int:
+def _execute(run_dir: Path, caps, env, key, *, progress: bool, verbose: bool) -> int:
     from rich.console import Console
 
-    from harness.console import RunProgress, counts_line, summary_table
+    from harness.console import RunProgress, detail_table, print_summary
     from harness.orchestrate import runner
     from harness.results import store
 
@@ -108,13 +108,14 @@ def _execute(run_dir: Path, caps, env, key, *, progress: bool) -> int:
     try:
         with RunProgress(console, len(todo)) as bar:
             runner.execute(run_dir, caps=caps, env=env, env_key=key, on_start=bar.start if progress else None,
-                           on_done=bar.done, notify=console.print)
+                           on_done=bar.done, notify=lambda message: console.print(message, soft_wrap=True))
     except KeyboardInterrupt:
         console.print(f"interrupted; finish with: nvbench run --resume {run_dir}", soft_wrap=True)
         return EXIT_INTERRUPTED
     rows = store.read_cells(run_dir).to_pylist()
-    Console().print(summary_table(rows))
-    console.print(counts_line(rows, run_dir), soft_wrap=True)
+    if verbose:
+        Console().print(detail_table(rows))
+    print_summary(console, rows, run_dir, store.read_json(run_dir / runner.MANIFEST))
     return runner.exit_code(rows)
 
 
@@ -316,6 +317,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--out", metavar="DIR", help="run folder (default: REPORTS/<run_id>)")
     r.add_argument("--reports", default="reports", metavar="DIR", help="where run folders go (default: reports)")
     r.add_argument("--no-progress", action="store_true", help="no progress bar (a line per cell is still printed)")
+    r.add_argument("--verbose", action="store_true",
+                   help="end with every (cell, repeat) row in full, before the summary (stdout)")
     r.add_argument("--fire-drill", type=float, metavar="PCT",
                    help="add calibrated extra work of PCT %% of each measured step (tests the regression detector; "
                         "every row is flagged)")

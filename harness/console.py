@@ -1,16 +1,26 @@
-"""Terminal rendering for `nvbench run`: the progress bar, one line per finished cell, the final table."""
+"""Terminal output of `nvbench run`: the progress bar, a line per finished job, and the summary a run ends
+with, made to fit the terminal (one line per cell that ran, skips grouped by reason, failures, what next)."""
 
 from __future__ import annotations
 
+import math
+from collections import Counter
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping, Sequence
 
+from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
+from rich.text import Text
+
+from harness.results.schema import STATUSES
+from harness.spec.cells import cell_label
+from harness.stats.inference import mean_interval
 
 STATUS_STYLE = {"ok": "green", "skipped": "dim", "failed": "red", "timeout": "red", "crashed": "red"}
+BAD_STATUSES = tuple(s for s in STATUSES if s not in ("ok", "skipped"))
 
 
 def _fmt(value: Any, spec: str) -> str:
@@ -41,12 +51,14 @@ class RunProgress:
         status = row["status"]
         detail = (f"{_fmt(row.get('throughput_img_per_s'), '.1f')} img/s  top1 {_fmt(row.get('top1'), '.3f')}"
                   if status == "ok" else escape(row["reason"]))  # reasons quote logs: '[' is not markup
+        # one line per job whatever the width: a long reason is cut here and shown whole by --verbose
         self.console.print(f"[{STATUS_STYLE[status]}]{status:>8}[/] {row['cell_id']} r{row['repeat']}  {detail}",
-                           highlight=False, soft_wrap=True)
+                           highlight=False, no_wrap=True, overflow="ellipsis")
         self.progress.advance(self.task)
 
 
-def summary_table(rows: Iterable[dict[str, Any]]) -> Table:
+def detail_table(rows: Iterable[dict[str, Any]]) -> Table:
+    """Every (cell, repeat) row with its full id and reason: `nvbench run --verbose`."""
     table = Table(title="nvbench results", show_lines=False)
     for name, justify in (("cell", "left"), ("rep", "right"), ("status", "left"), ("img/s", "right"),
                           ("±95%", "right"), ("top-1", "right"), ("data wait", "right"), ("reason", "left")):
@@ -61,9 +73,114 @@ def summary_table(rows: Iterable[dict[str, Any]]) -> Table:
     return table
 
 
-def counts_line(rows: list[dict[str, Any]], run_dir: Path) -> str:
-    counts: dict[str, int] = {}
-    for r in rows:
-        counts[r["status"]] = counts.get(r["status"], 0) + 1
-    parts = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
-    return f"{len(rows)} rows ({parts}); results in {run_dir}"
+# ---------------------------------------------------------------------------------------------
+# the summary a run ends with
+
+
+def _mean(values: Iterable[Any]) -> float | None:
+    finite = [float(v) for v in values if v is not None and math.isfinite(v)]
+    return sum(finite) / len(finite) if finite else None
+
+
+def throughput_interval_pct(ok: Sequence[Mapping[str, Any]]) -> float | None:
+    """Half-width of the 95 % interval of a cell's throughput, in % of it: one repeat, its window's interval
+    (batch means over its steps); several, the t interval of their mean (what a rerun would move)."""
+    values = [r["throughput_img_per_s"] for r in ok if (r.get("throughput_img_per_s") or 0) > 0]
+    if len(values) > 1:
+        ci = mean_interval(values)
+        return 100 * (ci.high - ci.low) / 2 / ci.estimate
+    if len(values) == 1:
+        low, high = ok[0].get("throughput_ci_low_img_per_s"), ok[0].get("throughput_ci_high_img_per_s")
+        if low is not None and high is not None and math.isfinite(low) and math.isfinite(high):
+            return 100 * (high - low) / 2 / values[0]
+    return None
+
+
+def _by_cell(rows: Iterable[Mapping[str, Any]]) -> dict[str, list[Mapping[str, Any]]]:
+    cells: dict[str, list[Mapping[str, Any]]] = {}
+    for r in sorted(rows, key=lambda r: (r["cell_id"], r["repeat"])):
+        cells.setdefault(r["cell_id"], []).append(r)
+    return cells
+
+
+def ran_table(cells: Mapping[str, Sequence[Mapping[str, Any]]]) -> Table:
+    """One line per cell with an ok repeat: its label, mean img/s with its interval, top-1, data wait, status."""
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, header_style="bold")
+    # the only column rich may narrow (it collapses wrappable ones first); a label has no space to wrap at,
+    # so it is cut with an ellipsis instead
+    table.add_column("cell", overflow="ellipsis", min_width=12)
+    for name in ("img/s", "±95%", "top-1", "data wait"):
+        table.add_column(name, justify="right", no_wrap=True, min_width=len(name))
+    table.add_column("status", no_wrap=True, min_width=6)
+    for cid, rows in cells.items():
+        ok = [r for r in rows if r["status"] == "ok"]
+        status = "ok" if len(ok) == len(rows) else f"ok {len(ok)}/{len(rows)}"
+        table.add_row(cell_label(cid), _fmt(_mean(r.get("throughput_img_per_s") for r in ok), ".1f"),
+                      _plus_minus(throughput_interval_pct(ok)),
+                      _fmt(_mean(r.get("top1") for r in ok), ".3f"),
+                      _fmt(_mean(r.get("exposed_data_wait_frac") for r in ok), ".1%"),
+                      Text(status, style="green" if len(ok) == len(rows) else "yellow"))
+    return table
+
+
+def _plus_minus(pct: float | None) -> str:
+    return "-" if pct is None or not math.isfinite(pct) else f"±{pct:.1f}%"
+
+
+def _first_line(text: str | None) -> str:
+    return (text or "").strip().splitlines()[0] if (text or "").strip() else "(no reason given)"
+
+
+def _skip_lines(cells: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[Text]:
+    reasons = Counter(_first_line(rows[0]["reason"]) for rows in cells.values())
+    width = len(str(max(reasons.values(), default=0)))
+    return [Text(f"  {n:>{width}}  {reason}") for reason, n in reasons.most_common()]
+
+
+def _failure_lines(cells: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[Text]:
+    lines = []
+    for cid, rows in cells.items():
+        bad = [r for r in rows if r["status"] in BAD_STATUSES]
+        which = f"r{bad[0]['repeat']}" if len(bad) == 1 else f"{len(bad)} of {len(rows)} repeats"
+        lines.append(Text.assemble(f"  {cell_label(cid)}  ", (f"{which} {bad[0]['status']}", "red"),
+                                   f": {_first_line(bad[0]['reason'])}"))
+    return lines
+
+
+def counts_line(rows: list[dict[str, Any]]) -> str:
+    counts = Counter(r["status"] for r in rows)
+    return f"{len(rows)} rows: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+
+
+def print_summary(console: Console, rows: list[dict[str, Any]], run_dir: Path, manifest: Mapping[str, Any]) -> None:
+    """The end of `nvbench run`, at the console's width: what ran and how fast, what was skipped and why, what
+    failed and why, the matrix efficiency where the manifest records it, the run folder and the next command.
+    Paths are never broken (a copyable line may run past the width only when the path itself is that long)."""
+    cells = _by_cell(rows)
+    ran = {c: rs for c, rs in cells.items() if any(r["status"] == "ok" for r in rs)}
+    skipped = {c: rs for c, rs in cells.items() if all(r["status"] == "skipped" for r in rs)}
+    failed = {c: rs for c, rs in cells.items() if any(r["status"] in BAD_STATUSES for r in rs)}
+    fit = {"no_wrap": True, "overflow": "ellipsis", "highlight": False}
+    if ran:
+        console.print(Text(f"ran: {_cells_word(len(ran))}", style="bold"), **fit)
+        console.print(ran_table(ran))
+        console.print(Text("±95%: one repeat, its window's interval; several, the interval of their mean",
+                           style="dim"), **fit)
+    for title, lines in ((f"skipped: {_cells_word(len(skipped))}, by reason", _skip_lines(skipped)),
+                         (f"failed: {_cells_word(len(failed))}", _failure_lines(failed))):
+        if lines:
+            console.print()
+            console.print(Text(f"{title} (in full: --verbose)", style="bold"), **fit)
+            for line in lines:
+                console.print(line, **fit)
+    console.print()
+    efficiency = manifest.get("matrix_efficiency")
+    if isinstance(efficiency, (int, float)):
+        console.print(f"matrix efficiency {efficiency:.2f} (measured window s / run wall s)", **fit)
+    console.print(counts_line(rows), **fit)
+    console.print(f"results: {run_dir}", soft_wrap=True, highlight=False)
+    console.print(f"next:    nvbench report {run_dir}", soft_wrap=True, highlight=False)
+
+
+def _cells_word(n: int) -> str:
+    return f"{n} cell{'s' if n != 1 else ''}"

@@ -1,5 +1,6 @@
 """pyproject.toml declares what the code imports: every third-party import of harness/ is a dependency, or,
-where only a function imports it, an extra; the suite's own imports are in the `test` extra."""
+where only a function imports it, an extra; the suite's own imports are in the `test` extra. And CI (.ci/run)
+runs exactly the README's test command."""
 
 from __future__ import annotations
 
@@ -44,7 +45,7 @@ def _imports(folder: str) -> dict[str, bool]:
                 continue
             for name in names:
                 root = name.split(".")[0]
-                if root in sys.stdlib_module_names or root in ("harness", "conftest", "__future__"):
+                if root in sys.stdlib_module_names or root in ("harness", "conftest", "browser", "__future__"):
                     continue
                 key = "nvidia.dali" if name.startswith("nvidia.dali") else root
                 found[key] = found.get(key, False) or id(node) in top_level
@@ -75,3 +76,10 @@ def test_the_test_extra_covers_the_suite_and_the_optional_datasets():
     for name in _imports("tests"):
         assert _distributions(name) & available, f"tests import {name}; add it to the `test` extra"
     assert declared["digits"] <= declared["test"], "the suite covers the digits dataset: `test` needs its extra"
+
+
+def test_ci_runs_exactly_the_readme_test_command():
+    readme = (ROOT / "README.md").read_text()
+    command = readme.split("# the tests (exactly what .ci/run does)\n", 1)[1].splitlines()[0]
+    assert command.endswith("python -m pytest") and "apt-get install -y -qq chromium" in command
+    assert (ROOT / ".ci" / "run").read_text().rstrip().splitlines()[-1] == command

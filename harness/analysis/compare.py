@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from harness.results.env import ENV_KEY_FIELDS, env_diff
+from harness.results.env import ENV_KEY_FIELDS, cell_env_fields, env_diff, env_key
 from harness.stats import inference
 from harness.stats.core import Interval
 
@@ -42,17 +42,13 @@ ACCURACY_BELOW, ACCURACY_ABOVE, ACCURACY_WITHIN, ACCURACY_NA = "below band", "ab
 BAD_STATUSES = ("failed", "timeout", "crashed")
 AXIS_COLUMNS = ("backend", "memory_format", "precision", "world_size", "grad_accum")
 THROUGHPUT, FAST_STEPS = "throughput", "fast steps"
-"""The metrics a comparison tests: throughput_img_per_s and fast_step_img_per_s of every repeat."""
-METRIC_COLUMNS = {THROUGHPUT: "throughput_img_per_s", FAST_STEPS: "fast_step_img_per_s"}
+"""The metrics a comparison tests, by the name `decided_by` gives them."""
+SAMPLE_COLUMNS = {THROUGHPUT: "throughput_img_per_s", FAST_STEPS: "fast_step_img_per_s"}
+"""Metric -> the cells/*.parquet column holding its value for each repeat."""
 
 DEFAULT_FLOOR_PCT = 3.0
-"""Practical floor in %. How it was chosen (benchmarks/detector.py, see the Thresholds docstring): false
-alarms from exchangeable noise are the permutation test's job, not the floor's; the floor is the largest
-round number that still lets a 5 % slowdown be caught 95 % of the time once the noise allows it at all
-(standard error of the change <= 1.2 %, i.e. repeat-to-repeat CV <= ~2.6 % with 10 + 10 repeats; the
-CPU box measures 4.4-8.4 % for throughput and 2.1-3.3 % for the fast-step rate, a dedicated GPU node
-should do far better: measure it with the detector). With both metrics the smallest floor that kept every
-A/A setting of the noisiest collection at <= 1 % was 4 / 3 / 2.5 % at 10 / 15 / 20 repeats a side."""
+"""Practical floor in %: the largest round number that still lets a 5 % slowdown be caught once the noise
+allows it (docs/performance.md, "What the thresholds rest on")."""
 
 class RunInputError(ValueError):
     """A path given as a run, baseline or history is not what it should be; one line per problem."""
@@ -65,27 +61,14 @@ class RunInputError(ValueError):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Thresholds:
     """What it takes to call a change. Validated at construction; every problem is reported at once.
-
-    Measured on the shared 2-core CPU box (benchmarks/detector.py: 60 real repeats of one cell, 300
-    timed steps each, 1000 resampled comparisons per setting; docs/performance.md): A/A comparisons of
-    repeats drawn at random from one session alarm in 0.8 % (5 + 5 repeats) and 0.9 % (10 + 10) of
-    trials at q = 0.01 with any floor from 0 to 5 %: the exact permutation test, not the floor, keeps
-    exchangeable noise from raising alarms. Drift is another matter: the later half of that session
-    against the earlier half alarmed in 1.8 % / 3.4 % of trials, and only a floor of 6-7.5 % would have
-    absorbed it, which would also hide every regression worth catching. So the floor is set by what must
-    stay visible (see DEFAULT_FLOOR_PCT), and a machine's fitness is judged by its noise: the report's
-    MDC column says which changes a comparison could have seen, and `nvbench ab` (interleaved) is the
-    answer to drift between a stored baseline and tonight.
-    """
+    What each default rests on, measured: docs/performance.md, "What the thresholds rest on"."""
 
     floor_pct: float = DEFAULT_FLOOR_PCT
     """Practical floor in %: a change smaller than this is never a regression, however certain."""
     fdr_q: float = 0.01
-    """Benjamini-Hochberg false discovery rate across cells (on exact permutation p-values); intervals are
-    at the FCR-adjusted level 1 - R q / m. 0.01: at most 1 % false alarms per cell when nothing changed."""
+    """Benjamini-Hochberg false discovery rate across cells; intervals at the FCR-adjusted level 1 - R q / m."""
     min_repeats: int = 5
-    """Fewest usable repeats per side; fewer gives `insufficient data` (5 + 5 is the least with which a
-    permutation test can reach p <= 0.01 at all, and the least for a bootstrap interval worth showing)."""
+    """Fewest usable repeats per side (5 + 5: the least with which a permutation test can reach p <= 0.01)."""
     num_resamples: int = 10_000
     """Bootstrap resamples per cell."""
     seed: int = 0
@@ -93,28 +76,9 @@ class Thresholds:
     exclude_unsteady: bool = False
     """Leave out repeats whose window failed the steadiness check (is_steady false)."""
     speed_adjust: bool = True
-    """Compare throughput adjusted for the machine-speed probe (inference.ancova_fit) when every usable repeat on
-    both sides has one of the same kind (CPU cells, run.speed_probe); otherwise, and always on GPUs, the
-    plain comparison (`nvbench report --no-speed-adjust` forces it). Measured on the CPU box with probe /2
-    (benchmarks/detector.py, two collections; docs/performance.md): at 10 + 10 repeats A/A alarms 0.9-1.0 %
-    (plain 0.5-1.2 %), detection of 5 % 57.5-77.9 % (22.3-36.8 %) and of 10 % 100 % (81.5-97.3 %); at 15 + 15
-    detection of 5 % 92.7-100 % (42.4-55.4 %); drift alarms between the halves of a session 0.0 % in a
-    steady hour (2.2 %) and 14 % in one where the box slowed by 9 % (100 %). The adjustment assumes the
-    change under test cannot move the probe. A change that slows the probe too is partly taken for a
-    slower machine: an error towards a miss, not an alarm; the verdict shows the probe's change and the
-    unadjusted effect beside the adjusted one. The detector's 10 % fire drill moved the first probe (/1) by
-    2.7 % and made detection collapse; probe /2 starts every probe equally cold and moved by +1.0 % in the
-    paired check (benchmarks/speed_probe.py --drill-check), +0.7 / +0.4 % over the two detector collections' pools."""
+    """Compare at equal machine-speed probe time (inference.ancova_fit) where every usable repeat has one probe kind."""
     fast_steps: bool = True
-    """Test the fast-step rate (harness.stats.window.fast_step_rate) beside throughput, where every usable repeat on both
-    sides recorded it and the repeats suffice for two tests (from 6 + 5; at 5 + 5 throughput alone): a
-    regression of either, Bonferroni within the cell (each metric at half the level, Holm for which).
-    Measured on the CPU box (benchmarks/detector.py, five collections; docs/performance.md): its repeat-to-
-    repeat CV is 2.1-3.3 % against throughput's 4.4-8.4 %. Speed-adjusted, with both metrics, the steady
-    fifth collection caught a 5 % drill in 96.9 % of 10 + 10 comparisons (throughput alone 57.5 %) and the
-    noisy seventh in 64.5 / 90.1 / 99.2 % at 10 / 15 / 20 a side (24.0 / 43.5 / 66.8 %), A/A alarms
-    0.2-0.8 %. Throughput stays the headline and the only metric of history screening; `nvbench report
-    --no-fast-steps` judges on throughput alone."""
+    """Test the fast-step rate beside throughput (from 6 + 5 usable repeats; Holm within the cell)."""
     accuracy_tolerance: float = 0.01
     """Top-1 band half-width (absolute, 0.01 = 1 point): an accuracy change counts only beyond it."""
     history_runs: int = 10
@@ -155,15 +119,45 @@ class RunData:
     created_at: str
     environment: Mapping[str, Any]
     rows: tuple[Mapping[str, Any], ...]
+    matrix_efficiency: float | None = None
+    """manifest.json's matrix_efficiency (measured window seconds / run wall seconds), where the run records it."""
 
-    @property
-    def fire_drill_pct(self) -> float:
-        return max((_drill(r) for r in self.rows), default=0.0)
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MetricVerdict:
+    """One metric of one cell, candidate against baseline: the change with its interval and test, and the
+    two sides' means. Throughput carries its spreads and speed adjustment too (the headline's)."""
+
+    effect_pct: float | None = None
+    """Change in %, candidate vs baseline (history: vs the median of past runs)."""
+    ci_low_pct: float | None = None
+    """Interval of the change, lower end in %, at the cell's ci_level."""
+    ci_high_pct: float | None = None
+    """Interval of the change, upper end in %."""
+    p_value: float | None = None
+    """This metric's own permutation p-value, before Bonferroni across the cell's metrics."""
+    candidate_img_per_s: float | None = None
+    """Mean over the candidate's usable repeats."""
+    baseline_img_per_s: float | None = None
+    """Mean over the baseline's usable repeats (history: the median of past runs)."""
+    candidate_cv: float | None = None
+    """Throughput only: the candidate's spread between repeats (standard deviation / mean)."""
+    baseline_cv: float | None = None
+    """Throughput only: the baseline's spread between repeats."""
+    unadjusted_effect_pct: float | None = None
+    """Throughput only, speed-adjusted comparisons: the change before the adjustment (mean log throughput)."""
+    speed_slope: float | None = None
+    """Throughput only, speed-adjusted comparisons: fitted d log throughput / d log probe time."""
+
+
+METRIC_ATTRIBUTES = {THROUGHPUT: "throughput", FAST_STEPS: "fast_step"}
+"""Metric name (as `decided_by` spells it) -> the CellVerdict attribute holding its MetricVerdict."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CellVerdict:
-    """One row of verdicts.parquet: a cell of the candidate run and what the comparison says about it."""
+    """A cell of the candidate run and what the comparison says about it: the cell-level call and one
+    MetricVerdict per metric tested. One row of verdicts.parquet (to_row / from_row)."""
 
     cell_id: str
     backend: str | None = None
@@ -174,9 +168,6 @@ class CellVerdict:
     verdict: str
     reason: str
     method: str = ""
-    effect_pct: float | None = None
-    ci_low_pct: float | None = None
-    ci_high_pct: float | None = None
     ci_level: float | None = None
     p_value: float | None = None
     """The cell's p-value as Benjamini-Hochberg saw it: the smallest of the metrics' p-values times their
@@ -184,24 +175,16 @@ class CellVerdict:
     p_adjusted: float | None = None
     decided_by: str = ""
     """The metric the verdict rests on (throughput or fast steps; throughput, the headline, when both make
-    the same call); for `unchanged`, the one with the smaller p-value. effect_pct and its interval are
-    always throughput's; fast_* are the fast-step rate's."""
-    throughput_p_value: float | None = None
-    fast_effect_pct: float | None = None
-    fast_ci_low_pct: float | None = None
-    fast_ci_high_pct: float | None = None
-    fast_p_value: float | None = None
-    candidate_fast_img_per_s: float | None = None
-    baseline_fast_img_per_s: float | None = None
+    the same call); for `unchanged`, the one with the smaller p-value."""
+    throughput: MetricVerdict = MetricVerdict()
+    """The headline metric; also what history screening and describe-only fill in."""
+    fast_step: MetricVerdict | None = None
+    """The fast-step rate, where the comparison tested it."""
     floor_pct: float
     fdr_q: float
     mdc_pct: float | None = None
     num_candidate: int = 0
     num_baseline: int = 0
-    candidate_img_per_s: float | None = None
-    baseline_img_per_s: float | None = None
-    candidate_cv: float | None = None
-    baseline_cv: float | None = None
     num_unsteady: int = 0
     noise: str = ""
     accuracy_verdict: str = ACCURACY_NA
@@ -215,24 +198,25 @@ class CellVerdict:
     history_mad_img_per_s: float | None = None
     robust_z: float | None = None
     num_history_runs: int = 0
-    unadjusted_effect_pct: float | None = None
-    """Speed-adjusted comparisons: the change before the adjustment (mean log throughput)."""
     speed_probe_change_pct: float | None = None
     """Speed-adjusted comparisons: change of the probe's time, candidate vs baseline (+ = machine slower)."""
-    speed_slope: float | None = None
-    """Speed-adjusted comparisons: fitted d log throughput / d log probe time."""
     fire_drill_pct: float = 0.0
     baseline_fire_drill_pct: float = 0.0
     is_smoke: bool = False
     env_diff: str = ""
+    """The environment fields that differ and matter to this cell (harness.results.env.cell_env_fields)."""
     candidate_run_id: str = ""
     baseline_run_id: str = ""
+
+    def metric(self, name: str) -> MetricVerdict | None:
+        """The MetricVerdict of THROUGHPUT or FAST_STEPS."""
+        return getattr(self, METRIC_ATTRIBUTES[name])
 
     @property
     def decided_effect_pct(self) -> float | None:
         """The change of the metric the verdict rests on."""
-        return decided_effect_pct({"decided_by": self.decided_by, "effect_pct": self.effect_pct,
-                                   "fast_effect_pct": self.fast_effect_pct})
+        metric = self.metric(self.decided_by) if self.decided_by in METRIC_ATTRIBUTES else self.throughput
+        return metric.effect_pct if metric is not None else None
 
     @property
     def is_regression(self) -> bool:
@@ -240,15 +224,52 @@ class CellVerdict:
         return self.verdict == REGRESSION or self.accuracy_verdict == ACCURACY_BELOW
 
     def to_row(self) -> dict[str, Any]:
-        return asdict(self)
+        """The flat verdicts.parquet row, columns in VERDICT_COLUMNS order."""
+        cell = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in _METRIC_FIELDS}
+        metrics = {column: getattr(getattr(self, attr) or MetricVerdict(), name)
+                   for attr, columns in METRIC_COLUMNS.items() for name, column in columns.items()}
+        flat = cell | metrics
+        return {column: flat[column] for column in VERDICT_COLUMNS}
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> "CellVerdict":
+        """A verdicts.parquet row (to_row's output) back as a CellVerdict; a metric whose every column is
+        null is a metric not tested."""
+        cell = {f.name: row[f.name] for f in fields(cls) if f.name not in _METRIC_FIELDS and f.name in row}
+        metrics = {}
+        for attr, columns in METRIC_COLUMNS.items():
+            values = {name: row.get(column) for name, column in columns.items()}
+            metrics[attr] = MetricVerdict(**values) if any(v is not None for v in values.values()) else None
+        return cls(**cell, throughput=metrics["throughput"] or MetricVerdict(), fast_step=metrics["fast_step"])
 
 
-VERDICT_FIELDS = tuple(f.name for f in fields(CellVerdict))
+METRIC_COLUMNS: dict[str, dict[str, str]] = {
+    "throughput": {"effect_pct": "effect_pct", "ci_low_pct": "ci_low_pct", "ci_high_pct": "ci_high_pct",
+                   "p_value": "throughput_p_value", "candidate_img_per_s": "candidate_img_per_s",
+                   "baseline_img_per_s": "baseline_img_per_s", "candidate_cv": "candidate_cv",
+                   "baseline_cv": "baseline_cv", "unadjusted_effect_pct": "unadjusted_effect_pct",
+                   "speed_slope": "speed_slope"},
+    "fast_step": {"effect_pct": "fast_effect_pct", "ci_low_pct": "fast_ci_low_pct", "ci_high_pct": "fast_ci_high_pct",
+                  "p_value": "fast_p_value", "candidate_img_per_s": "candidate_fast_img_per_s",
+                  "baseline_img_per_s": "baseline_fast_img_per_s"},
+}
+"""CellVerdict attribute -> {MetricVerdict field: its verdicts.parquet column}. The fast-step rate stores no
+spreads or speed adjustment (verdicts version 3), so its MetricVerdict never carries them."""
+_METRIC_FIELDS = frozenset(METRIC_COLUMNS)
 
-
-def decided_effect_pct(verdict: Mapping[str, Any]) -> float | None:
-    """The change of the metric a verdict rests on, from a CellVerdict's fields (or a verdicts.parquet row)."""
-    return verdict.get("fast_effect_pct") if verdict.get("decided_by") == FAST_STEPS else verdict.get("effect_pct")
+VERDICT_COLUMNS = (
+    "cell_id", "backend", "memory_format", "precision", "world_size", "grad_accum", "verdict", "reason", "method",
+    "effect_pct", "ci_low_pct", "ci_high_pct", "ci_level", "p_value", "p_adjusted", "decided_by",
+    "throughput_p_value", "fast_effect_pct", "fast_ci_low_pct", "fast_ci_high_pct", "fast_p_value",
+    "candidate_fast_img_per_s", "baseline_fast_img_per_s", "floor_pct", "fdr_q", "mdc_pct", "num_candidate",
+    "num_baseline", "candidate_img_per_s", "baseline_img_per_s", "candidate_cv", "baseline_cv", "num_unsteady",
+    "noise", "accuracy_verdict", "candidate_top1", "baseline_top1", "top1_change", "top1_ci_low", "top1_ci_high",
+    "accuracy_tolerance", "history_median_img_per_s", "history_mad_img_per_s", "robust_z", "num_history_runs",
+    "unadjusted_effect_pct", "speed_probe_change_pct", "speed_slope", "fire_drill_pct", "baseline_fire_drill_pct",
+    "is_smoke", "env_diff", "candidate_run_id", "baseline_run_id",
+)
+"""The columns of verdicts.parquet (version 3), in order: CellVerdict's cell-level fields and every
+MetricVerdict flattened by METRIC_COLUMNS."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -269,6 +290,8 @@ class Comparison:
     """Sentences about the comparison as a whole (cells missing from the candidate, ...)."""
     suspects: tuple[str, ...] = field(default=())
     """History mode: the cell ids a confirmation rerun should target."""
+    baseline: RunData | None = None
+    """The run compared with (baseline and A/B modes): the report reads the baseline's other columns from it."""
 
     def counts(self) -> dict[str, int]:
         counted = Counter(v.verdict for v in self.verdicts)
@@ -304,9 +327,10 @@ def load_run(path: Path | str) -> RunData:
         raise RunInputError([f"{manifest_path}: not an nvbench manifest (a JSON object)"])
     if not rows:
         raise RunInputError([f"{run_dir / 'cells'}: no result rows (the run has not finished a job)"])
+    efficiency = manifest.get("matrix_efficiency")
     return RunData(path=str(run_dir), run_id=str(manifest.get("run_id") or run_dir.name),
                    created_at=str(manifest.get("created_at") or ""), environment=manifest.get("environment") or {},
-                   rows=rows)
+                   rows=rows, matrix_efficiency=float(efficiency) if isinstance(efficiency, (int, float)) else None)
 
 
 def resolve_pointer(path: Path) -> Path:
@@ -477,9 +501,45 @@ def _probes(cand_ok: Sequence[Mapping[str, Any]], base_ok: Sequence[Mapping[str,
     return c, b
 
 
+def _keys(rows: Sequence[Mapping[str, Any]]) -> set:
+    return {r.get("env_key") for r in rows}
+
+
+def _env_difference(cand_rows: Sequence[Mapping[str, Any]], base_rows: Sequence[Mapping[str, Any]],
+                    cand_env: Mapping[str, Any], base_env: Mapping[str, Any], *, subset: bool = False) -> str:
+    """What in the two sides' environments keeps this cell from being judged, in words; '' when nothing does.
+    Only the fields that can move this cell count (env.cell_env_fields: DALI's version for dali-* cells, the
+    GPU stack for GPU cells) where each manifest is the environment its rows ran in; where it is not (a run
+    resumed elsewhere), the rows' env_key decides, over every key field. `subset`: the baseline's keys need
+    only be among the candidate's (history runs)."""
+    cand_keys, base_keys = _keys(cand_rows), _keys(base_rows)
+    if base_keys <= cand_keys if subset else base_keys == cand_keys:
+        return ""
+    if {env_key(cand_env)} == cand_keys and {env_key(base_env)} == base_keys:
+        first = cand_rows[0]
+        relevant = cell_env_fields(backend=str(first.get("backend")), device=first.get("device"),
+                                   world_size=int(first.get("world_size") or 1))
+        return _format_diff(env_diff(base_env, cand_env, fields=relevant))
+    return _format_diff(env_diff(base_env, cand_env, fields=ENV_KEY_FIELDS)) or \
+        f"env_key {sorted(map(str, base_keys))} -> {sorted(map(str, cand_keys))}"
+
+
+def _sides(cand_ok: Sequence[Mapping[str, Any]], base_ok: Sequence[Mapping[str, Any]],
+           all_ok: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Both sides' throughput and spread, whether or not the cell can be judged."""
+    cand_x, base_x = _throughputs(cand_ok), _throughputs(base_ok)
+    unsteady = sum(r.get("is_steady") is False for r in all_ok)
+    cv = max((c for c in (_cv(cand_x), _cv(base_x)) if c is not None), default=None)
+    return {"num_baseline": len(base_ok), "num_unsteady": unsteady, "noise": noise_label(cv, unsteady),
+            "throughput": {"candidate_cv": _cv(cand_x), "baseline_cv": _cv(base_x),
+                           "candidate_img_per_s": float(cand_x.mean()) if cand_x.size else None,
+                           "baseline_img_per_s": float(base_x.mean()) if base_x.size else None}}
+
+
 def _prepare(cid: str, cand_rows: list, base_rows: list | None, candidate: RunData, baseline: RunData,
              th: Thresholds, require_same_env: bool) -> tuple[dict[str, Any], _Pending | None]:
-    """Common verdict fields, and the samples when the cell can be tested (else a final verdict)."""
+    """Common verdict fields, and the samples when the cell can be tested (else a final verdict). A cell
+    that cannot be judged still carries both sides' figures."""
     common = {"cell_id": cid, **_axes(cand_rows), "floor_pct": th.floor_pct, "fdr_q": th.fdr_q,
               "accuracy_tolerance": th.accuracy_tolerance, "fire_drill_pct": max(map(_drill, cand_rows)),
               "is_smoke": bool(cand_rows[0].get("is_smoke")), "candidate_run_id": candidate.run_id,
@@ -490,29 +550,22 @@ def _prepare(cid: str, cand_rows: list, base_rows: list | None, candidate: RunDa
         verdict, reason = _failure(cand_rows)
         return common | {"verdict": verdict, "reason": reason}, None
     if not base_rows:
+        x = _throughputs(cand_ok)
+        common["throughput"] = {"candidate_img_per_s": float(x.mean()) if x.size else None, "candidate_cv": _cv(x)}
         return common | {"verdict": NO_BASELINE, "reason": f"cell not in the baseline {baseline.run_id}"}, None
     common["baseline_fire_drill_pct"] = max(map(_drill, base_rows))
+    base_ok = _usable(base_rows, th)
+    common |= _sides(cand_ok, base_ok, _ok(cand_rows) + _ok(base_rows))
     if bool(base_rows[0].get("is_smoke")) != common["is_smoke"]:
         which = "candidate" if common["is_smoke"] else "baseline"
         why = f"the {which} is a --smoke run; smoke and full runs measure different things"
         return common | {"verdict": NOT_COMPARABLE, "reason": why}, None
-    base_ok = _usable(base_rows, th)
-    cand_keys = {r.get("env_key") for r in _ok(cand_rows)}
-    base_keys = {r.get("env_key") for r in _ok(base_rows)}
-    diff = ""
-    if cand_keys != base_keys:
-        diff = _format_diff(env_diff(baseline.environment, candidate.environment, fields=ENV_KEY_FIELDS)) or \
-            f"env_key {sorted(map(str, base_keys))} -> {sorted(map(str, cand_keys))}"
+    diff = _env_difference(_ok(cand_rows), _ok(base_rows), candidate.environment, baseline.environment)
+    if diff:
         common["env_diff"] = diff
         if require_same_env:
             return common | {"verdict": NOT_COMPARABLE, "reason": f"environment differs: {diff}"}, None
     cand_x, base_x = _throughputs(cand_ok), _throughputs(base_ok)
-    unsteady = sum(r.get("is_steady") is False for r in _ok(cand_rows) + _ok(base_rows))
-    cv = max((c for c in (_cv(cand_x), _cv(base_x)) if c is not None), default=None)
-    common |= {"num_baseline": len(base_ok), "num_unsteady": unsteady, "noise": noise_label(cv, unsteady),
-               "candidate_cv": _cv(cand_x), "baseline_cv": _cv(base_x),
-               "candidate_img_per_s": float(cand_x.mean()) if cand_x.size else None,
-               "baseline_img_per_s": float(base_x.mean()) if base_x.size else None}
     base_cv = _cv(base_x)
     if base_cv and min(len(cand_ok), len(base_ok)) >= 2:
         common["mdc_pct"] = 100 * inference.min_detectable_change(base_cv, len(cand_ok), len(base_ok), alpha=th.fdr_q)
@@ -536,7 +589,8 @@ def _prepare(cid: str, cand_rows: list, base_rows: list | None, candidate: RunDa
         note = ""
     if fast is not None:
         metrics.append(_Metric(FAST_STEPS, *fast))
-        common |= {"candidate_fast_img_per_s": float(fast[0].mean()), "baseline_fast_img_per_s": float(fast[1].mean())}
+        common["fast_step"] = {"candidate_img_per_s": float(fast[0].mean()),
+                               "baseline_img_per_s": float(fast[1].mean())}
     return common, _Pending(base=common, metrics=metrics, cand_probe=probes and probes[0],
                             base_probe=probes and probes[1], note=note)
 
@@ -545,7 +599,7 @@ def _fast_steps(cand_ok: Sequence[Mapping[str, Any]], base_ok: Sequence[Mapping[
                 th: Thresholds) -> tuple[np.ndarray, np.ndarray] | None:
     """Fast-step rates of both sides when the comparison tests them: every usable repeat recorded one
     (rows written before nvbench recorded it read as null: those cells are judged on throughput)."""
-    column = METRIC_COLUMNS[FAST_STEPS]
+    column = SAMPLE_COLUMNS[FAST_STEPS]
     if not th.fast_steps or any(not (r.get(column) or 0) > 0 for r in [*cand_ok, *base_ok]):
         return None
     return (np.array([r[column] for r in cand_ok], dtype=float), np.array([r[column] for r in base_ok], dtype=float))
@@ -599,23 +653,24 @@ def _decide(pending: _Pending, alpha: float, p_adjusted: float, level: float, th
     either metric makes the verdict (a regression is never hidden by an improvement of the other)."""
     k = len(pending.metrics)
     level_m = 1 - (1 - level) / k
-    out = {"p_value": pending.p, "p_adjusted": p_adjusted, "ci_level": level_m}
+    out: dict[str, Any] = {"p_value": pending.p, "p_adjusted": p_adjusted, "ci_level": level_m}
     calls, texts, reach = {}, [], []
     for m, significant in zip(pending.metrics, holm_within([m.p for m in pending.metrics], alpha)):
         ci, extra, method = _interval(pending, m, level_m, th)
-        if extra.get("mdc_pct") is not None:
-            reach.append(extra["mdc_pct"])
-        extra = {key: value for key, value in extra.items() if key != "mdc_pct"}
-        effect, low, high = inference.to_percent(ci.estimate), inference.to_percent(ci.low), inference.to_percent(ci.high)
+        mdc = extra.pop("mdc_pct", None)
+        if mdc is not None:
+            reach.append(mdc)
+        effect, low, high = (inference.to_percent(x) for x in (ci.estimate, ci.low, ci.high))
+        metric = {"effect_pct": effect, "ci_low_pct": low, "ci_high_pct": high, "p_value": m.p}
         text = f"{effect:+.1f}% [{low:+.1f}, {high:+.1f}]"
-        if m.name == THROUGHPUT:
-            out |= {"method": method + (f"; Bonferroni over {k} metrics" if k > 1 else ""), "effect_pct": effect,
-                    "ci_low_pct": low, "ci_high_pct": high, "throughput_p_value": m.p} | extra
+        if m.name == THROUGHPUT:  # the headline carries the method and the speed adjustment
+            out |= {"method": method + (f"; Bonferroni over {k} metrics" if k > 1 else "")}
             if pending.adjusted:
+                metric |= {"unadjusted_effect_pct": extra["unadjusted_effect_pct"], "speed_slope": extra["speed_slope"]}
+                out["speed_probe_change_pct"] = extra["speed_probe_change_pct"]
                 text += (f" adjusted for machine speed (probe {extra['speed_probe_change_pct']:+.1f}%, "
                          f"unadjusted {extra['unadjusted_effect_pct']:+.1f}%)")
-        else:
-            out |= {"fast_effect_pct": effect, "fast_ci_low_pct": low, "fast_ci_high_pct": high, "fast_p_value": m.p}
+        out[METRIC_ATTRIBUTES[m.name]] = metric
         texts.append(f"{m.name} {text}" if k > 1 else text)
         excludes_zero = ci.high < 0 or ci.low > 0
         if significant and excludes_zero and effect <= -th.floor_pct:
@@ -650,7 +705,7 @@ def _decide(pending: _Pending, alpha: float, p_adjusted: float, level: float, th
     else:
         why = "the interval includes 0"
     mdc = out.get("mdc_pct", pending.base.get("mdc_pct"))
-    effects = [abs(out[f]) for f in ("effect_pct", "fast_effect_pct") if out.get(f) is not None]
+    effects = [abs(out[METRIC_ATTRIBUTES[m.name]]["effect_pct"]) for m in pending.metrics]
     if mdc is not None and mdc > max(th.floor_pct, *effects):
         why += f"; at this noise only changes beyond ~{mdc:.0f}% are reliably seen"
     return out | {"verdict": UNCHANGED, "decided_by": nearest, "reason": f"{change}: {why}{pending.note}"}
@@ -698,7 +753,7 @@ def compare_runs(candidate: RunData, baseline: RunData, thresholds: Thresholds |
             decided[id(p)] = _decide(p, alpha if rej else 0.0, float(adj), level, th)
     verdicts = []
     for common, p in prepared:
-        fields_ = common | decided[id(p)] if p is not None else common
+        fields_ = _merge(common, decided[id(p)]) if p is not None else common
         cid = common["cell_id"]
         if p is not None or common["verdict"] not in (FAILED, SKIPPED):
             fields_ |= accuracy_check(_ok(cand_cells[cid]), _ok(base_cells.get(cid, [])), th,
@@ -709,13 +764,30 @@ def compare_runs(candidate: RunData, baseline: RunData, thresholds: Thresholds |
         if any(drills):  # never silent: a drill's verdict says so in its own words
             fields_["reason"] = f"FIRE DRILL (candidate +{drills[0]:g}%, baseline +{drills[1]:g}% injected work): " \
                 + fields_["reason"]
-        verdicts.append(CellVerdict(**fields_))
+        verdicts.append(_build(fields_))
     missing = sorted(set(base_cells) - set(cand_cells))
     notes = (f"{len(missing)} baseline cell(s) not in this run: {', '.join(missing)}",) if missing else ()
     return Comparison(
         mode=mode, candidate=candidate, baseline_label=baseline_label or f"run {baseline.run_id}",
         baseline_environment=baseline.environment, thresholds=th, verdicts=tuple(verdicts), notes=notes,
-        environment_diff=tuple(env_diff(baseline.environment, candidate.environment)))
+        environment_diff=tuple(env_diff(baseline.environment, candidate.environment)), baseline=baseline)
+
+
+def _merge(*parts: Mapping[str, Any]) -> dict[str, Any]:
+    """Verdict fields merged left to right; the per-metric dicts (METRIC_COLUMNS' keys) merge key by key."""
+    out: dict[str, Any] = {}
+    for part in parts:
+        for key, value in part.items():
+            out[key] = out.get(key, {}) | value if key in _METRIC_FIELDS else value
+    return out
+
+
+def _build(fields_: Mapping[str, Any]) -> CellVerdict:
+    """A CellVerdict from cell-level fields and one dict per metric tested."""
+    cell = {key: value for key, value in fields_.items() if key not in _METRIC_FIELDS}
+    fast = fields_.get("fast_step")
+    return CellVerdict(**cell, throughput=MetricVerdict(**fields_.get("throughput", {})),
+                       fast_step=MetricVerdict(**fast) if fast else None)
 
 
 def describe_only(candidate: RunData, thresholds: Thresholds | None = None) -> Comparison:
@@ -730,7 +802,8 @@ def describe_only(candidate: RunData, thresholds: Thresholds | None = None) -> C
         verdicts.append(CellVerdict(
             cell_id=cid, **_axes(rows), verdict=verdict, reason=reason, floor_pct=th.floor_pct, fdr_q=th.fdr_q,
             accuracy_tolerance=th.accuracy_tolerance, num_candidate=len(ok),
-            candidate_img_per_s=float(x.mean()) if x.size else None, candidate_cv=_cv(x) if x.size else None,
+            throughput=MetricVerdict(candidate_img_per_s=float(x.mean()) if x.size else None,
+                                     candidate_cv=_cv(x) if x.size else None),
             num_unsteady=unsteady, noise=noise_label(_cv(x), unsteady) if x.size else "",
             fire_drill_pct=max(map(_drill, rows)), is_smoke=bool(rows[0].get("is_smoke")),
             candidate_run_id=candidate.run_id))
@@ -742,11 +815,12 @@ def describe_only(candidate: RunData, thresholds: Thresholds | None = None) -> C
 # history screening
 
 
-def _history_values(cid: str, is_smoke: bool, env_keys: set, history: Sequence[RunData],
-                    th: Thresholds) -> tuple[list[float], RunData | None, int]:
+def _history_values(cid: str, cand_ok: Sequence[Mapping[str, Any]], candidate: RunData,
+                    history: Sequence[RunData], th: Thresholds) -> tuple[list[float], RunData | None, int]:
     """Mean throughput of the cell in each comparable past run (newest last, at most history_runs),
     the newest past run holding the cell at all, and how many drill runs were left out."""
     values, newest, drills = [], None, 0
+    is_smoke = bool(cand_ok[0].get("is_smoke"))
     for run in history:
         rows = _by_cell(run.rows).get(cid)
         if not rows:
@@ -756,7 +830,7 @@ def _history_values(cid: str, is_smoke: bool, env_keys: set, history: Sequence[R
         if any(_drill(r) for r in rows):
             drills += 1
             continue
-        if ok and {r.get("env_key") for r in ok} <= env_keys:
+        if ok and not _env_difference(cand_ok, ok, candidate.environment, run.environment, subset=True):
             values.append(float(_throughputs(ok).mean()))
     return values[-th.history_runs:], newest, drills
 
@@ -780,23 +854,24 @@ def screen_history(candidate: RunData, history: Sequence[RunData], thresholds: T
             verdicts.append(CellVerdict(**common, verdict=verdict, reason=reason))
             continue
         x = float(_throughputs(ok).mean()) if ok else float(_throughputs(_ok(rows)).mean())
-        keys = {r.get("env_key") for r in _ok(rows)}
-        values, newest, drills = _history_values(cid, common["is_smoke"], keys, history, th)
-        common |= {"candidate_img_per_s": x, "num_candidate": len(ok), "num_history_runs": len(values),
-                   "candidate_cv": _cv(_throughputs(ok)) if ok else None}
-        verdicts.append(CellVerdict(**common, **_screen(x, values, newest, drills, candidate, th)))
+        values, newest, drills = _history_values(cid, _ok(rows), candidate, history, th)
+        common |= {"num_candidate": len(ok), "num_history_runs": len(values),
+                   "throughput": {"candidate_img_per_s": x, "candidate_cv": _cv(_throughputs(ok)) if ok else None}}
+        verdicts.append(_build(_merge(common, _screen(x, values, newest, drills, rows, candidate, th))))
         if verdicts[-1].verdict in (SUSPECT_REGRESSION, SUSPECT_IMPROVEMENT):
             suspects.append(cid)
     return Comparison(mode="history", candidate=candidate, baseline_label=label, baseline_environment=None,
                       thresholds=th, verdicts=tuple(verdicts), suspects=tuple(suspects))
 
 
-def _screen(x: float, values: list[float], newest: RunData | None, drills: int, candidate: RunData,
-            th: Thresholds) -> dict[str, Any]:
+def _screen(x: float, values: list[float], newest: RunData | None, drills: int, rows: Sequence[Mapping[str, Any]],
+            candidate: RunData, th: Thresholds) -> dict[str, Any]:
     if newest is None:
         return {"verdict": NO_BASELINE, "reason": "cell in no past run"}
     if not values:
-        diff = _format_diff(env_diff(newest.environment, candidate.environment, fields=ENV_KEY_FIELDS))
+        fields_ = cell_env_fields(backend=str(rows[0].get("backend")), device=rows[0].get("device"),
+                                  world_size=int(rows[0].get("world_size") or 1))
+        diff = _format_diff(env_diff(newest.environment, candidate.environment, fields=fields_))
         why = f"environment differs from the newest past run {newest.run_id}: {diff}" if diff else \
             f"no past run with the same environment and smoke setting ({drills} fire drill(s) left out)"
         return {"verdict": NOT_COMPARABLE, "reason": why, "env_diff": diff}
@@ -806,8 +881,8 @@ def _screen(x: float, values: list[float], newest: RunData | None, drills: int, 
     med, mad = inference.median_mad(values)
     z = inference.robust_z(x, values)
     effect = inference.to_percent(math.log(x / med))
-    out = {"effect_pct": effect, "history_median_img_per_s": med, "history_mad_img_per_s": mad,
-           "robust_z": z if math.isfinite(z) else None, "baseline_img_per_s": med,
+    out = {"throughput": {"effect_pct": effect, "baseline_img_per_s": med}, "history_median_img_per_s": med,
+           "history_mad_img_per_s": mad, "robust_z": z if math.isfinite(z) else None,
            "mdc_pct": max(th.floor_pct, 100 * th.history_z * mad / med),
            "noise": noise_label(mad / med, 0) + " (run to run)"}
     shown = f"{effect:+.1f}% vs the median of {len(values)} runs (robust z {z:+.1f})"

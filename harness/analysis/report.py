@@ -14,7 +14,7 @@ import math
 import re
 import string
 import xml.etree.ElementTree as ET
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from datetime import datetime, timezone
 from importlib import resources
 from pathlib import Path
@@ -22,6 +22,8 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from harness.analysis import compare
 from harness.analysis.compare import (
@@ -38,11 +40,15 @@ from harness.analysis.compare import (
     UNCHANGED,
     CellVerdict,
     Comparison,
+    MetricVerdict,
     RunInputError,
     Thresholds,
 )
+from harness.results import env as env_fields
 from harness.results import store
 from harness.results.env import ENV_KEY_FIELDS
+from harness.results.schema import STEP_SCHEMA
+from harness.spec.cells import cell_label as label
 from harness.stats.window import FAST_STEP_QUANTILE
 
 VERDICTS_VERSION = 3
@@ -53,6 +59,8 @@ candidate_fast_img_per_s, baseline_fast_img_per_s); p_value is the cell's (Bonfe
 
 REPORT_FILES = ("report.html", "summary.md", "verdicts.parquet", "junit.xml")
 
+VERSION_KEY = b"nvbench.verdicts_version"
+
 _ARROW_TYPES = {"str": pa.string(), "int": pa.int64(), "float": pa.float64(), "bool": pa.bool_()}
 
 
@@ -61,10 +69,6 @@ class ReportResult:
     out_dir: Path
     files: tuple[Path, ...]
     comparison: Comparison
-
-    @property
-    def has_regression(self) -> bool:
-        return bool(self.comparison.regressions)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -100,7 +104,8 @@ def make_report(run_dir: Path, *, baseline: Path | None = None, history: Path | 
 
 def write_report(comparison: Comparison, out_dir: Path) -> ReportResult:
     """Render every file first, then write them together: a report is never half new, half old."""
-    contents = [render_html(comparison).encode(), render_markdown(comparison).encode(),
+    steps = load_steps(Path(comparison.candidate.path)) if Path(comparison.candidate.path).is_dir() else {}
+    contents = [render_html(comparison, steps).encode(), render_markdown(comparison).encode(),
                 store.table_bytes(verdict_table(comparison)), render_junit(comparison)]
     files = [out_dir / name for name in REPORT_FILES]
     if comparison.mode == "history":
@@ -118,7 +123,7 @@ def suspects(comparison: Comparison) -> list[dict[str, Any]]:
     for v in comparison.verdicts:
         if v.cell_id in comparison.suspects:
             only = [f"{axis}={getattr(v, axis)}" for axis in compare.AXIS_COLUMNS]
-            out.append({"cell_id": v.cell_id, "verdict": v.verdict, "effect_pct": v.effect_pct,
+            out.append({"cell_id": v.cell_id, "verdict": v.verdict, "effect_pct": v.throughput.effect_pct,
                         "robust_z": v.robust_z, "only": only})
     return out
 
@@ -140,24 +145,19 @@ def change_text(v: CellVerdict) -> str:
     """'-3.1% [-3.8, -2.4]', '-3.1% (z -4.2)' in history mode, or '-'; with the fast-step rate's change
     after it where the comparison tested it ('...; fast steps -5.0% [-6.1, -3.9]'), the metric the
     verdict rests on marked with '*'."""
-    if v.effect_pct is None:
+    t, f = v.throughput, v.fast_step
+    if t.effect_pct is None:
         return "-"
-    if v.ci_low_pct is not None and v.ci_high_pct is not None:
-        text = f"{v.effect_pct:+.1f}% [{v.ci_low_pct:+.1f}, {v.ci_high_pct:+.1f}]"
+    if t.ci_low_pct is not None and t.ci_high_pct is not None:
+        text = f"{t.effect_pct:+.1f}% [{t.ci_low_pct:+.1f}, {t.ci_high_pct:+.1f}]"
     else:
-        return f"{v.effect_pct:+.1f}%" + (f" (z {v.robust_z:+.1f})" if v.robust_z is not None else "")
-    if v.fast_effect_pct is None:
+        return f"{t.effect_pct:+.1f}%" + (f" (z {v.robust_z:+.1f})" if v.robust_z is not None else "")
+    if f is None or f.effect_pct is None:
         return text
-    fast = f"fast steps {v.fast_effect_pct:+.1f}% [{v.fast_ci_low_pct:+.1f}, {v.fast_ci_high_pct:+.1f}]"
+    fast = f"fast steps {f.effect_pct:+.1f}% [{f.ci_low_pct:+.1f}, {f.ci_high_pct:+.1f}]"
     if v.verdict in (REGRESSION, IMPROVEMENT):  # mark the metric that made the call
         text, fast = (text + "*", fast) if v.decided_by == compare.THROUGHPUT else (text, fast + "*")
     return f"{text}; {fast}"
-
-
-def label(cell_id: str) -> str:
-    """The readable axis part of a cell id (the hash dropped): unique within one matrix."""
-    head, _, tail = cell_id.rpartition("_")
-    return head if head and re.fullmatch(r"[0-9a-f]{6,}", tail) else cell_id
 
 
 def _css_class(verdict: str) -> str:
@@ -210,7 +210,7 @@ def _method_text(comparison: Comparison) -> str:
 
 
 def _fast_text(comparison: Comparison) -> str:
-    tested = sum(v.fast_effect_pct is not None for v in comparison.verdicts)
+    tested = sum(v.fast_step is not None for v in comparison.verdicts)
     if not tested:
         return ""
     return (f" Fast steps ({tested} cell(s): every repeat on both sides recorded it): images per step over the "
@@ -222,7 +222,7 @@ def _fast_text(comparison: Comparison) -> str:
 
 
 def _adjusted_text(comparison: Comparison) -> str:
-    adjusted = sum(v.unadjusted_effect_pct is not None for v in comparison.verdicts)
+    adjusted = sum(v.throughput.unadjusted_effect_pct is not None for v in comparison.verdicts)
     if not adjusted:
         return ""
     return (f" Speed-adjusted ({adjusted} cell(s): every repeat on both sides carried a machine-speed probe): "
@@ -298,36 +298,42 @@ def _finite(values: Iterable[float | None]) -> list[float]:
 
 
 def change_plot(comparison: Comparison) -> str:
-    rows = [v for v in sorted_verdicts(comparison) if v.effect_pct is not None]
+    rows = [v for v in sorted_verdicts(comparison) if v.throughput.effect_pct is not None]
     if not rows:
         return _figure("Change vs baseline", "<p>no cell could be compared</p>")
     floor = comparison.thresholds.floor_pct
-    fast = _finite([x for v in rows for x in (v.fast_effect_pct, v.fast_ci_low_pct, v.fast_ci_high_pct)])
-    ends = _finite([x for v in rows for x in (v.effect_pct, v.ci_low_pct, v.ci_high_pct)]) + fast + [floor, -floor]
+    fast = _finite([x for v in rows if v.fast_step for x in _ends(v.fast_step)])
+    ends = _finite([x for v in rows for x in _ends(v.throughput)]) + fast + [floor, -floor]
     lo, hi = min(ends), max(ends)
 
     def draw(i: int, y: float, sx) -> str:
         v = rows[i]
         css = _css_class(v.verdict)
         tip = f"{v.cell_id}: {v.verdict}, {change_text(v)}"
+        t, f = v.throughput, v.fast_step
         line = ""
-        if v.ci_low_pct is not None and v.ci_high_pct is not None:
-            line = (f'<line class="ci {_e(css)}" x1="{sx(v.ci_low_pct):.1f}" y1="{y:.1f}" '
-                    f'x2="{sx(v.ci_high_pct):.1f}" y2="{y:.1f}"/>')
-        line += _dot(sx(v.effect_pct), y, css, tip)
-        if v.fast_effect_pct is not None and v.fast_ci_low_pct is not None and v.fast_ci_high_pct is not None:
+        if t.ci_low_pct is not None and t.ci_high_pct is not None:
+            line = (f'<line class="ci {_e(css)}" x1="{sx(t.ci_low_pct):.1f}" y1="{y:.1f}" '
+                    f'x2="{sx(t.ci_high_pct):.1f}" y2="{y:.1f}"/>')
+        line += _dot(sx(t.effect_pct), y, css, tip)
+        if f is not None and None not in _ends(f):
             y2 = y + 5  # the fast-step rate just below: hollow dot, dashed interval
-            line += (f'<line class="ci fast {_e(css)}" x1="{sx(v.fast_ci_low_pct):.1f}" y1="{y2:.1f}" '
-                     f'x2="{sx(v.fast_ci_high_pct):.1f}" y2="{y2:.1f}"/>') + \
-                _dot(sx(v.fast_effect_pct), y2, f"fast {css}", tip, r=3)
+            line += (f'<line class="ci fast {_e(css)}" x1="{sx(f.ci_low_pct):.1f}" y1="{y2:.1f}" '
+                     f'x2="{sx(f.ci_high_pct):.1f}" y2="{y2:.1f}"/>') + \
+                _dot(sx(f.effect_pct), y2, f"fast {css}", tip, r=3)
         return line
 
     svg = hplot([label(v.cell_id) for v in rows], lo, hi, draw, x_label="change, %", zero=0.0,
                 band=(-floor, floor), titles=[v.cell_id for v in rows])
-    note = f"Dots: change of throughput; lines: interval; shaded: the +/-{floor:g}% practical floor."
+    note = (f"Dots: change of throughput, % of the baseline; lines: interval; shaded: the +/-{floor:g}% practical "
+            "floor. Right of 0 is faster; good: inside the shaded floor or right of it.")
     if fast:
         note += " Hollow dots, dashed lines: the fast-step rate (the quieter metric; either can call a regression)."
     return _figure("Change vs baseline, with intervals", svg, note)
+
+
+def _ends(metric: MetricVerdict) -> tuple[float | None, float | None, float | None]:
+    return metric.effect_pct, metric.ci_low_pct, metric.ci_high_pct
 
 
 def _cell_means(rows: Sequence[Mapping[str, Any]], column: str) -> dict[str, float]:
@@ -346,7 +352,7 @@ def throughput_plots(comparison: Comparison) -> list[str]:
     if not means:
         return [_figure("Throughput by axis", "<p>no cell finished</p>")]
     axes = [a for a in compare.AXIS_COLUMNS if len({getattr(by_id[c], a) for c in means}) > 1] or ["backend"]
-    values = list(means.values()) + _finite(by_id[c].baseline_img_per_s for c in means)
+    values = list(means.values()) + _finite(by_id[c].throughput.baseline_img_per_s for c in means)
     figures = []
     for axis in axes:
         groups = sorted({str(getattr(by_id[c], axis)) for c in means})
@@ -355,15 +361,19 @@ def throughput_plots(comparison: Comparison) -> list[str]:
         def draw(i: int, y: float, sx, members=members, groups=groups) -> str:
             out = []
             for cid in members[groups[i]]:
-                base = by_id[cid].baseline_img_per_s
+                base = by_id[cid].throughput.baseline_img_per_s
                 if base is not None:
                     out.append(_dot(sx(base), y, "base", f"{cid} baseline: {base:.1f} img/s", 4))
                 out.append(_dot(sx(means[cid]), y, "cand", f"{cid}: {means[cid]:.1f} img/s", 3.5))
             return "".join(out)
 
         svg = hplot([f"{axis} = {g}" for g in groups], 0.0, max(values), draw, x_label="images/s")
-        figures.append(_figure(f"Throughput by {axis}", svg, "Filled: this run; hollow: baseline. One dot per cell."))
+        figures.append(_figure(f"Throughput by {axis}", svg, "Images per second, filled: this run; hollow: "
+                               "baseline. One dot per cell. Higher is better."))
     return figures
+
+
+TOP1_LABEL = "top-1 accuracy (fraction of validation images)"
 
 
 def accuracy_plot(comparison: Comparison) -> str:
@@ -374,8 +384,9 @@ def accuracy_plot(comparison: Comparison) -> str:
             return _figure("Top-1 accuracy", "<p>no accuracy measured (synthetic data has none)</p>")
         ids = sorted(means)
         svg = hplot([label(c) for c in ids], 0.0, 1.0, lambda i, y, sx: _dot(sx(means[ids[i]]), y, "cand",
-                    f"{ids[i]}: top-1 {means[ids[i]]:.3f}"), x_label="top-1", titles=ids)
-        return _figure("Top-1 accuracy", svg)
+                    f"{ids[i]}: top-1 {means[ids[i]]:.3f}"), x_label=TOP1_LABEL, titles=ids)
+        return _figure("Top-1 accuracy", svg, "Higher is better; the smoke and tiny recipes train too briefly to "
+                       "reach the reference's accuracy.")
     tol = comparison.thresholds.accuracy_tolerance
 
     def draw(i: int, y: float, sx) -> str:
@@ -390,8 +401,9 @@ def accuracy_plot(comparison: Comparison) -> str:
         out.append(_dot(sx(v.candidate_top1), y, "cand", tip, 3.5))
         return "".join(out)
 
-    svg = hplot([label(v.cell_id) for v in rows], 0.0, 1.0, draw, x_label="top-1", titles=[v.cell_id for v in rows])
-    return _figure("Top-1 accuracy against the band", svg, f"Band: baseline +/- {tol:g}; filled: this run.")
+    svg = hplot([label(v.cell_id) for v in rows], 0.0, 1.0, draw, x_label=TOP1_LABEL, titles=[v.cell_id for v in rows])
+    return _figure("Top-1 accuracy against the band", svg, f"Band: baseline +/- {tol:g}; filled: this run. Higher "
+                   "is better; good: inside the band or right of it.")
 
 
 def bar_plot(comparison: Comparison, column: str, caption: str, x_label: str, note: str,
@@ -413,6 +425,117 @@ def bar_plot(comparison: Comparison, column: str, caption: str, x_label: str, no
 
 
 # ---------------------------------------------------------------------------------------------
+# step times of each cell (steps/*.parquet)
+
+
+@dataclass(frozen=True, slots=True)
+class StepSeries:
+    """Rank 0's optimizer steps of one (cell, repeat), in order."""
+
+    repeat: int
+    step: np.ndarray
+    time_s: np.ndarray
+    is_warmup: np.ndarray
+    is_epoch_start: np.ndarray
+
+
+MAX_REPEATS_PLOTTED, MAX_POINTS = 5, 400
+"""A cell's step-time plot draws at most this many repeats, each with at most this many points."""
+
+
+def load_steps(run_dir: Path) -> dict[str, list[StepSeries]]:
+    """Every (cell, repeat) of a run folder's steps/, rank 0, by cell id; {} when the folder has none."""
+    out: dict[str, list[StepSeries]] = {}
+    for path in sorted((Path(run_dir) / "steps").glob("*.parquet")):
+        table = store.read_table(path, STEP_SCHEMA)
+        table = table.filter(pc.equal(table.column("rank"), 0)).sort_by("step")
+        if not table.num_rows:
+            continue
+        column = {name: table.column(name) for name in ("step", "step_time_s", "is_warmup", "is_epoch_start")}
+        out.setdefault(table.column("cell_id")[0].as_py(), []).append(StepSeries(
+            repeat=int(table.column("repeat")[0].as_py()), step=column["step"].to_numpy(),
+            time_s=column["step_time_s"].to_numpy(), is_warmup=column["is_warmup"].fill_null(False).to_numpy(),
+            is_epoch_start=column["is_epoch_start"].fill_null(False).to_numpy()))
+    return {cid: sorted(series, key=lambda s: s.repeat) for cid, series in out.items()}
+
+
+def _thin(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """At most MAX_POINTS points that keep every bucket's fastest and slowest step (stalls stay visible)."""
+    if x.size <= MAX_POINTS:
+        return x, y
+    keep = []
+    for bucket in np.array_split(np.arange(x.size), MAX_POINTS // 2):
+        pair = sorted((bucket[np.argmin(y[bucket])], bucket[np.argmax(y[bucket])]))
+        keep.extend(dict.fromkeys(pair))
+    return x[keep], y[keep]
+
+
+_SW, _SH, _SL, _SR, _ST, _SB = 640, 210, 52, 12, 10, 36
+
+
+def step_plot(series: Sequence[StepSeries]) -> tuple[str, str]:
+    """The SVG of one cell's step times (ms per step against the step index) and a note on what it clips."""
+    drawn = series[:MAX_REPEATS_PLOTTED]
+    measured = np.concatenate([s.time_s[~s.is_warmup] for s in drawn]) * 1e3
+    every = np.concatenate([s.time_s for s in drawn]) * 1e3
+    top = float(measured.max() if measured.size else every.max()) * 1.15 or 1.0
+    last = max(float(s.step.max()) for s in drawn) or 1.0
+
+    def sx(step: float) -> float:
+        return _SL + step / last * (_SW - _SL - _SR)
+
+    def sy(ms: float) -> float:
+        return _ST + (1 - min(ms, top) / top) * (_SH - _ST - _SB)
+
+    parts = [f'<svg viewBox="0 0 {_SW} {_SH}" width="{_SW}" height="{_SH}" role="img" '
+             'aria-label="step time, ms, against step">']
+    warm = drawn[0].step[drawn[0].is_warmup]
+    if warm.size:
+        parts.append(f'<rect class="warmup" x="{sx(0):.1f}" y="{_ST}" width="{sx(warm.max() + 0.5) - sx(0):.1f}" '
+                     f'height="{_SH - _ST - _SB}"><title>warmup: {warm.size} steps, not counted</title></rect>')
+    for tick in _ticks(0.0, top, 4):
+        parts.append(f'<line class="axis" x1="{_SL}" y1="{sy(tick):.1f}" x2="{_SW - _SR}" y2="{sy(tick):.1f}"/>'
+                     f'<text x="{_SL - 4}" y="{sy(tick) + 4:.1f}" text-anchor="end">{_e(format(tick, "g"))}</text>')
+    for tick in sorted({int(t) for t in _ticks(0.0, last, 6) if t == int(t)}):  # steps are whole numbers
+        parts.append(f'<text x="{sx(tick):.1f}" y="{_SH - _SB + 14}" text-anchor="middle">{tick}</text>')
+    for step in drawn[0].step[drawn[0].is_epoch_start]:
+        parts.append(f'<line class="epoch" x1="{sx(step):.1f}" y1="{_ST}" x2="{sx(step):.1f}" y2="{_SH - _SB}">'
+                     f'<title>step {int(step)} starts a data epoch</title></line>')
+    for i, s in enumerate(drawn):
+        x, y = _thin(s.step.astype(float), s.time_s * 1e3)
+        points = " ".join(f"{sx(a):.1f},{sy(b):.1f}" for a, b in zip(x, y))
+        parts.append(f'<polyline class="steps r{i}" points="{points}"><title>repeat {s.repeat}</title></polyline>')
+    parts.append(f'<text x="{(_SL + _SW) / 2:.0f}" y="{_SH - 6}" text-anchor="middle">optimizer step</text>'
+                 f'<text x="12" y="{(_ST + _SH - _SB) / 2:.0f}" text-anchor="middle" '
+                 f'transform="rotate(-90 12 {(_ST + _SH - _SB) / 2:.0f})">step time, ms</text></svg>')
+    clipped = float(every.max()) > top
+    note = f" Steps above {top:.3g} ms are drawn at the top (slowest: {every.max():.4g} ms)." if clipped else ""
+    return "".join(parts), note
+
+
+def step_details(steps: Mapping[str, Sequence[StepSeries]]) -> str:
+    """One closed <details> per cell: a reader opens the cells whose step times they want to see."""
+    if not steps:
+        return "<p>No step records in this run folder (steps/).</p>"
+    out = []
+    for cid in sorted(steps, key=label):
+        series = steps[cid]
+        measured = np.concatenate([s.time_s[~s.is_warmup] for s in series]) * 1e3
+        median = f"median {np.median(measured):.3g} ms over {measured.size} measured steps" if measured.size else \
+            "no measured step"
+        svg, clipped = step_plot(series)
+        more = f" The first {MAX_REPEATS_PLOTTED} of {len(series)} repeats are drawn." \
+            if len(series) > MAX_REPEATS_PLOTTED else ""
+        note = ("Rank 0's time per optimizer step, one line per repeat. Shaded: warmup (run, recorded, not "
+                "counted); dashed: a data epoch starts. Lower is better; good: a flat line right after the "
+                "warmup. Spikes are stalls (data, synchronisation, another process), a step up at a dashed "
+                "line an epoch boundary, a slow climb throttling." + clipped + more)
+        out.append(f'<details><summary><code title="{_e(cid)}">{_e(label(cid))}</code> \u00b7 {_e(median)}'
+                   f"</summary>{_figure(f'Step times: {label(cid)}', svg, note)}</details>")
+    return "".join(out)
+
+
+# ---------------------------------------------------------------------------------------------
 # HTML
 
 
@@ -428,32 +551,111 @@ def _cards(comparison: Comparison) -> str:
     return f'<div class="cards">{"".join(cards)}</div><p>Compared with {_e(comparison.baseline_label)}.</p>{notes}'
 
 
+EXTRA_COLUMNS = (("mfu_pct", "MFU %", ".1f"), ("power_avg_w", "power W", ".0f"),
+                 ("img_per_joule", "img/J", ".2f"), ("exposed_data_wait_frac", "data wait", ".1%"))
+"""Row columns the cell table shows beside throughput: (column, heading, format), as each side's mean."""
+
+
+def _td(content: str, *, sort: float | str | None = None, num: bool = False) -> str:
+    """A table cell; `sort` is what the page's column sort orders by (numbers as numbers, '' last)."""
+    key = "" if sort is None or (isinstance(sort, float) and not math.isfinite(sort)) else sort
+    css = ' class="num"' if num else ""
+    return f'<td{css} data-sort="{_e(key)}">{content}</td>'
+
+
+def _pair(this: float | None, base: float | None, spec: str) -> str:
+    """'this / baseline' where the baseline has the figure, else this side's alone."""
+    return _num(this, spec) + (f" / {_num(base, spec)}" if base is not None else "")
+
+
 def _table(comparison: Comparison) -> str:
-    head = ("cell", "verdict", "change [interval]", "MDC", "noise", "img/s (this / baseline)", "repeats",
-            "top-1", "reason")
-    out = ["<table><thead><tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr></thead><tbody>"]
+    head = ("cell", "verdict", "change [interval]", "MDC", "noise", "img/s (this / baseline)",
+            *(h for _, h, _ in EXTRA_COLUMNS), "repeats", "top-1", "reason")
+    order = {name: i for i, name in enumerate(compare.VERDICTS)}
+    extra = {column: (_cell_means(comparison.candidate.rows, column),
+                      _cell_means(comparison.baseline.rows if comparison.baseline else (), column))
+             for column, _, _ in EXTRA_COLUMNS}
+    out = ['<div class="wide"><table class="sortable"><thead><tr>' + "".join(f'<th title="sort">{h}</th>' for h in head)
+           + "</tr></thead><tbody>"]
     for v in sorted_verdicts(comparison):
         drill = v.fire_drill_pct or v.baseline_fire_drill_pct
         tag = f' <span class="tag">fire drill +{v.fire_drill_pct:g}%</span>' if drill else ""
         top1 = "-" if v.candidate_top1 is None else f"{v.candidate_top1:.3f} ({v.accuracy_verdict})"
+        t = v.throughput
         cells = [
-            f'<code title="{_e(v.cell_id)}">{_e(label(v.cell_id))}</code>{tag}',
-            f'<span class="v v-{_e(_css_class(v.verdict))}">{_e(v.verdict)}</span>',
-            f'<span class="mono">{_e(change_text(v))}</span>',
-            _e(_num(v.mdc_pct, ".1f", "%")), _e(v.noise or "-"),
-            f"{_e(_num(v.candidate_img_per_s))} / {_e(_num(v.baseline_img_per_s))}",
-            f"{v.num_candidate} / {v.num_baseline if comparison.mode != 'history' else v.num_history_runs}",
-            _e(top1), f'<span class="reason">{_e(v.reason)}</span>',
+            _td(f'<code title="{_e(v.cell_id)}">{_e(label(v.cell_id))}</code>{tag}', sort=label(v.cell_id)),
+            _td(f'<span class="v v-{_e(_css_class(v.verdict))}">{_e(v.verdict)}</span>', sort=order[v.verdict]),
+            _td(f'<span class="mono">{_e(change_text(v))}</span>', sort=v.decided_effect_pct, num=True),
+            _td(_e(_num(v.mdc_pct, ".1f", "%")), sort=v.mdc_pct, num=True),
+            _td(_e(v.noise or "-"), sort=v.noise),
+            _td(_e(_pair(t.candidate_img_per_s, t.baseline_img_per_s, ".1f")), sort=t.candidate_img_per_s, num=True),
+            *(_td(_e(_pair(extra[c][0].get(v.cell_id), extra[c][1].get(v.cell_id), spec)),
+                  sort=extra[c][0].get(v.cell_id), num=True) for c, _, spec in EXTRA_COLUMNS),
+            _td(f"{v.num_candidate} / {v.num_baseline if comparison.mode != 'history' else v.num_history_runs}",
+                sort=v.num_candidate, num=True),
+            _td(_e(top1), sort=v.candidate_top1), _td(f'<span class="reason">{_e(v.reason)}</span>', sort=v.reason),
         ]
-        classes = ' class="drill"' if drill else ""
-        nums = (2, 3, 5, 6)
-        out.append(f"<tr{classes}>" + "".join(f'<td class="num">{c}</td>' if i in nums else f"<td>{c}</td>"
-                                               for i, c in enumerate(cells)) + "</tr>")
-    out.append("</tbody></table>")
+        out.append(("<tr class=\"drill\">" if drill else "<tr>") + "".join(cells) + "</tr>")
+    out.append("</tbody></table></div>")
+    out.append("<p class=\"hint\">Click a heading to sort. MFU: model FLOPs utilisation; power: mean board power "
+               "over the window (GPU cells with NVML); img/J: images per joule; data wait: share of the window "
+               "the training stream waited for data. Each is the mean over a side's usable repeats.</p>")
     if comparison.mode == "history" and comparison.suspects:
         codes = ", ".join(f"<code>{_e(s)}</code>" for s in comparison.suspects)
         out.append(f"<p>Suspects for a confirmation rerun: {codes} (also in suspects.json).</p>")
     return "".join(out)
+
+
+SETUP_ROWS = (("device", None), ("driver", "driver_version"), ("CUDA", "cuda_runtime"), ("cuDNN", "cudnn_version"),
+              ("torch", "torch_version"), ("DALI", "dali_version"), ("nvbench", None))
+"""The header's rows: what each side ran on, in words (None: composed from several fields)."""
+
+
+def _device(env: Mapping[str, Any]) -> str:
+    if env.get("gpu_name"):
+        count = env.get("gpu_count") or 1
+        return f"{env['gpu_name']}" + (f" x{count}" if count != 1 else "")
+    cores = f", {env['cpu_count']} cores" if env.get("cpu_count") else ""
+    return f"CPU: {env.get('cpu_model') or '?'}{cores}"
+
+
+def _setup_value(env: Mapping[str, Any] | None, name: str, field_: str | None) -> str:
+    if env is None:
+        return "-"
+    if name == "device":
+        return _device(env)
+    if name == "nvbench":
+        sha = env.get("nvbench_git_sha")
+        dirty = " (uncommitted changes)" if env.get("nvbench_git_dirty") else ""
+        return f"{env.get('nvbench_version') or '?'} git {str(sha)[:10] if sha else 'not recorded'}{dirty}"
+    return "-" if env.get(field_) is None else str(env[field_])
+
+
+def _setup(comparison: Comparison) -> str:
+    """Both sides' device, driver, CUDA, cuDNN, torch, DALI and git revision, and the matrix efficiency where
+    the run's manifest records it."""
+    sides = [("this run", comparison.candidate.environment, comparison.candidate.matrix_efficiency)]
+    if comparison.baseline_environment is not None:
+        base = comparison.baseline
+        sides.append(("baseline", comparison.baseline_environment, base.matrix_efficiency if base else None))
+    head = "".join(f"<th>{_e(name)}</th>" for name, _, _ in sides)
+    rows = [f"<tr><th>{_e(name)}</th>" + "".join(f"<td>{_e(_setup_value(env, name, field_))}</td>"
+                                                  for _, env, _ in sides) + "</tr>" for name, field_ in SETUP_ROWS]
+    if any(eff is not None for _, _, eff in sides):
+        rows.append('<tr><th title="measured window seconds / run wall seconds">matrix efficiency</th>'
+                    + "".join(f"<td>{_e(_num(eff, '.2f'))}</td>" for _, _, eff in sides) + "</tr>")
+    return f'<table class="setup"><thead><tr><th></th>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
+
+
+def _scope(name: str) -> str:
+    """Which cells an environment field must match for (harness.results.env.cell_env_fields)."""
+    if name in env_fields.DALI_KEY_FIELDS:
+        return "dali-* cells"
+    if name in env_fields.COMMS_KEY_FIELDS:
+        return "multi-rank GPU cells"
+    if name in env_fields.GPU_KEY_FIELDS:
+        return "GPU cells"
+    return "every cell" if name in env_fields.HOST_KEY_FIELDS else "-"
 
 
 def _environment(comparison: Comparison) -> str:
@@ -462,10 +664,10 @@ def _environment(comparison: Comparison) -> str:
     if comparison.baseline_environment is None:
         parts.append("<p>No second side to compare with.</p>")
     elif comparison.environment_diff:
-        rows = "".join(f"<tr><td><code>{_e(name)}</code>{' *' if name in ENV_KEY_FIELDS else ''}</td>"
+        rows = "".join(f"<tr><td><code>{_e(name)}</code></td><td>{_e(_scope(name))}</td>"
                        f"<td>{_e(a)}</td><td>{_e(b)}</td></tr>" for name, a, b in comparison.environment_diff)
-        parts.append("<table><thead><tr><th>field (* must match)</th><th>baseline</th><th>this run</th></tr></thead>"
-                     f"<tbody>{rows}</tbody></table>")
+        parts.append("<table><thead><tr><th>field</th><th>must match for</th><th>baseline</th><th>this run</th>"
+                     f"</tr></thead><tbody>{rows}</tbody></table>")
     else:
         parts.append("<p>None: both sides ran in the same recorded environment.</p>")
     full = "".join(f"<tr><td><code>{_e(k)}</code></td><td>{_e(v)}</td></tr>" for k, v in env.items())
@@ -491,28 +693,30 @@ def _template(name: str) -> str:
     return resources.files("harness.analysis").joinpath("templates", name).read_text()
 
 
-def render_html(comparison: Comparison) -> str:
+def render_html(comparison: Comparison, steps: Mapping[str, Sequence[StepSeries]] | None = None) -> str:
+    """The report page; `steps` (load_steps of the candidate) gives each cell its step-time plot."""
     cand = comparison.candidate
     banner = _drill_banner(comparison)
     plots = [change_plot(comparison), *throughput_plots(comparison), accuracy_plot(comparison),
              bar_plot(comparison, "exposed_data_wait_frac", "Exposed data wait",
                       "% of the window the GPU waited for data",
                       "The time the training stream sat idle waiting for a batch (CUDA events around each fetch; "
-                      "on CPU the host's wait), over the window. Lower is better; 0 = the loader never stalled the "
-                      "GPU. The host's own time in next() (host_data_wait_frac) overlaps queued GPU work and is "
+                      "on CPU the host's wait), over the window. Lower is better; good: 0, the loader never stalled "
+                      "the GPU. The host's own time in next() (host_data_wait_frac) overlaps queued GPU work and is "
                       "not shown here.", percent=True, at_least=0.05),
-             bar_plot(comparison, "loader_efficiency", "Loader efficiency", "throughput / synthetic twin",
-                      "1.0 = the loader keeps up with the compute (real-data cells with a synthetic twin).")]
+             bar_plot(comparison, "loader_efficiency", "Loader efficiency", "throughput / synthetic twin (ratio)",
+                      "Real-data cells with a synthetic twin: their throughput over the twin's. Higher is better; "
+                      "good: 1.0, the loader keeps up with the compute.")]
     env = cand.environment
     subtitle = (f"{cand.run_id} vs {comparison.baseline_label} \u00b7 created {cand.created_at or '?'} \u00b7 "
-                f"host {env.get('hostname') or '?'} \u00b7 nvbench {env.get('nvbench_version') or '?'} "
-                f"git {str(env.get('nvbench_git_sha') or '?')[:10]}")
+                f"host {env.get('hostname') or '?'}")
     return string.Template(_template("report.html")).substitute(
         title=_e(f"nvbench report: {cand.run_id}"), css=_template("report.css"), subtitle=_e(subtitle),
-        banner=f'<div class="banner">{_e(banner)}</div>' if banner else "",
+        setup=_setup(comparison), banner=f'<div class="banner">{_e(banner)}</div>' if banner else "",
         headline=_cards(comparison), table=_table(comparison), plots="\n".join(plots),
-        environment=_environment(comparison), failures=_failures(comparison),
-        method=_e(f"{_method_text(comparison)} Written {datetime.now(timezone.utc).isoformat(timespec='seconds')}."))
+        steps=step_details(steps or {}), environment=_environment(comparison), failures=_failures(comparison),
+        method=_e(f"{_method_text(comparison)} Written {datetime.now(timezone.utc).isoformat(timespec='seconds')}."),
+        script=_template("report.js"))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -554,7 +758,8 @@ def render_markdown(comparison: Comparison) -> str:
         lines += [f"- {_md(r['cell_id'])} r{r['repeat']}: {_md(r['status'])}: {_md(r.get('reason'))}" for r in bad]
     if comparison.environment_diff:
         lines += ["", "**Environment differences** (baseline -> this run):", ""]
-        lines += [f"- {_md(name)}{' (must match)' if name in ENV_KEY_FIELDS else ''}: {_md(a)} -> {_md(b)}"
+        lines += [f"- {_md(name)} (must match for {_md(_scope(name))}): {_md(a)} -> {_md(b)}"
+                  if name in ENV_KEY_FIELDS else f"- {_md(name)}: {_md(a)} -> {_md(b)}"
                   for name, a, b in comparison.environment_diff]
     if comparison.suspects:
         lines += ["", "**Suspects for a confirmation rerun:** " + ", ".join(_md(s) for s in comparison.suspects)]
@@ -616,23 +821,36 @@ def render_junit(comparison: Comparison) -> bytes:
 
 
 def verdict_schema() -> pa.Schema:
-    from dataclasses import fields
-
-    hints = {"str": "str", "int": "int", "float": "float", "bool": "bool"}
-    out = []
-    for f in fields(CellVerdict):
-        base = str(f.type).split("|")[0].strip()
-        out.append(pa.field(f.name, _ARROW_TYPES[hints[base]]))
-    return pa.schema(out)
+    """verdicts.parquet's columns (compare.VERDICT_COLUMNS), typed from the CellVerdict and MetricVerdict fields."""
+    types = {f.name: f.type for f in fields(CellVerdict)}
+    metric = {f.name: f.type for f in fields(MetricVerdict)}
+    types |= {column: metric[name] for columns in compare.METRIC_COLUMNS.values() for name, column in columns.items()}
+    return pa.schema([pa.field(name, _ARROW_TYPES[str(types[name]).split("|")[0].strip()])
+                      for name in compare.VERDICT_COLUMNS])
 
 
 def verdict_table(comparison: Comparison) -> pa.Table:
     """One row per cell; schema metadata carries the version, mode, baseline and thresholds."""
     schema = verdict_schema().with_metadata({
-        b"nvbench.verdicts_version": str(VERDICTS_VERSION).encode(), b"nvbench.table": b"verdicts",
+        VERSION_KEY: str(VERDICTS_VERSION).encode(), b"nvbench.table": b"verdicts",
         b"nvbench.mode": comparison.mode.encode(), b"nvbench.baseline": comparison.baseline_label.encode(),
         b"nvbench.thresholds": json.dumps(asdict(comparison.thresholds), sort_keys=True).encode(),
         b"nvbench.run_id": comparison.candidate.run_id.encode()})
     rows = [v.to_row() for v in comparison.verdicts]
     arrays = [pa.array([r[f.name] for r in rows], type=f.type) for f in schema]
     return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def read_verdicts(path: Path) -> list[CellVerdict]:
+    """verdicts.parquet back as CellVerdicts. Versions 1 and 2 lack the speed-adjustment (2) and fast-step (3)
+    columns: they read as null. store.UnreadableFile, naming the file, when it is no verdicts table."""
+    try:
+        table = pq.read_table(path)
+    except (pa.ArrowException, OSError) as exc:
+        raise store.UnreadableFile(f"{path}: not a readable verdicts table ({type(exc).__name__})") from None
+    version = int((table.schema.metadata or {}).get(VERSION_KEY, b"0"))
+    if not 1 <= version <= VERDICTS_VERSION:
+        why = "no nvbench.verdicts_version in its metadata" if version < 1 else \
+            f"version {version} is newer than this nvbench's {VERDICTS_VERSION}; upgrade nvbench"
+        raise store.UnreadableFile(f"{path}: not a verdicts table this nvbench reads ({why})")
+    return [CellVerdict.from_row(row) for row in table.to_pylist()]

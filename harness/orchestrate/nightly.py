@@ -22,9 +22,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import pyarrow.parquet as pq
-
-from harness.analysis import compare
+import harness
+from harness.analysis import compare, report
 from harness.results import store
 from harness.results.env import git_state
 
@@ -37,22 +36,22 @@ def targets(report_dir: Path) -> list[str]:
     if (report_dir / "suspects.json").is_file():
         flags = {f for s in store.read_json(report_dir / "suspects.json") for f in s["only"]}
     else:
-        rows = pq.read_table(report_dir / "verdicts.parquet").to_pylist()
-        flags = {f"{axis}={row[axis]}" for row in rows if _screened(row) for axis in compare.AXIS_COLUMNS}
+        verdicts = report.read_verdicts(report_dir / "verdicts.parquet")
+        flags = {f"{axis}={getattr(v, axis)}" for v in verdicts if _screened(v) for axis in compare.AXIS_COLUMNS}
     return [arg for flag in sorted(flags) for arg in ("--only", flag)]
 
 
-def _screened(row: dict) -> bool:
-    if row["verdict"] == compare.REGRESSION:
+def _screened(v: compare.CellVerdict) -> bool:
+    if v.verdict == compare.REGRESSION:
         return True
-    effect, p = compare.decided_effect_pct(row), row.get("p_value")  # the deciding metric's change, the cell's p
+    effect, p = v.decided_effect_pct, v.p_value  # the deciding metric's change, the cell's p
     return effect is not None and p is not None and effect < 0 and p <= SCREEN_P
 
 
 def recorded_code(run_dir: Path | None) -> str | None:
     """The commit a run's harness came from (None: this checkout's), or None when it cannot be re-created."""
     if run_dir is None:
-        sha, dirty = git_state(Path(__file__).resolve().parent)
+        sha, dirty = git_state(Path(harness.__file__).resolve().parent)  # the package, as collect_env reads it
     else:
         env = compare.load_run(run_dir).environment
         sha, dirty = env.get("nvbench_git_sha"), env.get("nvbench_git_dirty")

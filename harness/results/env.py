@@ -37,8 +37,7 @@ ENV_KEY_VERSION = 1
 #   cudnn_version, nccl_version   convolution and collective kernels.
 #   torch_version, torch_git      the framework; torch_git catches source builds sharing a version.
 #   dali_version                  the DALI data backends (and its CUDA flavour, see _dali_version).
-#                                 Kept even for cells that do not use DALI: the fingerprint cannot
-#                                 know which backend a cell uses, and a stray mismatch is cheap.
+# Which of them a comparison of one cell asks to match depends on the cell: cell_env_fields.
 #   python_version                host-side dispatch overhead differs between interpreters.
 #   cpu_model, cpu_count          data loading and host overhead; cpu_count is CPUs this process
 #                                 may run on (affinity), not the host total.
@@ -71,6 +70,29 @@ ENV_KEY_FIELDS: tuple[str, ...] = (
     "cpu_model",
     "cpu_count",
 )
+
+HOST_KEY_FIELDS = ("torch_version", "torch_git", "python_version", "cpu_model", "cpu_count")
+"""Key fields that can move any cell: the framework, the interpreter, the host's CPUs."""
+GPU_KEY_FIELDS = ("device_kind", "gpu_name", "gpu_count", "mig_mode", "power_limit_w", "app_clock_sm_mhz",
+                  "app_clock_mem_mhz", "ecc_mode", "driver_version", "cuda_runtime", "cudnn_version")
+"""Key fields that can move a cell that trains on a GPU."""
+COMMS_KEY_FIELDS = ("nccl_version",)
+"""Key fields that can move a GPU cell of more than one rank."""
+DALI_KEY_FIELDS = ("dali_version",)
+"""Key fields that can move a cell whose data backend is DALI's."""
+
+
+def cell_env_fields(*, backend: str, device: str | None, world_size: int) -> tuple[str, ...]:
+    """The ENV_KEY_FIELDS that must match before this cell's results from two environments may be compared:
+    the DALI version for dali-* cells only, the GPU stack for GPU cells only (`device` None, unknown: every GPU
+    field counts), NCCL for multi-rank GPU cells. The key itself (env_key) stays over every field."""
+    on_gpu = device != "cpu"
+    wanted = set(HOST_KEY_FIELDS)
+    wanted |= set(GPU_KEY_FIELDS) if on_gpu else set()
+    wanted |= set(COMMS_KEY_FIELDS) if on_gpu and world_size > 1 else set()
+    wanted |= set(DALI_KEY_FIELDS) if backend.startswith("dali") else set()
+    return tuple(name for name in ENV_KEY_FIELDS if name in wanted)
+
 
 GPU_FIELDS: tuple[str, ...] = (
     "gpu_name",

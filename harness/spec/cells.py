@@ -156,3 +156,10 @@ def schedule(cell_ids: list[str], repeats: int, order: str, seed: int) -> list[t
 def job_key(cell_id: str, repeat: int) -> str:
     """File stem of a (cell, repeat): cells/<key>.parquet, steps/<key>.parquet, logs/<key>.log."""
     return f"{cell_id}-r{repeat}"
+
+
+def cell_label(cell_id: str) -> str:
+    """The readable axis part of a cell id, its hash dropped: unique within one matrix."""
+    head, _, tail = cell_id.rpartition("_")
+    is_hash = len(tail) >= 6 and all(c in "0123456789abcdef" for c in tail)
+    return head if head and is_hash else cell_id

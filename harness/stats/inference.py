@@ -22,6 +22,19 @@ def to_percent(log_ratio: float) -> float:
     return 100.0 * math.expm1(log_ratio)
 
 
+def mean_interval(values: Sequence[float], *, confidence: float = 0.95) -> Interval:
+    """Mean of independent repeats with the Student t interval mean +/- t_{n-1} s / sqrt(n) (s: the sample
+    standard deviation). Reference: Casella & Berger, Statistical Inference, 2nd ed., 2002, sec. 9.2.2
+    (example 9.2.5: the t interval). Fewer than two values: low/high NaN."""
+    x = as_array(values, "values")
+    check_open_unit(confidence, "confidence")
+    mean = float(x.mean())
+    if x.size < 2:
+        return Interval(estimate=mean, low=math.nan, high=math.nan, confidence=confidence, method="t")
+    half = float(_special.stdtrit(x.size - 1, (1 + confidence) / 2)) * float(x.std(ddof=1)) / math.sqrt(x.size)
+    return Interval(estimate=mean, low=mean - half, high=mean + half, confidence=confidence, method="t")
+
+
 def bootstrap_log_ratio(
     candidate: Sequence[float],
     baseline: Sequence[float],

@@ -56,8 +56,9 @@ def one(cand, base, th=None, **kw):
 def test_clear_slowdown_is_a_regression_with_an_interval_below_zero():
     v = one(rows([x * 0.9 for x in BASE]), rows(BASE))
     assert v.verdict == REGRESSION and v.is_regression
-    assert v.effect_pct == pytest.approx(-10.0, abs=1e-9)
-    assert v.ci_high_pct < 0 and v.ci_low_pct < v.effect_pct < v.ci_high_pct
+    assert v.throughput.effect_pct == pytest.approx(-10.0, abs=1e-9)
+    t = v.throughput
+    assert t.ci_high_pct < 0 and t.ci_low_pct < t.effect_pct < t.ci_high_pct
     assert v.ci_level == pytest.approx(0.99) and v.p_value == pytest.approx(2 / 252)  # exact permutation
     assert (v.num_candidate, v.num_baseline) == (5, 5)
     assert v.method == "permutation + benjamini_hochberg; bootstrap_percentile interval"
@@ -67,19 +68,19 @@ def test_clear_slowdown_is_a_regression_with_an_interval_below_zero():
 
 def test_clear_speedup_is_an_improvement():
     v = one(rows([x * 1.1 for x in BASE]), rows(BASE))
-    assert v.verdict == IMPROVEMENT and not v.is_regression and v.ci_low_pct > 0
+    assert v.verdict == IMPROVEMENT and not v.is_regression and v.throughput.ci_low_pct > 0
 
 
 def test_noise_is_unchanged_because_the_interval_includes_zero():
     v = one(rows([100.5, 99.0, 101.0, 99.5, 100.0]), rows(BASE))
-    assert v.verdict == UNCHANGED and v.ci_low_pct < 0 < v.ci_high_pct
+    assert v.verdict == UNCHANGED and v.throughput.ci_low_pct < 0 < v.throughput.ci_high_pct
     assert "the interval includes 0" in v.reason
 
 
 def test_a_certain_but_small_change_stays_within_the_floor():
     base = [100.0, 100.01, 99.99, 100.02, 99.98]
     v = one(rows([x * 0.99 for x in base]), rows(base))
-    assert v.ci_high_pct < 0  # real...
+    assert v.throughput.ci_high_pct < 0  # real...
     assert v.verdict == UNCHANGED and "within the 3% practical floor" in v.reason  # ...but not practical
     assert one(rows([x * 0.99 for x in base]), rows(base), Thresholds(floor_pct=0.5)).verdict == REGRESSION
 
@@ -88,7 +89,7 @@ def test_too_few_repeats_is_insufficient_data():
     v = one(rows([90.0, 91.0]), rows(BASE))
     assert v.verdict == INSUFFICIENT
     assert v.reason == "2 candidate and 5 baseline repeats usable; need at least 5 on each side"
-    assert v.effect_pct is None
+    assert v.throughput.effect_pct is None
     # 3 + 3 repeats allowed, but no permutation of 6 values can reach p <= 0.01: said, not guessed.
     v = one(rows([90.0, 91.0, 89.0]), rows(BASE[:3]), Thresholds(min_repeats=3))
     assert v.verdict == INSUFFICIENT and "no outcome could reach p <= 0.01 (the smallest possible is 0.1)" in v.reason
@@ -107,7 +108,7 @@ def test_different_environment_is_not_comparable_and_names_the_fields():
     (v,) = compare.compare_runs(cand, run(rows(BASE), run_id="base")).verdicts
     assert v.verdict == NOT_COMPARABLE
     assert v.reason == "environment differs: torch_version: 2.4.0 -> 2.5.0"  # hostname is not a key field
-    assert v.env_diff == "torch_version: 2.4.0 -> 2.5.0" and v.effect_pct is None
+    assert v.env_diff == "torch_version: 2.4.0 -> 2.5.0" and v.throughput.effect_pct is None
     # An A/B run compares environments on purpose: the verdict is given and the difference shown.
     (ab,) = compare.compare_runs(cand, run(rows(BASE), run_id="base"), require_same_env=False, mode="ab").verdicts
     assert ab.verdict == REGRESSION and ab.env_diff == "torch_version: 2.4.0 -> 2.5.0"
@@ -179,7 +180,8 @@ def test_a_fire_drill_is_flagged_in_its_verdict():
 def test_describe_only_without_baseline():
     comparison = compare.describe_only(run(rows(BASE)))
     (v,) = comparison.verdicts
-    assert v.verdict == NO_BASELINE and v.candidate_img_per_s == pytest.approx(100.0) and comparison.mode == "none"
+    assert v.verdict == NO_BASELINE and comparison.mode == "none"
+    assert v.throughput.candidate_img_per_s == pytest.approx(100.0)
 
 
 # --- history ---------------------------------------------------------------------------------
@@ -204,7 +206,7 @@ def test_history_flags_a_suspect_with_median_and_mad():
     assert v.verdict == SUSPECT_REGRESSION and comparison.suspects == (CELL,)
     med = float(np.median(PAST))
     assert v.history_median_img_per_s == pytest.approx(med)
-    assert v.effect_pct == pytest.approx(100 * (90 / med - 1))
+    assert v.throughput.effect_pct == pytest.approx(100 * (90 / med - 1))
     assert v.robust_z < -3.5 and v.num_history_runs == 8 and "rerun this cell to confirm" in v.reason
     assert not v.is_regression  # a suspect is not a confirmed regression
     assert screen(112.0, history(PAST))[0].verdict == SUSPECT_IMPROVEMENT
@@ -274,14 +276,15 @@ def two(rng, n, th=None, **cand):
 
 def test_fast_steps_find_a_slowdown_that_throughput_noise_hides():
     v = two(np.random.default_rng(3), 10, slow=0.05)
-    assert v.verdict == REGRESSION and v.decided_by == compare.FAST_STEPS and v.decided_effect_pct == v.fast_effect_pct
-    assert v.fast_effect_pct == pytest.approx(-5.0, abs=1.0) and v.fast_ci_high_pct < 0
-    assert v.p_value == pytest.approx(2 * v.fast_p_value) and v.throughput_p_value > v.fast_p_value
+    assert v.verdict == REGRESSION and v.decided_by == compare.FAST_STEPS
+    assert v.decided_effect_pct == v.fast_step.effect_pct
+    assert v.fast_step.effect_pct == pytest.approx(-5.0, abs=1.0) and v.fast_step.ci_high_pct < 0
+    assert v.p_value == pytest.approx(2 * v.fast_step.p_value) and v.throughput.p_value > v.fast_step.p_value
     assert v.ci_level == pytest.approx(0.995)  # the 99 % level split between the two metrics
     assert "fast steps slower beyond the 3% floor" in v.reason and v.reason.startswith("throughput ")
     assert v.mdc_pct < 3  # the fast-step rate's reach, not throughput's (~15 % at 8 %)
     alone = two(np.random.default_rng(3), 10, Thresholds(fast_steps=False), slow=0.05)  # --no-fast-steps
-    assert alone.verdict == UNCHANGED and alone.fast_effect_pct is None and alone.decided_by == compare.THROUGHPUT
+    assert alone.verdict == UNCHANGED and alone.fast_step is None and alone.decided_by == compare.THROUGHPUT
 
 
 def test_a_slowdown_of_a_few_steps_is_left_to_throughput():
@@ -289,7 +292,7 @@ def test_a_slowdown_of_a_few_steps_is_left_to_throughput():
     cand = with_fast(rows([x * 0.9 for x in BASE * 2]), [120.0 + 0.1 * i for i in range(10)])
     base = with_fast(rows(BASE * 2), [120.0 + 0.1 * i for i in range(10)][::-1])
     v = one(cand, base)
-    assert v.verdict == REGRESSION and v.decided_by == compare.THROUGHPUT and abs(v.fast_effect_pct) < 1e-9
+    assert v.verdict == REGRESSION and v.decided_by == compare.THROUGHPUT and abs(v.fast_step.effect_pct) < 1e-9
     assert "throughput slower" in v.reason
     assert two(rng, 10).verdict == UNCHANGED  # unchanged code: neither metric calls it
 
@@ -298,18 +301,18 @@ def test_a_regression_of_one_metric_is_never_hidden_by_an_improvement_of_the_oth
     cand = with_fast(rows([x * 0.9 for x in BASE * 2]), [132.0 + 0.1 * i for i in range(10)])  # fast steps +10 %
     base = with_fast(rows(BASE * 2), [120.0 + 0.1 * i for i in range(10)])
     v = one(cand, base)
-    assert v.verdict == REGRESSION and v.decided_by == compare.THROUGHPUT and v.fast_effect_pct > 9
+    assert v.verdict == REGRESSION and v.decided_by == compare.THROUGHPUT and v.fast_step.effect_pct > 9
 
 
 def test_fast_steps_need_repeats_enough_for_two_tests_and_a_value_in_every_row():
     rng = np.random.default_rng(5)
     (ct, cf), (bt, bf) = _repeats(rng, 5, slow=0.05), _repeats(rng, 5)
     v = one(with_fast(rows(ct), cf), with_fast(rows(bt), bf))  # 5 + 5: 2 x 2/252 > 0.01, out of reach
-    assert v.fast_effect_pct is None and "fast steps not tested: at 5 + 5 repeats" in v.reason
+    assert v.fast_step is None and "fast steps not tested: at 5 + 5 repeats" in v.reason
     (ct, cf), (bt, bf) = _repeats(rng, 8), _repeats(rng, 8)
     older = with_fast(rows(bt), bf[:-1] + [None])  # a baseline row from before nvbench recorded the rate
     v = one(with_fast(rows(ct), cf), older)
-    assert v.fast_effect_pct is None and "fast steps" not in v.reason and v.ci_level == pytest.approx(0.99)
+    assert v.fast_step is None and "fast steps" not in v.reason and v.ci_level == pytest.approx(0.99)
 
 
 @pytest.mark.parametrize(("p_values", "alpha", "expected"), [
@@ -345,11 +348,12 @@ def test_a_slower_machine_on_the_baseline_night_is_not_a_code_change():
     rng = np.random.default_rng(0)
     (pc, yc), (pb, yb) = _machine(rng, 8, 0.0), _machine(rng, 8, 0.08)  # baseline machine ~8 % slower
     plain = one(probed(yc, pc), probed(yb, pb), Thresholds(speed_adjust=False))  # --no-speed-adjust
-    assert plain.verdict == IMPROVEMENT and plain.unadjusted_effect_pct is None  # what drift looks like unadjusted
+    assert plain.verdict == IMPROVEMENT  # what drift looks like unadjusted
+    assert plain.throughput.unadjusted_effect_pct is None
     v = one(probed(yc, pc), probed(yb, pb), ADJUST)
     assert v.verdict == UNCHANGED and v.method.startswith("speed-adjusted")
-    assert abs(v.effect_pct) < 1.5 and v.unadjusted_effect_pct > 5
-    assert v.speed_probe_change_pct < -5 and v.speed_slope == pytest.approx(-1.0, abs=0.2)
+    assert abs(v.throughput.effect_pct) < 1.5 and v.throughput.unadjusted_effect_pct > 5
+    assert v.speed_probe_change_pct < -5 and v.throughput.speed_slope == pytest.approx(-1.0, abs=0.2)
     assert "adjusted for machine speed" in v.reason and v.mdc_pct < plain.mdc_pct
 
 
@@ -357,8 +361,8 @@ def test_a_real_slowdown_is_found_through_the_machine_noise():
     rng = np.random.default_rng(1)
     (pc, yc), (pb, yb) = _machine(rng, 8, 0.0), _machine(rng, 8, 0.0)
     v = one(probed(yc * 0.95, pc), probed(yb, pb), ADJUST)
-    assert v.verdict == REGRESSION and v.ci_high_pct < 0 and v.method.startswith("speed-adjusted")
-    assert v.effect_pct == pytest.approx(-5.0, abs=1.0)
+    assert v.verdict == REGRESSION and v.throughput.ci_high_pct < 0 and v.method.startswith("speed-adjusted")
+    assert v.throughput.effect_pct == pytest.approx(-5.0, abs=1.0)
     assert v.ci_level == pytest.approx(0.99) and v.p_value < 0.001
 
 
@@ -372,4 +376,79 @@ def test_no_adjustment_unless_every_repeat_has_the_same_probe(change):
     cand, base = change(probed(yc, pc), probed(yb, pb))
     v = one(cand, base, ADJUST)
     assert v.method == "permutation + benjamini_hochberg; bootstrap_percentile interval"
-    assert v.unadjusted_effect_pct is None and "adjusted" not in v.reason
+    assert v.throughput.unadjusted_effect_pct is None and "adjusted" not in v.reason
+
+
+# --- the verdict's structure and its row in verdicts.parquet ----------------------------------------
+
+
+def test_a_verdict_holds_one_metric_verdict_per_metric_and_its_row_keeps_the_version_3_columns():
+    rng = np.random.default_rng(1)
+    (pc, yc), (pb, yb) = _machine(rng, 8, 0.0), _machine(rng, 8, 0.0)
+    cand, base = with_fast(probed(yc * 0.95, pc), yc * 1.2), with_fast(probed(yb, pb), yb * 1.2)
+    v = one(cand, base, ADJUST)
+    assert v.fast_step is not None and v.throughput.speed_slope is not None  # both metrics, speed-adjusted
+    assert v.metric(compare.FAST_STEPS) is v.fast_step and v.metric(compare.THROUGHPUT) is v.throughput
+    row = v.to_row()
+    assert tuple(row) == compare.VERDICT_COLUMNS and len(row) == 54
+    assert (row["effect_pct"], row["throughput_p_value"], row["fast_effect_pct"], row["candidate_fast_img_per_s"]) \
+        == (v.throughput.effect_pct, v.throughput.p_value, v.fast_step.effect_pct, v.fast_step.candidate_img_per_s)
+    assert compare.CellVerdict.from_row(row) == v
+    untested = one(rows(BASE[:2]), rows(BASE))  # insufficient data: no fast-step rate, no change
+    assert untested.fast_step is None and compare.CellVerdict.from_row(untested.to_row()) == untested
+
+
+# --- comparability per cell: only the environment fields that can move the cell ---------------------
+
+
+def _env(**changes):
+    from harness.results.env import env_key
+
+    env = {"device_kind": "cuda", "gpu_name": "H100", "driver_version": "580.1", "cuda_runtime": "13.0",
+           "torch_version": "2.11.0", "dali_version": "2.4.0+cuda130", "python_version": "3.12.1"} | changes
+    return env, env_key(env)
+
+
+def _cells(env_and_key, factor=1.0, device="cuda"):
+    _, key = env_and_key
+    return [r | {"device": device} for backend in ("synthetic", "dali-gpu")
+            for r in rows([x * factor for x in BASE], cell=f"{backend}_nchw_fp32_ws1_ga1_0123456789", env_key=key,
+                          backend=backend)]
+
+
+def test_the_dali_version_matters_to_dali_cells_only_and_an_unjudged_cell_shows_both_sides():
+    old, new = _env(), _env(dali_version="2.5.0+cuda130")
+    comparison = compare.compare_runs(run(_cells(new, 0.9), env=new[0]), run(_cells(old), run_id="base", env=old[0]))
+    by = {v.backend: v for v in comparison.verdicts}
+    assert by["synthetic"].verdict == REGRESSION and by["synthetic"].env_diff == ""
+    dali = by["dali-gpu"]
+    assert dali.verdict == NOT_COMPARABLE
+    assert dali.reason == "environment differs: dali_version: 2.4.0+cuda130 -> 2.5.0+cuda130"
+    assert dali.throughput.candidate_img_per_s == pytest.approx(90.0)  # both sides' figures, though unjudged
+    assert dali.throughput.baseline_img_per_s == pytest.approx(100.0) and dali.throughput.effect_pct is None
+    # the GPU stack matters to every GPU cell, and to no CPU cell
+    gpu = _env(driver_version="590.2")
+    (d, s) = compare.compare_runs(run(_cells(gpu), env=gpu[0]), run(_cells(old), run_id="base", env=old[0])).verdicts
+    assert s.verdict == d.verdict == NOT_COMPARABLE
+    assert s.reason == "environment differs: driver_version: 580.1 -> 590.2"
+    (d, s) = compare.compare_runs(run(_cells(gpu, device="cpu"), env=gpu[0]),
+                                  run(_cells(old, device="cpu"), run_id="base", env=old[0])).verdicts
+    assert s.verdict == d.verdict == UNCHANGED
+
+
+def test_rows_whose_manifest_is_not_their_environment_are_judged_by_their_env_key():
+    old, new = _env(), _env(dali_version="2.5.0+cuda130")
+    resumed = [r | {"env_key": "elsewhere"} if r["repeat"] == 4 else r for r in _cells(new)]  # resumed elsewhere
+    comparison = compare.compare_runs(run(resumed, env=new[0]), run(_cells(old), run_id="base", env=old[0]))
+    synthetic = next(v for v in comparison.verdicts if v.backend == "synthetic")
+    assert synthetic.verdict == NOT_COMPARABLE
+    assert synthetic.reason == "environment differs: dali_version: 2.4.0+cuda130 -> 2.5.0+cuda130"
+
+
+def test_history_counts_past_runs_that_differ_only_in_fields_the_cell_does_not_use():
+    old, new = _env(), _env(dali_version="2.5.0+cuda130")
+    past = [run(_cells(old, f), run_id=f"past{i}", env=old[0], created_at=f"2026-01-0{i + 1}")
+            for i, f in enumerate((1.0, 1.01, 0.99, 1.005, 0.995))]
+    by = {v.backend: v for v in compare.screen_history(run(_cells(new, 0.8), env=new[0]), past).verdicts}
+    assert by["synthetic"].verdict == SUSPECT_REGRESSION and by["synthetic"].num_history_runs == 5
+    assert by["dali-gpu"].verdict == NOT_COMPARABLE and "dali_version" in by["dali-gpu"].reason

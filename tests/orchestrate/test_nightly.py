@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import ROOT
 
+from harness.analysis import compare, report
 from harness.orchestrate import nightly, runner
 from harness.results import store
 
@@ -103,19 +104,28 @@ def _run_folder(path: Path, environment: dict, rows: list[dict]) -> Path:
     return path
 
 
+def _verdicts(folder: Path, *rows: dict) -> None:
+    """verdicts.parquet as nvbench report writes it, one verdict per dict (axes nchw fp32 ws1 ga1 unless given)."""
+    defaults = {"memory_format": "nchw", "precision": "fp32", "world_size": 1, "grad_accum": 1, "reason": "",
+                "floor_pct": 3.0, "fdr_q": 0.01, "accuracy_tolerance": 0.01}
+    verdicts = [compare.CellVerdict(cell_id=f"c{i}", **defaults | row) for i, row in enumerate(rows)]
+    run = compare.RunData(path="r", run_id="r", created_at="", environment={}, rows=())
+    comparison = compare.Comparison(mode="baseline", candidate=run, baseline_label="b", baseline_environment={},
+                                    thresholds=compare.Thresholds(), verdicts=tuple(verdicts))
+    store.write_table(folder / "verdicts.parquet", report.verdict_table(comparison))
+
+
+def _change(effect_pct: float, p_value: float) -> dict:
+    return {"throughput": compare.MetricVerdict(effect_pct=effect_pct), "p_value": p_value}
+
+
 def test_targets_are_the_regressions_of_a_baseline_report_or_the_suspects_of_a_screen(tmp_path):
-    axes = {"memory_format": "nchw", "precision": "fp32", "world_size": 1, "grad_accum": 1, "effect_pct": None,
-            "p_value": None}
-    table = pa.Table.from_pylist([{"verdict": "regression", "backend": "pytorch", **axes},
-                                  {"verdict": "unchanged", "backend": "synthetic", **axes},
-                                  {"verdict": "regression", "backend": "dali-cpu", **axes},
-                                  {"verdict": "unchanged", "backend": "dali-gpu", **axes | {"effect_pct": -2.0,
-                                   "p_value": 0.15}},  # a slowdown the loose screen sends to the A/B
-                                  {"verdict": "unchanged", "backend": "synthetic", **axes | {"effect_pct": -2.0,
-                                   "p_value": 0.3}},
-                                  {"verdict": "unchanged", "backend": "synthetic", **axes | {"effect_pct": 2.0,
-                                   "p_value": 0.01}}])
-    pq.write_table(table, tmp_path / "verdicts.parquet")
+    _verdicts(tmp_path, {"verdict": "regression", "backend": "pytorch"},
+              {"verdict": "unchanged", "backend": "synthetic"},
+              {"verdict": "regression", "backend": "dali-cpu"},
+              {"verdict": "unchanged", "backend": "dali-gpu", **_change(-2.0, 0.15)},  # a slowdown the loose
+              {"verdict": "unchanged", "backend": "synthetic", **_change(-2.0, 0.3)},  # screen sends to the A/B
+              {"verdict": "unchanged", "backend": "synthetic", **_change(2.0, 0.01)})
     assert nightly.targets(tmp_path) == [
         "--only", "backend=dali-cpu", "--only", "backend=dali-gpu", "--only", "backend=pytorch",
         "--only", "grad_accum=1", "--only", "memory_format=nchw", "--only", "precision=fp32", "--only", "world_size=1"]
@@ -124,13 +134,19 @@ def test_targets_are_the_regressions_of_a_baseline_report_or_the_suspects_of_a_s
 
 
 def test_the_loose_screen_reads_the_change_of_the_metric_the_verdict_rests_on(tmp_path):
-    axes = {"memory_format": "nchw", "precision": "fp32", "world_size": 1, "grad_accum": 1, "verdict": "unchanged",
-            "effect_pct": 1.0, "fast_effect_pct": -3.0, "p_value": 0.1}
-    table = pa.Table.from_pylist([{"backend": "pytorch", "decided_by": "fast steps", **axes},  # fast steps slower
-                                  {"backend": "synthetic", "decided_by": "throughput", **axes}])  # throughput faster
-    pq.write_table(table, tmp_path / "verdicts.parquet")
+    changes = {"verdict": "unchanged", "throughput": compare.MetricVerdict(effect_pct=1.0),
+               "fast_step": compare.MetricVerdict(effect_pct=-3.0), "p_value": 0.1}
+    _verdicts(tmp_path, {"backend": "pytorch", "decided_by": "fast steps", **changes},  # fast steps slower
+              {"backend": "synthetic", "decided_by": "throughput", **changes})  # throughput faster
     assert ["--only", "backend=pytorch"] == nightly.targets(tmp_path)[:2]
     assert "backend=synthetic" not in nightly.targets(tmp_path)
+
+
+def test_targets_of_a_file_that_is_no_verdicts_table_is_one_line_and_exit_2(tmp_path, capsys):
+    pq.write_table(pa.table({"verdict": ["regression"]}), tmp_path / "verdicts.parquet")  # no version metadata
+    assert nightly.main(["targets", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == (f"harness.orchestrate.nightly: {tmp_path / 'verdicts.parquet'}: not a verdicts "
+                                       "table this nvbench reads (no nvbench.verdicts_version in its metadata)\n")
 
 
 def test_code_is_the_recorded_commit_only_when_clean_and_ran_needs_an_ok_repeat_per_cell_and_side(tmp_path):

@@ -38,7 +38,7 @@ def test_end_to_end_run_reads_back_with_pyarrow_and_duckdb(tiny_matrix, tmp_path
     out = tmp_path / "run"
     proc = nvbench("run", str(matrix), "--out", str(out), "--no-progress")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "8 rows (8 ok); results in" in proc.stderr
+    assert "8 rows: 8 ok" in proc.stderr and f"results: {out}" in proc.stderr
 
     cells = pq.read_table(out / "cells")
     assert cells.num_rows == 8

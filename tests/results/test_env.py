@@ -386,6 +386,20 @@ def test_key_fields_are_collected_fields():
     assert len(set(ENV_KEY_FIELDS)) == len(ENV_KEY_FIELDS)
 
 
+def test_which_key_fields_a_cell_asks_to_match_depends_on_the_cell():
+    groups = (env_mod.HOST_KEY_FIELDS, env_mod.GPU_KEY_FIELDS, env_mod.COMMS_KEY_FIELDS, env_mod.DALI_KEY_FIELDS)
+    assert sorted(f for g in groups for f in g) == sorted(ENV_KEY_FIELDS)  # every key field, in one group each
+    fields = env_mod.cell_env_fields
+    cpu = fields(backend="pytorch", device="cpu", world_size=2)
+    assert set(cpu) == set(env_mod.HOST_KEY_FIELDS)  # no GPU field, no NCCL for gloo ranks, no DALI
+    assert "dali_version" in fields(backend="dali-cpu", device="cpu", world_size=1)
+    gpu = fields(backend="synthetic", device="cuda", world_size=1)
+    assert {"gpu_name", "driver_version", "cuda_runtime", "cudnn_version", "torch_version"} <= set(gpu)
+    assert "dali_version" not in gpu and "nccl_version" not in gpu
+    assert "nccl_version" in fields(backend="synthetic", device="cuda", world_size=2)
+    assert set(fields(backend="dali-gpu", device=None, world_size=8)) == set(ENV_KEY_FIELDS)  # unknown: all
+
+
 def test_env_diff_lists_differences_in_order():
     a = {"gpu_name": "NVIDIA L4", "torch_version": "2.13.0+cu128", "power_limit_w": 72.0, "hostname": "n1",
          "dali_version": None}

@@ -17,6 +17,21 @@ SLEEP_DIFF = [b - a for a, b in zip(SLEEP_GROUP1, SLEEP_GROUP2)]
 SLEEP_PAIRED_CI = (0.7001142, 2.4598858)
 
 
+# --- the mean of repeats -------------------------------------------------------------------------
+
+
+def test_mean_interval_is_students_t_interval():
+    ci = inference.mean_interval(SLEEP_DIFF)  # the paired t interval is the one-sample t interval of the differences
+    assert ci.estimate == pytest.approx(1.58) and (ci.low, ci.high) == pytest.approx(SLEEP_PAIRED_CI, abs=1e-6)
+    x = [101.0, 98.5, 100.2]
+    assert (inference.mean_interval(x, confidence=0.9).low, inference.mean_interval(x, confidence=0.9).high) == \
+        pytest.approx(sps.t.interval(0.9, 2, loc=np.mean(x), scale=sps.sem(x)))  # scipy as the oracle
+    one = inference.mean_interval([5.0])
+    assert one.estimate == 5.0 and math.isnan(one.low) and math.isnan(one.high)
+    with pytest.raises(ValueError, match="values: empty"):
+        inference.mean_interval([])
+
+
 # --- bootstrap --------------------------------------------------------------------------------
 
 

@@ -1,0 +1,106 @@
+"""The summary `nvbench run` ends with, captured at the 80 columns of a plain terminal: one line per cell that
+ran, skips grouped by reason, failures with their reason, the matrix efficiency slot, what to run next.
+(The real CLI's summary, from a real run, is checked in tests/analysis/test_report.py.)"""
+
+from __future__ import annotations
+
+import io
+import itertools
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from harness.console import RunProgress, print_summary, throughput_interval_pct
+
+RUN = Path("reports/20261125-101010-resnet50-smoke-ab12")
+GPU_REASON = "dali-gpu needs CUDA: this machine has no visible GPU (torch.cuda.is_available() is false)"
+
+
+def smoke_like_rows() -> list[dict]:
+    """The shape of `nvbench run matrices/resnet50.toml --smoke` on a CPU machine: 96 cells, most skipped with
+    long reasons, one timed out."""
+    rows = []
+    for backend, fmt, precision, ws in itertools.product(("synthetic", "pytorch", "dali-cpu", "dali-gpu"),
+                                                         ("nchw", "nhwc"), ("fp32", "fp16", "bf16"), (1, 2, 4, 8)):
+        status, reason = "ok", ""
+        if backend == "dali-gpu":
+            status, reason = "skipped", GPU_REASON
+        elif ws > 2:
+            status, reason = "skipped", (f"world_size {ws} exceeds the 2 CPU cores of this machine (without CUDA "
+                                         "each rank is a gloo process on its own core)")
+        rows.append({"cell_id": f"{backend}_{fmt}_{precision}_ws{ws}_ga1_0123456789", "repeat": 0, "status": status,
+                     "reason": reason, "throughput_img_per_s": 250.0 if status == "ok" else None,
+                     "throughput_ci_low_img_per_s": 240.0, "throughput_ci_high_img_per_s": 260.0,
+                     "top1": None if backend == "synthetic" else 0.125, "exposed_data_wait_frac": 0.0375})
+    rows[1] |= {"status": "timeout", "throughput_img_per_s": None,
+                "reason": "no exit within 120 s: the process group was killed [logs/x.log]\nTraceback ..."}
+    return rows
+
+
+def summary(rows: list[dict], manifest: dict | None = None) -> list[str]:
+    out = io.StringIO()
+    print_summary(Console(file=out, width=80), rows, RUN, manifest or {})
+    return out.getvalue().splitlines()
+
+
+def test_the_summary_of_a_smoke_sized_run_fits_80_columns_with_one_line_per_cell_that_ran():
+    lines = summary(smoke_like_rows())
+    assert max(map(len, lines)) <= 80 and len(lines) < 60  # the old table: 886 lines at 80 columns
+    assert lines[0] == "ran: 35 cells"
+    ran = [line for line in lines if line.split() and line.split()[-1] == "ok"]
+    assert len(ran) == 35 and all("_0123456789" not in line for line in ran)  # labels without the hash
+    assert ran[0].split() == ["dali-cpu_nchw_bf16_ws1_ga1", "250.0", "±4.0%", "0.125", "3.8%", "ok"]
+    assert [line.split()[0] for line in ran if line.startswith("synthetic")][:2] == \
+        ["synthetic_nchw_bf16_ws1_ga1", "synthetic_nchw_bf16_ws2_ga1"]
+    header = next(line for line in lines if line.startswith("cell"))
+    assert header.split() == ["cell", "img/s", "±95%", "top-1", "data", "wait", "status"]
+
+
+def test_skips_are_grouped_by_reason_and_failures_give_their_first_line():
+    lines = summary(smoke_like_rows())
+    start = lines.index("skipped: 60 cells, by reason (in full: --verbose)")
+    groups = lines[start + 1:start + 4]
+    assert [g.split()[0] for g in groups] == ["24", "18", "18"]  # most common first
+    assert groups[0].startswith("  24  dali-gpu needs CUDA: this machine has no visible GPU")
+    assert groups[0].endswith("…") and len(groups[0]) == 80
+    assert lines[start + 4] == ""
+    failed = lines.index("failed: 1 cell (in full: --verbose)")
+    assert lines[failed + 1] == "  synthetic_nchw_fp32_ws2_ga1  r0 timeout: no exit within 120 s: the process gr…"
+    assert lines[-3:] == ["96 rows: 35 ok, 60 skipped, 1 timeout", f"results: {RUN}", f"next:    nvbench report {RUN}"]
+
+
+def test_matrix_efficiency_shows_where_the_manifest_records_it():
+    rows = smoke_like_rows()[:2]
+    assert not any("matrix efficiency" in line for line in summary(rows))
+    assert "matrix efficiency 0.83 (measured window s / run wall s)" in summary(rows, {"matrix_efficiency": 0.8312})
+
+
+def test_several_repeats_show_their_mean_with_the_t_interval_and_a_partial_cell_both_ways():
+    base = {"cell_id": "pytorch_nchw_fp32_ws1_ga1_0123456789", "reason": "", "top1": 0.5, "exposed_data_wait_frac": 0.1}
+    rows = [base | {"repeat": i, "status": "ok", "throughput_img_per_s": x} for i, x in enumerate((98.0, 100.0, 102.0))]
+    rows.append(base | {"repeat": 3, "status": "crashed", "reason": "killed by SIGKILL", "throughput_img_per_s": None})
+    # mean 100, s = 2, t_{2, 0.975} = 4.303: 4.303 * 2 / sqrt(3) = 4.97 %
+    assert throughput_interval_pct(rows[:3]) == pytest.approx(4.968, abs=1e-3)
+    lines = summary(rows)
+    assert lines[3].split() == ["pytorch_nchw_fp32_ws1_ga1", "100.0", "±5.0%", "0.500", "10.0%", "ok", "3/4"]
+    assert "  pytorch_nchw_fp32_ws1_ga1  r3 crashed: killed by SIGKILL" in lines
+
+
+def test_a_long_label_is_cut_and_the_numbers_stay_whole():
+    row = {"cell_id": "synthetic_channels_last_bfloat16_ws1_ga1_compile-max-autotune_0123456789", "repeat": 0,
+           "status": "ok", "reason": "", "throughput_img_per_s": 4899.1, "throughput_ci_low_img_per_s": 4890.0,
+           "throughput_ci_high_img_per_s": 4910.0, "top1": None, "exposed_data_wait_frac": 0.0}
+    lines = summary([row])
+    assert max(map(len, lines)) <= 80
+    assert lines[3].split()[1:] == ["4899.1", "±0.2%", "-", "0.0%", "ok"] and "…" in lines[3]
+
+
+def test_each_finished_job_is_one_line_at_80_columns():
+    out = io.StringIO()
+    progress = RunProgress(Console(file=out, width=80), total=2)
+    for row in smoke_like_rows()[-2:]:  # two skipped dali-gpu jobs with their long reason
+        progress.done(row)
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 2 and all(len(line) == 80 and line.endswith("…") for line in lines)
+    assert lines[0].startswith(" skipped dali-gpu_nhwc_bf16_ws4_ga1_0123456789 r0  dali-gpu needs CUDA")
