@@ -24,7 +24,7 @@ from harness.cli import main
 MATRICES = {path.name: path.read_text() for path in sorted((ROOT / "matrices").glob("*.toml"))}
 FAST = settings(max_examples=60, deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.too_slow])
-DEEP = settings(max_examples=500, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+DEEP = settings(max_examples=150, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 
 # ---------------------------------------------------------------- values and documents
 
