@@ -75,3 +75,25 @@ def nvbench(*args: str, env: dict | None = None, timeout: float = 600, cwd: Path
     full_env = dict(os.environ, **(env or {}))
     return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True,
                           env=full_env, timeout=timeout, cwd=cwd or ROOT)
+
+
+@pytest.fixture(scope="session")
+def shared_cpu_run(tmp_path_factory) -> Path:
+    """One small real run, made once for the tests that only read a finished run (each cell process costs
+    seconds): a synthetic CPU cell with an auto warmup (2 steps, then at most one chunk: 12), and three cells
+    this machine skips (dali-gpu without CUDA, more ranks than cores, compile = cudagraph on the CPU)."""
+    root = tmp_path_factory.mktemp("shared-run")
+    cpus = len(os.sched_getaffinity(0))
+    # dali-gpu and cudagraph are left out of the oversized group: its generated dataset is too small to
+    # shard that wide, and one skip reason per cell is enough
+    axes = (f'backend = ["synthetic", "dali-gpu"]\nworld_size = [1, {cpus + 1}]\n'
+            'compile = ["eager", "cudagraph"]')
+    extra = (f'[[exclude]]\nbackend = "dali-gpu"\nworld_size = {cpus + 1}\n'
+             f'[[exclude]]\ncompile = "cudagraph"\nworld_size = {cpus + 1}\n'
+             '[[exclude]]\ncompile = "cudagraph"\nbackend = "dali-gpu"\n')
+    text = TINY.format(axes=axes, repeats=1, timeout=120, cache=root / "cache", nvtx="false", device="cpu")
+    text = text.replace("warmup_steps = 1\n", 'warmup_steps = "auto"\nwarmup_min_steps = 2\nwarmup_max_steps = 12\n')
+    (root / "matrix.toml").write_text(text + extra)
+    proc = nvbench("run", str(root / "matrix.toml"), "--out", str(root / "run"), "--no-progress")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return root / "run"

@@ -85,13 +85,13 @@ def test_nightly_describes_then_fails_on_a_fire_drill(tmp_path, tiny_matrix):
     assert drilled == {"a": {0.0}, "b": {200.0}}
 
     # NVBENCH_CONFIRM=every: no screen, the A/B judges every cell (here at the default thresholds, so
-    # 2 + 2 repeats are `insufficient data` and cannot fail by chance)
-    quiet = night(matrix, reports, "night5", NVBENCH_CONFIRM="every", NVBENCH_REPORT_ARGS="", NVBENCH_REPEATS="2",
+    # 1 + 1 repeats are `insufficient data` and cannot fail by chance)
+    quiet = night(matrix, reports, "night5", NVBENCH_CONFIRM="every", NVBENCH_REPORT_ARGS="", NVBENCH_REPEATS="1",
                   NVBENCH_CONFIRM_REPEATS="")  # empty: as many as the night's run
     assert quiet.returncode == 0, quiet.stdout + quiet.stderr
     assert "confirming by A/B" in quiet.stderr
     (verdict,) = pq.read_table(reports / "night5-ab" / "report" / "verdicts.parquet").to_pylist()
-    assert verdict["verdict"] == "insufficient data" and verdict["num_candidate"] == 2
+    assert verdict["verdict"] == "insufficient data" and verdict["num_candidate"] == 1
     assert (reports / "history" / "night5").is_symlink()
 
 

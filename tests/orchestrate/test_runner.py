@@ -123,11 +123,12 @@ def test_malloc_tunables_keep_what_the_user_set(tiny_matrix):
 def test_every_failure_kind_is_a_row_and_the_matrix_completes(tiny_matrix, tmp_path):
     matrix = tiny_matrix('backend = ["synthetic"]\nprecision = ["fp32", "bf16"]\n'
                          'memory_format = ["nchw", "nhwc"]\ngrad_accum = [1, 2]', timeout=25,
-                         extra='[[exclude]]\nprecision = "bf16"\nmemory_format = "nhwc"\ngrad_accum = 2\n')  # 6 faults + 1 ok
+                         extra='[[exclude]]\nprecision = "bf16"\nmemory_format = "nhwc"\ngrad_accum = 2\n'
+                               '[[exclude]]\nprecision = "fp32"\nmemory_format = "nhwc"\ngrad_accum = 1\n')
+    # 5 faults + 1 ok; a hung cell's timeout is test_distributed's (a hung rank and its waiting peer)
     faults = ";".join([
         "precision=fp32&memory_format=nchw&grad_accum=1:raise",
         "precision=fp32&memory_format=nchw&grad_accum=2:nan",
-        "precision=fp32&memory_format=nhwc&grad_accum=1:hang",
         "precision=fp32&memory_format=nhwc&grad_accum=2:segv",
         "precision=bf16&memory_format=nchw&grad_accum=1:oom",
         "precision=bf16&memory_format=nchw&grad_accum=2:exit",
@@ -136,9 +137,9 @@ def test_every_failure_kind_is_a_row_and_the_matrix_completes(tiny_matrix, tmp_p
     t0 = time.monotonic()
     proc = nvbench("run", str(matrix), "--out", str(out), "--no-progress", env={"NVBENCH_FAULT": faults})
     assert proc.returncode == 1, proc.stderr  # completed, with failures
-    assert time.monotonic() - t0 < 200
+    assert time.monotonic() - t0 < 120
     rows = rows_by(out)
-    assert len(rows) == 7
+    assert len(rows) == 6
 
     def row(prec, fmt, ga):
         return cell_with(rows, precision=prec, memory_format=fmt, grad_accum=ga)
@@ -150,9 +151,6 @@ def test_every_failure_kind_is_a_row_and_the_matrix_completes(tiny_matrix, tmp_p
     assert r["status"] == "failed" and "NonFiniteLoss: non-finite training loss (nan)" in r["reason"]
     # the weights turn NaN as the window opens: its first step (1, after 1 warmup step) at 0.256 * 8 / 256 / 8
     assert "first non-finite step loss at step 1 (measured), lr 0.001" in r["reason"]
-    r = row("fp32", "nhwc", 1)
-    assert r["status"] == "timeout" and "timeout_s = 25 s" in r["reason"]
-    assert 25 <= r["duration_s"] < 25 + 20
     r = row("fp32", "nhwc", 2)
     assert (r["status"], r["reason"]) == ("crashed", "killed by SIGSEGV")
     r = row("bf16", "nchw", 1)
@@ -161,7 +159,7 @@ def test_every_failure_kind_is_a_row_and_the_matrix_completes(tiny_matrix, tmp_p
     assert r["status"] == "crashed" and r["reason"].startswith("exited with status 3 without a result")
     assert row("bf16", "nhwc", 1)["status"] == "ok"
     assert row("bf16", "nhwc", 1)["injected_fault"] is None
-    # The hung child was killed with its process group: nothing of this run is left running.
+    # The crashed and failed cells' processes went with them: nothing of this run is left running.
     leftovers = subprocess.run(["pgrep", "-f", str(out)], capture_output=True, text=True).stdout.split()
     assert leftovers == []
 
@@ -216,22 +214,11 @@ def test_interleaved_order_is_recorded_and_reproducible(tiny_matrix, tmp_path):
         create_run(m, expand(m), run_dir=a, reports_root=tmp_path, smoke=False, only=[], env={})
 
 
-def test_unrunnable_cells_are_skipped_and_a_run_says_where_its_time_went(tiny_matrix, tmp_path):
+def test_unrunnable_cells_are_skipped_and_a_run_says_where_its_time_went(shared_cpu_run):
     """What this machine cannot run is a skipped row, launched never (dali-gpu without CUDA, more ranks than
     cores, compile = cudagraph on the CPU); an auto warmup records the steps it ran; synthetic cells skip
     validation; the manifest has the run's matrix efficiency and where the rest of the time went."""
-    cpus = len(os.sched_getaffinity(0))
-    # dali-gpu is left out of the oversized group: its generated dataset is too small to shard that wide
-    matrix = tiny_matrix(f'backend = ["synthetic", "dali-gpu"]\nworld_size = [1, {cpus + 1}]\n'
-                         'compile = ["eager", "cudagraph"]',
-                         extra=f'[[exclude]]\nbackend = "dali-gpu"\nworld_size = {cpus + 1}\n'
-                               '[[exclude]]\ncompile = "cudagraph"\nworld_size = ' f"{cpus + 1}\n"
-                               '[[exclude]]\ncompile = "cudagraph"\nbackend = "dali-gpu"\n')
-    matrix.write_text(matrix.read_text().replace(
-        "warmup_steps = 1\n", 'warmup_steps = "auto"\nwarmup_min_steps = 2\nwarmup_max_steps = 12\n'))
-    out = tmp_path / "run"
-    proc = nvbench("run", str(matrix), "--out", str(out), "--no-progress")
-    assert proc.returncode == 0, proc.stderr
+    out, cpus = shared_cpu_run, len(os.sched_getaffinity(0))
     rows = store.read_cells(out).to_pylist()
     assert len(rows) == 4
 
