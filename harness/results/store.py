@@ -15,6 +15,14 @@ import pyarrow.parquet as pq
 from harness.results.schema import CELL_SCHEMA, METADATA_VERSION_KEY, RESULT_SCHEMA_VERSION, STEP_SCHEMA
 
 
+def _file_mode() -> int:
+    """What open() would give a new file under this process's umask (mkstemp's files are 0600: a report on a
+    shared server must stay readable by its readers)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
 def _atomic(path: Path, write) -> None:
     # The temporary name starts with "." so dataset readers (pyarrow, pandas, DuckDB globs on *.parquet)
     # never list it, and it lives in the target folder so os.replace is a same-filesystem rename.
@@ -24,6 +32,7 @@ def _atomic(path: Path, write) -> None:
         with os.fdopen(fd, "wb") as fh:
             write(fh)
             fh.flush()
+            os.fchmod(fh.fileno(), _file_mode())
             os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
@@ -57,6 +66,7 @@ def write_all(files: dict[Path, bytes]) -> None:
             with os.fdopen(fd, "wb") as fh:
                 fh.write(data)
                 fh.flush()
+                os.fchmod(fh.fileno(), _file_mode())
                 os.fsync(fh.fileno())
         for tmp, path in staged:
             os.replace(tmp, path)

@@ -68,3 +68,13 @@ def test_version_1_data_wait_becomes_the_host_wait_and_on_cpu_also_the_exposed_w
     pq.write_table(steps.replace_schema_metadata({METADATA_VERSION_KEY: b"1"}), tmp_path / "steps" / "a.parquet")
     (step,) = store.read_steps(tmp_path).to_pylist()
     assert (step["host_data_wait_s"], step["exposed_data_wait_s"]) == (0.1, None)
+
+
+def test_written_files_get_the_usual_permissions(tmp_path):
+    umask = os.umask(0o022)
+    try:
+        store.write_bytes(tmp_path / "a.json", b"{}")
+        store.write_all({tmp_path / "report.html": b"<html>"})
+    finally:
+        os.umask(umask)
+    assert {(tmp_path / n).stat().st_mode & 0o777 for n in ("a.json", "report.html")} == {0o644}
