@@ -20,6 +20,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from harness.results.env import ENV_KEY_FIELDS, cell_env_fields, env_diff, env_key
+from harness.spec.matrix import AXES
 from harness.stats import inference
 from harness.stats.core import Interval
 
@@ -40,7 +41,8 @@ VERDICTS = (REGRESSION, SUSPECT_REGRESSION, FAILED, IMPROVEMENT, SUSPECT_IMPROVE
 ACCURACY_BELOW, ACCURACY_ABOVE, ACCURACY_WITHIN, ACCURACY_NA = "below band", "above band", "within band", "n/a"
 
 BAD_STATUSES = ("failed", "timeout", "crashed")
-AXIS_COLUMNS = ("backend", "memory_format", "precision", "world_size", "grad_accum")
+AXIS_COLUMNS = AXES
+"""The matrix axes, each a column of cells/*.parquet and of verdicts.parquet."""
 THROUGHPUT, FAST_STEPS = "throughput", "fast steps"
 """The metrics a comparison tests, by the name `decided_by` gives them."""
 SAMPLE_COLUMNS = {THROUGHPUT: "throughput_img_per_s", FAST_STEPS: "fast_step_img_per_s"}
@@ -165,6 +167,8 @@ class CellVerdict:
     precision: str | None = None
     world_size: int | None = None
     grad_accum: int | None = None
+    compile: str | None = None
+    """Null in verdicts written before version 4."""
     verdict: str
     reason: str
     method: str = ""
@@ -258,7 +262,8 @@ spreads or speed adjustment (verdicts version 3), so its MetricVerdict never car
 _METRIC_FIELDS = frozenset(METRIC_COLUMNS)
 
 VERDICT_COLUMNS = (
-    "cell_id", "backend", "memory_format", "precision", "world_size", "grad_accum", "verdict", "reason", "method",
+    "cell_id", "backend", "memory_format", "precision", "world_size", "grad_accum", "compile", "verdict", "reason",
+    "method",
     "effect_pct", "ci_low_pct", "ci_high_pct", "ci_level", "p_value", "p_adjusted", "decided_by",
     "throughput_p_value", "fast_effect_pct", "fast_ci_low_pct", "fast_ci_high_pct", "fast_p_value",
     "candidate_fast_img_per_s", "baseline_fast_img_per_s", "floor_pct", "fdr_q", "mdc_pct", "num_candidate",
@@ -268,7 +273,7 @@ VERDICT_COLUMNS = (
     "unadjusted_effect_pct", "speed_probe_change_pct", "speed_slope", "fire_drill_pct", "baseline_fire_drill_pct",
     "is_smoke", "env_diff", "candidate_run_id", "baseline_run_id",
 )
-"""The columns of verdicts.parquet (version 3), in order: CellVerdict's cell-level fields and every
+"""The columns of verdicts.parquet (version 4), in order: CellVerdict's cell-level fields and every
 MetricVerdict flattened by METRIC_COLUMNS."""
 
 

@@ -51,11 +51,12 @@ from harness.results.schema import STEP_SCHEMA
 from harness.spec.cells import cell_label as label
 from harness.stats.window import FAST_STEP_QUANTILE
 
-VERDICTS_VERSION = 3
+VERDICTS_VERSION = 4
 """Version of verdicts.parquet (schema metadata nvbench.verdicts_version). 1: first release. 2: the
 speed-adjustment columns unadjusted_effect_pct, speed_probe_change_pct and speed_slope. 3: the fast-step
 rate (decided_by, throughput_p_value, fast_effect_pct, fast_ci_low_pct, fast_ci_high_pct, fast_p_value,
-candidate_fast_img_per_s, baseline_fast_img_per_s); p_value is the cell's (Bonferroni over its metrics)."""
+candidate_fast_img_per_s, baseline_fast_img_per_s); p_value is the cell's (Bonferroni over its metrics). 4: the
+compile axis (`compile`; null when read from an older file)."""
 
 REPORT_FILES = ("report.html", "summary.md", "verdicts.parquet", "junit.xml")
 
@@ -122,7 +123,7 @@ def suspects(comparison: Comparison) -> list[dict[str, Any]]:
     out = []
     for v in comparison.verdicts:
         if v.cell_id in comparison.suspects:
-            only = [f"{axis}={getattr(v, axis)}" for axis in compare.AXIS_COLUMNS]
+            only = [f"{axis}={getattr(v, axis)}" for axis in compare.AXIS_COLUMNS if getattr(v, axis) is not None]
             out.append({"cell_id": v.cell_id, "verdict": v.verdict, "effect_pct": v.throughput.effect_pct,
                         "robust_z": v.robust_z, "only": only})
     return out
@@ -842,8 +843,8 @@ def verdict_table(comparison: Comparison) -> pa.Table:
 
 
 def read_verdicts(path: Path) -> list[CellVerdict]:
-    """verdicts.parquet back as CellVerdicts. Versions 1 and 2 lack the speed-adjustment (2) and fast-step (3)
-    columns: they read as null. store.UnreadableFile, naming the file, when it is no verdicts table."""
+    """verdicts.parquet back as CellVerdicts. Older versions lack the speed-adjustment (2), fast-step (3) and
+    compile (4) columns: they read as null. store.UnreadableFile, naming the file, when it is no verdicts table."""
     try:
         table = pq.read_table(path)
     except (pa.ArrowException, OSError) as exc:

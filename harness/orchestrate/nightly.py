@@ -37,7 +37,8 @@ def targets(report_dir: Path) -> list[str]:
         flags = {f for s in store.read_json(report_dir / "suspects.json") for f in s["only"]}
     else:
         verdicts = report.read_verdicts(report_dir / "verdicts.parquet")
-        flags = {f"{axis}={getattr(v, axis)}" for v in verdicts if _screened(v) for axis in compare.AXIS_COLUMNS}
+        flags = {f"{axis}={getattr(v, axis)}" for v in verdicts if _screened(v) for axis in compare.AXIS_COLUMNS
+                 if getattr(v, axis) is not None}
     return [arg for flag in sorted(flags) for arg in ("--only", flag)]
 
 

@@ -27,8 +27,9 @@ from harness.spec.cells import job_key
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 
-VERDICTS_V3_COLUMNS = (
-    "cell_id", "backend", "memory_format", "precision", "world_size", "grad_accum", "verdict", "reason", "method",
+VERDICTS_V4_COLUMNS = (
+    "cell_id", "backend", "memory_format", "precision", "world_size", "grad_accum", "compile", "verdict", "reason",
+    "method",
     "effect_pct", "ci_low_pct", "ci_high_pct", "ci_level", "p_value", "p_adjusted", "decided_by",
     "throughput_p_value", "fast_effect_pct", "fast_ci_low_pct", "fast_ci_high_pct", "fast_p_value",
     "candidate_fast_img_per_s", "baseline_fast_img_per_s", "floor_pct", "fdr_q", "mdc_pct", "num_candidate",
@@ -38,7 +39,8 @@ VERDICTS_V3_COLUMNS = (
     "unadjusted_effect_pct", "speed_probe_change_pct", "speed_slope", "fire_drill_pct", "baseline_fire_drill_pct",
     "is_smoke", "env_diff", "candidate_run_id", "baseline_run_id",
 )  # fmt: skip
-"""verdicts.parquet version 3, as the release wrote it: a reader's contract, whatever shape CellVerdict takes."""
+"""verdicts.parquet version 4 (version 3 and the `compile` axis): a reader's contract, whatever shape CellVerdict
+takes."""
 
 
 def _matrix(folder: Path, name: str, axes: str, repeats: int) -> Path:
@@ -180,8 +182,9 @@ def test_report_of_a_run_against_itself(runs):
     suite = junit(out / "junit.xml")
     assert [suite.get(k) for k in ("tests", "failures", "errors", "skipped")] == ["2", "0", "0", "2"]
     table = pq.read_table(out / "verdicts.parquet")
-    assert table.schema.metadata[b"nvbench.verdicts_version"] == b"3"
-    assert tuple(table.column_names) == VERDICTS_V3_COLUMNS
+    assert table.schema.metadata[b"nvbench.verdicts_version"] == b"4"
+    assert tuple(table.column_names) == VERDICTS_V4_COLUMNS
+    assert {r["compile"] for r in table.to_pylist()} == {"eager"}  # every axis of the cell, the new one too
     thresholds = json.loads(table.schema.metadata[b"nvbench.thresholds"])
     assert thresholds["min_repeats"] == 5 and thresholds["speed_adjust"] is True
     plain = root / "plain"
@@ -322,6 +325,7 @@ def test_history_screening_names_suspects_but_does_not_fail(runs):
     suspects = json.loads((out / "suspects.json").read_text())
     assert {s["verdict"] for s in suspects} == {"suspect regression"}
     assert {tuple(s["only"][:1]) for s in suspects} == {("backend=synthetic",), ("backend=pytorch",)}
+    assert all("compile=eager" in s["only"] for s in suspects)  # the rerun targets this compile mode only
     check_html(out / "report.html")
     rows = pq.read_table(out / "verdicts.parquet").to_pylist()
     assert all(r["num_history_runs"] == 6 and r["effect_pct"] == pytest.approx(-30.0, abs=0.5) for r in rows)

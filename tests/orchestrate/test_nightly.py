@@ -105,8 +105,10 @@ def _run_folder(path: Path, environment: dict, rows: list[dict]) -> Path:
 
 
 def _verdicts(folder: Path, *rows: dict) -> None:
-    """verdicts.parquet as nvbench report writes it, one verdict per dict (axes nchw fp32 ws1 ga1 unless given)."""
-    defaults = {"memory_format": "nchw", "precision": "fp32", "world_size": 1, "grad_accum": 1, "reason": "",
+    """verdicts.parquet as nvbench report writes it, one verdict per dict (axes nchw fp32 ws1 ga1 eager unless
+    given)."""
+    defaults = {"memory_format": "nchw", "precision": "fp32", "world_size": 1, "grad_accum": 1, "compile": "eager",
+                "reason": "",
                 "floor_pct": 3.0, "fdr_q": 0.01, "accuracy_tolerance": 0.01}
     verdicts = [compare.CellVerdict(cell_id=f"c{i}", **defaults | row) for i, row in enumerate(rows)]
     run = compare.RunData(path="r", run_id="r", created_at="", environment={}, rows=())
@@ -128,7 +130,7 @@ def test_targets_are_the_regressions_of_a_baseline_report_or_the_suspects_of_a_s
               {"verdict": "unchanged", "backend": "synthetic", **_change(2.0, 0.01)})
     assert nightly.targets(tmp_path) == [
         "--only", "backend=dali-cpu", "--only", "backend=dali-gpu", "--only", "backend=pytorch",
-        "--only", "grad_accum=1", "--only", "memory_format=nchw", "--only", "precision=fp32", "--only", "world_size=1"]
+        "--only", "compile=eager", "--only", "grad_accum=1", "--only", "memory_format=nchw", "--only", "precision=fp32", "--only", "world_size=1"]
     store.write_json(tmp_path / "suspects.json", [{"cell_id": "c", "only": ["backend=synthetic", "precision=bf16"]}])
     assert nightly.targets(tmp_path) == ["--only", "backend=synthetic", "--only", "precision=bf16"]
 
@@ -167,3 +169,14 @@ def test_code_is_the_recorded_commit_only_when_clean_and_ran_needs_an_ok_repeat_
     assert nightly.unusable_side(tmp_path / "ab") is None and nightly.main(["ran", str(tmp_path / "ab")]) == 0
     assert nightly.main(["code", str(tmp_path / "nowhere")]) == 2
     assert nightly.main(["sideways"]) == 2
+
+
+def test_a_version_3_verdicts_table_reads_with_no_compile_axis_and_targets_name_none(tmp_path):
+    _verdicts(tmp_path, {"verdict": "regression", "backend": "pytorch"})
+    table = pq.read_table(tmp_path / "verdicts.parquet")
+    meta = {**table.schema.metadata, b"nvbench.verdicts_version": b"3"}
+    old = table.drop_columns(["compile"]).replace_schema_metadata(meta)  # as a release before the axis wrote it
+    store.write_table(tmp_path / "verdicts.parquet", old)
+    assert [v.compile for v in report.read_verdicts(tmp_path / "verdicts.parquet")] == [None]
+    assert nightly.targets(tmp_path) == ["--only", "backend=pytorch", "--only", "grad_accum=1", "--only",
+                                         "memory_format=nchw", "--only", "precision=fp32", "--only", "world_size=1"]
