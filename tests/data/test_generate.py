@@ -49,6 +49,30 @@ def test_same_parameters_give_identical_bytes(tmp_path):
     assert read(a) != read(c)
 
 
+@pytest.mark.parametrize("kind", ["shapes", "digits"])
+def test_a_pool_of_processes_writes_the_same_bytes_as_one_process(tmp_path, kind):
+    one = make_dataset(tmp_path / "one", kind=kind, workers=1, **TINY)
+    pool = make_dataset(tmp_path / "pool", kind=kind, workers=3, **TINY)  # spawned children render the classes
+    files = _files(one)
+    assert [p.relative_to(one) for p in files] == [p.relative_to(pool) for p in _files(pool)]
+    assert [p.read_bytes() for p in files] == [p.read_bytes() for p in _files(pool)]
+    # each class draws from its own generator: no two classes' first images alike
+    firsts = [(one / "train" / name / "00000.jpg").read_bytes() for name in class_names(3)]
+    assert len(set(firsts)) == 3
+
+
+def test_a_large_dataset_renders_on_every_usable_core(tmp_path, monkeypatch):
+    used = []
+    monkeypatch.setattr(generate, "_usable_cores", lambda: 5)
+    monkeypatch.setattr(generate, "_write_splits", lambda root, p, names, workers: used.append(workers) or
+                        {"train": 0, "val": 0})
+    make_dataset(tmp_path / "small", **TINY)
+    big = {**TINY, "train_per_class": generate.PARALLEL_MIN_IMAGES // 3}
+    make_dataset(tmp_path / "big", **big)
+    make_dataset(tmp_path / "two", image_size=16, num_classes=1, train_per_class=2000, val_per_class=1)
+    assert used == [1, 5, 2]  # small: one process; large: the cores, at most one per class and split
+
+
 def test_shapes_classes_differ_in_colour_and_images_vary(tmp_path):
     out = make_dataset(tmp_path / "ds", image_size=32, num_classes=10, train_per_class=3, val_per_class=1)
     means = []
@@ -107,15 +131,15 @@ def test_failure_midway_leaves_nothing_visible(tmp_path, monkeypatch):
 def test_dataset_appears_only_when_complete(tmp_path, monkeypatch):
     # Watch the destination while the generator writes: it must not exist until the manifest is in.
     seen = []
-    real = generate._write_split
+    real = generate._write_splits
 
     def spy(root, *args):
         seen.append((root.name.startswith("."), (tmp_path / "ds").exists()))
         return real(root, *args)
 
-    monkeypatch.setattr(generate, "_write_split", spy)
+    monkeypatch.setattr(generate, "_write_splits", spy)
     make_dataset(tmp_path / "ds", **TINY)
-    assert seen == [(True, False), (True, False)]
+    assert seen == [(True, False)]
     assert [p.name for p in tmp_path.iterdir()] == ["ds"]
 
 
