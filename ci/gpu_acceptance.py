@@ -118,9 +118,12 @@ def pytest_check(name: str, marker: str, out: Path, *, parallel: bool) -> Callab
         xml = out / f"{name}.xml"
         argv = [sys.executable, "-m", "pytest", "-m", marker, "-q", "-p", "no:cacheprovider", f"--junitxml={xml}"]
         if parallel and importlib.util.find_spec("xdist") is not None:
-            # At most 8 workers: each test starts cell processes of its own, and tests with timeouts (a hung cell
-            # killed after 25 s) must not see their healthy cells slowed past them.
-            argv += ["-n", str(min(8, max(2, (os.cpu_count() or 2) // 2))), "--dist", "worksteal"]
+            # At most 8 workers, at least 2 cores each: each test starts cell processes of its own, and tests with
+            # timeouts (a hung cell killed after 25 s) must not see their healthy cells slowed past them. Every
+            # worker keeps to a disjoint share of the cores (tests/conftest.py), so its cells size their threads
+            # as on the 2-core CI machine.
+            cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 2)
+            argv += ["-n", str(min(8, max(2, cores // 2))), "--dist", "worksteal"]
         code = run(argv, log=out / f"{name}.log", timeout=timeout)
         counts = junit_counts(xml)
         check.figures = {k: v for k, v in counts.items() if k != "not_passed"}
