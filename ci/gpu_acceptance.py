@@ -5,11 +5,12 @@
 From the project root of a fresh GPU machine (the image's own torch; DALI when installed) it runs, within
 its budget (9 minutes by default): the suite without the GPU-marked tests, in parallel where pytest-xdist
 is installed; the GPU-marked tests, serially (they time a real stream); the DALI tests when DALI is
-importable (inside those two runs, counted apart); the mission slice (4 backends x nhwc x fp16/bf16, world
-size 1, accumulation 1 and 2, at the acceptance's shorter window) with loader efficiency and both data-wait
-figures; the overhead benchmark (harness / bare loop); a torch profile. It writes gpu-acceptance.json and
-gpu-acceptance.md into OUT_DIR: pass/fail per check, every figure, versions, device. Exit 0 when no
-check failed, 1 otherwise.
+importable (inside those two runs, counted apart); the overhead benchmark (harness / bare loop); a torch
+profile; then, alone on the machine, the mission slice (4 backends x nhwc x fp16/bf16, world size 1,
+accumulation 1 and 2, at the acceptance's shorter window) with loader efficiency and both data-wait
+figures. With 8 or more cores the suite runs on all but 4 of them while the GPU checks run one after
+another on those 4 (split_cores). It writes gpu-acceptance.json and gpu-acceptance.md into OUT_DIR:
+pass/fail per check, every figure, versions, device. Exit 0 when no check failed, 1 otherwise.
 
 Without a GPU it says so and runs the CPU-meaningful part (the environment and the mission slice's
 synthetic bf16 cell under --smoke: the run, its figures and both reports), then exits 0 if that part
@@ -19,10 +20,12 @@ passed: CI runs it as a smoke.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -43,6 +46,10 @@ AGREEMENT = 0.05
 """Exposed data-wait fraction and 1 - loader efficiency must agree this closely (issue 15)."""
 OVERHEAD_TARGET = 0.99
 """harness / bare throughput at least this on a GPU."""
+GPU_SIDE_CORES = 4
+"""Cores kept for the GPU checks while the suite runs beside them (one process each, mostly waiting on the GPU)."""
+SLICE_RESERVE_S = 360.0
+"""Budget the suite leaves to the mission slice: a suite that overruns fails, and the slice's figures still come."""
 
 
 @dataclass
@@ -63,14 +70,45 @@ class Budget:
         return self.deadline - time.monotonic()
 
 
-def run(argv: list[str], *, log: Path, timeout: float, env: dict[str, str] | None = None) -> int | None:
-    """Run argv with its output in `log`; the exit code, or None if it outran `timeout`."""
+def start(argv: list[str], *, log: Path, env: dict[str, str] | None = None,
+          cores: list[int] | None = None) -> subprocess.Popen:
+    """Start argv in a session of its own (so a timeout ends its children too), output in `log`, on `cores`."""
+    pin = (lambda: os.sched_setaffinity(0, cores)) if cores else None
     with open(log, "w") as fh:
-        try:
-            return subprocess.run(argv, cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT, timeout=max(1.0, timeout),
-                                  env={**os.environ, **(env or {})}).returncode
-        except subprocess.TimeoutExpired:
-            return None
+        return subprocess.Popen(argv, cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})},
+                                preexec_fn=pin, start_new_session=True)
+
+
+def finish(proc: subprocess.Popen, timeout: float) -> int | None:
+    """The exit code, or None when it outran `timeout` (then it and every process it started are killed)."""
+    try:
+        return proc.wait(timeout=max(1.0, timeout))
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        return None
+
+
+def run(argv: list[str], *, log: Path, timeout: float, env: dict[str, str] | None = None,
+        cores: list[int] | None = None) -> int | None:
+    """Run argv with its output in `log`; the exit code, or None if it outran `timeout`."""
+    return finish(start(argv, log=log, env=env, cores=cores), timeout)
+
+
+def usable_cores() -> list[int]:
+    return sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+
+
+def split_cores(cores: list[int]) -> tuple[list[int], list[int]] | None:
+    """(the suite's cores, the GPU checks' cores), or None where there are too few to share.
+
+    The suite's CPU tests need no GPU and the GPU-marked tests, the overhead benchmark and the profile need
+    little CPU, so the two run side by side on disjoint cores. The mission slice runs after both, alone with
+    every core: its loader efficiency is a CPU figure too."""
+    if len(cores) < 8:
+        return None
+    return cores[:-GPU_SIDE_CORES], cores[-GPU_SIDE_CORES:]
 
 
 def timed(check: Check, budget: Budget, need_s: float, body: Callable[[Check, float], None]) -> Check:
@@ -113,25 +151,41 @@ def junit_counts(path: Path, only: str | None = None) -> dict[str, int]:
     return counts
 
 
-def pytest_check(name: str, marker: str, out: Path, *, parallel: bool) -> Callable[[Check, float], None]:
+def junit_seconds(path: Path) -> float:
+    """The session's wall time as pytest recorded it in a junit file (0 when there is none)."""
+    if not path.is_file():
+        return 0.0
+    return round(sum(float(s.get("time") or 0) for s in ET.parse(path).getroot().iter("testsuite")), 1)
+
+
+def pytest_argv(name: str, marker: str, out: Path, *, cores: list[int] | None) -> list[str]:
+    """pytest over the tests `marker` selects, junit into out/NAME.xml; in parallel over `cores` when given."""
+    argv = [sys.executable, "-m", "pytest", "-m", marker, "-q", "-p", "no:cacheprovider",
+            f"--junitxml={out / f'{name}.xml'}"]
+    if cores and importlib.util.find_spec("xdist") is not None:
+        # At most 8 workers, at least 2 cores each: each test starts cell processes of its own, and tests with
+        # timeouts (a hung cell killed after 25 s) must not see their healthy cells slowed past them. Every
+        # worker keeps to a disjoint share of the cores (tests/conftest.py), so its cells size their threads
+        # as on the 2-core CI machine.
+        argv += ["-n", str(min(8, max(2, len(cores) // 2))), "--dist", "worksteal"]
+    return argv
+
+
+def pytest_result(check: Check, name: str, out: Path, code: int | None, timeout: float) -> None:
+    counts = junit_counts(out / f"{name}.xml")
+    check.figures = {k: v for k, v in counts.items() if k != "not_passed"}
+    check.figures["exit_code"] = code
+    bad = counts.get("not_passed") or []
+    check.status = "pass" if code == 0 else "fail"
+    check.detail = (f"timed out after {timeout:.0f} s" if code is None else
+                    "; ".join(bad[:8]) + (f" and {len(bad) - 8} more" if len(bad) > 8 else ""))
+
+
+def pytest_check(name: str, marker: str, out: Path, *, parallel: bool,
+                 cores: list[int] | None = None) -> Callable[[Check, float], None]:
     def body(check: Check, timeout: float) -> None:
-        xml = out / f"{name}.xml"
-        argv = [sys.executable, "-m", "pytest", "-m", marker, "-q", "-p", "no:cacheprovider", f"--junitxml={xml}"]
-        if parallel and importlib.util.find_spec("xdist") is not None:
-            # At most 8 workers, at least 2 cores each: each test starts cell processes of its own, and tests with
-            # timeouts (a hung cell killed after 25 s) must not see their healthy cells slowed past them. Every
-            # worker keeps to a disjoint share of the cores (tests/conftest.py), so its cells size their threads
-            # as on the 2-core CI machine.
-            cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 2)
-            argv += ["-n", str(min(8, max(2, cores // 2))), "--dist", "worksteal"]
-        code = run(argv, log=out / f"{name}.log", timeout=timeout)
-        counts = junit_counts(xml)
-        check.figures = {k: v for k, v in counts.items() if k != "not_passed"}
-        check.figures["exit_code"] = code
-        bad = counts.get("not_passed") or []
-        check.status = "pass" if code == 0 else "fail"
-        check.detail = (f"timed out after {timeout:.0f} s" if code is None else
-                        "; ".join(bad[:8]) + (f" and {len(bad) - 8} more" if len(bad) > 8 else ""))
+        argv = pytest_argv(name, marker, out, cores=(cores or usable_cores()) if parallel else None)
+        pytest_result(check, name, out, run(argv, log=out / f"{name}.log", timeout=timeout, cores=cores), timeout)
     return body
 
 
@@ -223,12 +277,12 @@ def agreement_check(mission: Check) -> Check:
 
 # ---------------------------------------------------------------- overhead and profile
 
-def overhead_check(out: Path) -> Callable[[Check, float], None]:
+def overhead_check(out: Path, cores: list[int] | None = None) -> Callable[[Check, float], None]:
     def body(check: Check, timeout: float) -> None:
         argv = [sys.executable, "benchmarks/overhead.py", "--model", "resnet50", "--image-size", "224",
                 "--batch-size", "256", "--precision", "fp16", "--memory-format", "nhwc", "--steps", "100",
                 "--warmup", "30", "--rounds", "2", "--device", "cuda"]
-        code = run(argv, log=out / "overhead.log", timeout=timeout)
+        code = run(argv, log=out / "overhead.log", timeout=timeout, cores=cores)
         text = (out / "overhead.log").read_text()
         rounds = [float(x) for x in re.findall(r"ratio (\d+\.\d+)", text)]
         median = re.search(r"harness / bare: median (\d+\.\d+)", text)
@@ -242,12 +296,12 @@ def overhead_check(out: Path) -> Callable[[Check, float], None]:
     return body
 
 
-def profile_check(out: Path) -> Callable[[Check, float], None]:
+def profile_check(out: Path, cores: list[int] | None = None) -> Callable[[Check, float], None]:
     def body(check: Check, timeout: float) -> None:
         argv = [sys.executable, "-m", "harness", "profile", str(MISSION), *SLICE[:4], "--only", "precision=fp16",
                 "--only", "backend=synthetic", "--only", "grad_accum=1", "--tool", "torch", "--steps", "10",
                 "--out", str(out / "profile")]
-        code = run(argv, log=out / "profile.log", timeout=timeout)
+        code = run(argv, log=out / "profile.log", timeout=timeout, cores=cores)
         traces = sorted(str(p.relative_to(out)) for p in (out / "profile").rglob("*.trace.json"))
         tables = sorted((out / "profile").rglob("*.key_averages.txt"))
         top = tables[0].read_text().splitlines()[:12] if tables else []
@@ -303,6 +357,34 @@ def _n(value: Any, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
+def gpu_machine_checks(out: Path, budget: Budget) -> list[Check]:
+    """Every check of a GPU machine. Where the cores allow, the suite runs beside the GPU-marked tests, the
+    overhead benchmark and the profile (split_cores); the mission slice then runs alone."""
+    split = split_cores(usable_cores())
+    if split is None:
+        suite = timed(Check("suite"), budget, 60, pytest_check("suite", "not gpu", out, parallel=True))
+        gpu_side = [timed(Check("gpu-tests"), budget, 30, pytest_check("gpu-tests", "gpu", out, parallel=False))]
+    else:
+        suite_cores, gpu_cores = split
+        suite = Check("suite")
+        proc = start(pytest_argv("suite", "not gpu", out, cores=suite_cores), log=out / "suite.log", cores=suite_cores)
+        gpu_side = [timed(Check("gpu-tests"), budget, 30, pytest_check("gpu-tests", "gpu", out, parallel=False,
+                                                                          cores=gpu_cores)),
+                    timed(Check("overhead"), budget, 60, overhead_check(out, gpu_cores)),
+                    timed(Check("profile"), budget, 20, profile_check(out, gpu_cores))]
+        timeout = max(60.0, budget.left() - SLICE_RESERVE_S)
+        pytest_result(suite, "suite", out, finish(proc, timeout), timeout)
+        suite.duration_s = junit_seconds(out / "suite.xml") or timeout  # its own time, not the GPU checks' it waited on
+        suite.figures |= {"cores": len(suite_cores), "gpu_checks_cores": len(gpu_cores)}
+    checks = [suite, gpu_side[0], dali_check(out)]
+    mission = timed(Check("mission-slice"), budget, 120, mission_check(out, SLICE))
+    checks += [mission, agreement_check(mission)]
+    if split is None:
+        gpu_side += [timed(Check("overhead"), budget, 60, overhead_check(out)),
+                     timed(Check("profile"), budget, 20, profile_check(out))]
+    return checks + gpu_side[1:]
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("out", nargs="?", help="folder for the results (default: reports/gpu-acceptance-<UTC time>)")
@@ -321,13 +403,7 @@ def main(argv: list[str] | None = None) -> int:
                  "--only", "backend=synthetic", "--only", "grad_accum=1"]
         checks.append(timed(Check("mission-slice-smoke"), budget, 30, mission_check(out, smoke, smoke=True)))
     else:
-        checks.append(timed(Check("suite"), budget, 60, pytest_check("suite", "not gpu", out, parallel=True)))
-        checks.append(timed(Check("gpu-tests"), budget, 30, pytest_check("gpu-tests", "gpu", out, parallel=False)))
-        checks.append(dali_check(out))
-        mission = timed(Check("mission-slice"), budget, 120, mission_check(out, SLICE))
-        checks += [mission, agreement_check(mission)]
-        checks.append(timed(Check("overhead"), budget, 60, overhead_check(out)))
-        checks.append(timed(Check("profile"), budget, 20, profile_check(out)))
+        checks += gpu_machine_checks(out, budget)
     write_report(out, env, checks, started.isoformat(timespec="seconds"), time.monotonic() - t0)
     for c in checks:
         print(f"{c.status:>4}  {c.name}: {c.detail}", file=sys.stderr)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 
@@ -64,3 +65,26 @@ def test_junit_counts_name_what_did_not_pass(tmp_path):
     assert counts["not_passed"] == ["tests.test_a::bad", "tests.test_data_dali::err"]
     dali = acceptance.junit_counts(xml, only="test_data_dali")
     assert (dali["skipped"], dali["errors"], dali["passed"]) == (1, 1, 0)
+
+
+def test_the_suite_shares_the_cores_with_the_gpu_checks_only_where_there_are_enough():
+    assert acceptance.split_cores(list(range(16))) == (list(range(12)), [12, 13, 14, 15])
+    assert acceptance.split_cores([0, 1]) is None and acceptance.split_cores(list(range(7))) is None
+    assert acceptance.pytest_argv("suite", "not gpu", ROOT, cores=list(range(12)))[-4:-2] in (["-n", "6"], [])
+
+
+def test_a_check_that_outruns_its_time_is_killed_with_every_process_it_started(tmp_path):
+    pid_file = tmp_path / "grandchild"
+    proc = acceptance.start(["bash", "-c", f"sleep 60 & echo $! > {pid_file}; wait"], log=tmp_path / "log",
+                            cores=[0])
+    assert acceptance.finish(proc, timeout=2) is None
+    grandchild = int(pid_file.read_text())
+    with pytest.raises(ProcessLookupError):  # the sleep the shell started is gone too, not orphaned
+        os.kill(grandchild, 0)
+    assert acceptance.run(["bash", "-c", "exit 3"], log=tmp_path / "log", timeout=10) == 3
+
+
+def test_the_suite_beside_the_gpu_checks_reports_its_own_time(tmp_path):
+    (tmp_path / "suite.xml").write_text('<testsuites><testsuite name="pytest" time="12.345"/></testsuites>')
+    assert acceptance.junit_seconds(tmp_path / "suite.xml") == 12.3
+    assert acceptance.junit_seconds(tmp_path / "missing.xml") == 0.0
