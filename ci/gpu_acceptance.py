@@ -76,7 +76,7 @@ def start(argv: list[str], *, log: Path, env: dict[str, str] | None = None,
     pin = (lambda: os.sched_setaffinity(0, cores)) if cores else None
     with open(log, "w") as fh:
         return subprocess.Popen(argv, cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})},
-                                preexec_fn=pin, start_new_session=True)
+                                preexec_fn=pin, start_new_session=True)  # noqa: PLW1509 (this process starts no threads)
 
 
 def finish(proc: subprocess.Popen, timeout: float) -> int | None:

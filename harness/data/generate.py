@@ -9,11 +9,11 @@ from __future__ import annotations
 import colorsys
 import dataclasses
 import functools
-import multiprocessing
 import hashlib
 import importlib.util
 import json
 import math
+import multiprocessing
 import os
 import shutil
 import uuid
