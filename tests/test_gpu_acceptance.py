@@ -51,6 +51,25 @@ def test_the_data_wait_agreement_is_judged_per_real_data_cell():
     assert acceptance.agreement_check(acceptance.Check("mission-slice")).status == "skip"
 
 
+def test_each_agreement_carries_the_loader_efficiencys_own_uncertainty():
+    # Run 2's dali-gpu/fp16/ga1 and its synthetic twin on the H100 (docs/gpu-validation.md): 0.052 apart.
+    def row(cell, img_s, low, high, eff, exposed):
+        return {"cell": cell, "status": "ok", "throughput_img_per_s": img_s, "throughput_ci_low_img_per_s": low,
+                "throughput_ci_high_img_per_s": high, "loader_efficiency": eff, "exposed_data_wait_frac": exposed}
+
+    mission = acceptance.Check("mission-slice", figures={"cells": [
+        row("dali-gpu/nhwc/fp16/ga1", 4555, 4361, 4767, 0.945, 0.003),
+        row("synthetic/nhwc/fp16/ga1", 4817, 4639, 5010, None, 0.0),
+        row("pytorch/nhwc/fp16/ga2", 2600, None, None, 0.54, 0.45)]})
+    check = acceptance.agreement_check(mission)
+    dali, pytorch = check.figures["cells"]
+    expected = 0.945 * (((4767 - 4361) / 2 / 4555) ** 2 + ((5010 - 4639) / 2 / 4817) ** 2) ** 0.5
+    assert dali["loader_efficiency_uncertainty"] == pytest.approx(expected) and expected == pytest.approx(0.056, abs=1e-3)
+    assert pytorch["loader_efficiency_uncertainty"] is None  # no interval, no twin: nothing claimed
+    assert check.status == "fail"  # the verdict is the tolerance's alone
+    assert "dali-gpu/nhwc/fp16/ga1 -0.052 (loader efficiency +-0.056)" in check.detail
+
+
 def test_junit_counts_name_what_did_not_pass(tmp_path):
     xml = tmp_path / "j.xml"
     xml.write_text("""<testsuites><testsuite>
