@@ -294,7 +294,8 @@ def agreement_check(mission: Check) -> Check:
     check.status = "fail" if off else "pass"
     check.figures = {"tolerance": AGREEMENT, "cells": pairs}
     check.detail = (f"{len(off)} of {len(pairs)} cells differ by more than {AGREEMENT}: "
-                    + ", ".join(said(p) for p in off)) if off else f"all {len(pairs)} real-data cells within {AGREEMENT}"
+                    + ", ".join(said(p) for p in off)) if off else \
+        f"all {len(pairs)} real-data cells within {AGREEMENT}"
     return check
 
 
