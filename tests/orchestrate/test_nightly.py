@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pyarrow as pa
@@ -70,7 +71,16 @@ def test_nightly_describes_then_fails_on_a_fire_drill(tmp_path, tiny_matrix):
     assert not (reports / "night3").exists()
     if same_code is None:
         pytest.skip("the A/B confirmation checks out the baseline's commit: needs a clean git checkout")
-    drill = night(matrix, reports, "night4", NVBENCH_RUN_ARGS="--fire-drill 200", NVBENCH_CONFIRM="interleaved")
+    # Two nights side by side, one core each (their cells use one thread): night4 a drill confirmed by an
+    # interleaved A/B on the screen's targets; night5 a quiet night with NVBENCH_CONFIRM=every, where no
+    # screen is asked and the A/B judges every cell (here at the default thresholds, so 1 + 1 repeats are
+    # `insufficient data` and cannot fail by chance). Each checks out the baseline in a worktree of its own.
+    with ThreadPoolExecutor(2) as pool:
+        fourth = pool.submit(night, matrix, reports, "night4", NVBENCH_RUN_ARGS="--fire-drill 200",
+                             NVBENCH_CONFIRM="interleaved")
+        fifth = pool.submit(night, matrix, reports, "night5", NVBENCH_CONFIRM="every", NVBENCH_REPORT_ARGS="",
+                            NVBENCH_REPEATS="1", NVBENCH_CONFIRM_REPEATS="")  # empty: as many as the night's run
+        drill, quiet = fourth.result(), fifth.result()
     assert drill.returncode == 1, drill.stdout + drill.stderr
     assert f"confirming by A/B: A = {same_code} (baseline)" in drill.stderr
     meta = json.loads((reports / "night4-ab" / "ab.json").read_text())
@@ -84,10 +94,6 @@ def test_nightly_describes_then_fails_on_a_fire_drill(tmp_path, tiny_matrix):
                for side in ("a", "b")}
     assert drilled == {"a": {0.0}, "b": {200.0}}
 
-    # NVBENCH_CONFIRM=every: no screen, the A/B judges every cell (here at the default thresholds, so
-    # 1 + 1 repeats are `insufficient data` and cannot fail by chance)
-    quiet = night(matrix, reports, "night5", NVBENCH_CONFIRM="every", NVBENCH_REPORT_ARGS="", NVBENCH_REPEATS="1",
-                  NVBENCH_CONFIRM_REPEATS="")  # empty: as many as the night's run
     assert quiet.returncode == 0, quiet.stdout + quiet.stderr
     assert "confirming by A/B" in quiet.stderr
     (verdict,) = pq.read_table(reports / "night5-ab" / "report" / "verdicts.parquet").to_pylist()

@@ -165,7 +165,7 @@ def test_every_failure_kind_is_a_row_and_the_matrix_completes(tiny_matrix, tmp_p
 
 
 def test_kill_9_then_resume_runs_each_job_exactly_once(tiny_matrix, tmp_path):
-    matrix = tiny_matrix('backend = ["synthetic"]\nmemory_format = ["nchw", "nhwc"]', repeats=2)
+    matrix = tiny_matrix('backend = ["synthetic"]', repeats=3)
     out = tmp_path / "run"
     runner = subprocess.Popen([sys.executable, "-m", "harness", "run", str(matrix), "--out", str(out),
                                "--no-progress"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -177,7 +177,7 @@ def test_kill_9_then_resume_runs_each_job_exactly_once(tiny_matrix, tmp_path):
     runner.send_signal(signal.SIGKILL)  # mid-run: one row written, the next cell's process in flight
     runner.wait()
     done_before = len(list((out / "cells").glob("*.parquet")))
-    assert 1 <= done_before < 4
+    assert 1 <= done_before < 3
     deadline = time.monotonic() + 10  # the in-flight cell dies with its parent (PR_SET_PDEATHSIG)
     while subprocess.run(["pgrep", "-f", str(out / "work")], capture_output=True).stdout:
         assert time.monotonic() < deadline, "the in-flight cell outlived the killed runner"
@@ -185,16 +185,16 @@ def test_kill_9_then_resume_runs_each_job_exactly_once(tiny_matrix, tmp_path):
 
     proc = nvbench("run", "--resume", str(out), "--no-progress")
     assert proc.returncode == 0, proc.stderr
-    assert f"({4 - done_before} of 4 jobs to run)" in proc.stderr
+    assert f"({3 - done_before} of 3 jobs to run)" in proc.stderr
     table = pq.read_table(out / "cells")
     keys = [(r["cell_id"], r["repeat"]) for r in table.to_pylist()]
-    assert len(keys) == len(set(keys)) == 4
+    assert len(keys) == len(set(keys)) == 3
     assert set(table.column("status").to_pylist()) == {"ok"}
     steps = pq.read_table(out / "steps").to_pylist()
-    assert len(steps) == 4 * 4 and len({(s["cell_id"], s["repeat"], s["step"]) for s in steps}) == 16
+    assert len(steps) == 3 * 4 and len({(s["cell_id"], s["repeat"], s["step"]) for s in steps}) == 12
     # A finished run resumes to nothing.
     again = nvbench("run", "--resume", str(out), "--no-progress")
-    assert again.returncode == 0 and "(0 of 4 jobs to run)" in again.stderr
+    assert again.returncode == 0 and "(0 of 3 jobs to run)" in again.stderr
     manifest = json.loads((out / "manifest.json").read_text())
     assert len(manifest["sessions"]) == 3
 
