@@ -136,7 +136,8 @@ def test_targets_are_the_regressions_of_a_baseline_report_or_the_suspects_of_a_s
               {"verdict": "unchanged", "backend": "synthetic", **_change(2.0, 0.01)})
     assert nightly.targets(tmp_path) == [
         "--only", "backend=dali-cpu", "--only", "backend=dali-gpu", "--only", "backend=pytorch",
-        "--only", "compile=eager", "--only", "grad_accum=1", "--only", "memory_format=nchw", "--only", "precision=fp32", "--only", "world_size=1"]
+        "--only", "compile=eager", "--only", "grad_accum=1", "--only", "memory_format=nchw", "--only", "precision=fp32",
+        "--only", "world_size=1"]
     store.write_json(tmp_path / "suspects.json", [{"cell_id": "c", "only": ["backend=synthetic", "precision=bf16"]}])
     assert nightly.targets(tmp_path) == ["--only", "backend=synthetic", "--only", "precision=bf16"]
 
