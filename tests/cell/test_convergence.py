@@ -1,7 +1,11 @@
 """Accuracy is a real signal: a trimmed matrices/convergence-cpu.toml reaches >= 90% top-1 on the CPU,
-with the pytorch and dali-cpu pipelines alike."""
+with the pytorch and dali-cpu pipelines alike. Trimmed: two cells, and 110 measured steps instead of the
+matrix's 190 (the compressed schedule anneals within them; 0.994 top-1 for both cells when it was written,
+docs/performance.md has the full matrix)."""
 
 from __future__ import annotations
+
+import re
 
 import pyarrow.parquet as pq
 import pytest
@@ -12,7 +16,12 @@ from conftest import ROOT, nvbench
 def test_trimmed_convergence_matrix_learns_the_generated_dataset(tmp_path):
     out = tmp_path / "run"
     pytest.importorskip("nvidia.dali")
-    proc = nvbench("run", str(ROOT / "matrices" / "convergence-cpu.toml"), "--only", "backend=pytorch",
+    text, n = re.subn(r"(?m)^measure_steps = 190\b", "measure_steps = 110",
+                      (ROOT / "matrices" / "convergence-cpu.toml").read_text())
+    assert n == 1
+    matrix = tmp_path / "convergence-cpu.toml"
+    matrix.write_text(text)
+    proc = nvbench("run", str(matrix), "--only", "backend=pytorch",
                    "--only", "backend=dali-cpu", "--only", "precision=bf16", "--only", "memory_format=nhwc",
                    "--only", "grad_accum=1", "--out", str(out), "--no-progress",
                    env={"NVBENCH_CACHE": str(tmp_path / "cache")})
