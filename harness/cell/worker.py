@@ -43,6 +43,7 @@ from harness.cell.timing import (
 from harness.data import LoaderSpec, build_loader
 from harness.models import build_model
 from harness.results import store
+from harness.results.env import usable_cpu_count
 from harness.results.schema import step_table
 from harness.spec.cells import Cell
 from harness.spec.matrix import WARMUP_CHUNK, WARMUP_TOLERANCE
@@ -95,10 +96,9 @@ def _setup(job: dict[str, Any]) -> Context:
         torch.backends.cudnn.benchmark = cell.recipe.cudnn_benchmark
     else:
         device = torch.device("cpu")
-        # The node's cores (as this process may use them: taskset, cgroups, SLURM) shared by its ranks.
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        # The node's cores (as this process may use them) shared by its ranks.
         local_world = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
-        torch.set_num_threads(cell.run.threads_per_process or max(1, cores // local_world))
+        torch.set_num_threads(cell.run.threads_per_process or max(1, usable_cpu_count() // local_world))
     if world_size != cell.world_size * cell.launch.nnodes:  # images_per_step and every rate assume the cell's
         raise RuntimeError(f"WORLD_SIZE={world_size} but the cell runs world_size x nnodes = "
                            f"{cell.world_size} x {cell.launch.nnodes} processes; start it with nvbench run")

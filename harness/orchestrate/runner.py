@@ -27,6 +27,7 @@ import harness
 from harness import __version__
 from harness.orchestrate.launch import Outcome, launcher_for, run_process
 from harness.results import store
+from harness.results.env import usable_cpu_count
 from harness.results.schema import CELL_SCHEMA, cell_table
 from harness.spec.cells import Cell, job_key, schedule
 from harness.spec.job import FAULT_ENV, PARENT_PID_ENV
@@ -54,7 +55,7 @@ class Capabilities:
 def probe_capabilities(requested: str, env: dict[str, Any]) -> Capabilities:
     """From the environment fingerprint (NVML-based): the parent never initialises CUDA itself."""
     gpus = int(env.get("gpu_count") or 0) if env.get("device_kind") == "cuda" else 0
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    cpus = usable_cpu_count()
     if requested == "cpu" or (requested == "auto" and gpus == 0):
         return Capabilities(device="cpu", gpu_count=gpus, cpu_count=cpus, device_name=env.get("cpu_model"))
     reason = None if gpus else "run.device = 'cuda' but no CUDA device is visible on this machine"

@@ -192,7 +192,7 @@ def collect_env(
     env["dali_version"] = call_or_none(_dali_version)
     env["python_version"] = platform.python_version()
     env["cpu_model"] = call_or_none(cpu_model)
-    env["cpu_count"] = call_or_none(_usable_cpu_count)
+    env["cpu_count"] = call_or_none(usable_cpu_count)
     env["hostname"] = call_or_none(socket.gethostname)
     env["os"] = call_or_none(platform.platform)
     env["container_image"] = next((environ[v] for v in CONTAINER_IMAGE_VARS if environ.get(v)), None)
@@ -303,10 +303,11 @@ def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str | None:
     return platform.processor() or None
 
 
-def _usable_cpu_count() -> int | None:
+def usable_cpu_count() -> int:
+    """The CPUs this process may run on (taskset, cgroups, SLURM), not the machine's: at least 1."""
     if hasattr(os, "sched_getaffinity"):
         return len(os.sched_getaffinity(0))
-    return os.cpu_count()
+    return os.cpu_count() or 1
 
 
 def git_state(package_dir: Path) -> tuple[str | None, bool | None]:
