@@ -25,6 +25,8 @@ from typing import Callable, Literal
 import numpy as np
 from PIL import Image
 
+from harness.results.env import usable_cpu_count
+
 GENERATOR_VERSION = 2
 """Bump when the images a given set of parameters produces change; it is part of the cache key. 2: each class
 of each split draws from a generator of its own (so classes render in parallel, and alike at any worker count)."""
@@ -218,7 +220,7 @@ def _split_renderer(params: DatasetParams, split: Split) -> Callable[[int, int, 
     return lambda label, i, rng: _render_digit(pools[label][i % len(pools[label])], params.image_size, rng)
 
 
-def _write_class(root: Path, params: DatasetParams, split: Split, label: int, name: str) -> int:
+def _write_class(root: Path, params: DatasetParams, split: Split, label: int, name: str) -> None:
     """Render and write one class of one split; its images depend only on (seed, split, label)."""
     per_class = params.train_per_class if split == "train" else params.val_per_class
     render = _split_renderer(params, split)
@@ -227,24 +229,20 @@ def _write_class(root: Path, params: DatasetParams, split: Split, label: int, na
     class_dir.mkdir(parents=True)
     for i in range(per_class):
         Image.fromarray(render(label, i, rng)).save(class_dir / f"{i:05d}.jpg", quality=params.quality)
-    return per_class
 
 
-def _usable_cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-
-
-def _write_splits(root: Path, params: DatasetParams, names: list[str], workers: int) -> dict[Split, int]:
-    """Every class of both splits, in `workers` processes (1: in this one); images written per split."""
+def _write_splits(root: Path, params: DatasetParams, names: list[str], workers: int) -> None:
+    """Every class of both splits, in `workers` processes (1: in this one)."""
     tasks = [(split, label, name) for split in ("train", "val") for label, name in enumerate(names)]
     if workers <= 1:
-        counts = [_write_class(root, params, split, label, name) for split, label, name in tasks]
+        for split, label, name in tasks:
+            _write_class(root, params, split, label, name)
     else:
         # spawn, not fork: the caller may hold threads (a runner's, DALI's) that a forked child would inherit
-        # mid-lock. The children import this module only (numpy and PIL), never torch.
+        # mid-lock. The children import this module (numpy, PIL, the standard library), never torch.
         with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-            counts = list(pool.map(_write_class, *zip(*[(root, params, *t) for t in tasks]), chunksize=1))
-    return {split: sum(n for (s, _, _), n in zip(tasks, counts) if s == split) for split in ("train", "val")}
+            # list(): waits for every class, and raises the first child's error here
+            list(pool.map(_write_class, *zip(*[(root, params, *t) for t in tasks]), chunksize=1))
 
 
 def _read_manifest(path: Path) -> dict | None:
@@ -299,10 +297,10 @@ def make_dataset(
         names = class_names(p.num_classes)
         total = p.num_classes * (p.train_per_class + p.val_per_class)
         if workers is None:
-            workers = _usable_cores() if total >= PARALLEL_MIN_IMAGES else 1
-        counts = _write_splits(tmp, p, names, min(workers, 2 * p.num_classes))
-        manifest = {**dataclasses.asdict(p), "generator_version": GENERATOR_VERSION, "key": p.key(),
-                    "classes": names, "num_train": counts["train"], "num_val": counts["val"]}
+            workers = usable_cpu_count() if total >= PARALLEL_MIN_IMAGES else 1
+        _write_splits(tmp, p, names, min(workers, 2 * p.num_classes))
+        manifest = {**dataclasses.asdict(p), "generator_version": GENERATOR_VERSION, "key": p.key(), "classes": names,
+                    "num_train": p.num_classes * p.train_per_class, "num_val": p.num_classes * p.val_per_class}
         (tmp / "dataset.json").write_text(json.dumps(manifest, indent=2) + "\n")
         try:
             os.rename(tmp, out)  # atomic; fails if `out` appeared meanwhile and is non-empty

@@ -63,9 +63,8 @@ def test_a_pool_of_processes_writes_the_same_bytes_as_one_process(tmp_path, kind
 
 def test_a_large_dataset_renders_on_every_usable_core(tmp_path, monkeypatch):
     used = []
-    monkeypatch.setattr(generate, "_usable_cores", lambda: 5)
-    monkeypatch.setattr(generate, "_write_splits", lambda root, p, names, workers: used.append(workers) or
-                        {"train": 0, "val": 0})
+    monkeypatch.setattr(generate, "usable_cpu_count", lambda: 5)
+    monkeypatch.setattr(generate, "_write_splits", lambda root, p, names, workers: used.append(workers))
     make_dataset(tmp_path / "small", **TINY)
     big = {**TINY, "train_per_class": generate.PARALLEL_MIN_IMAGES // 3}
     make_dataset(tmp_path / "big", **big)
