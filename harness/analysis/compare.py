@@ -41,8 +41,6 @@ VERDICTS = (REGRESSION, SUSPECT_REGRESSION, FAILED, IMPROVEMENT, SUSPECT_IMPROVE
 ACCURACY_BELOW, ACCURACY_ABOVE, ACCURACY_WITHIN, ACCURACY_NA = "below band", "above band", "within band", "n/a"
 
 BAD_STATUSES = ("failed", "timeout", "crashed")
-AXIS_COLUMNS = AXES
-"""The matrix axes, each a column of cells/*.parquet and of verdicts.parquet."""
 THROUGHPUT, FAST_STEPS = "throughput", "fast steps"
 """The metrics a comparison tests, by the name `decided_by` gives them."""
 SAMPLE_COLUMNS = {THROUGHPUT: "throughput_img_per_s", FAST_STEPS: "fast_step_img_per_s"}
@@ -262,8 +260,7 @@ spreads or speed adjustment (verdicts version 3), so its MetricVerdict never car
 _METRIC_FIELDS = frozenset(METRIC_COLUMNS)
 
 VERDICT_COLUMNS = (
-    "cell_id", "backend", "memory_format", "precision", "world_size", "grad_accum", "compile", "verdict", "reason",
-    "method",
+    "cell_id", *AXES, "verdict", "reason", "method",
     "effect_pct", "ci_low_pct", "ci_high_pct", "ci_level", "p_value", "p_adjusted", "decided_by",
     "throughput_p_value", "fast_effect_pct", "fast_ci_low_pct", "fast_ci_high_pct", "fast_p_value",
     "candidate_fast_img_per_s", "baseline_fast_img_per_s", "floor_pct", "fdr_q", "mdc_pct", "num_candidate",
@@ -273,8 +270,8 @@ VERDICT_COLUMNS = (
     "unadjusted_effect_pct", "speed_probe_change_pct", "speed_slope", "fire_drill_pct", "baseline_fire_drill_pct",
     "is_smoke", "env_diff", "candidate_run_id", "baseline_run_id",
 )
-"""The columns of verdicts.parquet (version 4), in order: CellVerdict's cell-level fields and every
-MetricVerdict flattened by METRIC_COLUMNS."""
+"""The columns of verdicts.parquet (version 4), in order: CellVerdict's cell-level fields (the matrix's axes
+among them: CellVerdict names each) and every MetricVerdict flattened by METRIC_COLUMNS."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -416,7 +413,7 @@ def noise_label(cv: float | None, num_unsteady: int) -> str:
 
 
 def _axes(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    return {axis: rows[0].get(axis) for axis in AXIS_COLUMNS}
+    return {axis: rows[0].get(axis) for axis in AXES}
 
 
 def _failure(rows: Sequence[Mapping[str, Any]]) -> tuple[str, str]:

@@ -49,6 +49,7 @@ from harness.results import store
 from harness.results.env import ENV_KEY_FIELDS
 from harness.results.schema import STEP_SCHEMA
 from harness.spec.cells import cell_label as label
+from harness.spec.matrix import AXES
 from harness.stats.window import FAST_STEP_QUANTILE
 
 VERDICTS_VERSION = 4
@@ -123,7 +124,7 @@ def suspects(comparison: Comparison) -> list[dict[str, Any]]:
     out = []
     for v in comparison.verdicts:
         if v.cell_id in comparison.suspects:
-            only = [f"{axis}={getattr(v, axis)}" for axis in compare.AXIS_COLUMNS if getattr(v, axis) is not None]
+            only = [f"{axis}={getattr(v, axis)}" for axis in AXES if getattr(v, axis) is not None]
             out.append({"cell_id": v.cell_id, "verdict": v.verdict, "effect_pct": v.throughput.effect_pct,
                         "robust_z": v.robust_z, "only": only})
     return out
@@ -352,7 +353,7 @@ def throughput_plots(comparison: Comparison) -> list[str]:
     means = _cell_means(comparison.candidate.rows, "throughput_img_per_s")
     if not means:
         return [_figure("Throughput by axis", "<p>no cell finished</p>")]
-    axes = [a for a in compare.AXIS_COLUMNS if len({getattr(by_id[c], a) for c in means}) > 1] or ["backend"]
+    axes = [a for a in AXES if len({getattr(by_id[c], a) for c in means}) > 1] or ["backend"]
     values = list(means.values()) + _finite(by_id[c].throughput.baseline_img_per_s for c in means)
     figures = []
     for axis in axes:
