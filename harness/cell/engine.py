@@ -385,7 +385,7 @@ class Engine:
                 scaled.backward()
         batch = images.shape[0]
         detached = loss.detach()
-        self._train_acc[0].add_(detached.to(torch.float64), alpha=batch)
+        self._train_acc[0].add_(detached, alpha=batch)  # promoted in place: no float64 copy per micro-batch
         self._train_acc[1].add_(batch)
         return detached
 
