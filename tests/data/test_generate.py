@@ -50,9 +50,19 @@ def test_same_parameters_give_identical_bytes(tmp_path):
 
 
 @pytest.mark.parametrize("kind", ["shapes", "digits"])
-def test_a_pool_of_processes_writes_the_same_bytes_as_one_process(tmp_path, kind):
+def test_a_pool_of_processes_writes_the_same_bytes_as_one_process(tmp_path, kind, monkeypatch):
+    pools = []
+
+    class CountedPool(generate.ProcessPoolExecutor):
+        def __init__(self, workers, **kwargs):
+            pools.append(workers)
+            super().__init__(workers, **kwargs)
+
+    monkeypatch.setattr(generate, "ProcessPoolExecutor", CountedPool)
     one = make_dataset(tmp_path / "one", kind=kind, workers=1, **TINY)
+    assert pools == []  # one process: no pool
     pool = make_dataset(tmp_path / "pool", kind=kind, workers=2, **TINY)  # spawned children render the classes
+    assert pools == [2]
     files = _files(one)
     assert [p.relative_to(one) for p in files] == [p.relative_to(pool) for p in _files(pool)]
     assert [p.read_bytes() for p in files] == [p.read_bytes() for p in _files(pool)]
