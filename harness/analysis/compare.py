@@ -210,6 +210,11 @@ class CellVerdict:
     candidate_run_id: str = ""
     baseline_run_id: str = ""
 
+    def axis_filters(self) -> list[str]:
+        """`AXIS=VALUE` for every axis the verdict records: the `--only` filters that select its cell (an axis
+        an older verdicts file lacks, read as null, filters nothing)."""
+        return [f"{axis}={getattr(self, axis)}" for axis in AXES if getattr(self, axis) is not None]
+
     def metric(self, name: str) -> MetricVerdict | None:
         """The MetricVerdict of THROUGHPUT or FAST_STEPS."""
         return getattr(self, METRIC_ATTRIBUTES[name])

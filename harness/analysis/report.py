@@ -124,9 +124,8 @@ def suspects(comparison: Comparison) -> list[dict[str, Any]]:
     out = []
     for v in comparison.verdicts:
         if v.cell_id in comparison.suspects:
-            only = [f"{axis}={getattr(v, axis)}" for axis in AXES if getattr(v, axis) is not None]
             out.append({"cell_id": v.cell_id, "verdict": v.verdict, "effect_pct": v.throughput.effect_pct,
-                        "robust_z": v.robust_z, "only": only})
+                        "robust_z": v.robust_z, "only": v.axis_filters()})
     return out
 
 

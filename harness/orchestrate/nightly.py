@@ -26,7 +26,6 @@ import harness
 from harness.analysis import compare, report
 from harness.results import store
 from harness.results.env import git_state
-from harness.spec.matrix import AXES
 
 SCREEN_P = 0.2
 """A baseline comparison's slowdown with a p-value up to this goes to the A/B confirmation."""
@@ -38,8 +37,7 @@ def targets(report_dir: Path) -> list[str]:
         flags = {f for s in store.read_json(report_dir / "suspects.json") for f in s["only"]}
     else:
         verdicts = report.read_verdicts(report_dir / "verdicts.parquet")
-        flags = {f"{axis}={getattr(v, axis)}" for v in verdicts if _screened(v) for axis in AXES
-                 if getattr(v, axis) is not None}
+        flags = {f for v in verdicts if _screened(v) for f in v.axis_filters()}
     return [arg for flag in sorted(flags) for arg in ("--only", flag)]
 
 
