@@ -159,11 +159,15 @@ def junit_seconds(path: Path) -> float:
     return round(sum(float(s.get("time") or 0) for s in ET.parse(path).getroot().iter("testsuite")), 1)
 
 
+def have_xdist() -> bool:
+    return importlib.util.find_spec("xdist") is not None
+
+
 def pytest_argv(name: str, marker: str, out: Path, *, cores: list[int] | None) -> list[str]:
     """pytest over the tests `marker` selects, junit into out/NAME.xml; in parallel over `cores` when given."""
     argv = [sys.executable, "-m", "pytest", "-m", marker, "-q", "-p", "no:cacheprovider",
             f"--junitxml={out / f'{name}.xml'}"]
-    if cores and importlib.util.find_spec("xdist") is not None:
+    if cores and have_xdist():
         # At most 8 workers, at least 2 cores each: each test starts cell processes of its own, and tests with
         # timeouts (a hung cell killed after 25 s) must not see their healthy cells slowed past them. Every
         # worker keeps to a disjoint share of the cores (tests/conftest.py), so its cells size their threads

@@ -87,10 +87,16 @@ def test_junit_counts_name_what_did_not_pass(tmp_path):
     assert (dali["skipped"], dali["errors"], dali["passed"]) == (1, 1, 0)
 
 
-def test_the_suite_shares_the_cores_with_the_gpu_checks_only_where_there_are_enough():
+def test_the_suite_shares_the_cores_with_the_gpu_checks_only_where_there_are_enough(monkeypatch):
     assert acceptance.split_cores(list(range(16))) == (list(range(12)), [12, 13, 14, 15])
     assert acceptance.split_cores([0, 1]) is None and acceptance.split_cores(list(range(7))) is None
-    assert acceptance.pytest_argv("suite", "not gpu", ROOT, cores=list(range(12)))[-4:-2] in (["-n", "6"], [])
+    monkeypatch.setattr(acceptance, "have_xdist", lambda: True)
+    assert acceptance.pytest_argv("suite", "not gpu", ROOT, cores=list(range(12)))[-4:] == [
+        "-n", "6", "--dist", "worksteal"]
+    assert "-n" not in acceptance.pytest_argv("suite", "not gpu", ROOT, cores=None)
+    # Without pytest-xdist (CI installs none) the suite runs in one process on the cores it has.
+    monkeypatch.setattr(acceptance, "have_xdist", lambda: False)
+    assert "-n" not in acceptance.pytest_argv("suite", "not gpu", ROOT, cores=list(range(12)))
 
 
 def test_a_check_that_outruns_its_time_is_killed_with_every_process_it_started(tmp_path):
