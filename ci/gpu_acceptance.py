@@ -206,7 +206,7 @@ def dali_check(out: Path) -> Check:
                 counts[key] += value
     check.figures = counts
     check.status = "pass" if counts["passed"] and not counts["failed"] and not counts["errors"] else "fail"
-    check.detail = "tests/test_data_dali.py, counted from the two pytest runs"
+    check.detail = "tests/data/test_data_dali.py, counted from the two pytest runs"
     return check
 
 
