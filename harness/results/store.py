@@ -17,9 +17,14 @@ from harness.results.schema import CELL_SCHEMA, METADATA_VERSION_KEY, RESULT_SCH
 
 def _file_mode() -> int:
     """What open() would give a new file under this process's umask (mkstemp's files are 0600: a report on a
-    shared server must stay readable by its readers)."""
-    umask = os.umask(0)
-    os.umask(umask)
+    shared server must stay readable by its readers). Linux reports the umask in /proc; setting it to read it
+    back is the fallback, since a file another thread creates in between would get no umask at all."""
+    try:
+        status = Path("/proc/self/status").read_text()
+        umask = int(next(line.split()[1] for line in status.splitlines() if line.startswith("Umask:")), 8)
+    except (OSError, StopIteration, IndexError, ValueError):
+        umask = os.umask(0)
+        os.umask(umask)
     return 0o666 & ~umask
 
 
