@@ -482,10 +482,10 @@ def collector_on_after_build() -> None:
     """Where a cell's process (harness.cell.__main__ starts it with the collector off) turns it on.
 
     Everything alive now (torch and torch._dynamo's modules, the model, the loader) moves to the permanent
-    generation first, so a full collection later, in the measured window included, walks only the
-    objects made since (0.2 ms after a few steps) instead of every one of these (0.13-0.18 s on CI's cores); the loader's
-    workers fork from a heap the collector no longer writes to. A caller that kept the collector on
-    (a test running a cell in its own process) is left as it is.
+    generation first, so a full collection later, in the measured window included, walks only the objects
+    made since (0.2 ms after a few steps) instead of all of these (0.13-0.18 s on CI's cores); the loader's
+    workers fork from a heap the collector no longer writes to. A caller that kept the collector on (a
+    test running a cell in its own process) is left as it is.
     """
     if not gc.isenabled():
         gc.freeze()
