@@ -229,7 +229,10 @@ def acceptance_matrix(out: Path, *, device: str | None = None) -> Path:
 CELL_FIGURES = ("status", "reason", "throughput_img_per_s", "throughput_ci_low_img_per_s",
                 "throughput_ci_high_img_per_s", "loader_efficiency", "exposed_data_wait_frac", "host_data_wait_frac",
                 "mfu_pct", "power_avg_w", "img_per_joule", "top1", "train_loss", "lr_final", "loss_scale",
-                "duration_s", "window_s")
+                "duration_s", "window_s", "startup_s", "build_s", "compile_s", "warmup_window_s", "warmup_steps_used",
+                "val_s")
+TIME_PHASES = ("startup_s", "build_s", "compile_s", "warmup_window_s", "window_s", "val_s")
+"""Where a cell's seconds go, as the row records them (the rest: its process's exit and the runner's work)."""
 
 
 def slice_rows(run_dir: Path) -> list[dict[str, Any]]:
@@ -251,6 +254,10 @@ def mission_check(out: Path, only: list[str], *, smoke: bool = False) -> Callabl
                     "--no-progress"] + (["--smoke"] if smoke else []), log=out / "mission.log", timeout=timeout)
         rows = slice_rows(run_dir) if (run_dir / "cells").is_dir() else []
         check.figures = {"window": WINDOW if not smoke else "smoke", "cells": rows}
+        manifest = run_dir / "manifest.json"
+        if manifest.is_file():  # a finished run says how much of its wall time measured, and where the rest went
+            facts = json.loads(manifest.read_text())
+            check.figures |= {k: facts[k] for k in ("wall_s", "matrix_efficiency", "time_breakdown_s") if k in facts}
         bad = [f"{r['cell']}: {r['status']}: {r['reason']}" for r in rows if r["status"] not in ("ok", "skipped")]
         ran = [r for r in rows if r["status"] == "ok"]
         check.status = "pass" if code == 0 and ran and not bad else "fail"
@@ -375,10 +382,32 @@ def write_report(out: Path, env: dict[str, Any], checks: list[Check], started: s
                     f"{_n(r['loader_efficiency'], '.3f')} | {_n(r['exposed_data_wait_frac'], '.3f')} | "
                     f"{_n(r['host_data_wait_frac'], '.3f')} | {_n(r['mfu_pct'], '.1f')} | {_n(r['power_avg_w'], '.0f')} | "
                     f"{_n(r['img_per_joule'], '.1f')} | {_n(r['top1'], '.3f')} | {_n(r['loss_scale'], '.0f')} |")
+            lines += _time_table(c.figures)
     for c in checks:
         if c.name == "overhead" and c.figures.get("rounds"):
             lines += ["", "## overhead", "", f"`python {c.figures['command']}`", "", "```", *c.figures["rounds"], "```"]
     (out / "gpu-acceptance.md").write_text("\n".join(lines) + "\n")
+
+
+def _time_table(figures: dict[str, Any]) -> list[str]:
+    """Where each cell's seconds went, and the run's matrix efficiency: what to cut when the budget is tight."""
+    head = ["", "Where each cell's time went (s; rest = the process's exit and the runner's own work):", "",
+            "| cell | total | startup | build | compile | warmup (steps) | window | validation | rest |",
+            "|---|---|---|---|---|---|---|---|---|"]
+    lines = []
+    for r in figures["cells"]:
+        if r["status"] != "ok" or r.get("duration_s") is None:
+            continue
+        rest = r["duration_s"] - sum(r.get(k) or 0.0 for k in TIME_PHASES)
+        lines.append(f"| {r['cell']} | {r['duration_s']:.1f} | {_n(r.get('startup_s'), '.1f')} | "
+                     f"{_n(r.get('build_s'), '.1f')} | {_n(r.get('compile_s'), '.1f')} | "
+                     f"{_n(r.get('warmup_window_s'), '.1f')} ({_n(r.get('warmup_steps_used'), 'd')}) | "
+                     f"{_n(r.get('window_s'), '.1f')} | {_n(r.get('val_s'), '.1f')} | {rest:.1f} |")
+    if figures.get("matrix_efficiency") is not None:
+        lines += ["", f"Matrix efficiency {figures['matrix_efficiency']:.3f} (windows over the run's "
+                  f"{figures['wall_s']:.0f} s); time breakdown: "
+                  + ", ".join(f"{k} {v:.1f}" for k, v in figures["time_breakdown_s"].items()) + "."]
+    return head + lines if lines else []
 
 
 def _n(value: Any, spec: str) -> str:

@@ -35,6 +35,13 @@ def test_without_a_gpu_it_runs_the_cpu_part_and_exits_0(tmp_path):
     assert all(c["status"] == "ok" and c["throughput_img_per_s"] > 0 for c in cells.values())
     md = (tmp_path / "acc" / "gpu-acceptance.md").read_text()
     assert md.startswith("# nvbench GPU acceptance: pass") and "| mission-slice-smoke | pass |" in md
+    # where the time went: each cell's phases as its row has them, and the run's matrix efficiency
+    (cell,) = cells.values()
+    phases = [cell[k] for k in ("startup_s", "build_s", "warmup_window_s", "window_s")]
+    assert all(v > 0 for v in phases) and sum(phases) < cell["duration_s"]
+    assert f"| synthetic/nhwc/bf16/ga1 | {cell['duration_s']:.1f} | {cell['startup_s']:.1f} | {cell['build_s']:.1f} |" in md
+    assert 0 < check["figures"]["matrix_efficiency"] < 1 and "window_s" in check["figures"]["time_breakdown_s"]
+    assert f"Matrix efficiency {check['figures']['matrix_efficiency']:.3f}" in md
 
 
 def test_the_data_wait_agreement_is_judged_per_real_data_cell():
