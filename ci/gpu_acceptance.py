@@ -231,8 +231,6 @@ CELL_FIGURES = ("status", "reason", "throughput_img_per_s", "throughput_ci_low_i
                 "mfu_pct", "power_avg_w", "img_per_joule", "top1", "train_loss", "lr_final", "loss_scale",
                 "duration_s", "window_s", "startup_s", "build_s", "compile_s", "warmup_window_s", "warmup_steps_used",
                 "val_s")
-TIME_PHASES = ("startup_s", "build_s", "compile_s", "warmup_window_s", "window_s", "val_s")
-"""Where a cell's seconds go, as the row records them (the rest: its process's exit and the runner's work)."""
 
 
 def slice_rows(run_dir: Path) -> list[dict[str, Any]]:
@@ -390,7 +388,10 @@ def write_report(out: Path, env: dict[str, Any], checks: list[Check], started: s
 
 
 def _time_table(figures: dict[str, Any]) -> list[str]:
-    """Where each cell's seconds went, and the run's matrix efficiency: what to cut when the budget is tight."""
+    """Where each cell's seconds went (the runner's PHASES, the rest: the process's exit and the runner's own
+    work), and the run's matrix efficiency: what to cut when the budget is tight."""
+    from harness.orchestrate.runner import PHASES
+
     head = ["", "Where each cell's time went (s; rest = the process's exit and the runner's own work):", "",
             "| cell | total | startup | build | compile | warmup (steps) | window | validation | rest |",
             "|---|---|---|---|---|---|---|---|---|"]
@@ -398,7 +399,7 @@ def _time_table(figures: dict[str, Any]) -> list[str]:
     for r in figures["cells"]:
         if r["status"] != "ok" or r.get("duration_s") is None:
             continue
-        rest = r["duration_s"] - sum(r.get(k) or 0.0 for k in TIME_PHASES)
+        rest = r["duration_s"] - sum(r.get(k) or 0.0 for k in PHASES)
         lines.append(f"| {r['cell']} | {r['duration_s']:.1f} | {_n(r.get('startup_s'), '.1f')} | "
                      f"{_n(r.get('build_s'), '.1f')} | {_n(r.get('compile_s'), '.1f')} | "
                      f"{_n(r.get('warmup_window_s'), '.1f')} ({_n(r.get('warmup_steps_used'), 'd')}) | "

@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
         os.execvp(argv[1], argv[1:])
     if argv[:1] == ["run"]:
         # Importing torch and building a cell leave ~300,000 long-lived objects: every full collection while
-        # they pile up walks all of them and frees nothing (0.4-0.7 s a cell on CI's two cores). The
+        # they pile up walks all of them and frees nothing (0.4-0.75 s a cell on CI's two cores). The
         # collector stays off until the cell is built; the worker then freezes what is alive and turns it on.
         gc.disable()
         from harness.cell.worker import main as run_worker

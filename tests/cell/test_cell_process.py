@@ -79,4 +79,3 @@ def test_run_cell_turns_the_collector_on_after_the_build_and_before_anything_els
     with pytest.raises(Stop):
         worker.run_cell(ctx)
     assert order == ["loader", "engine", "collector", "flops"]
-
