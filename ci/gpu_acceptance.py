@@ -65,6 +65,7 @@ class Check:
 
 class Budget:
     def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
         self.deadline = time.monotonic() + seconds
 
     def left(self) -> float:
@@ -112,10 +113,22 @@ def split_cores(cores: list[int]) -> tuple[list[int], list[int]] | None:
     return cores[:-GPU_SIDE_CORES], cores[-GPU_SIDE_CORES:]
 
 
+def refused(check: Check, budget: Budget, need_s: float) -> bool:
+    """True, with `check` failed, when less than `need_s` of the budget is left: the acceptance promises every
+    check within its budget, and a run that never reached its mission slice must not read as a pass."""
+    if budget.left() >= need_s:
+        return False
+    check.status = "fail"
+    check.detail = (f"not started: {max(0.0, budget.left()):.0f} s of the {budget.seconds:.0f} s budget left, "
+                    f"{need_s:.0f} s needed")
+    return True
+
+
 def timed(check: Check, budget: Budget, need_s: float, body: Callable[[Check, float], None]) -> Check:
-    """Run `body(check, timeout)` unless less than `need_s` of the budget is left."""
-    if budget.left() < need_s:
-        check.status, check.detail = "skip", f"not started: {budget.left():.0f} s of the budget left"
+    """Run `body(check, timeout)` unless less than `need_s` of the budget is left.
+
+    A check the budget leaves no time for fails (refused)."""
+    if refused(check, budget, need_s):
         return check
     t0 = time.monotonic()
     try:
@@ -356,13 +369,14 @@ def environment() -> dict[str, Any]:
     return {k: env.get(k) for k in keys}
 
 
-def write_report(out: Path, env: dict[str, Any], checks: list[Check], started: str, wall_s: float) -> None:
-    doc = {"started_at": started, "wall_s": round(wall_s, 1), "environment": env,
+def write_report(out: Path, env: dict[str, Any], checks: list[Check], started: str, wall_s: float,
+                 budget_s: float) -> None:
+    doc = {"started_at": started, "wall_s": round(wall_s, 1), "budget_s": budget_s, "environment": env,
            "result": "fail" if any(c.status == "fail" for c in checks) else "pass",
            "checks": [asdict(c) for c in checks]}
     (out / "gpu-acceptance.json").write_text(json.dumps(doc, indent=2, default=str) + "\n")
     lines = [f"# nvbench GPU acceptance: {doc['result']}", "",
-             f"Started {started}, {wall_s:.0f} s. Device: {env.get('gpu_name') or 'no GPU'} "
+             f"Started {started}, {wall_s:.0f} s of a {budget_s:.0f} s budget. Device: {env.get('gpu_name') or 'no GPU'} "
              f"(x{env.get('gpu_count') or 0}), driver {env.get('driver_version')}, CUDA {env.get('cuda_runtime')}, "
              f"cuDNN {env.get('cudnn_version')}, torch {env.get('torch_version')}, DALI {env.get('dali_version')}, "
              f"nvbench {str(env.get('nvbench_git_sha'))[:10]}{' (dirty)' if env.get('nvbench_git_dirty') else ''}.",
@@ -425,15 +439,17 @@ def gpu_machine_checks(out: Path, budget: Budget) -> list[Check]:
     else:
         suite_cores, gpu_cores = split
         suite = Check("suite")
-        proc = start(pytest_argv("suite", "not gpu", out, cores=suite_cores), log=out / "suite.log", cores=suite_cores)
+        proc = None if refused(suite, budget, 60) else start(
+            pytest_argv("suite", "not gpu", out, cores=suite_cores), log=out / "suite.log", cores=suite_cores)
         gpu_side = [timed(Check("gpu-tests"), budget, 30, pytest_check("gpu-tests", "gpu", out, parallel=False,
                                                                           cores=gpu_cores)),
                     timed(Check("overhead"), budget, 60, overhead_check(out, gpu_cores)),
                     timed(Check("profile"), budget, 20, profile_check(out, gpu_cores))]
-        timeout = max(60.0, budget.left() - SLICE_RESERVE_S)
-        pytest_result(suite, "suite", out, finish(proc, timeout), timeout)
-        suite.duration_s = junit_seconds(out / "suite.xml") or timeout  # its own time, not the GPU checks' it waited on
-        suite.figures |= {"cores": len(suite_cores), "gpu_checks_cores": len(gpu_cores)}
+        if proc is not None:
+            timeout = max(60.0, budget.left() - SLICE_RESERVE_S)
+            pytest_result(suite, "suite", out, finish(proc, timeout), timeout)
+            suite.duration_s = junit_seconds(out / "suite.xml") or timeout  # its own, not the GPU checks' it waited on
+            suite.figures |= {"cores": len(suite_cores), "gpu_checks_cores": len(gpu_cores)}
     checks = [suite, gpu_side[0], dali_check(out)]
     mission = timed(Check("mission-slice"), budget, 120, mission_check(out, SLICE))
     checks += [mission, agreement_check(mission)]
@@ -462,7 +478,7 @@ def main(argv: list[str] | None = None) -> int:
         checks.append(timed(Check("mission-slice-smoke"), budget, 30, mission_check(out, smoke, smoke=True)))
     else:
         checks += gpu_machine_checks(out, budget)
-    write_report(out, env, checks, started.isoformat(timespec="seconds"), time.monotonic() - t0)
+    write_report(out, env, checks, started.isoformat(timespec="seconds"), time.monotonic() - t0, args.budget_s)
     for c in checks:
         print(f"{c.status:>4}  {c.name}: {c.detail}", file=sys.stderr)
     print(out / "gpu-acceptance.md")
