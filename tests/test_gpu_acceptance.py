@@ -35,6 +35,7 @@ def test_without_a_gpu_it_runs_the_cpu_part_and_exits_0(tmp_path):
     assert all(c["status"] == "ok" and c["throughput_img_per_s"] > 0 for c in cells.values())
     md = (tmp_path / "acc" / "gpu-acceptance.md").read_text()
     assert md.startswith("# nvbench GPU acceptance: pass") and "| mission-slice-smoke | pass |" in md
+    assert doc["budget_s"] == 540 and doc["wall_s"] < 540 and " s of a 540 s budget" in md
     # where the time went: each cell's phases as its row has them, and the run's matrix efficiency
     (cell,) = cells.values()
     phases = [cell[k] for k in ("startup_s", "build_s", "warmup_window_s", "window_s")]
@@ -121,3 +122,41 @@ def test_the_suite_beside_the_gpu_checks_reports_its_own_time(tmp_path):
     (tmp_path / "suite.xml").write_text('<testsuites><testsuite name="pytest" time="12.345"/></testsuites>')
     assert acceptance.junit_seconds(tmp_path / "suite.xml") == 12.3
     assert acceptance.junit_seconds(tmp_path / "missing.xml") == 0.0
+
+
+def test_a_check_the_budget_leaves_no_time_for_fails_the_acceptance(tmp_path):
+    ran = []
+    check = acceptance.timed(acceptance.Check("mission-slice"), acceptance.Budget(5), 120,
+                             lambda c, timeout: ran.append(timeout))
+    assert not ran and check.status == "fail"
+    assert check.detail == "not started: 5 s of the 5 s budget left, 120 s needed"
+    # The whole command: a budget too small for its one check on this machine is a failed acceptance, exit 1.
+    assert acceptance.main([str(tmp_path / "acc"), "--budget-s", "1"]) == 1
+    doc = json.loads((tmp_path / "acc" / "gpu-acceptance.json").read_text())
+    assert doc["result"] == "fail" and doc["budget_s"] == 1
+    gated = [c for c in doc["checks"] if c["name"] not in ("dali-tests", "data-wait-agreement")]  # no run of their own
+    assert gated and all(c["status"] == "fail" and c["detail"].startswith("not started: ") for c in gated)
+    assert "s of a 1 s budget" in (tmp_path / "acc" / "gpu-acceptance.md").read_text()
+
+
+@pytest.mark.parametrize("cores", [16, 2], ids=["suite-beside-gpu-checks", "one-after-another"])
+def test_on_a_gpu_machine_every_check_the_budget_leaves_no_time_for_fails_unstarted(tmp_path, monkeypatch, cores):
+    monkeypatch.setattr(acceptance, "usable_cores", lambda: list(range(cores)))
+    monkeypatch.setattr(acceptance, "start", lambda *a, **k: pytest.fail(f"started {a[0]}"))
+    checks = {c.name: c for c in acceptance.gpu_machine_checks(tmp_path, acceptance.Budget(1))}
+    assert set(checks) == {"suite", "gpu-tests", "dali-tests", "mission-slice", "data-wait-agreement", "overhead",
+                           "profile"}
+    for name in ("suite", "gpu-tests", "mission-slice", "overhead", "profile"):
+        assert checks[name].status == "fail" and checks[name].detail.startswith("not started: "), name
+
+
+def test_the_pretend_gpu_hook_makes_the_runner_choose_cuda():
+    """ci/pretend_gpu (the audit that runs the suite as a GPU machine would, docs/gpu-validation.md) must keep
+    fooling what decides a cell's device: the parent's NVML fingerprint and torch in every child."""
+    code = ("import torch; from harness.results.env import collect_env; "
+            "from harness.orchestrate.runner import probe_capabilities; e = collect_env(); "
+            "print(e['device_kind'], e['gpu_count'], probe_capabilities('auto', e).device, torch.cuda.is_available())")
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "ci" / "pretend_gpu")}
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+                         check=False)
+    assert out.stdout.split() == ["cuda", "1", "cuda", "True"], out.stderr
