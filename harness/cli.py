@@ -296,6 +296,23 @@ def cmd_data_make(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_data_prepare(args: argparse.Namespace) -> int:
+    """Make (or find) every generated dataset the matrix's cells read, so a timed run starts measuring at once."""
+    from harness.orchestrate.runner import generated_dataset
+    from harness.spec.cells import expand
+
+    try:
+        cells = expand(load_matrix(args.matrix), smoke=args.smoke, only=args.only)
+    except MatrixError as exc:
+        return _bad_input(exc.problems)
+    wanted = {(c.data.cache_dir, c.data.generate): c for c in cells if c.backend != "synthetic" and not c.data.path}
+    for cell in wanted.values():
+        print(generated_dataset(cell, notify=lambda line: print(line, file=sys.stderr)))
+    if not wanted:
+        print("no cell reads a generated dataset (synthetic data, or data.path set)", file=sys.stderr)
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="nvbench", description="Benchmark deep-learning training recipes.")
     p.add_argument("--version", action="version", version=f"nvbench {__version__}")
@@ -381,6 +398,11 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--seed", type=int, default=0)
     m.add_argument("--kind", choices=("shapes", "digits"), default="shapes")
     m.set_defaults(func=cmd_data_make)
+    pp = dsub.add_parser("prepare", help="make every generated dataset a matrix's cells read, before a timed run")
+    pp.add_argument("matrix")
+    pp.add_argument("--only", action="append", default=[], metavar="AXIS=VALUE", help="filter cells as in run")
+    pp.add_argument("--smoke", action="store_true", help="the datasets of the --smoke run")
+    pp.set_defaults(func=cmd_data_prepare)
     return p
 
 

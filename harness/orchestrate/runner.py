@@ -212,16 +212,20 @@ def _data_root(cell: Cell, ctx: JobContext) -> Path | None:
         return Path(cell.data.path).expanduser().resolve()
     key = (cell.data.cache_dir, cell.data.generate)
     if key not in ctx.data_roots:
-        from harness.data.generate import ensure_dataset
-
-        cache = Path(cell.data.cache_dir or os.environ.get("NVBENCH_CACHE") or Path.home() / ".cache" / "nvbench")
-        g = cell.data.generate
-        ctx.notify(f"dataset: generating or reusing {g.kind} {g.image_size}px x {g.num_classes} classes "
-                   f"under {cache / 'datasets'}")
-        ctx.data_roots[key] = ensure_dataset(cache / "datasets", kind=g.kind, image_size=g.image_size,
-                                             num_classes=g.num_classes, train_per_class=g.train_per_class,
-                                             val_per_class=g.val_per_class, seed=g.seed)
+        ctx.data_roots[key] = generated_dataset(cell, ctx.notify)
     return ctx.data_roots[key]
+
+
+def generated_dataset(cell: Cell, notify: Callable[[str], None] = print) -> Path:
+    """The cell's generated dataset in the cache (NVBENCH_CACHE, or ~/.cache/nvbench), made now if missing."""
+    from harness.data.generate import ensure_dataset
+
+    cache = Path(cell.data.cache_dir or os.environ.get("NVBENCH_CACHE") or Path.home() / ".cache" / "nvbench")
+    g = cell.data.generate
+    notify(f"dataset: generating or reusing {g.kind} {g.image_size}px x {g.num_classes} classes "
+           f"under {cache / 'datasets'}")
+    return ensure_dataset(cache / "datasets", kind=g.kind, image_size=g.image_size, num_classes=g.num_classes,
+                          train_per_class=g.train_per_class, val_per_class=g.val_per_class, seed=g.seed)
 
 
 # torchrun's failure summary (ChildFailedError) gives each failed worker's global rank and exit code.

@@ -191,3 +191,34 @@ def test_digits_without_scikit_learn_is_refused_before_anything_is_written(tmp_p
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: nvbench data make: invalid dataset parameters: kind: 'digits'")
     assert not any(tmp_path.iterdir())
+
+
+def test_data_prepare_makes_what_the_runner_then_reads_without_generating(tiny_matrix, tmp_path, monkeypatch, capsys):
+    from harness.cli import main
+    from harness.data import generate
+    from harness.orchestrate import runner
+    from harness.spec.cells import expand
+    from harness.spec.matrix import load_matrix
+
+    matrix = tiny_matrix('backend = ["synthetic", "pytorch", "dali-cpu"]')
+    assert main(["data", "prepare", str(matrix), "--only", "backend=synthetic"]) == 0
+    assert capsys.readouterr().out == "" and not (tmp_path / "cache").exists()  # synthetic data needs none
+    assert main(["data", "prepare", str(matrix)]) == 0
+    (root,) = map(Path, capsys.readouterr().out.split())  # both data backends read the one dataset
+    assert (root / "dataset.json").is_file() and root.parent == tmp_path / "cache" / "datasets"
+    monkeypatch.setattr(generate, "make_dataset", lambda *a, **k: pytest.fail("generated again"))
+    ctx = runner.JobContext.__new__(runner.JobContext)
+    ctx.data_roots, ctx.notify = {}, lambda line: None
+    for cell in expand(load_matrix(matrix)):
+        assert runner._data_root(cell, ctx) == (None if cell.backend == "synthetic" else root)
+
+
+def test_data_prepare_of_a_bad_matrix_exits_2_and_writes_nothing(tmp_path, capsys):
+    from harness.cli import main
+
+    bad = tmp_path / "bad.toml"
+    bad.write_text('version = 1\n[benchmark]\nname = "x"\nmodel = "resnet5"\n[axes]\nbackend = ["pytorch"]\n')
+    assert main(["data", "prepare", str(bad)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(bad) in err[0] and "model" in err[0]
+    assert [p.name for p in tmp_path.iterdir()] == ["bad.toml"]
