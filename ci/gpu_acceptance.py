@@ -6,9 +6,9 @@ From the project root of a fresh GPU machine (the image's own torch; DALI when i
 its budget (9 minutes by default): the suite without the GPU-marked tests, in parallel where pytest-xdist
 is installed; the GPU-marked tests, serially (they time a real stream); the DALI tests when DALI is
 importable (inside those two runs, counted apart); the overhead benchmark (harness / bare loop); a torch
-profile; then, alone on the machine, the mission slice (4 backends x nhwc x fp16/bf16, world size 1,
-accumulation 1 and 2, at the acceptance's shorter window) with loader efficiency and both data-wait
-figures. With 8 or more cores the suite runs on all but 4 of them while the GPU checks run one after
+profile; the slice's generated dataset (nvbench data prepare); then, alone on the machine, the mission
+slice (4 backends x nhwc x fp16/bf16, world size 1, accumulation 1 and 2, at the acceptance's shorter
+window) with loader efficiency and both data-wait figures. With 8 or more cores the suite runs on all but 4 of them while the GPU checks run one after
 another on those 4 (split_cores). It writes gpu-acceptance.json and gpu-acceptance.md into OUT_DIR:
 pass/fail per check, every figure, versions, device. Exit 0 when no check failed, 1 otherwise.
 
@@ -277,6 +277,20 @@ def mission_check(out: Path, only: list[str], *, smoke: bool = False) -> Callabl
     return body
 
 
+def dataset_check(out: Path, cores: list[int] | None = None) -> Callable[[Check, float], None]:
+    """Make the slice's generated dataset (8,000 JPEGs) before the slice, so the slice's time is its cells'.
+    Beside the suite it costs the acceptance nothing; run 2 spent about a minute of its slice on it."""
+    def body(check: Check, timeout: float) -> None:
+        argv = [sys.executable, "-m", "harness", "data", "prepare", str(acceptance_matrix(out)), *SLICE]
+        code = run(argv, log=out / "dataset.log", timeout=timeout, cores=cores)
+        roots = [line for line in (out / "dataset.log").read_text().splitlines() if line.startswith("/")]
+        check.status = "pass" if code == 0 else "fail"
+        check.figures = {"datasets": roots}
+        check.detail = (f"timed out after {timeout:.0f} s" if code is None else f"exit {code}" if code else
+                        "ready: " + ", ".join(Path(r).name for r in roots))
+    return body
+
+
 def _relative_half_width(row: dict[str, Any] | None) -> float | None:
     """Half the throughput interval's width over the throughput, or None where a side has no interval."""
     if not row or None in (row.get("throughput_ci_low_img_per_s"), row.get("throughput_ci_high_img_per_s")) \
@@ -444,19 +458,22 @@ def gpu_machine_checks(out: Path, budget: Budget) -> list[Check]:
         gpu_side = [timed(Check("gpu-tests"), budget, 30, pytest_check("gpu-tests", "gpu", out, parallel=False,
                                                                           cores=gpu_cores)),
                     timed(Check("overhead"), budget, 60, overhead_check(out, gpu_cores)),
-                    timed(Check("profile"), budget, 20, profile_check(out, gpu_cores))]
+                    timed(Check("profile"), budget, 20, profile_check(out, gpu_cores)),
+                    timed(Check("dataset"), budget, 10, dataset_check(out, gpu_cores))]
         if proc is not None:
             timeout = max(60.0, budget.left() - SLICE_RESERVE_S)
             pytest_result(suite, "suite", out, finish(proc, timeout), timeout)
             suite.duration_s = junit_seconds(out / "suite.xml") or timeout  # its own, not the GPU checks' it waited on
             suite.figures |= {"cores": len(suite_cores), "gpu_checks_cores": len(gpu_cores)}
-    checks = [suite, gpu_side[0], dali_check(out)]
+    if split is None:
+        gpu_side.append(timed(Check("dataset"), budget, 10, dataset_check(out)))
+    checks = [suite, gpu_side[0], dali_check(out), gpu_side[-1]]
     mission = timed(Check("mission-slice"), budget, 120, mission_check(out, SLICE))
     checks += [mission, agreement_check(mission)]
     if split is None:
         gpu_side += [timed(Check("overhead"), budget, 60, overhead_check(out)),
                      timed(Check("profile"), budget, 20, profile_check(out))]
-    return checks + gpu_side[1:]
+    return checks + [c for c in gpu_side[1:] if c.name != "dataset"]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -144,9 +145,9 @@ def test_on_a_gpu_machine_every_check_the_budget_leaves_no_time_for_fails_unstar
     monkeypatch.setattr(acceptance, "usable_cores", lambda: list(range(cores)))
     monkeypatch.setattr(acceptance, "start", lambda *a, **k: pytest.fail(f"started {a[0]}"))
     checks = {c.name: c for c in acceptance.gpu_machine_checks(tmp_path, acceptance.Budget(1))}
-    assert set(checks) == {"suite", "gpu-tests", "dali-tests", "mission-slice", "data-wait-agreement", "overhead",
-                           "profile"}
-    for name in ("suite", "gpu-tests", "mission-slice", "overhead", "profile"):
+    assert set(checks) == {"suite", "gpu-tests", "dali-tests", "dataset", "mission-slice", "data-wait-agreement",
+                           "overhead", "profile"}
+    for name in ("suite", "gpu-tests", "dataset", "mission-slice", "overhead", "profile"):
         assert checks[name].status == "fail" and checks[name].detail.startswith("not started: "), name
 
 
@@ -160,3 +161,14 @@ def test_the_pretend_gpu_hook_makes_the_runner_choose_cuda():
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
                          check=False)
     assert out.stdout.split() == ["cuda", "1", "cuda", "True"], out.stderr
+
+
+def test_the_slices_dataset_is_made_before_the_slice_where_the_slice_will_read_it(tiny_matrix, tmp_path, monkeypatch):
+    monkeypatch.setattr(acceptance, "MISSION", tiny_matrix('backend = ["synthetic", "pytorch"]'))
+    monkeypatch.setattr(acceptance, "SLICE", ["--only", "world_size=1"])
+    check = acceptance.Check("dataset")
+    acceptance.dataset_check(tmp_path, None)(check, 120)
+    assert check.status == "pass", (tmp_path / "dataset.log").read_text()
+    (root,) = check.figures["datasets"]
+    assert (Path(root) / "dataset.json").is_file() and Path(root).parent == tmp_path / "cache" / "datasets"
+    assert check.detail == f"ready: {Path(root).name}"
