@@ -124,15 +124,17 @@ def refused(check: Check, budget: Budget, need_s: float) -> bool:
     return True
 
 
-def timed(check: Check, budget: Budget, need_s: float, body: Callable[[Check, float], None]) -> Check:
-    """Run `body(check, timeout)` unless less than `need_s` of the budget is left.
+def timed(check: Check, budget: Budget, need_s: float, body: Callable[[Check, float], None], *,
+          leave_s: float = 0.0) -> Check:
+    """Run `body(check, timeout)` unless less than `need_s` of the budget is left; the timeout keeps `leave_s`
+    of the budget for what follows (but never less than `need_s`).
 
     A check the budget leaves no time for fails (refused)."""
     if refused(check, budget, need_s):
         return check
     t0 = time.monotonic()
     try:
-        body(check, budget.left())
+        body(check, max(need_s, budget.left() - leave_s))
     except Exception as exc:  # a broken check is a failed check, never a lost report
         check.status, check.detail = "fail", f"{type(exc).__name__}: {exc}"
     check.duration_s = round(time.monotonic() - t0, 1)
@@ -448,7 +450,8 @@ def gpu_machine_checks(out: Path, budget: Budget) -> list[Check]:
     overhead benchmark and the profile (split_cores); the mission slice then runs alone."""
     split = split_cores(usable_cores())
     if split is None:
-        suite = timed(Check("suite"), budget, 60, pytest_check("suite", "not gpu", out, parallel=True))
+        suite = timed(Check("suite"), budget, 60, pytest_check("suite", "not gpu", out, parallel=True),
+                      leave_s=SLICE_RESERVE_S)
         gpu_side = [timed(Check("gpu-tests"), budget, 30, pytest_check("gpu-tests", "gpu", out, parallel=False))]
     else:
         suite_cores, gpu_cores = split

@@ -172,3 +172,17 @@ def test_the_slices_dataset_is_made_before_the_slice_where_the_slice_will_read_i
     (root,) = check.figures["datasets"]
     assert (Path(root) / "dataset.json").is_file() and Path(root).parent == tmp_path / "cache" / "datasets"
     assert check.detail == f"ready: {Path(root).name}"
+
+
+def test_the_suite_alone_on_a_small_gpu_machine_leaves_the_slice_its_reserve(tmp_path, monkeypatch):
+    timeouts = {}
+
+    def fake_run(argv, *, log, timeout, env=None, cores=None):
+        timeouts[log.stem] = timeout
+        return 0
+
+    monkeypatch.setattr(acceptance, "usable_cores", lambda: [0, 1])  # too few to run the suite beside the GPU checks
+    monkeypatch.setattr(acceptance, "run", fake_run)
+    acceptance.gpu_machine_checks(tmp_path, acceptance.Budget(500))
+    assert 500 - acceptance.SLICE_RESERVE_S - 5 < timeouts["suite"] <= 500 - acceptance.SLICE_RESERVE_S
+    assert timeouts["mission"] > acceptance.SLICE_RESERVE_S - 5  # what the suite left is the slice's
