@@ -271,12 +271,21 @@ def mission_check(out: Path, only: list[str], *, smoke: bool = False) -> Callabl
         if manifest.is_file():  # a finished run says how much of its wall time measured, and where the rest went
             facts = json.loads(manifest.read_text())
             check.figures |= {k: facts[k] for k in ("wall_s", "matrix_efficiency", "time_breakdown_s") if k in facts}
-        bad = [f"{r['cell']}: {r['status']}: {r['reason']}" for r in rows if r["status"] not in ("ok", "skipped")]
+        bad = [r for r in rows if r["status"] not in ("ok", "skipped")]
         ran = [r for r in rows if r["status"] == "ok"]
         check.status = "pass" if code == 0 and ran and not bad else "fail"
         check.detail = (f"timed out after {timeout:.0f} s" if code is None else
-                        "; ".join(bad) or f"{len(ran)} cells ok, {len(rows) - len(ran)} skipped")
+                        _failures(bad) if bad else f"{len(ran)} cells ok, {len(rows) - len(ran)} skipped")
     return body
+
+
+def _failures(rows: list[dict[str, Any]]) -> str:
+    """Failed cells grouped by what they said, most common first: one cause that failed 16 cells reads once."""
+    by_reason: dict[str, list[str]] = {}
+    for r in rows:
+        by_reason.setdefault(f"{r['status']}: {r['reason']}", []).append(r["cell"])
+    return "; ".join(f"{cells[0]}: {reason}" if len(cells) == 1 else f"{len(cells)} cells ({', '.join(cells)}): {reason}"
+                     for reason, cells in sorted(by_reason.items(), key=lambda kv: -len(kv[1])))
 
 
 def dataset_check(out: Path, cores: list[int] | None = None) -> Callable[[Check, float], None]:

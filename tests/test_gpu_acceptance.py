@@ -186,3 +186,10 @@ def test_the_suite_alone_on_a_small_gpu_machine_leaves_the_slice_its_reserve(tmp
     acceptance.gpu_machine_checks(tmp_path, acceptance.Budget(500))
     assert 500 - acceptance.SLICE_RESERVE_S - 5 < timeouts["suite"] <= 500 - acceptance.SLICE_RESERVE_S
     assert timeouts["mission"] > acceptance.SLICE_RESERVE_S - 5  # what the suite left is the slice's
+
+
+def test_failed_slice_cells_are_told_once_per_cause():
+    rows = [{"cell": f"synthetic/nhwc/fp16/ga{ga}", "status": "failed", "reason": "rank 0: no CUDA"} for ga in (1, 2)]
+    rows.append({"cell": "pytorch/nhwc/fp16/ga2", "status": "timeout", "reason": "no progress for 300 s"})
+    assert acceptance._failures(rows) == ("2 cells (synthetic/nhwc/fp16/ga1, synthetic/nhwc/fp16/ga2): failed: rank 0: "
+                                          "no CUDA; pytorch/nhwc/fp16/ga2: timeout: no progress for 300 s")
