@@ -307,7 +307,10 @@ def cmd_data_prepare(args: argparse.Namespace) -> int:
         return _bad_input(exc.problems)
     wanted = {(c.data.cache_dir, c.data.generate): c for c in cells if c.backend != "synthetic" and not c.data.path}
     for cell in wanted.values():
-        print(generated_dataset(cell, notify=lambda line: print(line, file=sys.stderr)))
+        try:
+            print(generated_dataset(cell, notify=lambda line: print(line, file=sys.stderr)))
+        except (ValueError, FileExistsError) as exc:  # parameters the generator refuses; a cache folder not its own
+            return _bad_input([f"nvbench data prepare: {args.matrix}: {exc}"])
     if not wanted:
         print("no cell reads a generated dataset (synthetic data, or data.path set)", file=sys.stderr)
     return EXIT_OK

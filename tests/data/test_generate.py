@@ -222,3 +222,15 @@ def test_data_prepare_of_a_bad_matrix_exits_2_and_writes_nothing(tmp_path, capsy
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and str(bad) in err[0] and "model" in err[0]
     assert [p.name for p in tmp_path.iterdir()] == ["bad.toml"]
+
+
+def test_data_prepare_refuses_a_cache_folder_that_is_not_a_whole_dataset(tiny_matrix, capsys):
+    from harness.cli import main
+
+    matrix = tiny_matrix('backend = ["pytorch"]')
+    assert main(["data", "prepare", str(matrix)]) == 0
+    root = Path(capsys.readouterr().out.strip())
+    (root / "dataset.json").unlink()  # a generation that died half-way, or someone's own folder
+    assert main(["data", "prepare", str(matrix)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith(f"error: nvbench data prepare: {matrix}: {root} exists but has no dataset.json")
