@@ -8,9 +8,10 @@ is installed; the GPU-marked tests, serially (they time a real stream); the DALI
 importable (inside those two runs, counted apart); the overhead benchmark (harness / bare loop); a torch
 profile; the slice's generated dataset (nvbench data prepare); then, alone on the machine, the mission
 slice (4 backends x nhwc x fp16/bf16, world size 1, accumulation 1 and 2, at the acceptance's shorter
-window) with loader efficiency and both data-wait figures. With 8 or more cores the suite runs on all but 4 of them while the GPU checks run one after
-another on those 4 (split_cores). It writes gpu-acceptance.json and gpu-acceptance.md into OUT_DIR:
-pass/fail per check, every figure, versions, device. Exit 0 when no check failed, 1 otherwise.
+window) with loader efficiency and both data-wait figures. With 8 or more cores the suite runs on all but 4
+of them while the GPU checks run one after another on those 4 (split_cores). It writes gpu-acceptance.json
+and gpu-acceptance.md into OUT_DIR: pass/fail per check, every figure, versions, device. Exit 0 when no check
+failed, 1 otherwise.
 
 Without a GPU it says so and runs the CPU-meaningful part (the environment and the mission slice's
 synthetic bf16 cell under --smoke: the run, its figures and both reports), then exits 0 if that part
@@ -284,8 +285,11 @@ def _failures(rows: list[dict[str, Any]]) -> str:
     by_reason: dict[str, list[str]] = {}
     for r in rows:
         by_reason.setdefault(f"{r['status']}: {r['reason']}", []).append(r["cell"])
-    return "; ".join(f"{cells[0]}: {reason}" if len(cells) == 1 else f"{len(cells)} cells ({', '.join(cells)}): {reason}"
-                     for reason, cells in sorted(by_reason.items(), key=lambda kv: -len(kv[1])))
+    told = []
+    for reason, cells in sorted(by_reason.items(), key=lambda kv: -len(kv[1])):
+        who = cells[0] if len(cells) == 1 else f"{len(cells)} cells ({', '.join(cells)})"
+        told.append(f"{who}: {reason}")
+    return "; ".join(told)
 
 
 def dataset_check(out: Path, cores: list[int] | None = None) -> Callable[[Check, float], None]:
@@ -294,7 +298,7 @@ def dataset_check(out: Path, cores: list[int] | None = None) -> Callable[[Check,
     def body(check: Check, timeout: float) -> None:
         argv = [sys.executable, "-m", "harness", "data", "prepare", str(acceptance_matrix(out)), *SLICE]
         code = run(argv, log=out / "dataset.log", timeout=timeout, cores=cores)
-        roots = [line for line in (out / "dataset.log").read_text().splitlines() if line.startswith("/")]
+        roots = [line for line in (out / "dataset.log").read_text().splitlines() if Path(line).is_dir()]
         check.status = "pass" if code == 0 else "fail"
         check.figures = {"datasets": roots}
         check.detail = (f"timed out after {timeout:.0f} s" if code is None else f"exit {code}" if code else
@@ -401,8 +405,9 @@ def write_report(out: Path, env: dict[str, Any], checks: list[Check], started: s
            "checks": [asdict(c) for c in checks]}
     (out / "gpu-acceptance.json").write_text(json.dumps(doc, indent=2, default=str) + "\n")
     lines = [f"# nvbench GPU acceptance: {doc['result']}", "",
-             f"Started {started}, {wall_s:.0f} s of a {budget_s:.0f} s budget. Device: {env.get('gpu_name') or 'no GPU'} "
-             f"(x{env.get('gpu_count') or 0}), driver {env.get('driver_version')}, CUDA {env.get('cuda_runtime')}, "
+             f"Started {started}, {wall_s:.0f} s of a {budget_s:.0f} s budget. "
+             f"Device: {env.get('gpu_name') or 'no GPU'} (x{env.get('gpu_count') or 0}), "
+             f"driver {env.get('driver_version')}, CUDA {env.get('cuda_runtime')}, "
              f"cuDNN {env.get('cudnn_version')}, torch {env.get('torch_version')}, DALI {env.get('dali_version')}, "
              f"nvbench {str(env.get('nvbench_git_sha'))[:10]}{' (dirty)' if env.get('nvbench_git_dirty') else ''}.",
              "", "| check | result | time | detail |", "|---|---|---|---|"]
@@ -456,36 +461,32 @@ def _n(value: Any, spec: str) -> str:
 
 def gpu_machine_checks(out: Path, budget: Budget) -> list[Check]:
     """Every check of a GPU machine. Where the cores allow, the suite runs beside the GPU-marked tests, the
-    overhead benchmark and the profile (split_cores); the mission slice then runs alone."""
+    overhead benchmark, the profile and the slice's dataset (split_cores); the mission slice then runs alone."""
     split = split_cores(usable_cores())
-    if split is None:
-        suite = timed(Check("suite"), budget, 60, pytest_check("suite", "not gpu", out, parallel=True),
-                      leave_s=SLICE_RESERVE_S)
-        gpu_side = [timed(Check("gpu-tests"), budget, 30, pytest_check("gpu-tests", "gpu", out, parallel=False))]
+    suite = Check("suite")
+    if split is None:  # one after another; the suite leaves the slice its reserve
+        timed(suite, budget, 60, pytest_check("suite", "not gpu", out, parallel=True), leave_s=SLICE_RESERVE_S)
+        gpu_cores = None
     else:
         suite_cores, gpu_cores = split
-        suite = Check("suite")
         proc = None if refused(suite, budget, 60) else start(
             pytest_argv("suite", "not gpu", out, cores=suite_cores), log=out / "suite.log", cores=suite_cores)
-        gpu_side = [timed(Check("gpu-tests"), budget, 30, pytest_check("gpu-tests", "gpu", out, parallel=False,
-                                                                          cores=gpu_cores)),
-                    timed(Check("overhead"), budget, 60, overhead_check(out, gpu_cores)),
-                    timed(Check("profile"), budget, 20, profile_check(out, gpu_cores)),
-                    timed(Check("dataset"), budget, 10, dataset_check(out, gpu_cores))]
-        if proc is not None:
-            timeout = max(60.0, budget.left() - SLICE_RESERVE_S)
-            pytest_result(suite, "suite", out, finish(proc, timeout), timeout)
-            suite.duration_s = junit_seconds(out / "suite.xml") or timeout  # its own, not the GPU checks' it waited on
-            suite.figures |= {"cores": len(suite_cores), "gpu_checks_cores": len(gpu_cores)}
-    if split is None:
-        gpu_side.append(timed(Check("dataset"), budget, 10, dataset_check(out)))
-    checks = [suite, gpu_side[0], dali_check(out), gpu_side[-1]]
+    gpu_tests = timed(Check("gpu-tests"), budget, 30, pytest_check("gpu-tests", "gpu", out, parallel=False,
+                                                                      cores=gpu_cores))
+    if split is not None:  # beside the suite: the slice waits for both
+        overhead = timed(Check("overhead"), budget, 60, overhead_check(out, gpu_cores))
+        profile = timed(Check("profile"), budget, 20, profile_check(out, gpu_cores))
+    dataset = timed(Check("dataset"), budget, 10, dataset_check(out, gpu_cores))
+    if split is not None and proc is not None:
+        timeout = max(60.0, budget.left() - SLICE_RESERVE_S)
+        pytest_result(suite, "suite", out, finish(proc, timeout), timeout)
+        suite.duration_s = junit_seconds(out / "suite.xml") or timeout  # its own, not the GPU checks' it waited on
+        suite.figures |= {"cores": len(suite_cores), "gpu_checks_cores": len(gpu_cores)}
     mission = timed(Check("mission-slice"), budget, 120, mission_check(out, SLICE))
-    checks += [mission, agreement_check(mission)]
-    if split is None:
-        gpu_side += [timed(Check("overhead"), budget, 60, overhead_check(out)),
-                     timed(Check("profile"), budget, 20, profile_check(out))]
-    return checks + [c for c in gpu_side[1:] if c.name != "dataset"]
+    if split is None:  # after the slice, which needs the machine to itself
+        overhead = timed(Check("overhead"), budget, 60, overhead_check(out))
+        profile = timed(Check("profile"), budget, 20, profile_check(out))
+    return [suite, gpu_tests, dali_check(out), dataset, mission, agreement_check(mission), overhead, profile]
 
 
 def main(argv: list[str] | None = None) -> int:
