@@ -217,10 +217,12 @@ def _data_root(cell: Cell, ctx: JobContext) -> Path | None:
 
 
 def generated_dataset(cell: Cell, notify: Callable[[str], None] = print) -> Path:
-    """The cell's generated dataset in the cache (NVBENCH_CACHE, or ~/.cache/nvbench), made now if missing."""
+    """The cell's generated dataset in the cache (NVBENCH_CACHE, or ~/.cache/nvbench), made now if missing; an
+    absolute path, so the job file says where the images came from whatever the working directory."""
     from harness.data.generate import ensure_dataset
 
     cache = Path(cell.data.cache_dir or os.environ.get("NVBENCH_CACHE") or Path.home() / ".cache" / "nvbench")
+    cache = cache.expanduser().resolve()  # "~/datasets" is the home's, not a folder named "~" here
     g = cell.data.generate
     notify(f"dataset: generating or reusing {g.kind} {g.image_size}px x {g.num_classes} classes "
            f"under {cache / 'datasets'}")

@@ -234,3 +234,16 @@ def test_data_prepare_refuses_a_cache_folder_that_is_not_a_whole_dataset(tiny_ma
     assert main(["data", "prepare", str(matrix)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith(f"error: nvbench data prepare: {matrix}: {root} exists but has no dataset.json")
+
+
+def test_a_cache_dir_under_home_is_the_homes(tiny_matrix, tmp_path, monkeypatch, capsys):
+    from harness.cli import main
+
+    matrix = tiny_matrix('backend = ["pytorch"]')
+    matrix.write_text(matrix.read_text().replace(f'cache_dir = "{tmp_path / "cache"}"', 'cache_dir = "~/nvb-cache"'))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    assert main(["data", "prepare", str(matrix)]) == 0
+    root = Path(capsys.readouterr().out.strip())
+    assert root.is_absolute() and root.parent == tmp_path / "home" / "nvb-cache" / "datasets"
+    assert not (tmp_path / "~").exists()
