@@ -193,3 +193,23 @@ def test_failed_slice_cells_are_told_once_per_cause():
     rows.append({"cell": "pytorch/nhwc/fp16/ga2", "status": "timeout", "reason": "no progress for 300 s"})
     assert acceptance._failures(rows) == ("2 cells (synthetic/nhwc/fp16/ga1, synthetic/nhwc/fp16/ga2): failed: rank 0: "
                                           "no CUDA; pytorch/nhwc/fp16/ga2: timeout: no progress for 300 s")
+
+
+def test_the_slice_runs_alone_after_the_suite_and_every_gpu_side_check(tmp_path, monkeypatch):
+    order = []
+
+    def fake_run(argv, *, log, timeout, env=None, cores=None):
+        order.append((log.stem, cores))
+        return 0
+
+    monkeypatch.setattr(acceptance, "usable_cores", lambda: list(range(16)))
+    monkeypatch.setattr(acceptance, "run", fake_run)
+    monkeypatch.setattr(acceptance, "start",
+                        lambda argv, *, log, cores=None, env=None: order.append(("suite", cores)) or "the suite")
+    monkeypatch.setattr(acceptance, "finish", lambda proc, timeout: order.append(("suite finished", None)) or 0)
+    checks = acceptance.gpu_machine_checks(tmp_path, acceptance.Budget(540))
+    side = list(range(12, 16))
+    assert order == [("suite", list(range(12))), ("gpu-tests", side), ("overhead", side), ("profile", side),
+                     ("dataset", side), ("suite finished", None), ("mission", None)]
+    assert [c.name for c in checks] == ["suite", "gpu-tests", "dali-tests", "dataset", "mission-slice",
+                                        "data-wait-agreement", "overhead", "profile"]
