@@ -298,7 +298,8 @@ def dataset_check(out: Path, cores: list[int] | None = None) -> Callable[[Check,
     def body(check: Check, timeout: float) -> None:
         argv = [sys.executable, "-m", "harness", "data", "prepare", str(acceptance_matrix(out)), *SLICE]
         code = run(argv, log=out / "dataset.log", timeout=timeout, cores=cores)
-        roots = [line for line in (out / "dataset.log").read_text().splitlines() if Path(line).is_dir()]
+        lines = (out / "dataset.log").read_text().splitlines()
+        roots = [line for line in lines if Path(line).is_absolute() and Path(line).is_dir()]  # what prepare printed
         check.status = "pass" if code == 0 else "fail"
         check.figures = {"datasets": roots}
         check.detail = (f"timed out after {timeout:.0f} s" if code is None else f"exit {code}" if code else

@@ -298,14 +298,14 @@ def cmd_data_make(args: argparse.Namespace) -> int:
 
 def cmd_data_prepare(args: argparse.Namespace) -> int:
     """Make (or find) every generated dataset the matrix's cells read, so a timed run starts measuring at once."""
-    from harness.orchestrate.runner import generated_dataset
+    from harness.orchestrate.runner import generated_dataset, reads_generated_dataset
     from harness.spec.cells import expand
 
     try:
         cells = expand(load_matrix(args.matrix), smoke=args.smoke, only=args.only)
     except MatrixError as exc:
         return _bad_input(exc.problems)
-    wanted = {(c.data.cache_dir, c.data.generate): c for c in cells if c.backend != "synthetic" and not c.data.path}
+    wanted = {(c.data.cache_dir, c.data.generate): c for c in cells if reads_generated_dataset(c)}
     for cell in wanted.values():
         try:
             print(generated_dataset(cell, notify=lambda line: print(line, file=sys.stderr)))

@@ -205,10 +205,15 @@ class JobContext:
     """Checkout whose harness the cells run instead of this one (nvbench ab --a-checkout: the baseline's code)."""
 
 
+def reads_generated_dataset(cell: Cell) -> bool:
+    """Whether the cell's images come from a generated dataset (not synthetic tensors, not data.path)."""
+    return cell.backend != "synthetic" and not cell.data.path
+
+
 def _data_root(cell: Cell, ctx: JobContext) -> Path | None:
     if cell.backend == "synthetic":
         return None
-    if cell.data.path:
+    if not reads_generated_dataset(cell):
         return Path(cell.data.path).expanduser().resolve()
     key = (cell.data.cache_dir, cell.data.generate)
     if key not in ctx.data_roots:
