@@ -1,6 +1,8 @@
-"""Verdicts: every cell of a candidate run against a baseline run, the other side of an A/B run, or a
-history of past runs. Pure given rows and manifests (`compare_runs`, `screen_history`); `load_run` and
-`load_history` are the only functions here that read the disk.
+"""Verdicts: every cell of a candidate run against a baseline run or the other side of an A/B run. Pure given
+rows and manifests. What it does: match cells, decide what can be tested, compute each metric's change,
+interval and test (with the multiplicity corrections across cells and metrics), and hand that evidence to
+harness.analysis.decide, the one place that says the word. Reading runs is harness.analysis.runs (its names
+are re-exported here); screening against a history of past runs is harness.analysis.screen.
 
 A verdict is an effect size with an interval and a practical floor: `regression` only when the whole
 (FDR-adjusted) interval of the change lies below zero AND the change is larger than the floor. Two
@@ -19,14 +21,15 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from harness.analysis import decide
+from harness.analysis.runs import RunData, RunInputError, load_history, load_run, resolve_pointer  # noqa: F401 (re-exported)
 from harness.results.env import ENV_KEY_FIELDS, cell_env_fields, env_diff, env_key
 from harness.spec.matrix import AXES
 from harness.stats import inference
 from harness.stats.core import Interval
 
-REGRESSION = "regression"
-IMPROVEMENT = "improvement"
-UNCHANGED = "unchanged"
+REGRESSION, IMPROVEMENT, UNCHANGED, INCONCLUSIVE = decide.REGRESSION, decide.IMPROVEMENT, decide.UNCHANGED, \
+    decide.INCONCLUSIVE
 INSUFFICIENT = "insufficient data"
 NOT_COMPARABLE = "not comparable"
 SUSPECT_REGRESSION = "suspect regression"
@@ -34,7 +37,7 @@ SUSPECT_IMPROVEMENT = "suspect improvement"
 FAILED = "failed"
 SKIPPED = "skipped"
 NO_BASELINE = "no baseline"
-VERDICTS = (REGRESSION, SUSPECT_REGRESSION, FAILED, IMPROVEMENT, SUSPECT_IMPROVEMENT, NOT_COMPARABLE,
+VERDICTS = (REGRESSION, SUSPECT_REGRESSION, FAILED, INCONCLUSIVE, IMPROVEMENT, SUSPECT_IMPROVEMENT, NOT_COMPARABLE,
             INSUFFICIENT, NO_BASELINE, SKIPPED, UNCHANGED)
 """Every verdict, in the order reports list them (what needs a person first)."""
 
@@ -50,14 +53,6 @@ DEFAULT_FLOOR_PCT = 3.0
 """Practical floor in %: the largest round number that still lets a 5 % slowdown be caught once the noise
 allows it (docs/performance.md, "What the thresholds rest on")."""
 
-class RunInputError(ValueError):
-    """A path given as a run, baseline or history is not what it should be; one line per problem."""
-
-    def __init__(self, problems: Sequence[str]):
-        self.problems = list(problems)
-        super().__init__("\n".join(self.problems))
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Thresholds:
     """What it takes to call a change. Validated at construction; every problem is reported at once.
@@ -68,7 +63,11 @@ class Thresholds:
     fdr_q: float = 0.01
     """Benjamini-Hochberg false discovery rate across cells; intervals at the FCR-adjusted level 1 - R q / m."""
     min_repeats: int = 5
-    """Fewest usable repeats per side (5 + 5: the least with which a permutation test can reach p <= 0.01)."""
+    """Fewest usable repeats per side for a cell to be tested (5 + 5: the least with which a permutation test
+    can reach p <= 0.01); below it a cell is `inconclusive`, saying how many it needs."""
+    looks: int = 1
+    """Looks of a sequential design (nvbench ab's adaptive repeats): every test and interval is at fdr_q /
+    looks, so that the false-alarm rate holds across all the looks (Bonferroni over looks)."""
     num_resamples: int = 10_000
     """Bootstrap resamples per cell."""
     seed: int = 0
@@ -94,6 +93,8 @@ class Thresholds:
             problems.append(f"floor_pct={self.floor_pct}: must be in [0, 100)")
         if not 0 < self.fdr_q < 1:
             problems.append(f"fdr_q={self.fdr_q}: must be strictly between 0 and 1")
+        if self.looks < 1:
+            problems.append(f"looks={self.looks}: must be >= 1")
         if self.min_repeats < 2:
             problems.append(f"min_repeats={self.min_repeats}: a bootstrap needs at least 2 repeats per side")
         if self.num_resamples < 100:
@@ -109,18 +110,10 @@ class Thresholds:
         if problems:
             raise ValueError("; ".join(problems))
 
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RunData:
-    """One run folder as the comparison sees it: its cell rows and its manifest."""
-
-    path: str
-    run_id: str
-    created_at: str
-    environment: Mapping[str, Any]
-    rows: tuple[Mapping[str, Any], ...]
-    matrix_efficiency: float | None = None
-    """manifest.json's matrix_efficiency (measured window seconds / run wall seconds), where the run records it."""
+    @property
+    def level(self) -> float:
+        """The false discovery rate one look is tested at: fdr_q split over the looks."""
+        return self.fdr_q / self.looks
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -185,6 +178,9 @@ class CellVerdict:
     floor_pct: float
     fdr_q: float
     mdc_pct: float | None = None
+    repeats_needed: int | None = None
+    """Inconclusive cells: about how many usable repeats per side would likely decide (decide.repeats_needed);
+    null in verdicts written before version 5."""
     num_candidate: int = 0
     num_baseline: int = 0
     num_unsteady: int = 0
@@ -268,14 +264,15 @@ VERDICT_COLUMNS = (
     "cell_id", *AXES, "verdict", "reason", "method",
     "effect_pct", "ci_low_pct", "ci_high_pct", "ci_level", "p_value", "p_adjusted", "decided_by",
     "throughput_p_value", "fast_effect_pct", "fast_ci_low_pct", "fast_ci_high_pct", "fast_p_value",
-    "candidate_fast_img_per_s", "baseline_fast_img_per_s", "floor_pct", "fdr_q", "mdc_pct", "num_candidate",
+    "candidate_fast_img_per_s", "baseline_fast_img_per_s", "floor_pct", "fdr_q", "mdc_pct", "repeats_needed",
+    "num_candidate",
     "num_baseline", "candidate_img_per_s", "baseline_img_per_s", "candidate_cv", "baseline_cv", "num_unsteady",
     "noise", "accuracy_verdict", "candidate_top1", "baseline_top1", "top1_change", "top1_ci_low", "top1_ci_high",
     "accuracy_tolerance", "history_median_img_per_s", "history_mad_img_per_s", "robust_z", "num_history_runs",
     "unadjusted_effect_pct", "speed_probe_change_pct", "speed_slope", "fire_drill_pct", "baseline_fire_drill_pct",
     "is_smoke", "env_diff", "candidate_run_id", "baseline_run_id",
 )
-"""The columns of verdicts.parquet (version 4), in order: CellVerdict's cell-level fields (the matrix's axes
+"""The columns of verdicts.parquet (version 5), in order: CellVerdict's cell-level fields (the matrix's axes
 among them: CellVerdict names each) and every MetricVerdict flattened by METRIC_COLUMNS."""
 
 
@@ -311,67 +308,6 @@ class Comparison:
     @property
     def fire_drill_pct(self) -> float:
         return max((v.fire_drill_pct for v in self.verdicts), default=0.0)
-
-
-# ---------------------------------------------------------------------------------------------
-# reading runs (the only I/O here)
-
-
-def load_run(path: Path | str) -> RunData:
-    """A run folder (plan.json, manifest.json, cells/) or a baseline pointer file naming one."""
-    from harness.results import store
-
-    run_dir = resolve_pointer(Path(path))
-    manifest_path = run_dir / "manifest.json"
-    if not manifest_path.is_file() or not (run_dir / "cells").is_dir():
-        raise RunInputError([f"{path}: not an nvbench run folder (needs manifest.json and cells/)"])
-    try:
-        manifest = store.read_json(manifest_path)
-        rows = tuple(store.read_cells(run_dir).to_pylist())
-    except store.UnreadableFile as exc:
-        raise RunInputError([str(exc)]) from None
-    if not isinstance(manifest, dict):
-        raise RunInputError([f"{manifest_path}: not an nvbench manifest (a JSON object)"])
-    if not rows:
-        raise RunInputError([f"{run_dir / 'cells'}: no result rows (the run has not finished a job)"])
-    efficiency = manifest.get("matrix_efficiency")
-    return RunData(path=str(run_dir), run_id=str(manifest.get("run_id") or run_dir.name),
-                   created_at=str(manifest.get("created_at") or ""), environment=manifest.get("environment") or {},
-                   rows=rows, matrix_efficiency=float(efficiency) if isinstance(efficiency, (int, float)) else None)
-
-
-def resolve_pointer(path: Path) -> Path:
-    """A baseline may be a run folder or a text file whose first line that is not blank or `#` names one
-    (relative paths are relative to the file's folder)."""
-    if not path.is_file():
-        return path
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (UnicodeDecodeError, OSError) as exc:
-        raise RunInputError([f"{path}: cannot read this pointer file ({type(exc).__name__})"]) from None
-    for line in text.splitlines():
-        line = line.strip()
-        if line and not line.startswith("#"):
-            target = Path(line).expanduser()
-            return target if target.is_absolute() else path.parent / target
-    raise RunInputError([f"{path}: pointer file names no run folder"])
-
-
-def load_history(folder: Path | str, *, exclude: Path | str | None = None) -> list[RunData]:
-    """Every run folder directly inside `folder` (and pointer files there), oldest first; `exclude` skipped."""
-    folder = Path(folder)
-    if not folder.is_dir():
-        raise RunInputError([f"{folder}: history must be a folder of run folders"])
-    skip = Path(exclude).resolve() if exclude else None
-    runs = []
-    for entry in sorted(folder.iterdir()):
-        if entry.name.startswith("."):
-            continue
-        target = resolve_pointer(entry) if entry.is_file() else entry
-        if not (target / "manifest.json").is_file() or (skip and target.resolve() == skip):
-            continue
-        runs.append(load_run(target))
-    return sorted(runs, key=lambda r: (r.created_at, r.run_id))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -575,23 +511,16 @@ def _prepare(cid: str, cand_rows: list, base_rows: list | None, candidate: RunDa
     cand_x, base_x = _throughputs(cand_ok), _throughputs(base_ok)
     base_cv = _cv(base_x)
     if base_cv and min(len(cand_ok), len(base_ok)) >= 2:
-        common["mdc_pct"] = 100 * inference.min_detectable_change(base_cv, len(cand_ok), len(base_ok), alpha=th.fdr_q)
-    dropped = " (unsteady repeats left out)" if th.exclude_unsteady else ""
-    if min(len(cand_ok), len(base_ok)) < th.min_repeats:
-        return common | {"verdict": INSUFFICIENT,
-                         "reason": f"{len(cand_ok)} candidate and {len(base_ok)} baseline repeats usable{dropped}; "
-                                   f"need at least {th.min_repeats} on each side"}, None
-    smallest_p = 2 / math.comb(len(cand_ok) + len(base_ok), len(cand_ok))
-    if smallest_p > th.fdr_q:
-        why = (f"{len(cand_ok)} + {len(base_ok)} repeats usable{dropped}: no outcome could reach p <= {th.fdr_q:g} "
-               f"(the smallest possible is {smallest_p:.3g}); add repeats")
-        return common | {"verdict": INSUFFICIENT, "reason": why}, None
+        common["mdc_pct"] = 100 * inference.min_detectable_change(base_cv, len(cand_ok), len(base_ok), alpha=th.level)
+    smallest_p = decide.smallest_permutation_p(len(cand_ok), len(base_ok))
+    if min(len(cand_ok), len(base_ok)) < th.min_repeats or smallest_p > th.level:
+        return common | _untestable(cand_x, base_x, th), None
     probes = _probes(cand_ok, base_ok, th)
     metrics = [_Metric(THROUGHPUT, cand_x, base_x)]
     fast = _fast_steps(cand_ok, base_ok, th)
-    if fast is not None and 2 * smallest_p > th.fdr_q:  # split two ways the level would be out of reach
+    if fast is not None and 2 * smallest_p > th.level:  # split two ways the level would be out of reach
         fast, note = None, (f" (fast steps not tested: at {len(cand_ok)} + {len(base_ok)} repeats only one metric "
-                            f"can reach p <= {th.fdr_q:g})")
+                            f"can reach p <= {th.level:.3g})")
     else:
         note = ""
     if fast is not None:
@@ -600,6 +529,40 @@ def _prepare(cid: str, cand_rows: list, base_rows: list | None, candidate: RunDa
                                "baseline_img_per_s": float(fast[1].mean())}
     return common, _Pending(base=common, metrics=metrics, cand_probe=probes and probes[0],
                             base_probe=probes and probes[1], note=note)
+
+
+def _log_sd(*sides: np.ndarray) -> float | None:
+    """Pooled within-side standard deviation of log values (None without a side of two)."""
+    logs = [np.log(x) for x in sides if x.size >= 2]
+    dof = sum(x.size - 1 for x in logs)
+    return float(math.sqrt(sum(((x - x.mean()) ** 2).sum() for x in logs) / dof)) if dof else None
+
+
+def _untestable(cand_x: np.ndarray, base_x: np.ndarray, th: Thresholds) -> dict[str, Any]:
+    """The verdict of a cell with too few usable repeats to be tested (fewer than min_repeats, or fewer than
+    a permutation test needs to reach the level): `inconclusive`, with its change where one can be computed
+    and the repeats that would likely decide it."""
+    n_c, n_b = cand_x.size, base_x.size
+    if n_c == 0 or n_b == 0:
+        n = max(th.min_repeats, decide.repeats_to_reach(th.level))
+        return {"verdict": INCONCLUSIVE, "decided_by": THROUGHPUT, "repeats_needed": n,
+                "reason": f"{n_c} candidate and {n_b} baseline repeats usable; {decide.needed_text(n)}"}
+    if n_c >= 2 and n_b >= 2:
+        ci = inference.bootstrap_log_ratio(cand_x, base_x, confidence=1 - th.level, num_resamples=th.num_resamples,
+                                           seed=th.seed)
+        low, high = inference.to_percent(ci.low), inference.to_percent(ci.high)
+    else:
+        ci, low, high = None, math.nan, math.nan
+    effect = inference.to_percent(math.log(cand_x.mean() / base_x.mean()))
+    evidence = decide.Evidence(name=THROUGHPUT, effect_pct=effect, ci_low_pct=low, ci_high_pct=high,
+                               significant=False, log_sd=_log_sd(cand_x, base_x))
+    d = decide.decide([evidence], floor_pct=th.floor_pct, alpha=th.level, n_candidate=n_c, n_baseline=n_b,
+                      min_repeats=th.min_repeats)
+    change = f"{effect:+.1f}%" + (f" [{low:+.1f}, {high:+.1f}] (bootstrap, untested)" if ci else "")
+    dropped = " (unsteady repeats left out)" if th.exclude_unsteady else ""
+    return {"verdict": d.verdict, "decided_by": d.decided_by, "repeats_needed": d.repeats_needed,
+            "throughput": {"effect_pct": effect, "ci_low_pct": low if ci else None, "ci_high_pct": high if ci else None},
+            "reason": f"{change}: {n_c} + {n_b} repeats usable{dropped}: {d.reason}"}
 
 
 def _fast_steps(cand_ok: Sequence[Mapping[str, Any]], base_ok: Sequence[Mapping[str, Any]],
@@ -623,16 +586,18 @@ def _interval(pending: _Pending, m: _Metric, level: float,
               th: Thresholds) -> tuple[Interval, dict[str, Any], str]:
     """The metric's change with its interval, the speed-adjustment fields (with the metric's minimum
     detectable change at its share of the level), and the method in words."""
-    n_c, n_b, alpha = m.cand.size, m.baseline.size, th.fdr_q / len(pending.metrics)
+    n_c, n_b, alpha = m.cand.size, m.baseline.size, th.level / len(pending.metrics)
     if not pending.adjusted:
         ci = inference.bootstrap_log_ratio(m.cand, m.baseline, confidence=level, num_resamples=th.num_resamples,
                                        seed=th.seed)
         cv = _cv(m.baseline)
         mdc = 100 * inference.min_detectable_change(cv, n_c, n_b, alpha=alpha) if cv else None
-        return ci, {"mdc_pct": mdc}, f"permutation + benjamini_hochberg; {ci.method} interval"
+        return ci, {"mdc_pct": mdc, "log_sd": _log_sd(m.cand, m.baseline)}, \
+            f"permutation + benjamini_hochberg; {ci.method} interval"
     fit = inference.ancova_fit(m.cand, m.baseline, pending.cand_probe, pending.base_probe)
     extra = {"unadjusted_effect_pct": inference.to_percent(fit.unadjusted),
              "speed_probe_change_pct": inference.to_percent(fit.covariate_shift), "speed_slope": fit.slope,
+             "log_sd": fit.residual_sd if math.isfinite(fit.residual_sd) else None,
              # what the adjusted comparison could see: its residual noise in place of the raw spread
              "mdc_pct": 100 * inference.min_detectable_change(fit.residual_sd, n_c, n_b, alpha=alpha)
              if math.isfinite(fit.residual_sd) and fit.residual_sd > 0 else None}
@@ -653,15 +618,18 @@ def holm_within(p_values: Sequence[float], alpha: float) -> list[bool]:
     return out
 
 
-def _decide(pending: _Pending, alpha: float, p_adjusted: float, level: float, th: Thresholds) -> dict[str, Any]:
-    """The verdict of a tested cell. `alpha`: the level Benjamini-Hochberg tested the cell at (R q / m with
-    R cells rejected; 0 when none was). Which metrics are significant follows Holm within the cell
-    (holm_within); each metric's interval is at the FCR level split between the metrics; a regression of
-    either metric makes the verdict (a regression is never hidden by an improvement of the other)."""
+def _decide(pending: _Pending, alpha: float, p_adjusted: float, level: float, th: Thresholds,
+            num_tested: int) -> dict[str, Any]:
+    """The evidence of a tested cell, and decide's verdict on it. `alpha`: the level Benjamini-Hochberg
+    tested the cell at (R q / m with R cells rejected; 0 when none was). Which metrics are significant
+    follows Holm within the cell (holm_within); each metric's interval is at the FCR level split between the
+    metrics. Where the comparison is adjusted for the machine-speed probe, the probe's balance between the
+    sides goes to decide too, with the unadjusted change it falls back on (tested at the level split over
+    the `num_tested` cells: Bonferroni, since the fallback is not part of the cells' BH)."""
     k = len(pending.metrics)
     level_m = 1 - (1 - level) / k
     out: dict[str, Any] = {"p_value": pending.p, "p_adjusted": p_adjusted, "ci_level": level_m}
-    calls, texts, reach = {}, [], []
+    evidence, texts, reach = [], [], []
     for m, significant in zip(pending.metrics, holm_within([m.p for m in pending.metrics], alpha)):
         ci, extra, method = _interval(pending, m, level_m, th)
         mdc = extra.pop("mdc_pct", None)
@@ -671,7 +639,8 @@ def _decide(pending: _Pending, alpha: float, p_adjusted: float, level: float, th
         metric = {"effect_pct": effect, "ci_low_pct": low, "ci_high_pct": high, "p_value": m.p}
         text = f"{effect:+.1f}% [{low:+.1f}, {high:+.1f}]"
         if m.name == THROUGHPUT:  # the headline carries the method and the speed adjustment
-            out |= {"method": method + (f"; Bonferroni over {k} metrics" if k > 1 else "")}
+            out |= {"method": method + (f"; Bonferroni over {k} metrics" if k > 1 else "")
+                    + (f"; level split over {th.looks} looks" if th.looks > 1 else "")}
             if pending.adjusted:
                 metric |= {"unadjusted_effect_pct": extra["unadjusted_effect_pct"], "speed_slope": extra["speed_slope"]}
                 out["speed_probe_change_pct"] = extra["speed_probe_change_pct"]
@@ -679,47 +648,44 @@ def _decide(pending: _Pending, alpha: float, p_adjusted: float, level: float, th
                          f"unadjusted {extra['unadjusted_effect_pct']:+.1f}%)")
         out[METRIC_ATTRIBUTES[m.name]] = metric
         texts.append(f"{m.name} {text}" if k > 1 else text)
-        excludes_zero = ci.high < 0 or ci.low > 0
-        if significant and excludes_zero and effect <= -th.floor_pct:
-            calls.setdefault(REGRESSION, m.name)
-        elif significant and excludes_zero and effect >= th.floor_pct:
-            calls.setdefault(IMPROVEMENT, m.name)
-        elif significant and excludes_zero:
-            calls.setdefault("within floor", m.name)
-        elif significant:
-            calls.setdefault("interval includes 0", m.name)
-        elif excludes_zero:
-            calls.setdefault("not rejected", m.name)
+        evidence.append(decide.Evidence(name=m.name, effect_pct=effect, ci_low_pct=low, ci_high_pct=high,
+                                        significant=significant, log_sd=extra.get("log_sd")))
     if reach:  # either metric can call a change: the comparison reaches as far as the better one
         out["mdc_pct"] = min(reach)
+    probe = _probe_balance(pending, level_m, th, num_tested) if pending.adjusted else None
+    d = decide.decide(evidence, floor_pct=th.floor_pct, alpha=th.level, n_candidate=pending.metrics[0].cand.size,
+                      n_baseline=pending.metrics[0].baseline.size, min_repeats=th.min_repeats, probe=probe)
     change = "; ".join(texts) + f" at {level_m:.1%}"
-    nearest = min(pending.metrics, key=lambda m: m.p).name
-    if REGRESSION in calls:
-        name = calls[REGRESSION]
-        return out | {"verdict": REGRESSION, "decided_by": name,
-                      "reason": f"{change}: {_whose(name, k)}slower beyond the {th.floor_pct:g}% floor{pending.note}"}
-    if IMPROVEMENT in calls:
-        name = calls[IMPROVEMENT]
-        return out | {"verdict": IMPROVEMENT, "decided_by": name,
-                      "reason": f"{change}: {_whose(name, k)}faster beyond the {th.floor_pct:g}% floor{pending.note}"}
-    if "within floor" in calls:
-        why = f"real but within the {th.floor_pct:g}% practical floor"
-    elif "interval includes 0" in calls:
-        why = "the permutation test rejects but the interval includes 0"
-    elif "not rejected" in calls:
-        why = f"the interval excludes 0 but the permutation test does not reject (p = {pending.p:.2g}, " \
-              f"BH-adjusted {p_adjusted:.2g} > {th.fdr_q:g})"
-    else:
-        why = "the interval includes 0"
-    mdc = out.get("mdc_pct", pending.base.get("mdc_pct"))
-    effects = [abs(out[METRIC_ATTRIBUTES[m.name]]["effect_pct"]) for m in pending.metrics]
+    reason = f"{change}: {d.reason}{pending.note}"
+    if d.verdict == UNCHANGED or d.verdict == INCONCLUSIVE and not probe:
+        reason += _reach_note(out.get("mdc_pct", pending.base.get("mdc_pct")), evidence, th)
+    return out | {"verdict": d.verdict, "decided_by": d.decided_by, "repeats_needed": d.repeats_needed,
+                  "reason": reason}
+
+
+def _reach_note(mdc: float | None, evidence: Sequence[decide.Evidence], th: Thresholds) -> str:
+    effects = [abs(e.effect_pct) for e in evidence]
     if mdc is not None and mdc > max(th.floor_pct, *effects):
-        why += f"; at this noise only changes beyond ~{mdc:.0f}% are reliably seen"
-    return out | {"verdict": UNCHANGED, "decided_by": nearest, "reason": f"{change}: {why}{pending.note}"}
+        return f" (at this noise only changes beyond ~{mdc:.0f}% are reliably seen)"
+    return ""
 
 
-def _whose(name: str, k: int) -> str:
-    return f"{name} " if k > 1 else ""
+def _probe_balance(pending: _Pending, level: float, th: Thresholds, num_tested: int) -> decide.ProbeBalance:
+    """The probe's balance between the sides, with (when unbalanced) the unadjusted throughput change net of
+    what the probe's shift can explain."""
+    shift, shift_ci, p, balanced = decide.probe_balance(pending.cand_probe, pending.base_probe,
+                                                        floor_pct=th.floor_pct, alpha=th.level, confidence=level)
+    if balanced:
+        return decide.ProbeBalance(shift_pct=shift, p_value=p, balanced=True)
+    m = pending.metrics[0]
+    ci = inference.bootstrap_log_ratio(m.cand, m.baseline, confidence=level, num_resamples=th.num_resamples,
+                                       seed=th.seed)
+    p_plain = inference.permutation_p_value(m.cand, m.baseline, num_permutations=th.num_resamples, seed=th.seed)
+    plain = decide.Evidence(name=m.name, effect_pct=inference.to_percent(ci.estimate),
+                            ci_low_pct=inference.to_percent(ci.low), ci_high_pct=inference.to_percent(ci.high),
+                            significant=p_plain <= th.level / num_tested, log_sd=_log_sd(m.cand, m.baseline))
+    return decide.ProbeBalance(shift_pct=shift, p_value=p, balanced=False,
+                               net=decide.net_of_probe(plain, shift, shift_ci))
 
 
 def compare_runs(candidate: RunData, baseline: RunData, thresholds: Thresholds | None = None, *,
@@ -753,18 +719,18 @@ def compare_runs(candidate: RunData, baseline: RunData, thresholds: Thresholds |
         p.p = min(1.0, len(p.metrics) * min(m.p for m in p.metrics))
     decided: dict[int, dict[str, Any]] = {}
     if testable:
-        adjusted, rejected = inference.benjamini_hochberg([p.p for p in testable], q=th.fdr_q)
-        level = inference.fcr_adjusted_confidence(int(rejected.sum()), len(testable), q=th.fdr_q)
-        alpha = int(rejected.sum()) * th.fdr_q / len(testable)  # the BH threshold the rejected cells passed
+        adjusted, rejected = inference.benjamini_hochberg([p.p for p in testable], q=th.level)
+        level = inference.fcr_adjusted_confidence(int(rejected.sum()), len(testable), q=th.level)
+        alpha = int(rejected.sum()) * th.level / len(testable)  # the BH threshold the rejected cells passed
         for p, adj, rej in zip(testable, adjusted, rejected):
-            decided[id(p)] = _decide(p, alpha if rej else 0.0, float(adj), level, th)
+            decided[id(p)] = _decide(p, alpha if rej else 0.0, float(adj), level, th, len(testable))
     verdicts = []
     for common, p in prepared:
         fields_ = _merge(common, decided[id(p)]) if p is not None else common
         cid = common["cell_id"]
         if p is not None or common["verdict"] not in (FAILED, SKIPPED):
             fields_ |= accuracy_check(_ok(cand_cells[cid]), _ok(base_cells.get(cid, [])), th,
-                                      fields_.get("ci_level") or 1 - th.fdr_q)
+                                      fields_.get("ci_level") or 1 - th.level)
             if fields_["verdict"] == NOT_COMPARABLE:
                 fields_["accuracy_verdict"] = ACCURACY_NA
         drills = (fields_.get("fire_drill_pct") or 0.0, fields_.get("baseline_fire_drill_pct") or 0.0)
@@ -816,85 +782,3 @@ def describe_only(candidate: RunData, thresholds: Thresholds | None = None) -> C
             candidate_run_id=candidate.run_id))
     return Comparison(mode="none", candidate=candidate, baseline_label="nothing (no baseline given)",
                       baseline_environment=None, thresholds=th, verdicts=tuple(verdicts))
-
-
-# ---------------------------------------------------------------------------------------------
-# history screening
-
-
-def _history_values(cid: str, cand_ok: Sequence[Mapping[str, Any]], candidate: RunData,
-                    history: Sequence[RunData], th: Thresholds) -> tuple[list[float], RunData | None, int]:
-    """Mean throughput of the cell in each comparable past run (newest last, at most history_runs),
-    the newest past run holding the cell at all, and how many drill runs were left out."""
-    values, newest, drills = [], None, 0
-    is_smoke = bool(cand_ok[0].get("is_smoke"))
-    for run in history:
-        rows = _by_cell(run.rows).get(cid)
-        if not rows:
-            continue
-        newest = run
-        ok = [r for r in _usable(rows, th) if bool(r.get("is_smoke")) == is_smoke]
-        if any(_drill(r) for r in rows):
-            drills += 1
-            continue
-        if ok and not _env_difference(cand_ok, ok, candidate.environment, run.environment, subset=True):
-            values.append(float(_throughputs(ok).mean()))
-    return values[-th.history_runs:], newest, drills
-
-
-def screen_history(candidate: RunData, history: Sequence[RunData], thresholds: Thresholds | None = None, *,
-                   label: str = "history") -> Comparison:
-    """Screen every cell against its own history: the median and scaled MAD of its mean throughput over
-    the last `history_runs` comparable runs (same env_key and smoke-ness; fire drills never count). A
-    cell is a suspect when its robust z is at least history_z AND the change beyond the floor; suspects
-    are what a confirmation rerun should target, not confirmed regressions."""
-    th = thresholds or Thresholds()
-    verdicts, suspects = [], []
-    for cid, rows in sorted(_by_cell(candidate.rows).items()):
-        common = {"cell_id": cid, **_axes(rows), "floor_pct": th.floor_pct, "fdr_q": th.fdr_q,
-                  "accuracy_tolerance": th.accuracy_tolerance, "fire_drill_pct": max(map(_drill, rows)),
-                  "is_smoke": bool(rows[0].get("is_smoke")), "candidate_run_id": candidate.run_id,
-                  "baseline_run_id": label, "method": "history_median_mad"}
-        ok = _usable(rows, th)
-        if not _ok(rows):
-            verdict, reason = _failure(rows)
-            verdicts.append(CellVerdict(**common, verdict=verdict, reason=reason))
-            continue
-        x = float(_throughputs(ok).mean()) if ok else float(_throughputs(_ok(rows)).mean())
-        values, newest, drills = _history_values(cid, _ok(rows), candidate, history, th)
-        common |= {"num_candidate": len(ok), "num_history_runs": len(values),
-                   "throughput": {"candidate_img_per_s": x, "candidate_cv": _cv(_throughputs(ok)) if ok else None}}
-        verdicts.append(_build(_merge(common, _screen(x, values, newest, drills, rows, candidate, th))))
-        if verdicts[-1].verdict in (SUSPECT_REGRESSION, SUSPECT_IMPROVEMENT):
-            suspects.append(cid)
-    return Comparison(mode="history", candidate=candidate, baseline_label=label, baseline_environment=None,
-                      thresholds=th, verdicts=tuple(verdicts), suspects=tuple(suspects))
-
-
-def _screen(x: float, values: list[float], newest: RunData | None, drills: int, rows: Sequence[Mapping[str, Any]],
-            candidate: RunData, th: Thresholds) -> dict[str, Any]:
-    if newest is None:
-        return {"verdict": NO_BASELINE, "reason": "cell in no past run"}
-    if not values:
-        fields_ = cell_env_fields(backend=str(rows[0].get("backend")), device=rows[0].get("device"),
-                                  world_size=int(rows[0].get("world_size") or 1))
-        diff = _format_diff(env_diff(newest.environment, candidate.environment, fields=fields_))
-        why = f"environment differs from the newest past run {newest.run_id}: {diff}" if diff else \
-            f"no past run with the same environment and smoke setting ({drills} fire drill(s) left out)"
-        return {"verdict": NOT_COMPARABLE, "reason": why, "env_diff": diff}
-    if len(values) < th.history_min_runs:
-        return {"verdict": INSUFFICIENT,
-                "reason": f"{len(values)} comparable past run(s); need at least {th.history_min_runs}"}
-    med, mad = inference.median_mad(values)
-    z = inference.robust_z(x, values)
-    effect = inference.to_percent(math.log(x / med))
-    out = {"throughput": {"effect_pct": effect, "baseline_img_per_s": med}, "history_median_img_per_s": med,
-           "history_mad_img_per_s": mad, "robust_z": z if math.isfinite(z) else None,
-           "mdc_pct": max(th.floor_pct, 100 * th.history_z * mad / med),
-           "noise": noise_label(mad / med, 0) + " (run to run)"}
-    shown = f"{effect:+.1f}% vs the median of {len(values)} runs (robust z {z:+.1f})"
-    if abs(z) >= th.history_z and abs(effect) >= th.floor_pct:
-        verdict = SUSPECT_REGRESSION if effect < 0 else SUSPECT_IMPROVEMENT
-        return out | {"verdict": verdict, "reason": f"{shown}: rerun this cell to confirm"}
-    why = "within the run-to-run spread" if abs(z) < th.history_z else f"within the {th.floor_pct:g}% floor"
-    return out | {"verdict": UNCHANGED, "reason": f"{shown}: {why}"}

@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from harness.analysis import compare
+from harness.analysis import compare, screen
 from harness.analysis.compare import (
     ACCURACY_BELOW,
     FAILED,
@@ -98,7 +98,7 @@ def make_report(run_dir: Path, *, baseline: Path | None = None, history: Path | 
     if baseline_run is not None:
         comparison = compare.compare_runs(candidate, baseline_run, th)
     elif runs is not None:
-        comparison = compare.screen_history(candidate, runs, th, label=f"history: {len(runs)} run(s) in {history}")
+        comparison = screen.screen_history(candidate, runs, th, label=f"history: {len(runs)} run(s) in {history}")
     else:
         comparison = compare.describe_only(candidate, th)
     return write_report(comparison, Path(out_dir) if out_dir else Path(run_dir) / "report")

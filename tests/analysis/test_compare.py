@@ -9,9 +9,11 @@ import numpy as np
 import pytest
 
 from harness.analysis import compare
+from harness.analysis.screen import screen_history
 from harness.analysis.compare import (
     FAILED,
     IMPROVEMENT,
+    INCONCLUSIVE,
     INSUFFICIENT,
     NO_BASELINE,
     NOT_COMPARABLE,
@@ -71,28 +73,44 @@ def test_clear_speedup_is_an_improvement():
     assert v.verdict == IMPROVEMENT and not v.is_regression and v.throughput.ci_low_pct > 0
 
 
-def test_noise_is_unchanged_because_the_interval_includes_zero():
+def test_quiet_noise_is_unchanged_because_the_interval_lies_inside_the_floor():
     v = one(rows([100.5, 99.0, 101.0, 99.5, 100.0]), rows(BASE))
-    assert v.verdict == UNCHANGED and v.throughput.ci_low_pct < 0 < v.throughput.ci_high_pct
-    assert "the interval includes 0" in v.reason
+    assert v.verdict == UNCHANGED and -3 < v.throughput.ci_low_pct < 0 < v.throughput.ci_high_pct < 3
+    assert "every interval lies inside the ±3% floor (equivalence shown)" in v.reason
+    assert v.repeats_needed is None
+
+
+def test_a_wide_interval_is_inconclusive_never_unchanged():
+    # -60 % with an interval reaching past 0: absence of evidence, not evidence of absence
+    v = one(rows([20.0, 90.0, 30.0, 100.0, 25.0]), rows(BASE))
+    assert v.verdict == INCONCLUSIVE and v.throughput.effect_pct < -40 and v.throughput.p_value > 0.01
+    assert "the test does not reject" in v.reason and f"needs ~{v.repeats_needed} repeats a side" in v.reason
+    assert v.repeats_needed > 5
 
 
 def test_a_certain_but_small_change_stays_within_the_floor():
     base = [100.0, 100.01, 99.99, 100.02, 99.98]
     v = one(rows([x * 0.99 for x in base]), rows(base))
     assert v.throughput.ci_high_pct < 0  # real...
-    assert v.verdict == UNCHANGED and "within the 3% practical floor" in v.reason  # ...but not practical
+    assert v.verdict == UNCHANGED and "inside the ±3% floor" in v.reason  # ...but not practical
+    # the same -1 % with an interval that straddles the floor: real, but it may be beyond the floor
+    noisy = [100.0, 101.5, 98.5, 102.0, 98.0]
+    v = one(rows([x * 0.975 for x in noisy]), rows(noisy), Thresholds(fdr_q=0.05))
+    assert v.verdict == INCONCLUSIVE and v.throughput.ci_low_pct < -3 < v.throughput.ci_high_pct
     assert one(rows([x * 0.99 for x in base]), rows(base), Thresholds(floor_pct=0.5)).verdict == REGRESSION
 
 
-def test_too_few_repeats_is_insufficient_data():
+def test_too_few_repeats_is_inconclusive_with_the_repeats_it_needs():
     v = one(rows([90.0, 91.0]), rows(BASE))
-    assert v.verdict == INSUFFICIENT
-    assert v.reason == "2 candidate and 5 baseline repeats usable; need at least 5 on each side"
-    assert v.throughput.effect_pct is None
+    assert v.verdict == INCONCLUSIVE and v.repeats_needed >= 5
+    assert "2 + 5 repeats usable" in v.reason and f"needs ~{v.repeats_needed} repeats a side" in v.reason
+    assert v.throughput.effect_pct == pytest.approx(-9.5, abs=0.1)
     # 3 + 3 repeats allowed, but no permutation of 6 values can reach p <= 0.01: said, not guessed.
     v = one(rows([90.0, 91.0, 89.0]), rows(BASE[:3]), Thresholds(min_repeats=3))
-    assert v.verdict == INSUFFICIENT and "no outcome could reach p <= 0.01 (the smallest possible is 0.1)" in v.reason
+    assert v.verdict == INCONCLUSIVE and "the test can never reach p <= 0.01 (its smallest p is 0.1)" in v.reason
+    assert v.repeats_needed == 5  # what a permutation test needs to reach 0.01; the -10 % itself is clear
+    v = one(rows([90.0] * 5), rows(BASE, steady=False), Thresholds(exclude_unsteady=True))
+    assert v.verdict == INCONCLUSIVE and v.repeats_needed == 5 and "0 baseline repeats usable" in v.reason
 
 
 def test_unsteady_repeats_can_be_left_out():
@@ -157,8 +175,9 @@ def test_benjamini_hochberg_across_cells_sets_the_interval_level():
     weak = by[cell1]
     assert weak.p_value < 0.05 < weak.p_adjusted
     # The percentile bootstrap of 6 + 6 repeats is too narrow (its interval misses 0); the exact test holds.
-    assert weak.verdict == UNCHANGED and "the permutation test does not reject" in weak.reason
-    assert comparison.counts() == {REGRESSION: 1, UNCHANGED: 19}
+    assert weak.verdict == INCONCLUSIVE and "the test does not reject" in weak.reason
+    # the other 19 changed nothing, but at 1 % noise and 6 repeats their intervals do not fit a 0.5 % floor
+    assert comparison.counts() == {REGRESSION: 1, INCONCLUSIVE: 19}
 
 
 def test_accuracy_below_its_band_is_a_regression_even_when_throughput_is_unchanged():
@@ -196,7 +215,7 @@ PAST = [100.0, 101.0, 99.0, 100.5, 99.5, 100.2, 99.8, 100.9]
 
 
 def screen(cand_value, past, th=None):
-    comparison = compare.screen_history(run(rows([cand_value] * 3)), past, th)
+    comparison = screen_history(run(rows([cand_value] * 3)), past, th)
     (v,) = comparison.verdicts
     return v, comparison
 
@@ -284,7 +303,7 @@ def test_fast_steps_find_a_slowdown_that_throughput_noise_hides():
     assert "fast steps slower beyond the 3% floor" in v.reason and v.reason.startswith("throughput ")
     assert v.mdc_pct < 3  # the fast-step rate's reach, not throughput's (~15 % at 8 %)
     alone = two(np.random.default_rng(3), 10, Thresholds(fast_steps=False), slow=0.05)  # --no-fast-steps
-    assert alone.verdict == UNCHANGED and alone.fast_step is None and alone.decided_by == compare.THROUGHPUT
+    assert alone.verdict == INCONCLUSIVE and alone.fast_step is None and alone.decided_by == compare.THROUGHPUT
 
 
 def test_a_slowdown_of_a_few_steps_is_left_to_throughput():
@@ -294,7 +313,8 @@ def test_a_slowdown_of_a_few_steps_is_left_to_throughput():
     v = one(cand, base)
     assert v.verdict == REGRESSION and v.decided_by == compare.THROUGHPUT and abs(v.fast_step.effect_pct) < 1e-9
     assert "throughput slower" in v.reason
-    assert two(rng, 10).verdict == UNCHANGED  # unchanged code: neither metric calls it
+    assert two(rng, 10).verdict == INCONCLUSIVE  # unchanged code: neither metric calls it, and throughput's
+    # 8 % noise is too wide to show it inside the floor
 
 
 def test_a_regression_of_one_metric_is_never_hidden_by_an_improvement_of_the_other():
@@ -344,17 +364,34 @@ def _machine(rng, n, slow):
     return 1e-3 * np.exp(x), 100 * np.exp(-x + rng.normal(0, 0.005, n))
 
 
-def test_a_slower_machine_on_the_baseline_night_is_not_a_code_change():
+def test_a_slower_machine_on_the_baseline_night_is_inconclusive_not_a_code_change():
     rng = np.random.default_rng(0)
     (pc, yc), (pb, yb) = _machine(rng, 8, 0.0), _machine(rng, 8, 0.08)  # baseline machine ~8 % slower
     plain = one(probed(yc, pc), probed(yb, pb), Thresholds(speed_adjust=False))  # --no-speed-adjust
     assert plain.verdict == IMPROVEMENT  # what drift looks like unadjusted
     assert plain.throughput.unadjusted_effect_pct is None
     v = one(probed(yc, pc), probed(yb, pb), ADJUST)
-    assert v.verdict == UNCHANGED and v.method.startswith("speed-adjusted")
+    # the adjustment sees no change, but it extrapolates across a probe shift beyond the floor: not trusted
     assert abs(v.throughput.effect_pct) < 1.5 and v.throughput.unadjusted_effect_pct > 5
     assert v.speed_probe_change_pct < -5 and v.throughput.speed_slope == pytest.approx(-1.0, abs=0.2)
-    assert "adjusted for machine speed" in v.reason and v.mdc_pct < plain.mdc_pct
+    assert v.verdict == INCONCLUSIVE and v.method.startswith("speed-adjusted")
+    assert "machine speed differed between the sides: probe -" in v.reason and "net of it" in v.reason
+
+
+def test_a_machine_that_wandered_within_the_floor_is_adjusted_for():
+    rng = np.random.default_rng(0)
+    (pc, yc), (pb, yb) = _machine(rng, 8, 0.0), _machine(rng, 8, 0.015)  # ~1.5 %: within spread and floor
+    v = one(probed(yc, pc), probed(yb, pb), ADJUST)
+    assert v.verdict == UNCHANGED and abs(v.speed_probe_change_pct) < 3 and "adjusted for machine speed" in v.reason
+
+
+def test_a_slowdown_in_the_code_is_a_regression_whatever_the_machine_did():
+    rng = np.random.default_rng(4)
+    (pc, yc), (pb, yb) = _machine(rng, 8, 0.3), _machine(rng, 8, 0.0)  # a hog beside the candidate: +35 % probe
+    v = one(probed(yc * 0.5, pc), probed(yb, pb), ADJUST)  # and the code does twice the work
+    assert v.verdict == REGRESSION and "beyond what the machine explains" in v.reason
+    hog_alone = one(probed(yc, pc), probed(yb, pb), ADJUST)
+    assert hog_alone.verdict == INCONCLUSIVE and "machine speed differed" in hog_alone.reason
 
 
 def test_a_real_slowdown_is_found_through_the_machine_noise():
@@ -382,7 +419,7 @@ def test_no_adjustment_unless_every_repeat_has_the_same_probe(change):
 # --- the verdict's structure and its row in verdicts.parquet ----------------------------------------
 
 
-def test_a_verdict_holds_one_metric_verdict_per_metric_and_its_row_keeps_the_version_4_columns():
+def test_a_verdict_holds_one_metric_verdict_per_metric_and_its_row_keeps_the_version_5_columns():
     rng = np.random.default_rng(1)
     (pc, yc), (pb, yb) = _machine(rng, 8, 0.0), _machine(rng, 8, 0.0)
     cand, base = with_fast(probed(yc * 0.95, pc), yc * 1.2), with_fast(probed(yb, pb), yb * 1.2)
@@ -390,7 +427,7 @@ def test_a_verdict_holds_one_metric_verdict_per_metric_and_its_row_keeps_the_ver
     assert v.fast_step is not None and v.throughput.speed_slope is not None  # both metrics, speed-adjusted
     assert v.metric(compare.FAST_STEPS) is v.fast_step and v.metric(compare.THROUGHPUT) is v.throughput
     row = v.to_row()
-    assert tuple(row) == compare.VERDICT_COLUMNS and len(row) == 55
+    assert tuple(row) == compare.VERDICT_COLUMNS and len(row) == 56
     assert (row["effect_pct"], row["throughput_p_value"], row["fast_effect_pct"], row["candidate_fast_img_per_s"]) \
         == (v.throughput.effect_pct, v.throughput.p_value, v.fast_step.effect_pct, v.fast_step.candidate_img_per_s)
     assert compare.CellVerdict.from_row(row) == v
@@ -449,6 +486,6 @@ def test_history_counts_past_runs_that_differ_only_in_fields_the_cell_does_not_u
     old, new = _env(), _env(dali_version="2.5.0+cuda130")
     past = [run(_cells(old, f), run_id=f"past{i}", env=old[0], created_at=f"2026-01-0{i + 1}")
             for i, f in enumerate((1.0, 1.01, 0.99, 1.005, 0.995))]
-    by = {v.backend: v for v in compare.screen_history(run(_cells(new, 0.8), env=new[0]), past).verdicts}
+    by = {v.backend: v for v in screen_history(run(_cells(new, 0.8), env=new[0]), past).verdicts}
     assert by["synthetic"].verdict == SUSPECT_REGRESSION and by["synthetic"].num_history_runs == 5
     assert by["dali-gpu"].verdict == NOT_COMPARABLE and "dali_version" in by["dali-gpu"].reason

@@ -1,0 +1,90 @@
+"""Reading run folders for the analysis: one run, a baseline pointer, a folder of past runs. The only
+module of the verdict path that reads the disk."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+
+class RunInputError(ValueError):
+    """A path given as a run, baseline or history is not what it should be; one line per problem."""
+
+    def __init__(self, problems: Sequence[str]):
+        self.problems = list(problems)
+        super().__init__("\n".join(self.problems))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunData:
+    """One run folder as the comparison sees it: its cell rows and its manifest."""
+
+    path: str
+    run_id: str
+    created_at: str
+    environment: Mapping[str, Any]
+    rows: tuple[Mapping[str, Any], ...]
+    matrix_efficiency: float | None = None
+    """manifest.json's matrix_efficiency (measured window seconds / run wall seconds), where the run records it."""
+
+
+# ---------------------------------------------------------------------------------------------
+# reading runs
+
+
+def load_run(path: Path | str) -> RunData:
+    """A run folder (plan.json, manifest.json, cells/) or a baseline pointer file naming one."""
+    from harness.results import store
+
+    run_dir = resolve_pointer(Path(path))
+    manifest_path = run_dir / "manifest.json"
+    if not manifest_path.is_file() or not (run_dir / "cells").is_dir():
+        raise RunInputError([f"{path}: not an nvbench run folder (needs manifest.json and cells/)"])
+    try:
+        manifest = store.read_json(manifest_path)
+        rows = tuple(store.read_cells(run_dir).to_pylist())
+    except store.UnreadableFile as exc:
+        raise RunInputError([str(exc)]) from None
+    if not isinstance(manifest, dict):
+        raise RunInputError([f"{manifest_path}: not an nvbench manifest (a JSON object)"])
+    if not rows:
+        raise RunInputError([f"{run_dir / 'cells'}: no result rows (the run has not finished a job)"])
+    efficiency = manifest.get("matrix_efficiency")
+    return RunData(path=str(run_dir), run_id=str(manifest.get("run_id") or run_dir.name),
+                   created_at=str(manifest.get("created_at") or ""), environment=manifest.get("environment") or {},
+                   rows=rows, matrix_efficiency=float(efficiency) if isinstance(efficiency, (int, float)) else None)
+
+
+def resolve_pointer(path: Path) -> Path:
+    """A baseline may be a run folder or a text file whose first line that is not blank or `#` names one
+    (relative paths are relative to the file's folder)."""
+    if not path.is_file():
+        return path
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (UnicodeDecodeError, OSError) as exc:
+        raise RunInputError([f"{path}: cannot read this pointer file ({type(exc).__name__})"]) from None
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            target = Path(line).expanduser()
+            return target if target.is_absolute() else path.parent / target
+    raise RunInputError([f"{path}: pointer file names no run folder"])
+
+
+def load_history(folder: Path | str, *, exclude: Path | str | None = None) -> list[RunData]:
+    """Every run folder directly inside `folder` (and pointer files there), oldest first; `exclude` skipped."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise RunInputError([f"{folder}: history must be a folder of run folders"])
+    skip = Path(exclude).resolve() if exclude else None
+    runs = []
+    for entry in sorted(folder.iterdir()):
+        if entry.name.startswith("."):
+            continue
+        target = resolve_pointer(entry) if entry.is_file() else entry
+        if not (target / "manifest.json").is_file() or (skip and target.resolve() == skip):
+            continue
+        runs.append(load_run(target))
+    return sorted(runs, key=lambda r: (r.created_at, r.run_id))
