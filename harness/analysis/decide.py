@@ -128,9 +128,10 @@ def repeats_needed(evidence: Sequence[Evidence], *, floor_pct: float, alpha: flo
     Method: a normal approximation of a two-sample comparison of means on log scale at equal sides,
     n = 2 ((z_{1-a/2} + z_power) s / margin)^2, with s the within-side standard deviation of log values and
     power POWER. The margin is the distance the interval must clear: for a metric whose point change lies
-    beyond the floor, the change itself (the interval must leave 0); for one inside it, the room between the
-    change and the floor (the interval must fit inside the floor: the TOST sample size, Chow, Shao & Wang,
-    Sample Size Calculations in Clinical Research, 2nd ed., 2008, sec. 3.2). Any metric beyond the floor can
+    beyond the floor, the change itself (the interval must leave 0), and the point's distance from the floor
+    must stay clear of it too (n = 2 (z_power s / (|d| - floor))^2, the larger of the two); for one inside
+    it, the room between the change and the floor (the interval must fit inside the floor: the TOST sample
+    size, Chow, Shao & Wang, Sample Size Calculations in Clinical Research, 2nd ed., 2008, sec. 3.2). Any metric beyond the floor can
     decide the cell, so the smallest of those counts; otherwise every metric must fit inside, so the
     largest. At least n_now + 1, n_min, and what a permutation test needs to reach alpha. None without a
     spread; MAX_REPEATS_SHOWN + 1 where the change sits on the floor."""
@@ -141,9 +142,12 @@ def repeats_needed(evidence: Sequence[Evidence], *, floor_pct: float, alpha: flo
             continue
         d = abs(math.log1p(e.effect_pct / 100))
         f = abs(math.log1p((floor_pct if e.effect_pct >= 0 else -floor_pct) / 100))  # the floor on d's side
-        margin = d if d >= f else f - d
-        n = 2 * (z * e.log_sd / margin) ** 2 if margin > 1e-9 else math.inf
-        (beyond if d >= f else inside).append(n)
+        if d >= f:  # the interval must leave 0, and the change must likely stay beyond the floor
+            z_power = float(special.ndtri(POWER))
+            n = max(2 * (z * e.log_sd / d) ** 2, 2 * (z_power * e.log_sd / (d - f)) ** 2 if d - f > 1e-9 else math.inf)
+            beyond.append(n)
+        else:  # the interval must fit inside the floor
+            inside.append(2 * (z * e.log_sd / (f - d)) ** 2)
     if not beyond and not inside:
         return None
     n = min(beyond) if beyond else max(inside)
