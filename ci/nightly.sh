@@ -22,8 +22,11 @@
 # `interleaved` confirms by A/B even when the code is the same (a slower machine alone then never
 # fails the job); `every` skips the screen: every cell, every night, is judged by the A/B against the
 # baseline's commit (twice the night's cost, the A/B's full reach); `sequential` never uses A/B.
-# Tonight's run is then linked into the history. Exit: 0 ok; 1 confirmed regression or failed cells;
-# 2 bad input; 130 interrupted.
+# An A/B starts with $NVBENCH_CONFIRM_REPEATS pairs and adds pairs of the cells still inconclusive, up to
+# $NVBENCH_CONFIRM_MAX_REPEATS a side (`nvbench ab --max-repeats`).
+# Tonight's run is then linked into the history. Exit: 0 ok (every judged cell unchanged or improved);
+# 1 confirmed regression or failed cells; 3 nothing regressed but some cell stayed inconclusive (the
+# night could not tell: the cells are printed last); 2 bad input; 130 interrupted.
 set -uo pipefail
 
 MATRIX=${NVBENCH_MATRIX:-matrices/resnet50.toml}
@@ -34,49 +37,54 @@ REPEATS=${NVBENCH_REPEATS-10}         # repeats per cell (one process each); emp
 RUN_ARGS=${NVBENCH_RUN_ARGS:-}        # e.g. "--fire-drill 10" for a monthly drill: the job must fail
 REPORT_ARGS=${NVBENCH_REPORT_ARGS:-}  # e.g. "--floor 2"
 CONFIRM=${NVBENCH_CONFIRM:-auto}     # auto | interleaved | every | sequential (see above)
-CONFIRM_REPEATS=${NVBENCH_CONFIRM_REPEATS-20}  # repeats per side of an A/B confirmation; empty = REPEATS
+CONFIRM_REPEATS=${NVBENCH_CONFIRM_REPEATS-10}  # first pairs of an A/B confirmation; empty = REPEATS
+CONFIRM_MAX_REPEATS=${NVBENCH_CONFIRM_MAX_REPEATS-20}  # pairs an inconclusive cell may grow to; empty = no more
 RUN_ID=${NVBENCH_RUN_ID:-nightly-$(date -u +%Y%m%d-%H%M%S)}
 RUN=$REPORTS/$RUN_ID
+LAST_REPORT=$RUN/report  # the report whose verdicts decide the night (an A/B's or a confirmation's, when one ran)
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 case "$CONFIRM" in auto|interleaved|every|sequential) ;;
   *) echo "nightly: NVBENCH_CONFIRM=$CONFIRM: must be auto, interleaved, every or sequential" >&2; exit 2 ;;
 esac
 
 log() { echo "nightly: $*" >&2; }
+NO_AB=4  # confirm_ab: no A/B confirmation could be had (3 is nvbench's "inconclusive")
 publish() {  # GitHub Actions: Markdown as the job summary, the report folder as a step output
   if [ -n "${GITHUB_STEP_SUMMARY:-}" ] && [ -f "$1/summary.md" ]; then cat "$1/summary.md" >> "$GITHUB_STEP_SUMMARY"; fi
   if [ -n "${GITHUB_OUTPUT:-}" ]; then echo "report_dir=$1" >> "$GITHUB_OUTPUT"; fi
 }
 
 # confirm_ab BASE_RUN OUT ONLY...: the cells selected by ONLY, interleaved, under the baseline's commit
-# (A) and tonight's checkout (B); nvbench ab's exit status, or 3 when an A/B confirmation cannot be had.
+# (A) and tonight's checkout (B); nvbench ab's exit status (0, 1, 3 inconclusive), or NO_AB when an A/B
+# confirmation cannot be had.
 confirm_ab() {
   local base=$1 out=$2 sha head src rc
   shift 2
   if [ "${1:-}" = --only-all ]; then shift; fi  # NVBENCH_CONFIRM=every: no filter, every cell
-  [ "$CONFIRM" != sequential ] || return 3
-  sha=$(python -m harness.orchestrate.nightly code "$base") || return 3
-  if [ -z "$sha" ]; then log "the baseline's commit is not recorded clean: no A/B confirmation"; return 3; fi
+  [ "$CONFIRM" != sequential ] || return $NO_AB
+  sha=$(python -m harness.orchestrate.nightly code "$base") || return $NO_AB
+  if [ -z "$sha" ]; then log "the baseline's commit is not recorded clean: no A/B confirmation"; return $NO_AB; fi
   head=$(python -m harness.orchestrate.nightly code)
   if [ "$CONFIRM" = auto ] && [ "$sha" = "$head" ]; then
     log "tonight runs the baseline's code ($sha): no A/B confirmation (NVBENCH_CONFIRM=interleaved forces one)"
-    return 3
+    return $NO_AB
   fi
   src="$out-baseline-src"
   if ! git -C "$ROOT" worktree add --detach --force "$src" "$sha" >/dev/null 2>&1; then
-    log "cannot check out the baseline's commit $sha: no A/B confirmation"; return 3
+    log "cannot check out the baseline's commit $sha: no A/B confirmation"; return $NO_AB
   fi
   log "confirming by A/B: A = $sha (baseline), B = tonight${head:+ ($head)}: $*"
   # shellcheck disable=SC2086  # RUN_ARGS and REPORT_ARGS are lists of flags
   nvbench ab "$MATRIX" --a-checkout "$src" --out "$out" "$@" $RUN_ARGS ${CONFIRM_REPEATS:+--repeats "$CONFIRM_REPEATS"} \
-    --fail-on-regression $REPORT_ARGS
+    ${CONFIRM_MAX_REPEATS:+--max-repeats "$CONFIRM_MAX_REPEATS"} --fail-on-regression $REPORT_ARGS
   rc=$?
   git -C "$ROOT" worktree remove --force "$src" >/dev/null 2>&1
   if [ "$rc" -eq 130 ]; then log "interrupted during the A/B confirmation (rows so far in $out)"; exit 130; fi
-  if [ "$rc" -ge 2 ] || ! python -m harness.orchestrate.nightly ran "$out"; then
-    log "the A/B confirmation did not run (exit $rc): no A/B confirmation"; return 3
+  if [ "$rc" -eq 2 ] || [ "$rc" -gt 3 ] || ! python -m harness.orchestrate.nightly ran "$out"; then
+    log "the A/B confirmation did not run (exit $rc): no A/B confirmation"; return $NO_AB
   fi
   publish "$out/report"
+  LAST_REPORT="$out/report"
   return "$rc"
 }
 
@@ -98,16 +106,16 @@ if [ -e "$BASELINE" ]; then
   only=$(python -m harness.orchestrate.nightly targets "$RUN/report" 2>/dev/null)
   ab_only=$only
   if [ "$CONFIRM" = every ]; then ab_only="--only-all"; fi
-  ab_rc=3
-  if [ "$report_rc" -le 1 ] && [ -n "$ab_only" ]; then
+  ab_rc=$NO_AB
+  if { [ "$report_rc" -le 1 ] || [ "$report_rc" -eq 3 ]; } && [ -n "$ab_only" ]; then
     publish "$RUN/report"  # the screen; the A/B's report follows it
     # shellcheck disable=SC2086  # the targets are a list of flags
     confirm_ab "$BASELINE" "$RUN-ab" $ab_only
     ab_rc=$?
   fi
-  if [ "$ab_rc" -ne 3 ]; then
+  if [ "$ab_rc" -ne "$NO_AB" ]; then
     report_rc=$ab_rc
-  elif [ "$report_rc" -le 1 ]; then
+  elif [ "$report_rc" -le 1 ] || [ "$report_rc" -eq 3 ]; then
     # No A/B: the comparison across nights is the verdict. Across nights the fast-step rate sees a slower
     # machine as sharply as slower code (docs/performance.md), so that verdict rests on throughput alone.
     log "no A/B confirmation: the baseline verdict stands, judged on throughput alone"
@@ -128,14 +136,14 @@ elif [ -d "$HISTORY" ] && [ -n "$(ls -A "$HISTORY" 2>/dev/null)" ]; then
   ab_only=$only
   if [ "$CONFIRM" = every ]; then ab_only="--only-all"; fi
   previous=$(ls -1d "$HISTORY"/*/ 2>/dev/null | sort | tail -n 1)
-  ab_rc=3
+  ab_rc=$NO_AB
   if [ "$report_rc" -eq 0 ] && [ -n "$ab_only" ] && [ -n "$previous" ]; then
     # shellcheck disable=SC2086
     confirm_ab "$previous" "$RUN-ab" $ab_only
     ab_rc=$?
-    if [ "$ab_rc" -ne 3 ]; then report_rc=$ab_rc; fi
+    if [ "$ab_rc" -ne "$NO_AB" ]; then report_rc=$ab_rc; fi
   fi
-  if [ "$report_rc" -eq 0 ] && [ -n "$only" ] && [ "$ab_rc" -eq 3 ]; then
+  if [ "$report_rc" -eq 0 ] && [ -n "$only" ] && [ "$ab_rc" -eq "$NO_AB" ]; then
     log "suspects: confirming with a rerun ($only) against ${previous:-nothing}"
     # shellcheck disable=SC2086
     nvbench run "$MATRIX" --out "$RUN-confirm" --no-progress $only $RUN_ARGS
@@ -145,6 +153,7 @@ elif [ -d "$HISTORY" ] && [ -n "$(ls -A "$HISTORY" 2>/dev/null)" ]; then
         --no-fast-steps $REPORT_ARGS
       report_rc=$?
       publish "$RUN-confirm/report"
+      LAST_REPORT="$RUN-confirm/report"
     fi
   fi
 else
@@ -160,8 +169,14 @@ case " $RUN_ARGS " in
   *) mkdir -p "$HISTORY" && ln -sfn "$(cd "$RUN" && pwd)" "$HISTORY/$RUN_ID" ;;
 esac
 
-if [ "$report_rc" -ge 2 ]; then exit "$report_rc"; fi
+if [ "$report_rc" -eq 2 ] || [ "$report_rc" -gt 3 ]; then exit "$report_rc"; fi
 if [ "$report_rc" -eq 1 ]; then log "confirmed regression"; exit 1; fi
 if [ "$run_rc" -eq 1 ]; then log "cells failed (see the report's failed and skipped cells)"; exit 1; fi
+if [ "$report_rc" -eq 3 ]; then
+  # Last and loud: the night could not tell for these cells; absence of evidence is not a pass.
+  log "INCONCLUSIVE: nothing regressed, but these cells could not be decided (more repeats would):"
+  python -m harness.orchestrate.nightly inconclusive "$LAST_REPORT" >&2
+  exit 3
+fi
 log "ok"
 exit 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -10,7 +11,20 @@ from pathlib import Path
 from harness import __version__
 from harness.spec.matrix import MatrixError, load_matrix, with_repeats
 
-EXIT_OK, EXIT_FAILURES, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_OK, EXIT_FAILURES, EXIT_BAD_INPUT, EXIT_INCONCLUSIVE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+"""nvbench report / ab with --fail-on-regression: 0 every judged cell unchanged or improved (nothing failed);
+1 a confirmed regression or a failed cell; 3 nothing regressed but some cell stayed inconclusive; 2 bad
+input; 130 interrupted."""
+
+
+def _reach_warning(repeats: int, *, smoke: bool, what: str) -> None:
+    """One line up front when runs of `repeats` repeats could never be told apart at the report's default level
+    (a description needs no verdict: 1 repeat and --smoke runs say nothing)."""
+    from harness.analysis.compare import Thresholds
+    from harness.analysis.decide import reach_problem
+
+    if repeats >= 2 and not smoke and (problem := reach_problem(repeats, Thresholds().level, what=what)):
+        print(f"warning: {problem}: two such runs can only be inconclusive", file=sys.stderr)
 
 
 def _bad_input(problems: list[str]) -> int:
@@ -28,6 +42,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
             cells = expand(matrix, only=args.only)
             print(f"{path}: ok, {len(cells)} cells x {matrix.run.repeats} repeats")
+            _reach_warning(matrix.run.repeats, smoke=False, what=f"{path}: run.repeats = {matrix.run.repeats}")
         except MatrixError as exc:
             problems += exc.problems
     return _bad_input(problems) if problems else EXIT_OK
@@ -79,6 +94,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         if args.out and (Path(args.out) / runner.PLAN).exists():
             return _bad_input([f"--out {args.out}: already holds a run; use --resume {args.out}"])
         device = matrix.run.device
+        knob = f"--repeats {args.repeats}" if args.repeats is not None else f"run.repeats = {matrix.run.repeats}"
+        _reach_warning(matrix.run.repeats, smoke=args.smoke, what=knob)
     env, key, caps = _env_and_caps(device)
     if args.dry_run:
         for cell in cell_list:
@@ -172,24 +189,48 @@ def _thresholds(args: argparse.Namespace):
 
 
 def _print_report(result, fail_on_regression: bool) -> int:
+    """The report's files, its headline, and the cells a person must read (regressions, failures, then the
+    inconclusive ones, loud, with the repeats each needs); the exit status of --fail-on-regression."""
+    from harness.analysis.compare import FAILED, INCONCLUSIVE
     from harness.analysis.report import headline_words
 
     comparison = result.comparison
+    for note in comparison.notes:
+        if note.startswith("warning:"):
+            print(note, file=sys.stderr)
     for path in result.files:
         print(path)
     print(f"{comparison.candidate.run_id} vs {comparison.baseline_label}: {headline_words(comparison)}",
           file=sys.stderr)
     for v in comparison.regressions:
         print(f"regression: {v.cell_id}: {v.reason}", file=sys.stderr)
-    return EXIT_FAILURES if fail_on_regression and comparison.regressions else EXIT_OK
+    failed = [v for v in comparison.verdicts if v.verdict == FAILED]
+    for v in failed:
+        print(f"failed: {v.cell_id}: {v.reason}", file=sys.stderr)
+    open_ = [v for v in comparison.verdicts if v.verdict == INCONCLUSIVE and not v.is_regression]
+    if open_:
+        print(f"INCONCLUSIVE: {len(open_)} cell(s) neither shown changed nor shown unchanged; not a pass:",
+              file=sys.stderr)
+        for v in open_:
+            print(f"inconclusive: {v.cell_id}: {v.reason}", file=sys.stderr)
+    if not fail_on_regression:
+        return EXIT_OK
+    if comparison.regressions or failed:
+        return EXIT_FAILURES
+    return EXIT_INCONCLUSIVE if open_ else EXIT_OK
 
 
 def cmd_report(args: argparse.Namespace) -> int:
     from harness.analysis.compare import RunInputError
     from harness.analysis.report import make_report
 
+    from harness.analysis.decide import reach_problem
+
     try:
         thresholds = _thresholds(args)
+        if args.min_repeats is not None and (problem := reach_problem(
+                args.min_repeats, thresholds.level, what=f"--min-repeats {args.min_repeats}")):
+            raise ValueError(f"{problem}; give more, or a larger --fdr")
         result = make_report(Path(args.run_dir), baseline=Path(args.baseline) if args.baseline else None,
                              history=Path(args.history) if args.history else None,
                              out_dir=Path(args.out) if args.out else None, thresholds=thresholds)
@@ -210,9 +251,20 @@ def cmd_ab(args: argparse.Namespace) -> int:
     from harness.orchestrate import ab, runner
     from harness.spec.cells import expand
 
+    from harness.analysis.decide import reach_problem
+
     try:
-        thresholds = _thresholds(args)
         matrix = with_repeats(load_matrix(args.matrix), args.repeats)
+        looks = ab.look_schedule(matrix.run.repeats, args.max_repeats or matrix.run.repeats)
+        thresholds = dataclasses.replace(_thresholds(args), looks=len(looks))
+        knob = f"--max-repeats {looks[-1]}" if len(looks) > 1 else f"--repeats {looks[-1]}" \
+            if args.repeats is not None else f"run.repeats = {looks[-1]}"
+        if problem := reach_problem(looks[-1], thresholds.level, what=knob):
+            problem += f" (the level {thresholds.fdr_q:g} split over {len(looks)} looks)" if len(looks) > 1 else ""
+            if args.repeats is None and args.max_repeats is None:  # the matrix's own repeats: say so, run
+                print(f"warning: {problem}: every cell will be inconclusive", file=sys.stderr)
+            else:  # flags that ask for an A/B that can never decide
+                raise ValueError(problem)
         cells = expand(matrix, smoke=args.smoke, only=args.only)
         if problem := _fire_drill_problem(args.fire_drill):
             raise ValueError(problem)
@@ -234,26 +286,33 @@ def cmd_ab(args: argparse.Namespace) -> int:
     ab.create_ab(matrix, cells, out_dir=out, pythons=pythons, envs=envs, smoke=args.smoke, only=args.only,
                  seed=args.seed, checkouts=checkouts, fire_drill_pct=args.fire_drill or 0.0)
     label = {n: pythons[n] + (f" in {checkouts[n]}" if checkouts[n] else "") for n in ab.SIDES}
+    adaptive = f"; more pairs of inconclusive cells up to {looks[-1]} a side, looks at {looks}" if len(looks) > 1 else ""
     print(f"A/B folder: {out}  (A = {label['a']}, B = {label['b']}; "
-          f"{2 * len(cells) * matrix.run.repeats} jobs)", file=sys.stderr)
+          f"{2 * len(cells) * matrix.run.repeats} jobs{adaptive})", file=sys.stderr)
 
     def done(side: str, row: dict) -> None:
         detail = f"{row['throughput_img_per_s']:.1f} img/s" if row["status"] == "ok" else row["reason"]
         print(f"{side.upper()} {row['status']:>8} {row['cell_id']} r{row['repeat']}  {detail}", file=sys.stderr)
 
+    def judge() -> compare.Comparison:
+        return compare.compare_runs(compare.load_run(out / "b"), compare.load_run(out / "a"), thresholds,
+                                    require_same_env=False, mode="ab", baseline_label=f"A ({label['a']})")
+
     try:
-        ab.run_ab(out, caps=caps, envs=envs, pythons=pythons, seed=args.seed, checkouts=checkouts, on_done=done,
-                  notify=lambda m: print(m, file=sys.stderr))
+        ab.run_adaptive(out, looks, judge=lambda: [v.cell_id for v in judge().verdicts
+                                                    if v.verdict == compare.INCONCLUSIVE],
+                        caps=caps, envs=envs, pythons=pythons, seed=args.seed, checkouts=checkouts, on_done=done,
+                        notify=lambda m: print(m, file=sys.stderr))
     except KeyboardInterrupt:
         print(f"interrupted; the rows so far are in {out}/a and {out}/b", file=sys.stderr)
         return EXIT_INTERRUPTED
-    comparison = compare.compare_runs(compare.load_run(out / "b"), compare.load_run(out / "a"), thresholds,
-                                      require_same_env=False, mode="ab", baseline_label=f"A ({label['a']})")
-    return _print_report(write_report(comparison, out / "report"), args.fail_on_regression)
+    return _print_report(write_report(judge(), out / "report"), args.fail_on_regression)
 
 
 def _add_threshold_flags(p: argparse.ArgumentParser, *, history: bool) -> None:
-    p.add_argument("--fail-on-regression", action="store_true", help="exit 1 when a regression is confirmed")
+    p.add_argument("--fail-on-regression", action="store_true",
+                   help="exit 1 on a confirmed regression or a failed cell, 3 when nothing regressed but a cell "
+                        "stayed inconclusive, 0 otherwise")
     p.add_argument("--floor", dest="floor_pct", type=float, metavar="PCT",
                    help="practical floor: smaller changes are never a regression (default: see harness/analysis/compare.py)")
     p.add_argument("--fdr", dest="fdr_q", type=float, metavar="Q", help="Benjamini-Hochberg FDR across cells (0.01)")
@@ -380,6 +439,9 @@ def build_parser() -> argparse.ArgumentParser:
     ab.add_argument("--only", action="append", default=[], metavar="AXIS=VALUE", help="filter cells as in run")
     ab.add_argument("--smoke", action="store_true", help="shrink every cell as `run --smoke` does")
     ab.add_argument("--repeats", type=int, metavar="N", help="repeats per side (overrides run.repeats)")
+    ab.add_argument("--max-repeats", type=int, metavar="M",
+                    help="while a cell is inconclusive, run more interleaved pairs of it, up to M a side (looks at "
+                         "N, 2N, 4N, ..., M; the level is split over the looks). Default: N, no more pairs")
     ab.add_argument("--seed", type=int, default=0, help="seed of the A/B order within each pair (default: 0)")
     ab.add_argument("--out", metavar="DIR", help="A/B folder (default: REPORTS/<id>); holds a/, b/, report/")
     ab.add_argument("--reports", default="reports", metavar="DIR", help="where A/B folders go (default: reports)")

@@ -562,7 +562,7 @@ def _untestable(cand_x: np.ndarray, base_x: np.ndarray, th: Thresholds) -> dict[
     dropped = " (unsteady repeats left out)" if th.exclude_unsteady else ""
     return {"verdict": d.verdict, "decided_by": d.decided_by, "repeats_needed": d.repeats_needed,
             "throughput": {"effect_pct": effect, "ci_low_pct": low if ci else None, "ci_high_pct": high if ci else None},
-            "reason": f"{change}: {n_c} + {n_b} repeats usable{dropped}: {d.reason}"}
+            "reason": f"{change}{dropped}: {d.reason}"}
 
 
 def _fast_steps(cand_ok: Sequence[Mapping[str, Any]], base_ok: Sequence[Mapping[str, Any]],
@@ -740,6 +740,11 @@ def compare_runs(candidate: RunData, baseline: RunData, thresholds: Thresholds |
         verdicts.append(_build(fields_))
     missing = sorted(set(base_cells) - set(cand_cells))
     notes = (f"{len(missing)} baseline cell(s) not in this run: {', '.join(missing)}",) if missing else ()
+    reach = decide.repeats_to_reach(th.level)
+    short = [v for v in verdicts if v.verdict == INCONCLUSIVE and 0 < min(v.num_candidate, v.num_baseline) < reach]
+    if short:
+        notes = (f"warning: {len(short)} cell(s) have fewer usable repeats than a permutation test needs to reach "
+                 f"p <= {th.level:.3g} ({reach} a side): they are inconclusive whatever their numbers",) + notes
     return Comparison(
         mode=mode, candidate=candidate, baseline_label=baseline_label or f"run {baseline.run_id}",
         baseline_environment=baseline.environment, thresholds=th, verdicts=tuple(verdicts), notes=notes,

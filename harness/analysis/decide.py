@@ -224,15 +224,18 @@ def decide(evidence: Sequence[Evidence], *, floor_pct: float, alpha: float, n_ca
 
     def inconclusive(why: str, on: Sequence[Evidence], by: str) -> Decision:
         n = repeats_needed(on, floor_pct=floor_pct, alpha=alpha, n_now=n_now, n_min=min_repeats)
+        if n is None:  # no spread to size from (one repeat a side): at least what the test needs to decide
+            n = max(n_now + 1, min_repeats, repeats_to_reach(alpha))
         return Decision(verdict=INCONCLUSIVE, reason=f"{why}; {needed_text(n)}", decided_by=by, repeats_needed=n)
 
     headline = evidence[0]
     smallest = smallest_permutation_p(n_candidate, n_baseline)
     if smallest > alpha * (1 + 1e-12):
-        return inconclusive(f"{n_candidate} + {n_baseline} repeats: the test can never reach p <= {alpha:.3g} "
+        return inconclusive(f"{n_candidate} + {n_baseline} repeats usable: the test can never reach p <= {alpha:.3g} "
                             f"(its smallest p is {smallest:.3g})", evidence, headline.name)
     if n_now < min_repeats:
-        return inconclusive(f"fewer than the {min_repeats} repeats a side asked for (--min-repeats)", evidence,
+        return inconclusive(f"{n_candidate} + {n_baseline} repeats usable, fewer than the {min_repeats} a side asked "
+                            f"for (--min-repeats)", evidence,
                             headline.name)
     if probe is not None and not probe.balanced:
         return _unbalanced(probe, headline, floor_pct, inconclusive)

@@ -30,6 +30,7 @@ from harness.analysis.compare import (
     ACCURACY_BELOW,
     FAILED,
     IMPROVEMENT,
+    INCONCLUSIVE,
     INSUFFICIENT,
     NO_BASELINE,
     NOT_COMPARABLE,
@@ -52,12 +53,14 @@ from harness.spec.cells import cell_label as label
 from harness.spec.matrix import AXES
 from harness.stats.window import FAST_STEP_QUANTILE
 
-VERDICTS_VERSION = 4
+VERDICTS_VERSION = 5
 """Version of verdicts.parquet (schema metadata nvbench.verdicts_version). 1: first release. 2: the
 speed-adjustment columns unadjusted_effect_pct, speed_probe_change_pct and speed_slope. 3: the fast-step
 rate (decided_by, throughput_p_value, fast_effect_pct, fast_ci_low_pct, fast_ci_high_pct, fast_p_value,
 candidate_fast_img_per_s, baseline_fast_img_per_s); p_value is the cell's (Bonferroni over its metrics). 4: the
-compile axis (`compile`; null when read from an older file)."""
+compile axis (`compile`; null when read from an older file). 5: the verdict `inconclusive` (a cell that is
+neither shown changed nor shown inside the floor; `unchanged` now means equivalence shown) and its
+`repeats_needed`; older files read with repeats_needed null, their verdicts as they were written."""
 
 REPORT_FILES = ("report.html", "summary.md", "verdicts.parquet", "junit.xml")
 
@@ -166,11 +169,12 @@ def _css_class(verdict: str) -> str:
 
 
 def sorted_verdicts(comparison: Comparison) -> list[CellVerdict]:
-    """By the change of the metric each verdict rests on, most negative first; cells without an effect
-    after them, in VERDICTS order."""
+    """In groups by verdict, in VERDICTS order (what needs a person first: inconclusive cells before
+    unchanged ones); within a group by the change of the metric each verdict rests on, most negative first,
+    cells without an effect last."""
     order = {name: i for i, name in enumerate(compare.VERDICTS)}
-    return sorted(comparison.verdicts, key=lambda v: (v.decided_effect_pct is None, v.decided_effect_pct or 0.0,
-                                                      order.get(v.verdict, 99), v.cell_id))
+    return sorted(comparison.verdicts, key=lambda v: (order.get(v.verdict, 99), v.decided_effect_pct is None,
+                                                      v.decided_effect_pct or 0.0, v.cell_id))
 
 
 def headline_words(comparison: Comparison) -> str:
@@ -202,12 +206,21 @@ def _method_text(comparison: Comparison) -> str:
     return (f"Throughput per repeat is a ratio of sums over the measured window. Change = log ratio of mean "
             f"throughput across repeats with a percentile bootstrap interval ({th.num_resamples} resamples of "
             f"repeats, seed {th.seed}); exact permutation test of the same ratio, Benjamini-Hochberg across cells "
-            f"at q = {th.fdr_q:g}, intervals at the FCR-adjusted level 1 - R q / m. Regression: BH rejects, the "
-            f"whole interval lies below 0 and the change is beyond the {th.floor_pct:g}% floor; at least "
+            f"at q = {th.fdr_q:g}{_looks_text(th)}, intervals at the FCR-adjusted level 1 - R q / m. Regression: "
+            f"BH rejects, the whole interval lies below 0 and the change is beyond the {th.floor_pct:g}% floor. "
+            f"Unchanged: every tested metric's interval lies inside +/- {th.floor_pct:g}% (equivalence shown, "
+            f"two one-sided tests). Inconclusive: anything else, with about how many repeats per side would "
+            f"likely decide it (normal approximation from the observed spread, 80% power); also every cell whose "
+            f"repeats cannot reach the level, and every speed-adjusted cell whose probe differed between the "
+            f"sides beyond the floor or its own spread. At least "
             f"{th.min_repeats} repeats per side{'; unsteady repeats left out' if th.exclude_unsteady else ''}. "
             f"Top-1: Wald interval of the difference, band +/- {th.accuracy_tolerance:g}. MDC: minimum detectable "
             "change (80% power) at the baseline's repeat-to-repeat spread." + _fast_text(comparison)
             + _adjusted_text(comparison))
+
+
+def _looks_text(th: Thresholds) -> str:
+    return f" split over {th.looks} looks of the adaptive A/B (Bonferroni)" if th.looks > 1 else ""
 
 
 def _fast_text(comparison: Comparison) -> str:
@@ -542,7 +555,7 @@ def step_details(steps: Mapping[str, Sequence[StepSeries]]) -> str:
 
 def _cards(comparison: Comparison) -> str:
     kinds = {REGRESSION: "bad", FAILED: "bad", SUSPECT_REGRESSION: "bad", IMPROVEMENT: "good",
-             SUSPECT_IMPROVEMENT: "good", NOT_COMPARABLE: "warn", INSUFFICIENT: "warn"}
+             SUSPECT_IMPROVEMENT: "good", NOT_COMPARABLE: "warn", INSUFFICIENT: "warn", INCONCLUSIVE: "warn"}
     cards = [f'<div class="card {kinds.get(name, "")}"><span class="n">{n}</span>{_e(name)}</div>'
              for name, n in comparison.counts().items()]
     acc = sum(v.accuracy_verdict == ACCURACY_BELOW for v in comparison.verdicts)
@@ -748,9 +761,14 @@ def render_markdown(comparison: Comparison) -> str:
     lines += [f"**{_md(headline_words(comparison))}**" + (" \u2014 no confirmed regression." if not regs else ""), ""]
     lines += [f"- {_md(n)}" for n in comparison.notes]
     attention = [v for v in sorted_verdicts(comparison)
-                 if v.verdict not in (UNCHANGED, NO_BASELINE) or v.is_regression]
+                 if v.verdict not in (UNCHANGED, NO_BASELINE, INCONCLUSIVE) or v.is_regression]
     if attention:
         lines += ["", head, *(_md_row(v) for v in attention)]
+    open_ = [v for v in sorted_verdicts(comparison) if v.verdict == INCONCLUSIVE and not v.is_regression]
+    if open_:
+        lines += ["", f"**Inconclusive: {len(open_)} cell(s) neither shown changed nor shown inside the "
+                      f"{comparison.thresholds.floor_pct:g}% floor** (more repeats would likely decide them):", "",
+                  head, *(_md_row(v) for v in open_)]
     lines += ["", f"<details><summary>All {len(comparison.verdicts)} cells</summary>", "", head,
               *(_md_row(v) for v in sorted_verdicts(comparison)), "", "</details>"]
     bad = [r for r in cand.rows if r["status"] != "ok"]
@@ -782,7 +800,8 @@ def _x(value: Any) -> str:
 
 def render_junit(comparison: Comparison) -> bytes:
     """One <testcase> per cell: a confirmed regression is a <failure>, a failed cell an <error>, and cells
-    that could not be judged (skipped, not comparable, insufficient data, no baseline) are <skipped>."""
+    that were not decided (inconclusive) or could not be judged (skipped, not comparable, insufficient data,
+    no baseline) are <skipped> with the verdict and its reason as the message: never a pass."""
     cand = comparison.candidate
     suite = ET.Element("testsuite", name=_x(f"nvbench.{cand.run_id}"),
                        timestamp=_x(cand.created_at), hostname=_x(cand.environment.get("hostname") or ""))
@@ -809,7 +828,7 @@ def render_junit(comparison: Comparison) -> bytes:
         elif v.verdict == FAILED:
             counts["errors"] += 1
             ET.SubElement(case, "error", message=_x(v.reason), type="cell-failed").text = _x(v.reason)
-        elif v.verdict in (SKIPPED, NOT_COMPARABLE, INSUFFICIENT, NO_BASELINE):
+        elif v.verdict in (INCONCLUSIVE, SKIPPED, NOT_COMPARABLE, INSUFFICIENT, NO_BASELINE):
             counts["skipped"] += 1
             ET.SubElement(case, "skipped", message=_x(f"{v.verdict}: {v.reason}"))
         ET.SubElement(case, "system-out").text = _x(f"{v.verdict}: {v.reason}")
@@ -843,8 +862,8 @@ def verdict_table(comparison: Comparison) -> pa.Table:
 
 
 def read_verdicts(path: Path) -> list[CellVerdict]:
-    """verdicts.parquet back as CellVerdicts. Older versions lack the speed-adjustment (2), fast-step (3) and
-    compile (4) columns: they read as null. store.UnreadableFile, naming the file, when it is no verdicts table."""
+    """verdicts.parquet back as CellVerdicts. Older versions lack the speed-adjustment (2), fast-step (3),
+    compile (4) and repeats_needed (5) columns: they read as null. store.UnreadableFile, naming the file, when it is no verdicts table."""
     try:
         table = pq.read_table(path)
     except (pa.ArrowException, OSError) as exc:

@@ -187,3 +187,65 @@ def run_ab(out_dir: Path, *, caps: runner.Capabilities, envs: dict[str, dict[str
     meta = store.read_json(out_dir / AB_FILE)
     meta["order"] += [list(item) for item in order]
     store.write_json(out_dir / AB_FILE, meta)
+
+
+# ---------------------------------------------------------------------------------------------
+# adaptive repeats: more interleaved pairs of the cells still inconclusive
+
+
+def look_schedule(repeats: int, max_repeats: int) -> list[int]:
+    """Pairs per cell at each look of an adaptive A/B: `repeats`, then doubling, ending at `max_repeats`
+    (e.g. 5, 10, 20). A fixed-look design: the looks are planned before anything runs, so the report's
+    level can be split over them (compare.Thresholds.looks)."""
+    if repeats < 1 or max_repeats < repeats:
+        raise ValueError(f"--repeats {repeats} --max-repeats {max_repeats}: need 1 <= repeats <= max-repeats")
+    looks = [repeats]
+    while looks[-1] < max_repeats:
+        looks.append(min(2 * looks[-1], max_repeats))
+    return looks
+
+
+def extend_plan(run_dir: Path, cell_ids: Sequence[str], repeats: int, *, seed: int) -> int:
+    """Add the jobs that bring each of `cell_ids` to `repeats` repeats to the run's plan (and manifest);
+    returns how many were added. The new jobs are shuffled (seeded) so that no cell always runs last."""
+    plan = store.read_json(run_dir / runner.PLAN)
+    have: dict[str, int] = {}
+    for cid, repeat in plan["jobs"]:
+        have[cid] = max(have.get(cid, -1), int(repeat))
+    new = [[cid, r] for r in range(repeats) for cid in sorted(cell_ids) if r > have.get(cid, -1)]
+    random.Random(seed).shuffle(new)
+    new.sort(key=lambda job: job[1])  # repeat by repeat: every cell's k-th repeat before any (k+1)-th
+    plan["jobs"] += new
+    store.write_json(run_dir / runner.PLAN, plan)
+    manifest = store.read_json(run_dir / runner.MANIFEST)
+    manifest["num_jobs"] = len(plan["jobs"])
+    store.write_json(run_dir / runner.MANIFEST, manifest)
+    return len(new)
+
+
+def run_adaptive(out_dir: Path, looks: Sequence[int], *, judge: Callable[[], Sequence[str]],
+                 caps: runner.Capabilities, envs: dict[str, dict[str, Any]], pythons: dict[str, str], seed: int,
+                 checkouts: dict[str, Path | None] | None = None, notify: Callable[[str], None] = print,
+                 on_done: Callable[[str, dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
+    """The looks of an adaptive A/B: run the first look's pairs, then, while `judge()` (the cells still
+    inconclusive, judged at the design's split level) names any, extend those cells alone to the next
+    look's pairs on both sides and run them interleaved. Returns one entry per look (pairs, cells run,
+    cells left inconclusive), also kept in ab.json."""
+    history: list[dict[str, Any]] = []
+    run_ab(out_dir, caps=caps, envs=envs, pythons=pythons, seed=seed, checkouts=checkouts, notify=notify,
+           on_done=on_done)
+    for k, pairs in enumerate(looks):
+        open_ = sorted(judge())
+        history.append({"look": k + 1, "pairs": pairs, "inconclusive": open_})
+        meta = store.read_json(out_dir / AB_FILE)
+        meta["looks"] = history
+        store.write_json(out_dir / AB_FILE, meta)
+        if not open_ or k + 1 == len(looks):
+            break
+        notify(f"look {k + 1} of {len(looks)}: {len(open_)} cell(s) inconclusive at {pairs} pairs; "
+               f"running them to {looks[k + 1]} pairs")
+        for name in SIDES:
+            extend_plan(out_dir / name, open_, looks[k + 1], seed=seed + k + 1)
+        run_ab(out_dir, caps=caps, envs=envs, pythons=pythons, seed=seed + k + 1, checkouts=checkouts,
+               notify=notify, on_done=on_done)
+    return history

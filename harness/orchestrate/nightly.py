@@ -5,9 +5,11 @@
                                                    # checkout's), printed only when it is recorded and clean
     python -m harness.orchestrate.nightly ran AB_DIR           # exit 1 (and say why) when a side of an A/B has a
                                                    # cell without one ok repeat: no confirmation then
+    python -m harness.orchestrate.nightly inconclusive REPORT_DIR  # one line per inconclusive cell, with the
+                                                   # repeats it needs (the night's last, loud words)
 
 A confirmation targets the suspects of a history screen (suspects.json) or, in a baseline comparison
-(verdicts.parquet), every regression and every slowdown with p <= SCREEN_P: the A/B decides, so the
+(verdicts.parquet), every regression, every inconclusive cell and every slowdown with p <= SCREEN_P: the A/B decides, so the
 screen can be loose, and a slowdown the sequential comparison cannot confirm across nights (it carries
 the machine's drift between them) still gets its interleaved test (benchmarks/detector.py measures both).
 
@@ -42,7 +44,7 @@ def targets(report_dir: Path) -> list[str]:
 
 
 def _screened(v: compare.CellVerdict) -> bool:
-    if v.verdict == compare.REGRESSION:
+    if v.verdict in (compare.REGRESSION, compare.INCONCLUSIVE):  # the A/B decides what one night could not
         return True
     effect, p = v.decided_effect_pct, v.p_value  # the deciding metric's change, the cell's p
     return effect is not None and p is not None and effect < 0 and p <= SCREEN_P
@@ -70,10 +72,19 @@ def unusable_side(ab_dir: Path) -> str | None:
     return None
 
 
+def inconclusive_lines(report_dir: Path) -> list[str]:
+    """`INCONCLUSIVE cell: reason` for every inconclusive cell of a report's verdicts.parquet."""
+    verdicts = report.read_verdicts(report_dir / "verdicts.parquet")
+    return [f"  INCONCLUSIVE {v.cell_id}: {v.reason}" for v in verdicts if v.verdict == compare.INCONCLUSIVE]
+
+
 def main(argv: list[str]) -> int:
     try:
         if argv[:1] == ["targets"] and len(argv) == 2:
             print(" ".join(targets(Path(argv[1]))))
+            return 0
+        if argv[:1] == ["inconclusive"] and len(argv) == 2:
+            print("\n".join(inconclusive_lines(Path(argv[1]))))
             return 0
         if argv[:1] == ["code"] and len(argv) <= 2:
             print(recorded_code(Path(argv[1]) if len(argv) == 2 else None) or "")

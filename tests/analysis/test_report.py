@@ -27,19 +27,19 @@ from harness.spec.cells import job_key
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 
-VERDICTS_V4_COLUMNS = (
+VERDICTS_V5_COLUMNS = (
     "cell_id", "backend", "memory_format", "precision", "world_size", "grad_accum", "compile", "verdict", "reason",
     "method",
     "effect_pct", "ci_low_pct", "ci_high_pct", "ci_level", "p_value", "p_adjusted", "decided_by",
     "throughput_p_value", "fast_effect_pct", "fast_ci_low_pct", "fast_ci_high_pct", "fast_p_value",
-    "candidate_fast_img_per_s", "baseline_fast_img_per_s", "floor_pct", "fdr_q", "mdc_pct", "num_candidate",
+    "candidate_fast_img_per_s", "baseline_fast_img_per_s", "floor_pct", "fdr_q", "mdc_pct", "repeats_needed", "num_candidate",
     "num_baseline", "candidate_img_per_s", "baseline_img_per_s", "candidate_cv", "baseline_cv", "num_unsteady",
     "noise", "accuracy_verdict", "candidate_top1", "baseline_top1", "top1_change", "top1_ci_low", "top1_ci_high",
     "accuracy_tolerance", "history_median_img_per_s", "history_mad_img_per_s", "robust_z", "num_history_runs",
     "unadjusted_effect_pct", "speed_probe_change_pct", "speed_slope", "fire_drill_pct", "baseline_fire_drill_pct",
     "is_smoke", "env_diff", "candidate_run_id", "baseline_run_id",
 )  # fmt: skip
-"""verdicts.parquet version 4 (version 3 and the `compile` axis): a reader's contract, whatever shape CellVerdict
+"""verdicts.parquet version 5 (version 4 and `repeats_needed`): a reader's contract, whatever shape CellVerdict
 takes."""
 
 
@@ -168,9 +168,11 @@ def test_report_of_a_run_against_itself(runs):
     root, a, _ = runs
     out = root / "self"
     proc = nvbench("report", str(a), "--baseline", str(a), "--out", str(out), "--fail-on-regression")
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == 3, proc.stderr  # nothing regressed, nothing was shown unchanged either
     assert proc.stdout.split() == [str(out / name) for name in report.REPORT_FILES]
-    assert "2 insufficient data" in proc.stderr  # one repeat a side
+    assert "2 inconclusive" in proc.stderr  # one repeat a side
+    assert proc.stderr.startswith("warning: 2 cell(s) have fewer usable repeats than a permutation test needs")
+    assert proc.stderr.count("\ninconclusive: ") == 2 and "needs ~5 repeats a side" in proc.stderr
     html_text = check_html(out / "report.html")
     for heading in ("Headline", "Cells, sorted by effect", "Change vs baseline", "Throughput by backend",
                     "Top-1 accuracy", "Exposed data wait", "Loader efficiency", "Environment differences",
@@ -182,8 +184,8 @@ def test_report_of_a_run_against_itself(runs):
     suite = junit(out / "junit.xml")
     assert [suite.get(k) for k in ("tests", "failures", "errors", "skipped")] == ["2", "0", "0", "2"]
     table = pq.read_table(out / "verdicts.parquet")
-    assert table.schema.metadata[b"nvbench.verdicts_version"] == b"4"
-    assert tuple(table.column_names) == VERDICTS_V4_COLUMNS
+    assert table.schema.metadata[b"nvbench.verdicts_version"] == b"5"
+    assert tuple(table.column_names) == VERDICTS_V5_COLUMNS
     assert {r["compile"] for r in table.to_pylist()} == {"eager"}  # every axis of the cell, the new one too
     thresholds = json.loads(table.schema.metadata[b"nvbench.thresholds"])
     assert thresholds["min_repeats"] == 5 and thresholds["speed_adjust"] is True
@@ -193,7 +195,7 @@ def test_report_of_a_run_against_itself(runs):
     meta = pq.read_table(plain / "verdicts.parquet").schema.metadata
     assert json.loads(meta[b"nvbench.thresholds"])["speed_adjust"] is False
     rows = table.to_pylist()
-    assert [r["verdict"] for r in rows] == ["insufficient data"] * 2
+    assert [r["verdict"] for r in rows] == ["inconclusive"] * 2 and [r["repeats_needed"] for r in rows] == [5, 5]
     pytorch = next(r for r in rows if r["backend"] == "pytorch")
     assert pytorch["candidate_top1"] is not None and pytorch["accuracy_verdict"] == "within band"
     # The same real rows dealt into 6 repeats a side: enough to judge, and nothing changed.

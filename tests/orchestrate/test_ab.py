@@ -65,7 +65,7 @@ def test_ab_runs_both_interpreters_interleaved_and_reports(tiny_matrix, tmp_path
         rows = pq.read_table(out / side / "cells").to_pylist()
         assert [r["status"] for r in rows] == ["ok"]
     (verdict,) = pq.read_table(out / "report" / "verdicts.parquet").to_pylist()
-    assert verdict["verdict"] == "insufficient data" and verdict["num_candidate"] == 1
+    assert verdict["verdict"] == "inconclusive" and verdict["num_candidate"] == 1
     assert verdict["candidate_run_id"] == "b" and verdict["baseline_run_id"] == "a"
     assert "vs A (" in (out / "report" / "summary.md").read_text()
 

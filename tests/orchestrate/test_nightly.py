@@ -28,7 +28,8 @@ def night(matrix: Path, reports: Path, run_id: str, **extra: str) -> subprocess.
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
                NVBENCH_MATRIX=str(matrix), NVBENCH_REPORTS=str(reports), NVBENCH_RUN_ID=run_id,
                # 3 + 3 repeats keep the test short; an exact permutation test of 3 + 3 can reach p = 0.1
-               NVBENCH_REPEATS="3", NVBENCH_CONFIRM_REPEATS="3", NVBENCH_REPORT_ARGS="--min-repeats 3 --fdr 0.1")
+               NVBENCH_REPEATS="3", NVBENCH_CONFIRM_REPEATS="3", NVBENCH_CONFIRM_MAX_REPEATS="3",
+               NVBENCH_REPORT_ARGS="--min-repeats 3 --fdr 0.1")
     env.update(extra)
     env.pop("GITHUB_STEP_SUMMARY", None)
     env.pop("GITHUB_OUTPUT", None)
@@ -73,13 +74,14 @@ def test_nightly_describes_then_fails_on_a_fire_drill(tmp_path, tiny_matrix):
         pytest.skip("the A/B confirmation checks out the baseline's commit: needs a clean git checkout")
     # Two nights side by side, one core each (their cells use one thread): night4 a drill confirmed by an
     # interleaved A/B on the screen's targets; night5 a quiet night with NVBENCH_CONFIRM=every, where no
-    # screen is asked and the A/B judges every cell (here at the default thresholds, so 1 + 1 repeats are
-    # `insufficient data` and cannot fail by chance). Each checks out the baseline in a worktree of its own.
+    # screen is asked and the A/B is to judge every cell, but at the default thresholds 1 + 1 repeats can never
+    # decide: `nvbench ab --repeats 1` refuses, the baseline verdict stands, and it is `inconclusive`, which
+    # the night says last and loud (exit 3). Each checks out the baseline in a worktree of its own.
     with ThreadPoolExecutor(2) as pool:
         fourth = pool.submit(night, matrix, reports, "night4", NVBENCH_RUN_ARGS="--fire-drill 200",
                              NVBENCH_CONFIRM="interleaved")
         fifth = pool.submit(night, matrix, reports, "night5", NVBENCH_CONFIRM="every", NVBENCH_REPORT_ARGS="",
-                            NVBENCH_REPEATS="1", NVBENCH_CONFIRM_REPEATS="")  # empty: as many as the night's run
+                            NVBENCH_REPEATS="1", NVBENCH_CONFIRM_REPEATS="", NVBENCH_CONFIRM_MAX_REPEATS="")
         drill, quiet = fourth.result(), fifth.result()
     assert drill.returncode == 1, drill.stdout + drill.stderr
     assert f"confirming by A/B: A = {same_code} (baseline)" in drill.stderr
@@ -94,10 +96,14 @@ def test_nightly_describes_then_fails_on_a_fire_drill(tmp_path, tiny_matrix):
                for side in ("a", "b")}
     assert drilled == {"a": {0.0}, "b": {200.0}}
 
-    assert quiet.returncode == 0, quiet.stdout + quiet.stderr
-    assert "confirming by A/B" in quiet.stderr
-    (verdict,) = pq.read_table(reports / "night5-ab" / "report" / "verdicts.parquet").to_pylist()
-    assert verdict["verdict"] == "insufficient data" and verdict["num_candidate"] == 1
+    assert quiet.returncode == 3, quiet.stdout + quiet.stderr
+    assert "confirming by A/B" in quiet.stderr and "--repeats 1: a permutation test of 1 + 1" in quiet.stderr
+    assert "the A/B confirmation did not run (exit 2)" in quiet.stderr
+    last = quiet.stderr.strip().splitlines()
+    assert "INCONCLUSIVE: nothing regressed, but these cells could not be decided" in last[-2]
+    assert last[-1].startswith("  INCONCLUSIVE ") and "needs ~5 repeats a side" in last[-1]
+    (verdict,) = pq.read_table(reports / "night5" / "report" / "verdicts.parquet").to_pylist()
+    assert verdict["verdict"] == "inconclusive" and verdict["num_candidate"] == 1
     assert (reports / "history" / "night5").is_symlink()
 
 
@@ -127,10 +133,10 @@ def _change(effect_pct: float, p_value: float) -> dict:
     return {"throughput": compare.MetricVerdict(effect_pct=effect_pct), "p_value": p_value}
 
 
-def test_targets_are_the_regressions_of_a_baseline_report_or_the_suspects_of_a_screen(tmp_path):
+def test_targets_are_the_regressions_and_inconclusive_cells_of_a_baseline_report_or_the_suspects_of_a_screen(tmp_path):
     _verdicts(tmp_path, {"verdict": "regression", "backend": "pytorch"},
               {"verdict": "unchanged", "backend": "synthetic"},
-              {"verdict": "regression", "backend": "dali-cpu"},
+              {"verdict": "inconclusive", "backend": "dali-cpu"},  # one night could not tell: the A/B decides
               {"verdict": "unchanged", "backend": "dali-gpu", **_change(-2.0, 0.15)},  # a slowdown the loose
               {"verdict": "unchanged", "backend": "synthetic", **_change(-2.0, 0.3)},  # screen sends to the A/B
               {"verdict": "unchanged", "backend": "synthetic", **_change(2.0, 0.01)})
