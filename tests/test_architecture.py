@@ -157,3 +157,9 @@ def test_statistics_know_nothing_of_nvbench():
 def test_the_contracts_see_a_broken_rule():
     """The graph reader itself: a lazy import inside a function counts."""
     assert "harness.cell.worker" in EDGES["harness.cell.__main__"]  # imported inside main()
+
+
+def test_the_decision_is_one_pure_module():
+    """harness.analysis.decide says the verdict word: nothing of nvbench below it, no disk, no processes."""
+    assert reachable(EDGES, "harness.analysis.decide") <= {"harness.analysis.decide", "harness.analysis", "harness"}
+    assert third_party("harness.analysis.decide") <= {"__future__", "dataclasses", "math", "typing", "scipy"}

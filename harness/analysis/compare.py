@@ -653,6 +653,12 @@ def _decide(pending: _Pending, alpha: float, p_adjusted: float, level: float, th
     if reach:  # either metric can call a change: the comparison reaches as far as the better one
         out["mdc_pct"] = min(reach)
     probe = _probe_balance(pending, level_m, th, num_tested) if pending.adjusted else None
+    if probe is not None and not probe.balanced:  # the adjustment extrapolates: show what was judged instead
+        net = probe.net
+        out["throughput"] |= {"effect_pct": net.effect_pct, "ci_low_pct": net.ci_low_pct, "ci_high_pct": net.ci_high_pct}
+        out["method"] += "; probe unbalanced: judged net of the probe's shift (slope -1)"
+        texts[0] = (f"{THROUGHPUT + ' ' if k > 1 else ''}{net.text()} net of the machine's speed (probe "
+                    f"{probe.shift_pct:+.1f}%, unadjusted {out['throughput']['unadjusted_effect_pct']:+.1f}%)")
     d = decide.decide(evidence, floor_pct=th.floor_pct, alpha=th.level, n_candidate=pending.metrics[0].cand.size,
                       n_baseline=pending.metrics[0].baseline.size, min_repeats=th.min_repeats, probe=probe)
     change = "; ".join(texts) + f" at {level_m:.1%}"
