@@ -1,0 +1,88 @@
+"""The four verdicts end to end with real cells (a tiny resnet18 synthetic cell, 5 repeats a run): the same
+code against itself never fails; a fire drill (+100 % work per step) is a regression with or without two
+busy-loop processes beside it; the machine slowed by those processes alone is never `unchanged`."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from conftest import nvbench
+
+MATRIX = """
+version = 1
+[benchmark]
+name = "verdicts"
+model = "resnet18"
+num_classes = 10
+image_size = 16
+batch_size = 8
+warmup_steps = 3
+measure_steps = 40
+val_steps = 0
+timeout_s = 300
+[data]
+workers = 0
+[axes]
+backend = ["synthetic"]
+[run]
+repeats = 5
+threads_per_process = 1
+nvtx = false
+device = "cpu"
+"""
+
+
+@contextmanager
+def busy_loops(count: int = 2):
+    """`count` outside processes that keep a core each busy, stopped however the block ends."""
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+    try:
+        yield
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait(timeout=30)
+
+
+def run(matrix: Path, out: Path, *extra: str) -> Path:
+    proc = nvbench("run", str(matrix), "--out", str(out), "--no-progress", *extra)
+    assert proc.returncode == 0, proc.stderr
+    return out
+
+
+def report(cand: Path, base: Path, out: Path) -> tuple[int, dict, str]:
+    proc = nvbench("report", str(cand), "--baseline", str(base), "--out", str(out), "--fail-on-regression")
+    (verdict,) = pq.read_table(out / "verdicts.parquet").to_pylist()
+    return proc.returncode, verdict, proc.stderr
+
+
+@pytest.mark.slow
+def test_a_aa_drill_and_hog_get_the_verdicts_they_deserve(tmp_path):
+    matrix = tmp_path / "verdicts.toml"
+    matrix.write_text(MATRIX)
+    a = run(matrix, tmp_path / "A")
+    a2 = run(matrix, tmp_path / "A2")
+    drill = run(matrix, tmp_path / "drill", "--fire-drill", "100")
+    with busy_loops():
+        drill_hogged = run(matrix, tmp_path / "drill-hogged", "--fire-drill", "100")
+    with busy_loops():
+        hogged = run(matrix, tmp_path / "hogged")
+
+    rc, v, err = report(a2, a, tmp_path / "r-aa")
+    assert rc in (0, 3) and v["verdict"] in ("unchanged", "inconclusive"), err  # never a regression
+    assert (rc == 3) == (v["verdict"] == "inconclusive")
+
+    for name, cand in (("drill", drill), ("drill beside two busy loops", drill_hogged)):
+        rc, v, err = report(cand, a, tmp_path / f"r-{cand.name}")
+        assert rc == 1 and v["verdict"] == "regression", (name, err)
+        assert v["effect_pct"] < -25, (name, v["reason"])
+
+    rc, v, err = report(hogged, a, tmp_path / "r-hogged")
+    assert rc != 0 and v["verdict"] != "unchanged", err  # a slower machine is never "no change"
+    if v["verdict"] == "inconclusive":  # the probe may or may not see the hog; either way it says what it needs
+        assert rc == 3 and "needs ~" in v["reason"] and v["repeats_needed"] > 5, v["reason"]
