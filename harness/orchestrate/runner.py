@@ -31,7 +31,7 @@ from harness.results import store
 from harness.results.env import usable_cpu_count
 from harness.results.schema import CELL_SCHEMA, cell_table
 from harness.spec.cells import Cell, job_key, schedule
-from harness.spec.job import FAULT_ENV, PARENT_PID_ENV
+from harness.spec.job import FAULT_ENV, LAUNCHED_AT_ENV, PARENT_PID_ENV
 from harness.spec.matrix import AXES, Axes, ExecutorConfig, Matrix, from_plain, to_plain
 
 PLAN = "plan.json"
@@ -460,6 +460,7 @@ def _child_env(cell: Cell, ctx: JobContext) -> dict[str, str]:
     if tunables:
         env["GLIBC_TUNABLES"] = tunables
     env.pop(FAULT_ENV, None)  # the job file carries the matched fault; ranks must not re-match it
+    env.pop(LAUNCHED_AT_ENV, None)  # only a SLURM job's own script sets it, just before its srun
     env.setdefault("PYTHONUNBUFFERED", "1")
     env[PARENT_PID_ENV] = str(os.getpid())  # lets the child notice a runner that died as it started
     if ctx.python or ctx.checkout:  # nvbench ab: the side's harness comes first, not the interpreter's own copy

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from harness.orchestrate.executors import Ended, ExecutorUnavailable, Launch
 from harness.orchestrate.launch import Outcome
+from harness.spec.job import LAUNCHED_AT_ENV
 from harness.spec.matrix import ExecutorConfig
 
 ACTIVE = frozenset({"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "REQUEUE_HOLD",
@@ -62,7 +63,7 @@ def job_script(launch: Launch, *, cwd: Path) -> str:
                   f"port=$(({RDZV_PORT_BASE} + SLURM_JOB_ID % 20000))"]
         argv = ['"--rdzv_endpoint=${head}:${port}"' if a.startswith("--rdzv_endpoint=") else a for a in argv]
     work = shlex.quote(str(launch.work))
-    lines += [f"srun --nodes={launch.nnodes} --ntasks={launch.nnodes} --ntasks-per-node=1 --kill-on-bad-exit=1 "
+    lines += [f"export {LAUNCHED_AT_ENV}=$(date +%s.%N)  # the cell's startup_s counts from here, not the queue",f"srun --nodes={launch.nnodes} --ntasks={launch.nnodes} --ntasks-per-node=1 --kill-on-bad-exit=1 "
               + " ".join(argv), "rc=$?",
               f'printf "%s\\n" "$rc" > {work}/exit.tmp && mv {work}/exit.tmp {work}/exit', 'exit "$rc"', ""]
     return "\n".join(lines)
