@@ -544,8 +544,9 @@ def _cross_problems(sections: dict[str, Any], axes: Axes, excludes: tuple[Exclud
         problems += _dataset_path_problems(data.path)
     problems += _batch_problems(bench, smoke, data, _data_shards(axes, excludes), launch)
     problems += _warmup_problems(bench, sections["recipe"])
-    if launch.nnodes > 1 and not launch.rdzv_endpoint:
-        problems.append("launch.rdzv_endpoint: required when launch.nnodes > 1 (host:port every node can reach)")
+    if launch.nnodes > 1 and not launch.rdzv_endpoint and sections["executor"].kind != "slurm":
+        problems.append("launch.rdzv_endpoint: required when launch.nnodes > 1 (host:port every node can reach), "
+                        "unless executor.kind = \"slurm\" (the job's first node serves it)")
     if launch.node_rank >= launch.nnodes:
         problems.append(f"launch.node_rank: {launch.node_rank} must be < launch.nnodes ({launch.nnodes})")
     return problems
