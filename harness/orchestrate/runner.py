@@ -549,7 +549,7 @@ def execute(run_dir: Path, *, caps: Capabilities, env: dict[str, Any], env_key: 
                     done(prepared)
                 else:
                     flight.submit(prepared)
-            for handle, ended in executor.wait(list(flight.jobs)).items():
+            for handle, ended in (executor.wait(list(flight.jobs)) if flight.jobs else {}).items():
                 done(finish_job(flight.pop(handle), ended, ctx))
     except KeyboardInterrupt:
         raise Interrupted(flight.cancel_all()) from None
