@@ -136,8 +136,8 @@ def trend_plot(history: History, series: Series) -> str:
     every = max(1, math.ceil(num_nights / 12))
     for night in range(0, num_nights, every):
         parts.append(f'<text x="{sx(night):.1f}" y="{bottom + 14}" text-anchor="middle">{night + 1}</text>')
-    parts.append(f'<text x="{_LEFT + plot_w / 2:.1f}" y="{_H - 2}" text-anchor="middle">night ({_e(unit)})</text>')
-    changes = [c for c in history.changes if c.cell_id == series.cell_id and c.metric == series.metric]
+    parts.append(f'<text x="{_LEFT + plot_w / 2:.1f}" y="{_H - 2}" text-anchor="middle">night</text>')
+    changes = plot_changes(history, series)
     parts += _levels(series, [c for c in changes if c.kind == "step"], sx, sy)
     for p in series.points:
         night = history.nights[p.night]
@@ -150,10 +150,16 @@ def trend_plot(history: History, series: Series) -> str:
                          f'y2="{sy(p.high):.1f}"/>')
         parts.append(f'<circle class="{css}" cx="{sx(p.night):.1f}" cy="{sy(p.value):.1f}" r="3.5">'
                      f'<title>{_e(tip)}</title></circle>')
-    for c in changes:
-        parts.append(_mark(c, sx, sy, bottom))
+    for k, c in enumerate(changes, start=1):
+        parts.append(_mark(c, k, sx, sy, bottom))
     parts.append("</svg>")
     return "".join(parts)
+
+
+def plot_changes(history: History, series: Series) -> list[Change]:
+    """The changes one plot marks, oldest first (their numbers on the plot and in its legend)."""
+    return sorted((c for c in history.changes if c.cell_id == series.cell_id and c.metric == series.metric),
+                  key=lambda c: (c.night, c.kind))
 
 
 def _levels(series: Series, steps: Sequence[Change], sx, sy) -> list[str]:
@@ -170,20 +176,29 @@ def _levels(series: Series, steps: Sequence[Change], sx, sy) -> list[str]:
     return out
 
 
-def _mark(c: Change, sx, sy, bottom: float) -> str:
+def _mark(c: Change, k: int, sx, sy, bottom: float) -> str:
+    """Change k of a plot: a dashed line (a step) or a slope (a drift), its number and change at the top;
+    the legend under the plot gives the rest."""
     css = "down" if c.change < 0 else "up"
-    words = f"{change_text(c)} {commit_range(c)}"
+    short = f"{k}: {c.change:+.1f}{'%' if c.unit == '%' else ' pt'}"
+    tip = f"{c.kind} at night {c.night} ({c.run_id}): {change_text(c)}, {commit_range(c)}, {significance_text(c)}"
+    y_text = _TOP - 14 + 10 * (k % 2)
     if c.kind == "drift":
         x1, x2 = sx(c.night - 1), sx(c.night - 1 + c.nights_after - 1)
         return (f'<g class="drift {css}"><line x1="{x1:.1f}" y1="{sy(c.before):.1f}" x2="{x2:.1f}" y2="{sy(c.after):.1f}"/>'
-                f'<text x="{x2:.1f}" y="{_TOP - 14}" text-anchor="end">drift {_e(words)}</text>'
-                f'<title>{_e(f"drift over {c.nights_after} nights: {words}")}</title></g>')
+                f'<text x="{x2:.1f}" y="{y_text}" text-anchor="end">{_e(short)} drift</text><title>{_e(tip)}</title></g>')
     x = sx(c.night - 1.5)  # between the night before and the night it starts
-    anchor = "start" if x < _W / 2 else "end"
-    dx = 4 if anchor == "start" else -4
+    anchor, dx = ("start", 3) if x < _W / 2 else ("end", -3)
     return (f'<g class="cp {css}"><line x1="{x:.1f}" y1="{_TOP - 4}" x2="{x:.1f}" y2="{bottom}"/>'
-            f'<text x="{x + dx:.1f}" y="{_TOP - 4 if c.night % 2 else _TOP + 8}" text-anchor="{anchor}">{_e(words)}</text>'
-            f'<title>{_e(f"change point at night {c.night} ({c.run_id}): {words}, {significance_text(c)}")}</title></g>')
+            f'<text x="{x + dx:.1f}" y="{y_text}" text-anchor="{anchor}">{_e(short)}</text><title>{_e(tip)}</title></g>')
+
+
+def legend(changes: Sequence[Change]) -> str:
+    """The plot's changes in words: number, kind, night, change with its interval, commit range, significance."""
+    items = "".join(f'<li class="{"down" if c.change < 0 else "up"}">{k}: {_e(c.kind)} at night {c.night} '
+                    f'(<code>{_e(c.run_id)}</code>): <b>{_e(change_text(c))}</b>, commits <code>{_e(commit_range(c))}'
+                    f'</code>, {_e(significance_text(c))}</li>' for k, c in enumerate(changes, start=1))
+    return f'<ol class="legend">{items}</ol>' if items else ""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -217,13 +232,17 @@ def _cell_figures(history: History) -> str:
     for cid in sorted_cells(history):
         changed = {c.metric for c in history.changes if c.cell_id == cid}
         shown = [s for s in by_cell[cid] if s.metric == "throughput" or s.metric in changed]
-        plots = "".join(f'<div class="metric"><span class="mname">{_e(s.metric)}</span>{trend_plot(history, s)}</div>'
-                        for s in shown)
+        plots = "".join(f'<div class="metric"><span class="mname">{_e(s.metric)} ({_e(_unit(s))})</span>'
+                        f'{trend_plot(history, s)}{legend(plot_changes(history, s))}</div>' for s in shown)
         rel, pts = _cell_magnitude(history, cid)
         note = f"largest change {rel:.1f}%" if rel else (f"largest change {pts:.1f} pt" if pts else "no change")
         figures.append(f'<figure id="cell-{_e(cid)}"><figcaption><code>{_e(cid)}</code> '
-                       f'<span class="reason">{_e(note)}</span></figcaption>{plots}</figure>')
+                       f'<span class="reason">{_e(note)}</span></figcaption><div class="metrics">{plots}</div></figure>')
     return "\n".join(figures) or "<p>No cell has an ok night.</p>"
+
+
+def _unit(series: Series) -> str:
+    return next(m.unit for m in METRICS if m.name == series.metric)
 
 
 def _nights_table(history: History) -> str:
@@ -276,8 +295,8 @@ def render_html(history: History) -> str:
 
 def _md_row(c: Change) -> str:
     tags = (" **new**" if c.is_new else "") + (f" FIRE DRILL +{c.fire_drill_pct:g}%" if c.fire_drill_pct else "")
-    return (f"| {c.night} | `{_md(c.run_id)}`{tags} | `{_md(c.cell_id)}` | {_md(c.metric)} | {c.kind} | "
-            f"{_md(change_text(c))} | {_md(significance_text(c))} | `{_md(commit_range(c))}` |")
+    return (f"| {c.night} | {_md(c.run_id)}{tags} | {_md(c.cell_id)} | {_md(c.metric)} | {c.kind} | "
+            f"{_md(change_text(c))} | {_md(significance_text(c))} | {_md(commit_range(c))} |")
 
 
 _HEADER = ["| night | run | cell | metric | kind | change | significance | commits |", "|---|---|---|---|---|---|---|---|"]
@@ -299,6 +318,6 @@ def render_markdown(history: History) -> str:
     else:
         lines.append("No change point and no drift in any series.")
     if history.skipped:
-        lines += ["", "**Skipped runs:**", ""] + [f"- `{_md(path)}`: {_md(why)}" for path, why in history.skipped]
+        lines += ["", "**Skipped runs:**", ""] + [f"- {_md(path)}: {_md(why)}" for path, why in history.skipped]
     lines += ["", f"_{_md(method_text(history))}_", ""]
     return "\n".join(lines)
