@@ -22,7 +22,7 @@
 # `interleaved` confirms by A/B even when the code is the same (a slower machine alone then never
 # fails the job); `every` skips the screen: every cell, every night, is judged by the A/B against the
 # baseline's commit (twice the night's cost, the A/B's full reach); `sequential` never uses A/B.
-# Tonight's run is then linked into the history. Exit: 0 ok; 1 confirmed regression or failed cells;
+# Tonight's run is then linked into the history and `nvbench history` draws the trend. Exit: 0 ok; 1 confirmed regression or failed cells;
 # 2 bad input; 130 interrupted.
 set -uo pipefail
 
@@ -157,7 +157,13 @@ fi
 # Tonight joins the history (a link, not a copy); fire drills never do.
 case " $RUN_ARGS " in
   *" --fire-drill "*) log "fire drill: not added to the history" ;;
-  *) mkdir -p "$HISTORY" && ln -sfn "$(cd "$RUN" && pwd)" "$HISTORY/$RUN_ID" ;;
+  *) mkdir -p "$HISTORY" && ln -sfn "$(cd "$RUN" && pwd)" "$HISTORY/$RUN_ID"
+     # The trend over the history, tonight included: $RUN/history/history.html, changes.parquet, changes.md;
+     # tonight's new change points and drifts join the summary. It informs; it never fails the job.
+     if ! nvbench history "$HISTORY" --out "$RUN/history" --summary "$RUN/report/summary.md" \
+          ${GITHUB_STEP_SUMMARY:+--summary "$GITHUB_STEP_SUMMARY"}; then
+       log "nvbench history failed: no trend page tonight"
+     fi ;;
 esac
 
 if [ "$report_rc" -ge 2 ]; then exit "$report_rc"; fi

@@ -328,10 +328,9 @@ def cmd_history(args: argparse.Namespace) -> int:
              if getattr(args, name) is not None}
     try:
         result = trend.write_history(history.load_history(folder, history.HistorySettings(**given)), out)
-        if args.summary:
+        for summary in map(Path, args.summary):
             from harness.results import store
 
-            summary = Path(args.summary)
             before = summary.read_text(encoding="utf-8") if summary.is_file() else ""
             store.write_bytes(summary, (before + trend.new_changes_markdown(result.history)).encode())
     except RunInputError as exc:
@@ -354,6 +353,22 @@ def cmd_history(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    """A run's cells in another tool's format (harness.analysis.export)."""
+    from harness.analysis.compare import RunInputError
+    from harness.analysis.export import export_run
+
+    try:
+        count = export_run(Path(args.run_dir), args.format, Path(args.out))
+    except RunInputError as exc:
+        return _bad_input(exc.problems)
+    except OSError as exc:
+        return _bad_input([f"{exc.filename or args.out}: cannot write the export: {exc.strerror}"])
+    print(args.out)
+    print(f"{count} benchmark(s) in {args.format} format", file=sys.stderr)
+    return EXIT_OK
+
+
 def _add_history_parser(sub) -> None:
     h = sub.add_parser("history", help="change points and drifts per cell over a folder of nightly runs")
     h.add_argument("history_dir", metavar="HISTORY_DIR")
@@ -364,8 +379,15 @@ def _add_history_parser(sub) -> None:
     h.add_argument("--min-segment", type=int, metavar="N", help="fewest nights on each side of a change (3)")
     h.add_argument("--alpha", type=float, metavar="A", help="permutation test level of each change point (0.05)")
     h.add_argument("--drift-nights", type=int, metavar="K", help="a drift is a slope over the last K nights (14)")
-    h.add_argument("--summary", metavar="FILE", help="append tonight's new change points to this Markdown file")
+    h.add_argument("--summary", metavar="FILE", action="append", default=[],
+                   help="append tonight's new change points to this Markdown file (repeatable)")
     h.set_defaults(func=cmd_history)
+    x = sub.add_parser("export", help="a run's cells in another tool's format (pytest-benchmark JSON)")
+    x.add_argument("run_dir", metavar="RUN")
+    x.add_argument("--format", required=True, choices=("pytest-benchmark",),
+                   help="pytest-benchmark: one benchmark per cell, img/s as ops, step times as stats")
+    x.add_argument("--out", required=True, metavar="FILE", help="the JSON file to write")
+    x.set_defaults(func=cmd_export)
 
 
 def build_parser() -> argparse.ArgumentParser:
