@@ -24,9 +24,10 @@
 # baseline's commit (twice the night's cost, the A/B's full reach); `sequential` never uses A/B.
 # An A/B starts with $NVBENCH_CONFIRM_REPEATS pairs and adds pairs of the cells still inconclusive, up to
 # $NVBENCH_CONFIRM_MAX_REPEATS a side (`nvbench ab --max-repeats`).
-# Tonight's run is then linked into the history. Exit: 0 ok (every judged cell unchanged or improved);
-# 1 confirmed regression or failed cells; 3 nothing regressed but some cell stayed inconclusive (the
-# night could not tell: the cells are printed last); 2 bad input; 130 interrupted.
+# Tonight's run is then linked into the history and `nvbench history` draws the trend. Exit: 0 ok (every
+# judged cell unchanged or improved); 1 confirmed regression or failed cells; 3 nothing regressed but some
+# cell stayed inconclusive (the night could not tell: the cells are printed last); 2 bad input;
+# 130 interrupted.
 set -uo pipefail
 
 MATRIX=${NVBENCH_MATRIX:-matrices/resnet50.toml}
@@ -166,7 +167,13 @@ fi
 # Tonight joins the history (a link, not a copy); fire drills never do.
 case " $RUN_ARGS " in
   *" --fire-drill "*) log "fire drill: not added to the history" ;;
-  *) mkdir -p "$HISTORY" && ln -sfn "$(cd "$RUN" && pwd)" "$HISTORY/$RUN_ID" ;;
+  *) mkdir -p "$HISTORY" && ln -sfn "$(cd "$RUN" && pwd)" "$HISTORY/$RUN_ID"
+     # The trend over the history, tonight included: $RUN/history/history.html, changes.parquet, changes.md;
+     # tonight's new change points and drifts join the summary. It informs; it never fails the job.
+     if ! nvbench history "$HISTORY" --out "$RUN/history" --summary "$RUN/report/summary.md" \
+          ${GITHUB_STEP_SUMMARY:+--summary "$GITHUB_STEP_SUMMARY"}; then
+       log "nvbench history failed: no trend page tonight"
+     fi ;;
 esac
 
 if [ "$report_rc" -eq 2 ] || [ "$report_rc" -gt 3 ]; then exit "$report_rc"; fi

@@ -19,6 +19,8 @@ command -v chromium >/dev/null || apt_install chromium \
 
 # --- slurm-wlm and munge: the SLURM executor's tests ------------------------------------------
 # (section owned by the SLURM executor; see docs/distributed.md)
+{ command -v slurmctld >/dev/null && command -v munged >/dev/null; } || apt_install slurm-wlm munge \
+    || echo 'no slurm-wlm/munge: the SLURM executor tests will skip'
 
 # --- nsight-systems: the nsys profile tests ---------------------------------------------------
 # (section owned by the nsys profile; see docs/gpu-validation.md)

@@ -68,9 +68,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     from harness.spec.cells import expand
 
     if args.resume and (args.matrix or args.only or args.smoke or args.out or args.dry_run or args.fire_drill
-                        or args.repeats is not None):
+                        or args.repeats is not None or args.executor):
         return _bad_input(["--resume takes the run folder alone (its plan fixes matrix, filters, --smoke, "
-                           "--repeats and --fire-drill)"])
+                           "--repeats, --fire-drill and --executor)"])
     if problem := _fire_drill_problem(args.fire_drill):
         return _bad_input([problem])
     if args.resume:
@@ -83,6 +83,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         except store.UnreadableFile as exc:
             return _bad_input([f"{exc}; delete it to run that job again"])
         device = next(iter(cells.values())).run.device
+        executor = runner.plan_executor(run_dir)
     else:
         if not args.matrix:
             return _bad_input(["nvbench run needs a MATRIX file or --resume RUN_DIR"])
@@ -96,6 +97,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         device = matrix.run.device
         knob = f"--repeats {args.repeats}" if args.repeats is not None else f"run.repeats = {matrix.run.repeats}"
         _reach_warning(matrix.run.repeats, smoke=args.smoke, what=knob)
+        executor = _executor_config(matrix, args.executor)
     env, key, caps = _env_and_caps(device)
     if args.dry_run:
         for cell in cell_list:
@@ -103,14 +105,28 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(f"{cell.cell_id}  x{matrix.run.repeats}  " + (f"skip: {reason}" if reason else "run"))
         print(f"{len(cell_list)} cells, {len(cell_list) * matrix.run.repeats} jobs; nothing was run or written")
         return EXIT_OK
+    from harness.orchestrate.executors import ExecutorUnavailable, executor_for
+
+    where = executor_for(executor)
+    try:
+        where.check()  # before anything is written: sbatch missing or the controller down is one line, exit 2
+    except ExecutorUnavailable as exc:
+        return _bad_input([str(exc)])
     if not args.resume:
         run_dir = runner.create_run(matrix, cell_list, run_dir=Path(args.out) if args.out else None,
                                     reports_root=Path(args.reports), smoke=args.smoke, only=args.only, env=env,
-                                    fire_drill_pct=args.fire_drill or 0.0)
-    return _execute(run_dir, caps, env, key, progress=not args.no_progress, verbose=args.verbose)
+                                    fire_drill_pct=args.fire_drill or 0.0, executor=executor)
+    return _execute(run_dir, caps, env, key, progress=not args.no_progress, verbose=args.verbose, executor=where)
 
 
-def _execute(run_dir: Path, caps, env, key, *, progress: bool, verbose: bool) -> int:
+def _executor_config(matrix, flag: str | None):
+    """The matrix's [executor], its kind replaced by `--executor` when given (the flag wins over the file)."""
+    import dataclasses
+
+    return dataclasses.replace(matrix.executor, kind=flag) if flag else matrix.executor
+
+
+def _execute(run_dir: Path, caps, env, key, *, progress: bool, verbose: bool, executor=None) -> int:
     from rich.console import Console
 
     from harness.console import RunProgress, detail_table, print_summary
@@ -122,10 +138,23 @@ def _execute(run_dir: Path, caps, env, key, *, progress: bool, verbose: bool) ->
     todo = runner.pending(run_dir, jobs)
     # soft_wrap: a path must stay one copyable line whatever the terminal's width
     console.print(f"run folder: {run_dir}  ({len(todo)} of {len(jobs)} jobs to run)", soft_wrap=True)
+    from harness.orchestrate.executors import ExecutorUnavailable
+
     try:
         with RunProgress(console, len(todo)) as bar:
             runner.execute(run_dir, caps=caps, env=env, env_key=key, on_start=bar.start if progress else None,
-                           on_done=bar.done, notify=lambda message: console.print(message, soft_wrap=True))
+                           on_done=bar.done, notify=lambda message: console.print(message, soft_wrap=True),
+                           executor=executor)
+    except ExecutorUnavailable as exc:
+        console.print(f"error: {exc}; the run is resumable: nvbench run --resume {run_dir}", soft_wrap=True)
+        return EXIT_BAD_INPUT
+    except runner.Interrupted as exc:
+        if exc.cancelled:
+            console.print(f"interrupted; cancelled SLURM job(s) {', '.join(exc.cancelled)} (scancel); finish with: "
+                          f"nvbench run --resume {run_dir}", soft_wrap=True)
+        else:
+            console.print(f"interrupted; finish with: nvbench run --resume {run_dir}", soft_wrap=True)
+        return EXIT_INTERRUPTED
     except KeyboardInterrupt:
         console.print(f"interrupted; finish with: nvbench run --resume {run_dir}", soft_wrap=True)
         return EXIT_INTERRUPTED
@@ -375,6 +404,80 @@ def cmd_data_prepare(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_history(args: argparse.Namespace) -> int:
+    """Change points and drifts of every cell over a folder of nightly runs: history.html, changes.md,
+    changes.parquet (harness.analysis.history)."""
+    from harness.analysis import history, trend
+    from harness.analysis.compare import RunInputError
+
+    folder = Path(args.history_dir)
+    out = Path(args.out) if args.out else folder / "trend"
+    given = {name: getattr(args, name) for name in ("floor_pct", "min_segment", "alpha", "drift_nights")
+             if getattr(args, name) is not None}
+    try:
+        result = trend.write_history(history.load_history(folder, history.HistorySettings(**given)), out)
+        for summary in map(Path, args.summary):
+            from harness.results import store
+
+            before = summary.read_text(encoding="utf-8") if summary.is_file() else ""
+            store.write_bytes(summary, (before + trend.new_changes_markdown(result.history)).encode())
+    except RunInputError as exc:
+        return _bad_input(exc.problems)
+    except ValueError as exc:
+        return _bad_input([str(exc)])
+    except OSError as exc:
+        return _bad_input([f"{exc.filename or out}: cannot write the history: {exc.strerror}"])
+    for path, why in result.history.skipped:
+        print(f"skipped {path}: {why}", file=sys.stderr)
+    for path in result.files:
+        print(path)
+    h = result.history
+    print(f"{len(h.nights)} night(s), {len(h.series)} series: {len(h.changes)} change(s), "
+          f"{sum(c.is_new for c in h.changes)} new tonight", file=sys.stderr)
+    for c in h.changes:
+        if c.is_new:
+            print(f"new {c.kind}: {c.cell_id} {c.metric} {trend.change_text(c)} at night {c.night} ({c.run_id}), "
+                  f"commits {trend.commit_range(c)}", file=sys.stderr)
+    return EXIT_OK
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    """A run's cells in another tool's format (harness.analysis.export)."""
+    from harness.analysis.compare import RunInputError
+    from harness.analysis.export import export_run
+
+    try:
+        count = export_run(Path(args.run_dir), args.format, Path(args.out))
+    except RunInputError as exc:
+        return _bad_input(exc.problems)
+    except OSError as exc:
+        return _bad_input([f"{exc.filename or args.out}: cannot write the export: {exc.strerror}"])
+    print(args.out)
+    print(f"{count} benchmark(s) in {args.format} format", file=sys.stderr)
+    return EXIT_OK
+
+
+def _add_history_parser(sub) -> None:
+    h = sub.add_parser("history", help="change points and drifts per cell over a folder of nightly runs")
+    h.add_argument("history_dir", metavar="HISTORY_DIR")
+    h.add_argument("--out", metavar="DIR", help="where history.html, changes.md, changes.parquet go "
+                   "(default: HISTORY_DIR/trend)")
+    h.add_argument("--floor", dest="floor_pct", type=float, metavar="PCT",
+                   help="practical floor of throughput and fast-step changes in %% (default 3)")
+    h.add_argument("--min-segment", type=int, metavar="N", help="fewest nights on each side of a change (3)")
+    h.add_argument("--alpha", type=float, metavar="A", help="permutation test level of each change point (0.05)")
+    h.add_argument("--drift-nights", type=int, metavar="K", help="a drift is a slope over the last K nights (14)")
+    h.add_argument("--summary", metavar="FILE", action="append", default=[],
+                   help="append tonight's new change points to this Markdown file (repeatable)")
+    h.set_defaults(func=cmd_history)
+    x = sub.add_parser("export", help="a run's cells in another tool's format (pytest-benchmark JSON)")
+    x.add_argument("run_dir", metavar="RUN")
+    x.add_argument("--format", required=True, choices=("pytest-benchmark",),
+                   help="pytest-benchmark: one benchmark per cell, img/s as ops, step times as stats")
+    x.add_argument("--out", required=True, metavar="FILE", help="the JSON file to write")
+    x.set_defaults(func=cmd_export)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="nvbench", description="Benchmark deep-learning training recipes.")
     p.add_argument("--version", action="version", version=f"nvbench {__version__}")
@@ -394,6 +497,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--dry-run", action="store_true", help="list the cells and what would be skipped")
     r.add_argument("--resume", metavar="RUN_DIR", help="finish an interrupted run")
     r.add_argument("--out", metavar="DIR", help="run folder (default: REPORTS/<run_id>)")
+    r.add_argument("--executor", choices=("local", "slurm"),
+                   help="where jobs run: this machine, or one SLURM job each (wins over the matrix's [executor] kind)")
     r.add_argument("--reports", default="reports", metavar="DIR", help="where run folders go (default: reports)")
     r.add_argument("--no-progress", action="store_true", help="no progress bar (a line per cell is still printed)")
     r.add_argument("--verbose", action="store_true",
@@ -468,6 +573,7 @@ def build_parser() -> argparse.ArgumentParser:
     pp.add_argument("--only", action="append", default=[], metavar="AXIS=VALUE", help="filter cells as in run")
     pp.add_argument("--smoke", action="store_true", help="the datasets of the --smoke run")
     pp.set_defaults(func=cmd_data_prepare)
+    _add_history_parser(sub)
     return p
 
 

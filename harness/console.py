@@ -19,7 +19,7 @@ from harness.results.schema import STATUSES
 from harness.spec.cells import cell_label
 from harness.stats.inference import mean_interval
 
-STATUS_STYLE = {"ok": "green", "skipped": "dim", "failed": "red", "timeout": "red", "crashed": "red"}
+STATUS_STYLE = {"ok": "green", "skipped": "dim", "failed": "red", "timeout": "red", "crashed": "red", "cancelled": "red"}
 BAD_STATUSES = tuple(s for s in STATUSES if s not in ("ok", "skipped"))
 
 

@@ -43,7 +43,7 @@ VERDICTS = (REGRESSION, SUSPECT_REGRESSION, FAILED, INCONCLUSIVE, IMPROVEMENT, S
 
 ACCURACY_BELOW, ACCURACY_ABOVE, ACCURACY_WITHIN, ACCURACY_NA = "below band", "above band", "within band", "n/a"
 
-BAD_STATUSES = ("failed", "timeout", "crashed")
+BAD_STATUSES = ("failed", "timeout", "crashed", "cancelled")
 THROUGHPUT, FAST_STEPS = "throughput", "fast steps"
 """The metrics a comparison tests, by the name `decided_by` gives them."""
 SAMPLE_COLUMNS = {THROUGHPUT: "throughput_img_per_s", FAST_STEPS: "fast_step_img_per_s"}

@@ -47,6 +47,7 @@ from harness.results import store
 from harness.results.env import usable_cpu_count
 from harness.results.schema import step_table
 from harness.spec.cells import Cell
+from harness.spec.job import LAUNCHED_AT_ENV
 from harness.spec.matrix import WARMUP_CHUNK, WARMUP_TOLERANCE
 from harness.stats import window
 
@@ -522,7 +523,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     job = store.read_json(Path(argv[0]))
     # The runner's launch to here: the interpreter, torch's import, torchrun's rendezvous (one clock: same host).
-    startup_s = time.time() - job["launched_at"] if job.get("launched_at") else None
+    launched_at = float(os.environ.get(LAUNCHED_AT_ENV) or job.get("launched_at") or 0)  # SLURM: at its srun
+    startup_s = time.time() - launched_at if launched_at else None
     out_dir, rank = Path(job["out_dir"]), int(os.environ.get("RANK", 0))
     _stack_on_sigterm(out_dir / f"stack-rank{rank}.txt")
     try:

@@ -79,24 +79,39 @@ def _signal_group(pgid: int, sig: int) -> None:
 def run_process(argv: list[str], *, log_path: Path, timeout_s: float, env: dict[str, str] | None = None,
                 cwd: Path | None = None) -> Outcome:
     """Run argv in its own process group with output to log_path; block until exit or timeout."""
+    return wait_process(start_process(argv, log_path=log_path, env=env, cwd=cwd), timeout_s)
+
+
+def start_process(argv: list[str], *, log_path: Path, env: dict[str, str] | None = None,
+                  cwd: Path | None = None) -> subprocess.Popen:
+    """Start argv in its own process group, its output appended to log_path."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+        return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True, env=env, cwd=cwd)
+
+
+def wait_process(proc: subprocess.Popen, timeout_s: float) -> Outcome:
+    """Block until `proc` exits or `timeout_s` passes (then SIGTERM, a grace, SIGKILL to its whole group)."""
+    try:
+        return Outcome(proc.wait(timeout=timeout_s), False)
+    except subprocess.TimeoutExpired:
+        _signal_group(proc.pid, signal.SIGTERM)
         try:
-            return Outcome(proc.wait(timeout=timeout_s), False)
+            proc.wait(timeout=TERM_GRACE_S)
         except subprocess.TimeoutExpired:
-            _signal_group(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=TERM_GRACE_S)
-            except subprocess.TimeoutExpired:
-                _signal_group(proc.pid, signal.SIGKILL)
-                proc.wait()
-            return Outcome(None, True)
-        except BaseException:  # the runner is interrupted: take the cell down with it
             _signal_group(proc.pid, signal.SIGKILL)
             proc.wait()
-            raise
-        finally:
-            # Stragglers of a finished cell (a DataLoader worker, a hung rank) must not outlive it.
-            _signal_group(proc.pid, signal.SIGKILL)
+        return Outcome(None, True)
+    except BaseException:  # the runner is interrupted: take the cell down with it
+        kill_process(proc)
+        raise
+    finally:
+        # Stragglers of a finished cell (a DataLoader worker, a hung rank) must not outlive it.
+        _signal_group(proc.pid, signal.SIGKILL)
+
+
+def kill_process(proc: subprocess.Popen) -> None:
+    """SIGKILL to `proc`'s whole process group, then reap it."""
+    _signal_group(proc.pid, signal.SIGKILL)
+    proc.wait()

@@ -25,13 +25,14 @@ import pyarrow.parquet as pq
 
 import harness
 from harness import __version__
-from harness.orchestrate.launch import Outcome, launcher_for, run_process
+from harness.orchestrate.executors import Ended, Executor, Launch, LocalExecutor, executor_for
+from harness.orchestrate.launch import Outcome, launcher_for
 from harness.results import store
 from harness.results.env import usable_cpu_count
 from harness.results.schema import CELL_SCHEMA, cell_table
 from harness.spec.cells import Cell, job_key, schedule
-from harness.spec.job import FAULT_ENV, PARENT_PID_ENV
-from harness.spec.matrix import AXES, Axes, Matrix
+from harness.spec.job import FAULT_ENV, LAUNCHED_AT_ENV, PARENT_PID_ENV
+from harness.spec.matrix import AXES, Axes, ExecutorConfig, Matrix, from_plain, to_plain
 
 PLAN = "plan.json"
 AXIS_DEFAULTS = {axis: getattr(Axes(), axis)[0] for axis in AXES}
@@ -106,11 +107,12 @@ def new_run_id(name: str, now: datetime) -> str:
 
 def create_run(matrix: Matrix, cells: list[Cell], *, run_dir: Path | None, reports_root: Path,
                smoke: bool, only: list[str], env: dict[str, Any], now: datetime | None = None,
-               fire_drill_pct: float = 0.0) -> Path:
+               fire_drill_pct: float = 0.0, executor: ExecutorConfig | None = None) -> Path:
     """Make the run folder with its plan and manifest; nothing runs yet.
 
     `fire_drill_pct` > 0 makes every job of the run a fire drill (extra work of that % of each measured
-    step, see worker.FireDrill): the plan carries it, so a resumed run drills the same way.
+    step, see worker.FireDrill): the plan carries it, so a resumed run drills the same way. `executor` (the
+    matrix's [executor] with `--executor` applied) is the plan's too: a resumed run runs where it began.
     """
     now = now or datetime.now(timezone.utc)
     run_id = new_run_id(matrix.benchmark.name, now) if run_dir is None else Path(run_dir).name
@@ -120,7 +122,7 @@ def create_run(matrix: Matrix, cells: list[Cell], *, run_dir: Path | None, repor
     by_id = {c.cell_id: c for c in cells}
     jobs = schedule(list(by_id), matrix.run.repeats, matrix.run.order, matrix.run.shuffle_seed)
     plan = {"run_id": run_id, "jobs": jobs, "cells": {cid: c.to_plain() for cid, c in by_id.items()},
-            "fire_drill_pct": fire_drill_pct}
+            "fire_drill_pct": fire_drill_pct, "executor": to_plain(executor or matrix.executor)}
     manifest = {
         "run_id": run_id, "created_at": now.isoformat(), "nvbench_version": __version__,
         "git_sha": env.get("nvbench_git_sha"), "host": env.get("hostname"), "matrix_source": matrix.source,
@@ -341,7 +343,29 @@ def write_row(run_dir: Path, key: str, row: dict[str, Any]) -> None:
 
 
 def run_job(cell: Cell, repeat: int, ctx: JobContext) -> dict[str, Any]:
-    """Run one (cell, repeat) to its terminal row, whatever the cell's processes do."""
+    """Run one (cell, repeat) on this machine to its terminal row, whatever the cell's processes do."""
+    prepared = prepare_job(cell, repeat, ctx)
+    if isinstance(prepared, dict):
+        return prepared
+    executor = LocalExecutor()
+    handle = executor.submit(prepared.launch)
+    return finish_job(prepared, executor.wait([handle])[handle], ctx)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PreparedJob:
+    """A job with its folder and job file written, ready for an executor, and its row so far."""
+
+    cell: Cell
+    repeat: int
+    launch: Launch
+    row: dict[str, Any]
+    started_at: float
+    """time.time() at the submission, for the row's duration."""
+
+
+def prepare_job(cell: Cell, repeat: int, ctx: JobContext, *, executor: str = "local") -> PreparedJob | dict[str, Any]:
+    """The job's folder, job file and argv; or its terminal row when it cannot run (skipped, no dataset)."""
     key = job_key(cell.cell_id, repeat)
     fault = fault_for(cell, ctx.fault_spec)
     row = base_row(cell, repeat, ctx, fault)
@@ -374,17 +398,34 @@ def run_job(cell: Cell, repeat: int, ctx: JobContext) -> dict[str, Any]:
         argv = ctx.profile.command(argv, key)
     job["launched_at"] = time.time()  # the cell measures its startup_s from here
     store.write_json(work / "job.json", job)
-    t0 = time.monotonic()
-    outcome = run_process(argv, log_path=log_path, timeout_s=cell.benchmark.timeout_s, env=_child_env(cell, ctx))
-    status, reason = classify(outcome, work, log_path, cell.benchmark.timeout_s)
-    row |= {"status": status, "reason": reason, "started_at": started, "duration_s": time.monotonic() - t0,
-            "log_path": str(log_rel)}
+    env = _child_env(cell, ctx)
+    if executor != "local":  # the runner may be gone while the job runs (kill -9, then --resume): no parent check
+        env.pop(PARENT_PID_ENV, None)
+    row |= {"started_at": started, "log_path": str(log_rel)}
+    launch = Launch(key=key, argv=tuple(argv), env=env, log_path=log_path, work=work,
+                    timeout_s=cell.benchmark.timeout_s, nnodes=cell.launch.nnodes)
+    return PreparedJob(cell=cell, repeat=repeat, launch=launch, row=row, started_at=time.time())
+
+
+def finish_job(prepared: PreparedJob, ended: Ended, ctx: JobContext) -> dict[str, Any]:
+    """Classify an ended job from its exit and the files its ranks left; write its row (last, atomically)."""
+    launch, row = prepared.launch, dict(prepared.row)
+    if ended.verdict:
+        status, reason = ended.verdict
+        if status == "timeout":
+            reason += _timeout_reason(launch.work, launch.timeout_s).partition("were killed")[2]
+    else:
+        status, reason = classify(ended.outcome, launch.work, launch.log_path, launch.timeout_s)
+        if ended.job_id and status != "ok":
+            reason += f" (SLURM job {ended.job_id})"
+    row |= {"status": status, "reason": reason, "duration_s": time.time() - prepared.started_at,
+            "nodes": ended.nodes or ctx.env.get("hostname"), "slurm_job_id": ended.job_id}
     if status == "ok":
-        result = store.read_json(work / "result.json")
+        result = store.read_json(launch.work / "result.json")
         row |= {k: v for k, v in result.items() if k in CELL_SCHEMA.names}
-    _collect_steps(work, ctx.run_dir / "steps" / f"{key}.parquet")
-    write_row(ctx.run_dir, key, row)  # last: the row's existence marks the job done
-    shutil.rmtree(work, ignore_errors=True)
+    _collect_steps(launch.work, ctx.run_dir / "steps" / f"{launch.key}.parquet")
+    write_row(ctx.run_dir, launch.key, row)  # last: the row's existence marks the job done
+    shutil.rmtree(launch.work, ignore_errors=True)
     return row
 
 
@@ -419,6 +460,7 @@ def _child_env(cell: Cell, ctx: JobContext) -> dict[str, str]:
     if tunables:
         env["GLIBC_TUNABLES"] = tunables
     env.pop(FAULT_ENV, None)  # the job file carries the matched fault; ranks must not re-match it
+    env.pop(LAUNCHED_AT_ENV, None)  # only a SLURM job's own script sets it, just before its srun
     env.setdefault("PYTHONUNBUFFERED", "1")
     env[PARENT_PID_ENV] = str(os.getpid())  # lets the child notice a runner that died as it started
     if ctx.python or ctx.checkout:  # nvbench ab: the side's harness comes first, not the interpreter's own copy
@@ -446,35 +488,153 @@ def _collect_steps(work: Path, target: Path) -> None:
 
 # ---------------------------------------------------------------- a session over the run folder
 
+INFLIGHT = "inflight.json"
+"""Jobs of the run submitted to an executor and not yet rows: key -> the executor's record (SLURM job id)."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C during a run, after the jobs this session submitted were cancelled (`cancelled` lists them)."""
+
+    def __init__(self, cancelled: list[str]):
+        super().__init__()
+        self.cancelled = cancelled
+
+
+def plan_executor(run_dir: Path) -> ExecutorConfig:
+    """The executor the run was planned with (local for plans written before executors)."""
+    plain = store.read_json(Path(run_dir) / PLAN).get("executor") or {}
+    return from_plain(ExecutorConfig, plain)
+
+
 def execute(run_dir: Path, *, caps: Capabilities, env: dict[str, Any], env_key: str,
             on_start: Callable[[int, int, str], None] | None = None,
             on_done: Callable[[dict[str, Any]], None] | None = None,
-            notify: Callable[[str], None] = print) -> list[dict[str, Any]]:
-    """Run every pending job of the run folder in plan order; return the rows written in this session."""
+            notify: Callable[[str], None] = print, executor: Executor | None = None) -> list[dict[str, Any]]:
+    """Run every pending job of the run folder in plan order through the run's executor (at most its
+    max_parallel in flight); return the rows written in this session.
+
+    Jobs an earlier session left in flight (inflight.json) are followed, not submitted again; Ctrl-C cancels
+    the jobs this session has in flight, forgets them (a resume submits them again) and raises Interrupted.
+    """
     run_id, jobs, cells = load_plan(run_dir)
     todo = pending(run_dir, jobs)
+    executor = executor or executor_for(plan_executor(run_dir), notify=notify)
     ctx = JobContext(run_dir=run_dir, run_id=run_id, caps=caps, env=env, env_key=env_key,
                      fault_spec=os.environ.get(FAULT_ENV), notify=notify,
                      fire_drill_pct=plan_fire_drill(run_dir))
     manifest = store.read_json(run_dir / MANIFEST)
-    session = {"started_at": datetime.now(timezone.utc).isoformat(), "pending_at_start": len(todo)}
+    session = {"started_at": datetime.now(timezone.utc).isoformat(), "pending_at_start": len(todo),
+               "executor": executor.kind}
     manifest["sessions"].append(session)
     store.write_json(run_dir / MANIFEST, manifest)
+    flight = _Flight(run_dir, executor)
     rows = []
-    for i, (cid, repeat) in enumerate(todo):
-        if on_start:
-            on_start(i, len(todo), job_key(cid, repeat))
-        row = run_job(cells[cid], repeat, ctx)
+
+    def done(row: dict[str, Any]) -> None:
         rows.append(row)
         if on_done:
             on_done(row)
+
+    try:
+        queue = flight.adopt(todo, cells, ctx)
+        started = len(todo) - len(queue)
+        while queue or flight.jobs:
+            while queue and len(flight.jobs) < executor.max_parallel:
+                cid, repeat = queue.pop(0)
+                if on_start:
+                    on_start(started, len(todo), job_key(cid, repeat))
+                started += 1
+                prepared = prepare_job(cells[cid], repeat, ctx, executor=executor.kind)
+                if isinstance(prepared, dict):
+                    done(prepared)
+                else:
+                    flight.submit(prepared)
+            for handle, ended in (executor.wait(list(flight.jobs)) if flight.jobs else {}).items():
+                done(finish_job(flight.pop(handle), ended, ctx))
+    except KeyboardInterrupt:
+        raise Interrupted(flight.cancel_all()) from None
     derive_twin_columns(run_dir)
     session["finished_at"] = datetime.now(timezone.utc).isoformat()
     manifest["finished_at"] = session["finished_at"]
     manifest |= matrix_efficiency(manifest["sessions"], store.read_cells(run_dir).to_pylist())
     store.write_json(run_dir / MANIFEST, manifest)
     shutil.rmtree(run_dir / "work", ignore_errors=True)
+    (run_dir / INFLIGHT).unlink(missing_ok=True)
     return rows
+
+
+class _Flight:
+    """The jobs in flight, mirrored in the run folder's inflight.json before and after every change."""
+
+    def __init__(self, run_dir: Path, executor: Executor):
+        self.run_dir, self.executor = run_dir, executor
+        self.jobs: dict[str, PreparedJob] = {}
+        self.mine: list[str] = []
+        path = run_dir / INFLIGHT
+        self.records: dict[str, dict[str, Any]] = store.read_json(path) if path.exists() else {}
+
+    def _save(self) -> None:
+        store.write_json(self.run_dir / INFLIGHT, self.records)
+
+    def adopt(self, todo: list[tuple[str, int]], cells: dict[str, Cell], ctx: JobContext) -> list[tuple[str, int]]:
+        """Follow the jobs an earlier session left running or pending; return the jobs still to submit."""
+        queue = []
+        for cid, repeat in todo:
+            key = job_key(cid, repeat)
+            record = self.records.get(key)
+            prepared = _readopted(cells[cid], repeat, ctx, record) if record else None
+            handle = self.executor.adopt(record, prepared.launch) if prepared else None
+            if handle is None:
+                self.records.pop(key, None)
+                queue.append((cid, repeat))
+            else:
+                self.jobs[handle] = prepared
+                ctx.notify(f"{key}: following SLURM job {handle} submitted by an earlier session")
+        self._save()
+        return queue
+
+    def submit(self, prepared: PreparedJob) -> None:
+        key = prepared.launch.key
+        self.records[key] = {"executor": self.executor.kind, "state": "submitting",
+                             "submitted_at": prepared.started_at, "row": _plain_row(prepared.row)}
+        self._save()
+        handle = self.executor.submit(prepared.launch)
+        self.jobs[handle] = prepared
+        self.mine.append(handle)
+        self.records[key] |= self.executor.record(handle) | {"state": "submitted"}
+        self._save()
+
+    def pop(self, handle: str) -> PreparedJob:
+        prepared = self.jobs.pop(handle)
+        self.records.pop(prepared.launch.key, None)
+        self._save()
+        return prepared
+
+    def cancel_all(self) -> list[str]:
+        """Cancel this session's jobs in flight and forget them, so that a resume runs them again."""
+        ours = [h for h in self.jobs if h in self.mine]
+        cancelled = self.executor.cancel(ours)
+        for handle in ours:
+            self.records.pop(self.jobs.pop(handle).launch.key, None)
+        self._save()
+        return cancelled
+
+
+def _plain_row(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in row.items()}
+
+
+def _readopted(cell: Cell, repeat: int, ctx: JobContext, record: dict[str, Any]) -> PreparedJob | None:
+    """The PreparedJob of a job an earlier session submitted, from its record and its folder."""
+    key = job_key(cell.cell_id, repeat)
+    work = ctx.run_dir / "work" / key
+    if record.get("state") not in ("submitted", "submitting") or not (work / "job.json").exists():
+        return None
+    row = dict(record["row"])
+    row["started_at"] = datetime.fromisoformat(row["started_at"])
+    launch = Launch(key=key, argv=(), env={}, log_path=ctx.run_dir / "logs" / f"{key}.log", work=work,
+                    timeout_s=cell.benchmark.timeout_s, nnodes=cell.launch.nnodes)
+    return PreparedJob(cell=cell, repeat=repeat, launch=launch, row=row, started_at=float(record["submitted_at"]))
 
 
 PHASES = ("startup_s", "build_s", "compile_s", "warmup_window_s", "window_s", "val_s")

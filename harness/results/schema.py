@@ -11,6 +11,9 @@ Schema history (bump RESULT_SCHEMA_VERSION and teach store.migrate the step when
      `exposed_data_wait_s`, `loss`, `lr`, `epoch`, `is_epoch_start`. Migrating version 1: the renamed
      columns carry over; the exposed wait of a CPU row is its host wait (the same measurement there), of a
      CUDA row null (never measured).
+  3 (0.2.0): where a job ran: `nodes` (the node(s), comma-separated) and `slurm_job_id` (the SLURM executor's
+     job; null for local processes); status `cancelled` (a SLURM job cancelled before its result). Migrating
+     version 2: `nodes` is the row's `hostname` (every job then ran on the runner's own machine).
 """
 
 from __future__ import annotations
@@ -20,11 +23,11 @@ from typing import Any, Iterable
 
 import pyarrow as pa
 
-RESULT_SCHEMA_VERSION = 2
+RESULT_SCHEMA_VERSION = 3
 METADATA_VERSION_KEY = b"nvbench.schema_version"
 METADATA_KIND_KEY = b"nvbench.table"
 
-STATUSES = ("ok", "failed", "timeout", "crashed", "skipped")
+STATUSES = ("ok", "failed", "timeout", "crashed", "skipped", "cancelled")
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +49,7 @@ CELL_COLUMNS: tuple[Column, ...] = (
     _c("run_id", S, "", "Run this row belongs to (the reports/<run_id> folder)."),
     _c("cell_id", S, "", "Stable id: axis values + hash of every knob that affects the measurement."),
     _c("repeat", I, "", "Repeat index, 0-based."),
-    _c("status", S, "", "ok, failed, timeout, crashed or skipped."),
+    _c("status", S, "", "ok, failed, timeout, crashed, skipped or cancelled (a SLURM job cancelled before its result)."),
     _c("reason", S, "", "Why the cell is not ok (empty when ok)."),
     _c("backend", S, "", "Axis: data backend."),
     _c("memory_format", S, "", "Axis: nchw or nhwc (channels_last)."),
@@ -129,7 +132,10 @@ CELL_COLUMNS: tuple[Column, ...] = (
     _c("started_at", TS, "UTC", "When the cell's process was launched."),
     _c("duration_s", F, "s", "Launch to exit of the cell's process(es), build and validation included."),
     _c("env_key", S, "", "Hash of the environment fields that must match for results to be comparable."),
-    _c("hostname", S, "", "Host the cell ran on."),
+    _c("hostname", S, "", "Host of the runner that planned the job and fingerprinted the environment (env_key)."),
+    _c("nodes", S, "", "Node(s) the job ran on, comma-separated: the runner's host for the local executor, the "
+       "SLURM job's node list for the slurm executor; null for skipped rows."),
+    _c("slurm_job_id", S, "", "SLURM job id of the job (executor slurm); null for local processes."),
     _c("glibc_tunables", S, "", "GLIBC_TUNABLES the cell's processes started with (run.malloc); empty: C library defaults."),
     _c("speed_probe_kind", S, "", "What the machine-speed probe computed (harness/cell/probe.py); null without a probe (CUDA, torchrun groups, run.speed_probe = false)."),
     _c("speed_probe_s", F, "s", "Median time of the machine-speed probe between measured steps (rank 0): how fast the host ran; nvbench report compares at equal values (--no-speed-adjust: not)."),

@@ -128,6 +128,8 @@ def migrate(table: pa.Table, target: pa.Schema) -> pa.Table:
         raise ValueError("not an nvbench result table (no schema version in its metadata)")
     if version < 2:
         table = _from_version_1(table)
+    if version < 3 and "hostname" in table.column_names and "nodes" not in table.column_names:
+        table = table.append_column("nodes", table.column("hostname"))  # every job ran on the runner's machine
     # Columns added in later versions arrive as nulls.
     arrays = [table.column(f.name) if f.name in table.column_names else pa.nulls(len(table), f.type)
               for f in target]

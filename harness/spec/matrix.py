@@ -212,6 +212,49 @@ class LaunchConfig:
     rdzv_backend: Literal["c10d", "static"] = knob("c10d", "torchrun rendezvous backend for multi-node.")
 
 
+_SLURM_WORD = re.compile(r"[A-Za-z0-9_.,:+=@&|/-]*")
+"""What a SLURM name (partition, account, qos, constraint expression) may hold: no spaces, quotes or newlines."""
+
+
+@dataclass(**_FROZEN)
+class ExecutorConfig:
+    """Where a job runs: `local` processes on this machine, or one SLURM job per (cell, repeat)."""
+
+    kind: Literal["local", "slurm"] = knob(
+        "local", "local: each job a process of this machine, one at a time; slurm: each job a SLURM batch job "
+        "(sbatch, then srun of the same cell command). `nvbench run --executor` wins over this key.")
+    partition: str = knob("", "SLURM partition (sbatch --partition); empty = the cluster's default.")
+    account: str = knob("", "SLURM account (sbatch --account); empty = the user's default.")
+    qos: str = knob("", "SLURM quality of service (sbatch --qos); empty = the default.")
+    constraint: str = knob("", "SLURM node features (sbatch --constraint); empty = any node.")
+    gpus_per_node: int = knob(0, "GPUs each node of a job asks for (sbatch --gpus-per-node); 0 = none (CPU cells).",
+                              min=0)
+    cpus_per_task: int = knob(0, "CPUs of the job's one task per node (sbatch --cpus-per-task); 0 = SLURM's default.",
+                              min=0)
+    exclusive: bool = knob(True, "Whole nodes per job (sbatch --exclusive): no neighbour shares the node while "
+                           "a cell is measured.")
+    max_parallel: int = knob(8, "SLURM jobs of this run in flight (pending or running) at once; the local "
+                             "executor runs one.", min=1)
+    time_margin_s: float = knob(300.0, "Added to benchmark.timeout_s for the job's SLURM time limit (startup, "
+                                "queueing of the step, the row's files); rounded up to whole minutes.", min=0)
+    poll_s: float = knob(5.0, "Seconds between reads of the jobs' states (one squeue for all of them).", gt=0)
+    extra_args: tuple[str, ...] = knob((), "More sbatch options, each one argument (e.g. [\"--reservation=rn50\"]).")
+
+    def problems(self) -> list[str]:
+        out = [f"executor.{name}: {getattr(self, name)!r} is not a SLURM name (letters, digits and _.,:+=@&|/- only)"
+               for name in ("partition", "account", "qos", "constraint")
+               if not _SLURM_WORD.fullmatch(getattr(self, name))]
+        owned = ("--time", "-t", "--nodes", "-N", "--output", "-o", "--error", "-e", "--job-name", "-J", "--parsable",
+                 "--wrap", "--chdir", "-D", "--ntasks-per-node", "--requeue", "--no-requeue")
+        for arg in self.extra_args:
+            if not arg.startswith("-") or "\n" in arg:
+                out.append(f"executor.extra_args: {arg!r} is not an sbatch option (it must start with '-')")
+            elif arg.split("=", 1)[0] in owned:
+                out.append(f"executor.extra_args: {arg.split('=', 1)[0]} is set by nvbench from the cell "
+                           "(time limit from benchmark.timeout_s, nodes from launch.nnodes, output into the run folder)")
+        return out
+
+
 @dataclass(**_FROZEN)
 class SmokeConfig:
     """What `--smoke` shrinks every cell to."""
@@ -262,11 +305,13 @@ class Matrix:
     run: RunConfig
     launch: LaunchConfig
     smoke: SmokeConfig
+    executor: ExecutorConfig
 
 
 SECTIONS: dict[str, type] = {
     "benchmark": BenchmarkConfig, "recipe": RecipeConfig, "data": DataConfig,
     "run": RunConfig, "launch": LaunchConfig, "smoke": SmokeConfig,
+    "executor": ExecutorConfig,
 }
 TOP_LEVEL = ("version", "axes", "exclude", *SECTIONS)
 
@@ -476,6 +521,7 @@ def parse_matrix(raw: dict[str, Any], source: str, source_text: str = "", *,
     axes = _parse_axes(raw.get("axes", {}), "axes", problems)
     excludes = _parse_excludes(raw.get("exclude", []), axes, "exclude", problems)
     problems += sections["recipe"].problems()
+    problems += sections["executor"].problems()
     problems += _cross_problems(sections, axes, excludes, check_paths=check_paths)
     if problems:
         raise MatrixError([f"{source}: {p}" for p in problems])
@@ -498,8 +544,9 @@ def _cross_problems(sections: dict[str, Any], axes: Axes, excludes: tuple[Exclud
         problems += _dataset_path_problems(data.path)
     problems += _batch_problems(bench, smoke, data, _data_shards(axes, excludes), launch)
     problems += _warmup_problems(bench, sections["recipe"])
-    if launch.nnodes > 1 and not launch.rdzv_endpoint:
-        problems.append("launch.rdzv_endpoint: required when launch.nnodes > 1 (host:port every node can reach)")
+    if launch.nnodes > 1 and not launch.rdzv_endpoint and sections["executor"].kind != "slurm":
+        problems.append("launch.rdzv_endpoint: required when launch.nnodes > 1 (host:port every node can reach), "
+                        "unless executor.kind = \"slurm\" (the job's first node serves it)")
     if launch.node_rank >= launch.nnodes:
         problems.append(f"launch.node_rank: {launch.node_rank} must be < launch.nnodes ({launch.nnodes})")
     return problems

@@ -47,6 +47,8 @@ def test_nightly_describes_then_fails_on_a_fire_drill(tmp_path, tiny_matrix):
     assert (reports / "night1" / "report" / "report.html").is_file()
     assert len(list((reports / "night1" / "cells").glob("*.parquet"))) == 3
     assert (reports / "history" / "night1").resolve() == (reports / "night1").resolve()
+    assert (reports / "night1" / "history" / "history.html").is_file()  # the trend, after linking tonight
+    assert "### Change points new tonight" in (reports / "night1" / "report" / "summary.md").read_text()
 
     (reports / "baselines").mkdir()
     (reports / "baselines" / "current").write_text("# promoted by the test\n../night1\n")

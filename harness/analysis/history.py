@@ -1,0 +1,431 @@
+"""The nightly history as series: every run folder of a history, one point per night per cell and metric (the
+run's per-cell estimate), and the change points and drifts found in them (harness.stats.changepoint).
+`load_nights` is the only function here that reads the disk; `analyse` is pure given the nights.
+
+A run that cannot be read (corrupt or truncated Parquet, a newer schema, no rows) or that ran another
+matrix than the newest run is skipped with its reason; a history with no usable run is bad input.
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+import zlib
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from harness.analysis.compare import DEFAULT_FLOOR_PCT, RunData, RunInputError, load_run, resolve_pointer
+from harness.spec.matrix import AXES
+from harness.stats import changepoint
+from harness.stats.inference import mean_interval, to_percent
+
+CHANGES_VERSION = 1
+"""Version of changes.parquet (schema metadata nvbench.changes_version). 1: first release."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Metric:
+    """A per-cell quantity followed night after night."""
+
+    name: str
+    """As changes.parquet's `metric` and the page name it."""
+    column: str
+    """The cells/*.parquet column holding each repeat's value."""
+    unit: str
+    """Unit of a night's value."""
+    relative: bool
+    """Rates: detected on log values, changes in %. Fractions: detected as they are, changes in points."""
+
+
+METRICS = (
+    Metric(name="throughput", column="throughput_img_per_s", unit="img/s", relative=True),
+    Metric(name="fast steps", column="fast_step_img_per_s", unit="img/s", relative=True),
+    Metric(name="top1", column="top1", unit="fraction", relative=False),
+    Metric(name="data wait", column="exposed_data_wait_frac", unit="fraction of the window", relative=False),
+)
+"""Every metric a history follows, headline first."""
+METRIC_BY_NAME = {m.name: m for m in METRICS}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HistorySettings:
+    """What it takes to call a change point or a drift. Validated at construction, every problem at once."""
+
+    floor_pct: float = DEFAULT_FLOOR_PCT
+    """Practical floor of the rates (throughput, fast steps) in %: a smaller step or drift is never reported."""
+    top1_floor: float = 0.01
+    """Practical floor of top-1 (absolute, 0.01 = 1 point): the report's accuracy band."""
+    data_wait_floor: float = 0.02
+    """Practical floor of the exposed data-wait fraction (absolute, 0.02 = 2 % of the window)."""
+    min_segment: int = changepoint.DEFAULT_MIN_SEGMENT
+    """Fewest nights on each side of a change point."""
+    alpha: float = changepoint.DEFAULT_ALPHA
+    """Significance level of each divisive step's permutation test."""
+    num_permutations: int = changepoint.DEFAULT_PERMUTATIONS
+    """Permutations per test."""
+    drift_nights: int = changepoint.DEFAULT_DRIFT_NIGHTS
+    """A drift is a slope over the last K nights."""
+    confidence: float = 0.95
+    """Level of every interval (a change's, a drift's slope)."""
+    seed: int = 0
+    """Permutation seed (mixed with the cell and metric): the same history always gives the same answer."""
+
+    def __post_init__(self) -> None:
+        problems = []
+        if not (math.isfinite(self.floor_pct) and 0 <= self.floor_pct < 100):
+            problems.append(f"floor_pct={self.floor_pct}: must be in [0, 100)")
+        for name in ("top1_floor", "data_wait_floor"):
+            if not 0 <= getattr(self, name) < 1:
+                problems.append(f"{name}={getattr(self, name)}: must be in [0, 1)")
+        if self.min_segment < 2:
+            problems.append(f"min_segment={self.min_segment}: must be >= 2")
+        if not 0 < self.alpha < 1:
+            problems.append(f"alpha={self.alpha}: must be strictly between 0 and 1")
+        elif (self.num_permutations + 1) * self.alpha < 1:
+            problems.append(f"num_permutations={self.num_permutations}: too few to reject at alpha={self.alpha}")
+        if self.drift_nights < 4:
+            problems.append(f"drift_nights={self.drift_nights}: must be >= 4")
+        if not 0 < self.confidence < 1:
+            problems.append(f"confidence={self.confidence}: must be strictly between 0 and 1")
+        if problems:
+            raise ValueError("; ".join(problems))
+
+    def floor(self, metric: Metric) -> float:
+        """The floor in the unit detection works in: log ratio for rates, the fraction itself otherwise."""
+        if metric.relative:
+            return math.log1p(self.floor_pct / 100)
+        return self.top1_floor if metric.name == "top1" else self.data_wait_floor
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Night:
+    """One run of the history."""
+
+    run: RunData
+    matrix: str
+    """The matrix's benchmark name (manifest's matrix_text), or its source path."""
+    commit: str
+    """The harness's commit the run recorded (short), `+dirty` when it had uncommitted changes; `?` unknown."""
+    fire_drill_pct: float = 0.0
+
+    @property
+    def run_id(self) -> str:
+        return self.run.run_id
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Point:
+    """One night of one cell's metric: the run's estimate over its ok repeats, with its interval."""
+
+    night: int
+    """Position of the run in the history (0-based, oldest first)."""
+    value: float
+    low: float
+    """Interval of the night's estimate (t over repeats; one repeat: its within-run interval); NaN unknown."""
+    high: float
+    num_repeats: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Series:
+    cell_id: str
+    axes: Mapping[str, Any]
+    metric: str
+    points: tuple[Point, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Change:
+    """A change point or a drift of one cell's metric: one row of changes.parquet."""
+
+    cell_id: str
+    backend: str | None = None
+    memory_format: str | None = None
+    precision: str | None = None
+    world_size: int | None = None
+    grad_accum: int | None = None
+    compile: str | None = None
+    metric: str
+    """throughput, fast steps, top1 or data wait."""
+    kind: str
+    """step: the level changed at `run_id`; drift: a slope over the last nights, starting at `run_id`."""
+    run_id: str
+    """The night the change starts (a step: the first night of the new level; a drift: its window's first)."""
+    night: int
+    """That night's position in the history (1-based, oldest first)."""
+    created_at: str
+    previous_run_id: str
+    """The night before (a drift: the window's last night)."""
+    commit_from: str
+    """The commit of previous_run_id (a drift: of the window's first night)."""
+    commit_to: str
+    """The commit of run_id (a drift: of the window's last night)."""
+    unit: str
+    """%: change relative to the level before (rates); points: absolute change x 100 (fractions)."""
+    before: float
+    """Level before the change in the metric's unit (rates: geometric mean of the nights)."""
+    after: float
+    """Level after the change (a drift: the fitted level at the window's last night)."""
+    change: float
+    """The change in `unit` (a drift: across its whole window)."""
+    ci_low: float | None = None
+    ci_high: float | None = None
+    confidence: float
+    p_value: float | None = None
+    """A step's permutation p-value; null for a drift (its interval excludes 0 at `confidence`)."""
+    nights_before: int
+    """Nights in the level before (a drift: 0)."""
+    nights_after: int
+    """Nights in the level after (a drift: nights in its window)."""
+    fire_drill_pct: float = 0.0
+    """Fire drill of the night the change starts (a drill night is a calibration, never a result)."""
+    is_new: bool = False
+    """Not found without the newest night: what tonight's history added."""
+
+
+CHANGE_COLUMNS = tuple(f.name for f in fields(Change))
+
+
+class HistoryInputError(RunInputError):
+    """The history as a whole cannot be analysed (no folder, no run folders, nothing readable)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# reading the history
+
+
+def _matrix_name(manifest: Mapping[str, Any]) -> str:
+    text = manifest.get("matrix_text")
+    if isinstance(text, str):
+        try:
+            name = tomllib.loads(text).get("benchmark", {}).get("name")
+            if isinstance(name, str) and name:
+                return name
+        except tomllib.TOMLDecodeError:
+            pass
+    return str(manifest.get("matrix_source") or "?")
+
+
+def _commit(environment: Mapping[str, Any]) -> str:
+    sha = environment.get("nvbench_git_sha")
+    if not sha:
+        return "?"
+    return str(sha)[:12] + ("+dirty" if environment.get("nvbench_git_dirty") else "")
+
+
+def _night(path: Path) -> Night:
+    from harness.results import store
+
+    run = load_run(path)
+    try:
+        manifest = store.read_json(Path(run.path) / "manifest.json")
+    except store.UnreadableFile as exc:
+        raise RunInputError([str(exc)]) from None
+    drill = max((float(r.get("fire_drill_pct") or 0.0) for r in run.rows), default=0.0)
+    return Night(run=run, matrix=_matrix_name(manifest if isinstance(manifest, dict) else {}),
+                 commit=_commit(run.environment), fire_drill_pct=drill)
+
+
+def load_nights(folder: Path | str) -> tuple[list[Night], list[tuple[str, str]]]:
+    """Every run folder directly inside `folder` (or named by a pointer file there), oldest first, and
+    (path, reason) for every run skipped: unreadable, or of another matrix than the newest run's.
+    HistoryInputError when the folder is missing, holds no run folder, or none is usable."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise HistoryInputError([f"{folder}: not a folder (a history is a folder of run folders)"])
+    nights, skipped = [], []
+    for entry in sorted(folder.iterdir()):
+        if entry.name.startswith("."):
+            continue
+        try:
+            target = resolve_pointer(entry) if entry.is_file() else entry
+        except RunInputError as exc:
+            skipped.append((str(entry), exc.problems[0]))
+            continue
+        if not (target / "manifest.json").is_file():
+            continue  # not a run folder (the history's own trend page, a README): nothing to say
+        try:
+            nights.append(_night(target))
+        except RunInputError as exc:
+            skipped.append((str(entry), "; ".join(exc.problems)))
+    if not nights and not skipped:
+        raise HistoryInputError([f"{folder}: no run folders (a run folder holds manifest.json and cells/)"])
+    nights.sort(key=lambda n: (n.run.created_at, n.run_id))
+    if nights:
+        newest = nights[-1].matrix
+        skipped += [(n.run.path, f"matrix '{n.matrix}' is not the newest run's '{newest}'")
+                    for n in nights if n.matrix != newest]
+        nights = [n for n in nights if n.matrix == newest]
+    if not nights:
+        raise HistoryInputError([f"{folder}: no usable run folder ({len(skipped)} skipped: "
+                                 f"{skipped[0][0]}: {skipped[0][1]})"])
+    return nights, skipped
+
+
+# ---------------------------------------------------------------------------------------------
+# series
+
+
+def _point(night: int, rows: Sequence[Mapping[str, Any]], metric: Metric) -> Point | None:
+    values = [float(r[metric.column]) for r in rows if r.get(metric.column) is not None
+              and math.isfinite(float(r[metric.column])) and (float(r[metric.column]) > 0 or not metric.relative)]
+    if not values:
+        return None
+    ci = mean_interval(values)
+    low, high = ci.low, ci.high
+    if len(values) == 1 and metric.column == "throughput_img_per_s":  # one repeat: its own window's interval
+        low = rows[0].get("throughput_ci_low_img_per_s") or math.nan
+        high = rows[0].get("throughput_ci_high_img_per_s") or math.nan
+    return Point(night=night, value=ci.estimate, low=float(low), high=float(high), num_repeats=len(values))
+
+
+def build_series(nights: Sequence[Night]) -> list[Series]:
+    """One series per (cell, metric) with at least one point: the mean over the night's ok repeats."""
+    cells: dict[str, dict[int, list[Mapping[str, Any]]]] = {}
+    axes: dict[str, dict[str, Any]] = {}
+    for i, night in enumerate(nights):
+        for row in night.run.rows:
+            if row["status"] == "ok" and (row.get("throughput_img_per_s") or 0) > 0:
+                cells.setdefault(row["cell_id"], {}).setdefault(i, []).append(row)
+                axes.setdefault(row["cell_id"], {a: row.get(a) for a in AXES})
+    out = []
+    for cid in sorted(cells):
+        for metric in METRICS:
+            points = [p for i, rows in sorted(cells[cid].items()) if (p := _point(i, rows, metric)) is not None]
+            if points:
+                out.append(Series(cell_id=cid, axes=axes[cid], metric=metric.name, points=tuple(points)))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# change points and drifts
+
+
+def _scaled(metric: Metric, values: np.ndarray) -> np.ndarray:
+    return np.log(values) if metric.relative else values
+
+
+def _level(metric: Metric, value: float) -> float:
+    return math.exp(value) if metric.relative else value
+
+
+def _change_units(metric: Metric, value: float | None) -> float | None:
+    if value is None or not math.isfinite(value):
+        return None
+    return to_percent(value) if metric.relative else 100 * value
+
+
+def _seed(settings: HistorySettings, series: Series) -> int:
+    return settings.seed + zlib.crc32(f"{series.cell_id}/{series.metric}".encode())
+
+
+def _detect(series: Series, settings: HistorySettings) -> tuple[list[changepoint.ChangePoint], changepoint.Trend | None]:
+    metric = METRIC_BY_NAME[series.metric]
+    y = _scaled(metric, np.array([p.value for p in series.points]))
+    steps: list[changepoint.ChangePoint] = []
+    if y.size >= 2 * settings.min_segment:
+        steps = list(changepoint.change_points(
+            y, min_segment=settings.min_segment, min_magnitude=settings.floor(metric), alpha=settings.alpha,
+            num_permutations=settings.num_permutations, confidence=settings.confidence, seed=_seed(settings, series)))
+    trend = None
+    if y.size >= 4:
+        trend = changepoint.drift(y, last=settings.drift_nights, breaks=[s.index for s in steps],
+                                  min_total=settings.floor(metric), confidence=settings.confidence)
+    return steps, trend
+
+
+def _base(series: Series, night: Night, position: int) -> dict[str, Any]:
+    return {"cell_id": series.cell_id, **{a: series.axes.get(a) for a in AXES}, "metric": series.metric,
+            "run_id": night.run_id, "night": position + 1, "created_at": night.run.created_at,
+            "fire_drill_pct": night.fire_drill_pct}
+
+
+def _step_change(series: Series, step: changepoint.ChangePoint, nights: Sequence[Night],
+                 settings: HistorySettings) -> Change:
+    metric = METRIC_BY_NAME[series.metric]
+    at, before = series.points[step.index].night, series.points[step.index - 1].night
+    return Change(**_base(series, nights[at], at), kind="step", previous_run_id=nights[before].run_id,
+                  commit_from=nights[before].commit, commit_to=nights[at].commit,
+                  unit="%" if metric.relative else "points", before=_level(metric, step.before),
+                  after=_level(metric, step.after), change=_change_units(metric, step.change.estimate),
+                  ci_low=_change_units(metric, step.change.low), ci_high=_change_units(metric, step.change.high),
+                  confidence=settings.confidence, p_value=step.p_value, nights_before=step.num_before,
+                  nights_after=step.num_after)
+
+
+def _drift_change(series: Series, trend: changepoint.Trend, nights: Sequence[Night],
+                  settings: HistorySettings) -> Change:
+    metric = METRIC_BY_NAME[series.metric]
+    first, last = series.points[trend.start].night, series.points[-1].night
+    y = _scaled(metric, np.array([p.value for p in series.points[trend.start:]]))
+    span = len(series.points) - 1 - trend.start
+    # where the fitted line ends: every night of the window carried to the last one along the slope
+    end_level = float(np.mean(y - trend.slope.estimate * (np.arange(y.size) - span)))
+    return Change(**_base(series, nights[first], first), kind="drift", previous_run_id=nights[last].run_id,
+                  commit_from=nights[first].commit, commit_to=nights[last].commit,
+                  unit="%" if metric.relative else "points", before=_level(metric, end_level - trend.total),
+                  after=_level(metric, end_level), change=_change_units(metric, trend.total),
+                  ci_low=_change_units(metric, trend.slope.low * span),
+                  ci_high=_change_units(metric, trend.slope.high * span), confidence=settings.confidence,
+                  nights_before=0, nights_after=y.size)
+
+
+def _changes_of(series: Series, nights: Sequence[Night], settings: HistorySettings) -> list[Change]:
+    steps, trend = _detect(series, settings)
+    out = [_step_change(series, s, nights, settings) for s in steps]
+    if trend is not None:
+        out.append(_drift_change(series, trend, nights, settings))
+    return out
+
+
+def _is_known(change: Change, earlier: Sequence[Change]) -> bool:
+    """Found the night before too: the same cell, metric and kind, starting within a night, the same sign."""
+    return any(c.cell_id == change.cell_id and c.metric == change.metric and c.kind == change.kind
+               and abs(c.night - change.night) <= 1 and (c.change > 0) == (change.change > 0) for c in earlier)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class History:
+    """Everything the page and changes.parquet render."""
+
+    folder: str
+    nights: tuple[Night, ...]
+    skipped: tuple[tuple[str, str], ...]
+    series: tuple[Series, ...]
+    changes: tuple[Change, ...]
+    """Newest first, then the largest change first."""
+    settings: HistorySettings = field(default_factory=HistorySettings)
+
+
+def analyse(folder: str, nights: Sequence[Night], skipped: Sequence[tuple[str, str]],
+            settings: HistorySettings | None = None) -> History:
+    """Change points and drifts of every series; each marked new when the history without its newest night
+    does not have it."""
+    settings = settings or HistorySettings()
+    series = build_series(nights)
+    changes = []
+    for s in series:
+        found = _changes_of(s, nights, settings)
+        newest = len(nights) - 1
+        if found and s.points[-1].night == newest and len(s.points) > 1:
+            cut = Series(cell_id=s.cell_id, axes=s.axes, metric=s.metric, points=s.points[:-1])
+            earlier = _changes_of(cut, nights, settings)
+            found = [c if _is_known(c, earlier) else _replace_new(c) for c in found]
+        changes += found
+    changes.sort(key=lambda c: (-c.night, -abs(c.change)))
+    return History(folder=folder, nights=tuple(nights), skipped=tuple(skipped), series=tuple(series),
+                   changes=tuple(changes), settings=settings)
+
+
+def _replace_new(change: Change) -> Change:
+    values = {f.name: getattr(change, f.name) for f in fields(Change)}
+    return Change(**values | {"is_new": True})
+
+
+def load_history(folder: Path | str, settings: HistorySettings | None = None) -> History:
+    """load_nights then analyse."""
+    nights, skipped = load_nights(folder)
+    return analyse(str(folder), nights, skipped, settings)

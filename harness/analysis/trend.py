@@ -1,0 +1,323 @@
+"""Rendering of a history (harness.analysis.history) into history.html (self-contained: inline CSS and SVG, no
+script, no network), changes.md and changes.parquet. No statistics here: every number comes from history.
+Every string from results is escaped (html.escape; report._md for Markdown) before it is written.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import string
+from dataclasses import asdict, dataclass, fields
+from datetime import datetime, timezone
+from importlib import resources
+from pathlib import Path
+from typing import Any, Sequence
+
+import pyarrow as pa
+
+from harness.analysis.history import CHANGE_COLUMNS, CHANGES_VERSION, METRICS, Change, History, Series
+from harness.analysis.report import _e, _md, _ticks
+from harness.results import store
+
+HISTORY_FILES = ("history.html", "changes.md", "changes.parquet")
+VERSION_KEY = b"nvbench.changes_version"
+_TYPES = {"str": pa.string(), "int": pa.int64(), "float": pa.float64(), "bool": pa.bool_()}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HistoryResult:
+    out_dir: Path
+    files: tuple[Path, ...]
+    history: History
+
+
+def write_history(history: History, out_dir: Path) -> HistoryResult:
+    """Render every file first, then write them together: never a half-written page."""
+    contents = [render_html(history).encode(), render_markdown(history).encode(),
+                store.table_bytes(change_table(history))]
+    files = [Path(out_dir) / name for name in HISTORY_FILES]
+    store.write_all(dict(zip(files, contents)))
+    return HistoryResult(out_dir=Path(out_dir), files=tuple(files), history=history)
+
+
+# ---------------------------------------------------------------------------------------------
+# changes.parquet
+
+
+def change_schema() -> pa.Schema:
+    """changes.parquet's columns, typed from the Change fields, in CHANGE_COLUMNS order."""
+    types = {f.name: str(f.type).split("|")[0].strip() for f in fields(Change)}
+    return pa.schema([pa.field(name, _TYPES[types[name]]) for name in CHANGE_COLUMNS])
+
+
+def change_table(history: History) -> pa.Table:
+    """One row per change point or drift; the metadata carries the version, the nights and the settings."""
+    schema = change_schema().with_metadata({
+        VERSION_KEY: str(CHANGES_VERSION).encode(), b"nvbench.table": b"changes",
+        b"nvbench.history": history.folder.encode(),
+        b"nvbench.nights": json.dumps([n.run_id for n in history.nights]).encode(),
+        b"nvbench.settings": json.dumps(asdict(history.settings), sort_keys=True).encode()})
+    rows = [asdict(c) for c in history.changes]
+    return pa.Table.from_arrays([pa.array([r[f.name] for r in rows], type=f.type) for f in schema], schema=schema)
+
+
+# ---------------------------------------------------------------------------------------------
+# words shared by the page and the Markdown
+
+
+def change_text(c: Change) -> str:
+    unit = "%" if c.unit == "%" else " pt"
+    interval = f" [{c.ci_low:+.1f}, {c.ci_high:+.1f}]" if c.ci_low is not None and c.ci_high is not None else ""
+    return f"{c.change:+.1f}{unit}{interval}"
+
+
+def commit_range(c: Change) -> str:
+    return f"{c.commit_from}..{c.commit_to}"
+
+
+def significance_text(c: Change) -> str:
+    if c.kind == "drift":
+        return f"slope's {c.confidence:.0%} interval excludes 0"
+    return f"p = {c.p_value:.3g}"
+
+
+def _cell_magnitude(history: History, cell_id: str) -> tuple[float, float]:
+    """What changed most: the largest |%| change of a rate, then the largest change in points."""
+    rel = [abs(c.change) for c in history.changes if c.cell_id == cell_id and c.unit == "%"]
+    pts = [abs(c.change) for c in history.changes if c.cell_id == cell_id and c.unit != "%"]
+    return max(rel, default=0.0), max(pts, default=0.0)
+
+
+def sorted_cells(history: History) -> list[str]:
+    """Cells, what changed most first; unchanged cells by id."""
+    cells = sorted({s.cell_id for s in history.series})
+    return sorted(cells, key=lambda cid: tuple(-m for m in _cell_magnitude(history, cid)))
+
+
+# ---------------------------------------------------------------------------------------------
+# the plots
+
+_W, _H, _LEFT, _RIGHT, _TOP, _BOTTOM = 560, 190, 62, 14, 26, 28
+
+
+def _y_range(series: Series) -> tuple[float, float]:
+    values = [p.value for p in series.points]
+    lo, hi = min(values), max(values)
+    spread = max(hi - lo, abs(hi) * 0.02, 1e-9)
+    ends = [x for p in series.points for x in (p.low, p.high) if math.isfinite(x)]
+    # an interval may widen the axis, but never past twice the points' own spread (a one-repeat night's
+    # interval can be wide enough to flatten every other point)
+    lo = max(min([lo, *ends]), lo - spread)
+    hi = min(max([hi, *ends]), hi + spread)
+    pad = (hi - lo) * 0.08 or 1.0
+    return lo - pad, hi + pad
+
+
+def trend_plot(history: History, series: Series) -> str:
+    """One metric of one cell over the nights: a point and its interval per night, each level between change
+    points as a line, change points as dashed marks with their change and commit range, a drift as a slope."""
+    num_nights = len(history.nights)
+    lo, hi = _y_range(series)
+    plot_w, bottom = _W - _LEFT - _RIGHT, _H - _BOTTOM
+
+    def sx(night: float) -> float:
+        return _LEFT + (night + 0.5) / max(num_nights, 1) * plot_w
+
+    def sy(value: float) -> float:
+        return bottom - (min(max(value, lo), hi) - lo) / (hi - lo) * (bottom - _TOP)
+
+    unit = next(m.unit for m in METRICS if m.name == series.metric)
+    parts = [f'<svg class="trend" viewBox="0 0 {_W} {_H}" width="{_W}" height="{_H}" role="img" '
+             f'aria-label="{_e(series.metric)} of {_e(series.cell_id)} over {num_nights} nights">']
+    for tick in _ticks(lo, hi, 4):
+        parts.append(f'<line class="axis" x1="{_LEFT}" y1="{sy(tick):.1f}" x2="{_W - _RIGHT}" y2="{sy(tick):.1f}"/>'
+                     f'<text x="{_LEFT - 5}" y="{sy(tick) + 4:.1f}" text-anchor="end">{_e(f"{tick:.4g}")}</text>')
+    every = max(1, math.ceil(num_nights / 12))
+    for night in range(0, num_nights, every):
+        parts.append(f'<text x="{sx(night):.1f}" y="{bottom + 14}" text-anchor="middle">{night + 1}</text>')
+    parts.append(f'<text x="{_LEFT + plot_w / 2:.1f}" y="{_H - 2}" text-anchor="middle">night</text>')
+    changes = plot_changes(history, series)
+    parts += _levels(series, [c for c in changes if c.kind == "step"], sx, sy)
+    for p in series.points:
+        night = history.nights[p.night]
+        css = "pt drill" if night.fire_drill_pct else "pt"
+        tip = (f"night {p.night + 1}: {night.run_id} ({night.commit}): {p.value:.4g} {unit}"
+               + (f" [{p.low:.4g}, {p.high:.4g}]" if math.isfinite(p.low) and math.isfinite(p.high) else "")
+               + f", {p.num_repeats} repeat(s)" + (f", FIRE DRILL +{night.fire_drill_pct:g}%" if night.fire_drill_pct else ""))
+        if math.isfinite(p.low) and math.isfinite(p.high):
+            parts.append(f'<line class="ci" x1="{sx(p.night):.1f}" y1="{sy(p.low):.1f}" x2="{sx(p.night):.1f}" '
+                         f'y2="{sy(p.high):.1f}"/>')
+        parts.append(f'<circle class="{css}" cx="{sx(p.night):.1f}" cy="{sy(p.value):.1f}" r="3.5">'
+                     f'<title>{_e(tip)}</title></circle>')
+    for k, c in enumerate(changes, start=1):
+        parts.append(_mark(c, k, sx, sy, bottom))
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def plot_changes(history: History, series: Series) -> list[Change]:
+    """The changes one plot marks, oldest first (their numbers on the plot and in its legend)."""
+    return sorted((c for c in history.changes if c.cell_id == series.cell_id and c.metric == series.metric),
+                  key=lambda c: (c.night, c.kind))
+
+
+def _levels(series: Series, steps: Sequence[Change], sx, sy) -> list[str]:
+    """A line at the level of each segment between change points."""
+    starts = sorted(c.night - 1 for c in steps)  # Change.night is 1-based
+    edges = [series.points[0].night, *starts, series.points[-1].night + 1]
+    out = []
+    for a, b in zip(edges, edges[1:]):
+        inside = [p.value for p in series.points if a <= p.night < b]
+        if inside:
+            level = math.exp(sum(map(math.log, inside)) / len(inside)) if min(inside) > 0 else sum(inside) / len(inside)
+            out.append(f'<line class="level" x1="{sx(a - 0.4):.1f}" y1="{sy(level):.1f}" x2="{sx(b - 0.6):.1f}" '
+                       f'y2="{sy(level):.1f}"/>')
+    return out
+
+
+def _mark(c: Change, k: int, sx, sy, bottom: float) -> str:
+    """Change k of a plot: a dashed line (a step) or a slope (a drift), its number and change at the top;
+    the legend under the plot gives the rest."""
+    css = "down" if c.change < 0 else "up"
+    short = f"{k}: {c.change:+.1f}{'%' if c.unit == '%' else ' pt'}"
+    tip = f"{c.kind} at night {c.night} ({c.run_id}): {change_text(c)}, {commit_range(c)}, {significance_text(c)}"
+    y_text = _TOP - 14 + 10 * (k % 2)
+    if c.kind == "drift":
+        x1, x2 = sx(c.night - 1), sx(c.night - 1 + c.nights_after - 1)
+        return (f'<g class="drift {css}"><line x1="{x1:.1f}" y1="{sy(c.before):.1f}" x2="{x2:.1f}" y2="{sy(c.after):.1f}"/>'
+                f'<text x="{x2:.1f}" y="{y_text}" text-anchor="end">{_e(short)} drift</text><title>{_e(tip)}</title></g>')
+    x = sx(c.night - 1.5)  # between the night before and the night it starts
+    anchor, dx = ("start", 3) if x < _W / 2 else ("end", -3)
+    return (f'<g class="cp {css}"><line x1="{x:.1f}" y1="{_TOP - 4}" x2="{x:.1f}" y2="{bottom}"/>'
+            f'<text x="{x + dx:.1f}" y="{y_text}" text-anchor="{anchor}">{_e(short)}</text><title>{_e(tip)}</title></g>')
+
+
+def legend(changes: Sequence[Change]) -> str:
+    """The plot's changes in words: number, kind, night, change with its interval, commit range, significance."""
+    items = "".join(f'<li class="{"down" if c.change < 0 else "up"}">{k}: {_e(c.kind)} at night {c.night} '
+                    f'(<code>{_e(c.run_id)}</code>): <b>{_e(change_text(c))}</b>, commits <code>{_e(commit_range(c))}'
+                    f'</code>, {_e(significance_text(c))}</li>' for k, c in enumerate(changes, start=1))
+    return f'<ol class="legend">{items}</ol>' if items else ""
+
+
+# ---------------------------------------------------------------------------------------------
+# the page
+
+
+def _changes_table(history: History) -> str:
+    if not history.changes:
+        return "<p>No change point and no drift in any series.</p>"
+    rows = []
+    for c in history.changes:
+        css = "bad" if c.change < 0 and c.metric != "data wait" or c.change > 0 and c.metric == "data wait" else "good"
+        tags = "".join([' <span class="tag">new tonight</span>' if c.is_new else "",
+                        f' <span class="tag">FIRE DRILL +{c.fire_drill_pct:g}%</span>' if c.fire_drill_pct else ""])
+        rows.append(
+            f'<tr><td class="num">{c.night}</td><td><code>{_e(c.run_id)}</code>{tags}</td>'
+            f'<td><a href="#cell-{_e(c.cell_id)}"><code>{_e(c.cell_id)}</code></a></td><td>{_e(c.metric)}</td>'
+            f'<td>{_e(c.kind)}</td><td class="num {css}">{_e(change_text(c))}</td>'
+            f'<td class="num">{_e(f"{c.before:.4g} -> {c.after:.4g}")}</td><td>{_e(significance_text(c))}</td>'
+            f'<td><code>{_e(commit_range(c))}</code></td></tr>')
+    return ('<table id="changes-table"><thead><tr><th>night</th><th>run</th><th>cell</th><th>metric</th><th>kind</th>'
+            f'<th>change [{history.settings.confidence:.0%}]</th><th>level</th><th>significance</th><th>commits</th>'
+            f"</tr></thead><tbody>{''.join(rows)}</tbody></table>")
+
+
+def _cell_figures(history: History) -> str:
+    by_cell: dict[str, list[Series]] = {}
+    for s in history.series:
+        by_cell.setdefault(s.cell_id, []).append(s)
+    figures = []
+    for cid in sorted_cells(history):
+        changed = {c.metric for c in history.changes if c.cell_id == cid}
+        shown = [s for s in by_cell[cid] if s.metric == "throughput" or s.metric in changed]
+        plots = "".join(f'<div class="metric"><span class="mname">{_e(s.metric)} ({_e(_unit(s))})</span>'
+                        f'{trend_plot(history, s)}{legend(plot_changes(history, s))}</div>' for s in shown)
+        rel, pts = _cell_magnitude(history, cid)
+        note = f"largest change {rel:.1f}%" if rel else (f"largest change {pts:.1f} pt" if pts else "no change")
+        figures.append(f'<figure id="cell-{_e(cid)}"><figcaption><code>{_e(cid)}</code> '
+                       f'<span class="reason">{_e(note)}</span></figcaption><div class="metrics">{plots}</div></figure>')
+    return "\n".join(figures) or "<p>No cell has an ok night.</p>"
+
+
+def _unit(series: Series) -> str:
+    return next(m.unit for m in METRICS if m.name == series.metric)
+
+
+def _nights_table(history: History) -> str:
+    rows = "".join(f'<tr><td class="num">{i + 1}</td><td><code>{_e(n.run_id)}</code></td><td>{_e(n.run.created_at)}</td>'
+                   f'<td><code>{_e(n.commit)}</code></td><td>{_e(f"+{n.fire_drill_pct:g}% fire drill" if n.fire_drill_pct else "")}</td></tr>'
+                   for i, n in enumerate(history.nights))
+    return ('<table><thead><tr><th>night</th><th>run</th><th>created</th><th>commit</th><th></th></tr></thead>'
+            f"<tbody>{rows}</tbody></table>")
+
+
+def _skipped(history: History) -> str:
+    if not history.skipped:
+        return "<p>None: every run folder was read.</p>"
+    return "<ul>" + "".join(f"<li><code>{_e(path)}</code>: {_e(why)}</li>" for path, why in history.skipped) + "</ul>"
+
+
+def method_text(history: History) -> str:
+    s = history.settings
+    return (f"One point per night and cell: the mean over the run's ok repeats (interval: t over repeats; one "
+            f"repeat: its window's own). Change points: E-divisive means (Matteson & James 2014) on log rates and "
+            f"on fractions as they are, each divisive step kept when its permutation p-value ({s.num_permutations} "
+            f"permutations) is at most {s.alpha:g}, at least {s.min_segment} nights a side; then steps smaller than "
+            f"the practical floor ({s.floor_pct:g}% for rates, {100 * s.top1_floor:g} pt top-1, "
+            f"{100 * s.data_wait_floor:g} pt data wait) are merged away. Change: Welch interval at {s.confidence:.0%} "
+            f"between the two levels. Drift: a slope over the last {s.drift_nights} nights (levels step at the "
+            f"change points) whose {s.confidence:.0%} interval excludes 0 and whose total exceeds the floor. "
+            f"Fire-drill nights are shown and marked, never left out.")
+
+
+def _template(name: str) -> str:
+    return resources.files("harness.analysis").joinpath("templates", name).read_text()
+
+
+def render_html(history: History) -> str:
+    nights = history.nights
+    span = f"{nights[0].run_id} .. {nights[-1].run_id}" if nights else "no nights"
+    new = sum(c.is_new for c in history.changes)
+    subtitle = (f"{len(nights)} night(s) in {history.folder} ({span}) \u00b7 {len(history.changes)} change(s), "
+                f"{new} new tonight \u00b7 {len(history.skipped)} run(s) skipped")
+    return string.Template(_template("history.html")).substitute(
+        title=_e("nvbench history"), css=_template("report.css") + _template("history.css"), subtitle=_e(subtitle),
+        changes=_changes_table(history), cells=_cell_figures(history), nights=_nights_table(history),
+        skipped=_skipped(history),
+        method=_e(f"{method_text(history)} Written {datetime.now(timezone.utc).isoformat(timespec='seconds')}."))
+
+
+# ---------------------------------------------------------------------------------------------
+# Markdown
+
+
+def _md_row(c: Change) -> str:
+    tags = (" **new**" if c.is_new else "") + (f" FIRE DRILL +{c.fire_drill_pct:g}%" if c.fire_drill_pct else "")
+    return (f"| {c.night} | {_md(c.run_id)}{tags} | {_md(c.cell_id)} | {_md(c.metric)} | {c.kind} | "
+            f"{_md(change_text(c))} | {_md(significance_text(c))} | {_md(commit_range(c))} |")
+
+
+_HEADER = ["| night | run | cell | metric | kind | change | significance | commits |", "|---|---|---|---|---|---|---|---|"]
+
+
+def new_changes_markdown(history: History) -> str:
+    """The section the nightly's summary.md gets: tonight's new change points and drifts."""
+    new = [c for c in history.changes if c.is_new]
+    lines = ["", "### Change points new tonight", ""]
+    if not new:
+        return "\n".join(lines + [f"None (history of {len(history.nights)} night(s)).", ""])
+    return "\n".join(lines + _HEADER + [_md_row(c) for c in new] + [""])
+
+
+def render_markdown(history: History) -> str:
+    lines = [f"## nvbench history: {len(history.nights)} night(s), {len(history.changes)} change(s)", ""]
+    if history.changes:
+        lines += _HEADER + [_md_row(c) for c in history.changes]
+    else:
+        lines.append("No change point and no drift in any series.")
+    if history.skipped:
+        lines += ["", "**Skipped runs:**", ""] + [f"- {_md(path)}: {_md(why)}" for path, why in history.skipped]
+    lines += ["", f"_{_md(method_text(history))}_", ""]
+    return "\n".join(lines)

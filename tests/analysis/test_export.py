@@ -1,0 +1,89 @@
+"""nvbench export --format pytest-benchmark: read back with pytest-benchmark's own loader and its own statistics,
+and rendered by its own `compare` command, as a dashboard reading that file would."""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from pytest_benchmark.stats import Stats
+from pytest_benchmark.storage.file import FileStorage
+
+from harness import cli
+from harness.results import store
+from harness.results.schema import cell_table, step_table
+
+CELLS = {"synthetic_nchw_fp32_ws1_ga1_aa": 800.0, "synthetic_nhwc_bf16_ws1_ga1_bb": 1200.0}
+
+
+def hand_made_run(path: Path, *, failed: bool = True) -> Path:
+    rng = np.random.default_rng(0)
+    rows, steps = [], {k: [] for k in ("run_id", "cell_id", "repeat", "rank", "step", "is_warmup", "step_time_s")}
+    for cid, tput in CELLS.items():
+        for r in range(3):
+            times = 16 / tput * np.exp(rng.normal(0, 0.05, 11))  # batch 16; one warmup step first
+            rows.append({"run_id": path.name, "cell_id": cid, "repeat": r, "status": "ok", "reason": "",
+                         "backend": "synthetic", "memory_format": cid.split("_")[1], "precision": cid.split("_")[2],
+                         "world_size": 1, "grad_accum": 1, "compile": "eager", "images_per_step": 16,
+                         "throughput_img_per_s": tput * (1 + 0.01 * r), "step_time_mean_s": float(times[1:].mean())})
+            for k, (name, values) in enumerate(zip(("run_id", "cell_id", "repeat"), (path.name, cid, r))):
+                steps[name] += [values] * 22
+            steps["rank"] += [0] * 11 + [1] * 11  # rank 1's steps are not rank 0's: left out
+            steps["step"] += list(range(11)) * 2
+            steps["is_warmup"] += ([True] + [False] * 10) * 2
+            steps["step_time_s"] += list(times) + list(times * 3)
+    if failed:
+        rows.append({"run_id": path.name, "cell_id": "pytorch_nchw_fp32_ws1_ga1_cc", "repeat": 0, "status": "failed",
+                     "reason": "boom", "backend": "pytorch"})
+    store.write_table(path / "cells" / "all.parquet", cell_table(rows))
+    store.write_table(path / "steps" / "all.parquet", step_table(steps))
+    store.write_json(path / "manifest.json", {"run_id": path.name, "created_at": "2026-01-02T03:04:05+00:00",
+                                              "environment": {"hostname": "ci", "nvbench_git_sha": "abc123",
+                                                              "nvbench_git_dirty": False}})
+    return path
+
+
+def test_the_export_reads_back_with_pytest_benchmarks_loader_one_benchmark_per_cell(tmp_path, capsys):
+    run = hand_made_run(tmp_path / "run")
+    out = tmp_path / "export" / "0001_nvbench.json"
+    assert cli.main(["export", str(run), "--format", "pytest-benchmark", "--out", str(out)]) == 0
+    assert capsys.readouterr().out.strip() == str(out)
+    loaded = list(FileStorage(out.parent, logging.getLogger("test")).load_benchmarks(out))
+    assert sorted(b["name"] for b in loaded) == sorted(CELLS)  # the failed cell has no benchmark
+    steps = store.read_steps(run).to_pandas()
+    for bench in loaded:
+        cid = bench["name"]
+        assert bench["ops"] == pytest.approx(CELLS[cid] * 1.01)  # img/s: the mean over repeats, not 1 / step
+        mine = steps[(steps.cell_id == cid) & (steps["rank"] == 0) & ~steps.is_warmup].step_time_s
+        oracle = Stats()
+        for value in mine:
+            oracle.update(value)
+        assert bench["rounds"] == 30 and bench["data"] == pytest.approx(list(mine))
+        for name in ("min", "max", "mean", "stddev", "median", "q1", "q3", "iqr", "ld15iqr", "hd15iqr", "total",
+                     "iqr_outliers", "stddev_outliers", "outliers"):
+            assert bench[name] == pytest.approx(getattr(oracle, name)), name
+        assert bench["params"]["memory_format"] == cid.split("_")[1] and bench["extra_info"]["unit"] == "img/s"
+    doc = json.loads(out.read_text())
+    assert doc["commit_info"]["id"] == "abc123" and doc["machine_info"]["node"] == "ci"
+
+
+def test_pytest_benchmarks_compare_command_renders_the_export(tmp_path):
+    out = tmp_path / "0001_nvbench.json"
+    assert cli.main(["export", str(hand_made_run(tmp_path / "run")), "--format", "pytest-benchmark",
+                     "--out", str(out)]) == 0
+    shown = subprocess.run([sys.executable, "-m", "pytest_benchmark", "compare", str(out), "--columns", "ops,rounds"],
+                           capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    assert all(cid in shown.stdout for cid in CELLS) and "OPS" in shown.stdout
+
+
+def test_export_of_a_bad_run_is_one_line_and_exit_2(tmp_path, capsys):
+    assert cli.main(["export", str(tmp_path), "--format", "pytest-benchmark", "--out", str(tmp_path / "x.json")]) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: {tmp_path}: not an nvbench run folder (needs manifest.json and cells/)\n"
+    assert not (tmp_path / "x.json").exists()

@@ -1,0 +1,220 @@
+"""nvbench history on hand-made nightly run folders (real Parquet, real manifests): the change point's night and
+commit range, A/A left alone, a drift, what is new tonight, the files other tools read, bad input, and the
+page in a real browser."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from harness import cli
+from harness.analysis import history, trend
+from harness.analysis.report import _md
+from harness.results import store
+from harness.results.schema import CELL_SCHEMA, cell_table
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from browser import Browser, chromium_path  # noqa: E402
+
+CELL = "synthetic_nchw_fp32_ws1_ga1_abc"
+OTHER = "pytorch_nchw_fp32_ws1_ga1_def"
+MATRIX = 'version = 1\n[benchmark]\nname = "nightly"\n'
+
+
+def sha(night: int) -> str:
+    return f"{night:02d}" + "c0ffee" * 6 + "00"
+
+
+def write_night(folder: Path, night: int, cells: dict[str, float], *, repeats: int = 5, noise: float = 0.05,
+                seed: int = 0, matrix: str = MATRIX, drill: float = 0.0) -> Path:
+    """A run folder as nvbench run leaves it, one cell row per repeat: throughput around `cells[cell]`."""
+    rng = np.random.default_rng(seed * 1000 + night)
+    run = folder / f"night{night:02d}"
+    rows = []
+    for cid, level in cells.items():
+        for r in range(repeats):
+            tput = level * math.exp(rng.normal(0, noise))
+            rows.append({"run_id": run.name, "cell_id": cid, "repeat": r, "status": "ok", "reason": "",
+                         "backend": cid.split("_")[0], "memory_format": "nchw", "precision": "fp32", "world_size": 1,
+                         "grad_accum": 1, "compile": "eager", "throughput_img_per_s": tput,
+                         "fast_step_img_per_s": tput * 1.2, "exposed_data_wait_frac": 0.01,
+                         "top1": 0.9 if cid == OTHER else None, "fire_drill_pct": drill})
+    store.write_table(run / "cells" / "all.parquet", cell_table(rows))
+    store.write_json(run / "manifest.json", {
+        "run_id": run.name, "created_at": f"2026-01-{night:02d}T02:00:00+00:00", "matrix_text": matrix,
+        "environment": {"nvbench_git_sha": sha(night), "nvbench_git_dirty": False, "hostname": "ci"}})
+    return run
+
+
+def nightly_series(folder: Path, levels: list[float], *, other: float = 500.0, **kw) -> Path:
+    for night, level in enumerate(levels, start=1):
+        write_night(folder, night, {CELL: level, OTHER: other}, **kw)
+    return folder
+
+
+def run_cli(*args: str, capsys) -> tuple[int, str, str]:
+    code = cli.main(["history", *args])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def read_changes(path: Path) -> list[dict]:
+    table = pq.read_table(path)  # an independent reader: plain pyarrow
+    assert table.schema.metadata[b"nvbench.changes_version"] == b"1"
+    return table.to_pylist()
+
+
+STEP = [1000.0] * 11 + [950.0] * 19  # a 5 % step at night 12 of 30
+
+
+def test_a_5pct_step_at_night_12_of_30_is_found_at_night_12_with_its_commit_range(tmp_path, capsys):
+    folder = nightly_series(tmp_path / "history", STEP, repeats=10)
+    code, out, err = run_cli(str(folder), "--out", str(tmp_path / "out"), capsys=capsys)
+    assert code == 0, err
+    assert out.split() == [str(tmp_path / "out" / name) for name in trend.HISTORY_FILES]
+    changes = read_changes(tmp_path / "out" / "changes.parquet")
+    steps = [c for c in changes if c["cell_id"] == CELL and c["metric"] == "throughput"]
+    (step,) = steps
+    assert step["kind"] == "step" and abs(step["night"] - 12) <= 1
+    night = step["night"]
+    assert step["run_id"] == f"night{night:02d}" and step["previous_run_id"] == f"night{night - 1:02d}"
+    assert (step["commit_from"], step["commit_to"]) == (sha(night - 1)[:12], sha(night)[:12])
+    assert step["unit"] == "%" and step["ci_low"] < -5 < step["ci_high"] < 0 and step["p_value"] <= 0.05
+    assert step["before"] == pytest.approx(1000, rel=0.02) and step["after"] == pytest.approx(950, rel=0.02)
+    assert not step["is_new"]  # found without the newest night too
+    assert [c for c in changes if c["cell_id"] == OTHER] == []
+    md = (tmp_path / "out" / "changes.md").read_text()
+    assert _md(CELL) in md and f"{sha(night - 1)[:12]}..{sha(night)[:12]}" in md
+
+
+def test_a_a_nights_give_no_change_point_and_no_drift(tmp_path, capsys):
+    folder = nightly_series(tmp_path / "history", [1000.0] * 30, repeats=10, seed=3)
+    code, _, err = run_cli(str(folder), capsys=capsys)
+    assert code == 0, err
+    assert read_changes(folder / "trend" / "changes.parquet") == []
+    assert "0 change(s)" in err
+
+
+def test_a_drift_of_half_a_percent_a_night_over_14_nights_is_reported_as_drift(tmp_path, capsys):
+    levels = [1000.0] * 16 + [1000.0 * 0.995 ** k for k in range(1, 15)]
+    folder = nightly_series(tmp_path / "history", levels, repeats=10, noise=0.02, seed=5)
+    code, _, err = run_cli(str(folder), "--out", str(tmp_path / "out"), capsys=capsys)
+    assert code == 0, err
+    drifts = [c for c in read_changes(tmp_path / "out" / "changes.parquet") if c["kind"] == "drift"]
+    assert sorted(c["metric"] for c in drifts) == ["fast steps", "throughput"]  # the fixture's fast steps follow
+    (drift,) = [c for c in drifts if c["metric"] == "throughput"]
+    assert drift["cell_id"] == CELL and drift["nights_after"] == 14
+    assert drift["run_id"] == "night17" and drift["ci_high"] < 0 and drift["change"] < -3
+    assert drift["change"] == pytest.approx(100 * (0.995 ** 13 - 1), abs=2.5)  # -6.3 % across the window
+    assert drift["p_value"] is None
+
+
+def test_a_step_only_the_newest_nights_reveal_is_new_tonight_and_the_summary_names_it(tmp_path, capsys):
+    # 5 + 3 nights: the fewest that a permutation test at 0.05 can split (2 / C(8, 3) = 0.036); 5 + 2 cannot
+    folder = nightly_series(tmp_path / "history", [1000.0] * 5 + [900.0] * 3, repeats=10, noise=0.02, seed=8)
+    summary = tmp_path / "summary.md"
+    summary.write_text("# tonight\n")
+    code, _, err = run_cli(str(folder), "--summary", str(summary), capsys=capsys)
+    assert code == 0, err
+    (step,) = [c for c in read_changes(folder / "trend" / "changes.parquet")
+               if c["kind"] == "step" and c["metric"] == "throughput"]
+    assert step["night"] == 6 and step["is_new"]
+    assert f"new step: {CELL} throughput" in err
+    text = summary.read_text()
+    assert text.startswith("# tonight\n") and "### Change points new tonight" in text and "| night06 **new** |" in text
+
+
+def test_bad_runs_are_skipped_with_their_reason_and_the_rest_analysed(tmp_path, capsys):
+    folder = nightly_series(tmp_path / "history", STEP[:20], repeats=10)
+    (folder / "night03" / "cells" / "all.parquet").write_bytes(b"PAR1 not really")  # corrupt
+    data = (folder / "night04" / "cells" / "all.parquet").read_bytes()
+    (folder / "night04" / "cells" / "all.parquet").write_bytes(data[: len(data) // 2])  # truncated
+    newer = pq.read_table(folder / "night05" / "cells" / "all.parquet")
+    meta = dict(newer.schema.metadata) | {b"nvbench.schema_version": b"99"}
+    pq.write_table(newer.replace_schema_metadata(meta), folder / "night05" / "cells" / "all.parquet")
+    write_night(folder, 21, {CELL: 950.0}, matrix='version = 1\n[benchmark]\nname = "other"\n')
+    write_night(folder, 22, {CELL: 950.0}, matrix=MATRIX)
+    (folder / "README.md").write_text("not a run\n")
+    code, out, err = run_cli(str(folder), capsys=capsys)
+    assert code == 0, err
+    lines = err.splitlines()
+    assert any(l.startswith(f"skipped {folder / 'night03'}: ") and "not a readable nvbench result table" in l for l in lines)
+    assert any(l.startswith(f"skipped {folder / 'night04'}: ") for l in lines)
+    assert any(l.startswith(f"skipped {folder / 'night05'}: ") and "newer nvbench (schema 99 > 2)" in l for l in lines)
+    assert any(l.startswith(f"skipped {folder / 'night21'}: ") and "matrix 'other' is not the newest run's 'nightly'" in l
+               for l in lines)
+    assert "Traceback" not in err and "18 night(s)" in err
+    page = (folder / "trend" / "history.html").read_text()
+    assert "night03" in page and "matrix &#x27;other&#x27;" in page
+
+
+def test_an_unusable_history_is_one_line_and_exit_2_and_nothing_is_written(tmp_path, capsys):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    code, out, err = run_cli(str(empty), "--out", str(tmp_path / "out"), capsys=capsys)
+    assert (code, out) == (2, "") and err == f"error: {empty}: no run folders (a run folder holds manifest.json and cells/)\n"
+    code, _, err = run_cli(str(tmp_path / "missing"), capsys=capsys)
+    assert code == 2 and err.count("\n") == 1 and "not a folder" in err
+    bad = nightly_series(tmp_path / "bad", [1000.0, 1000.0])
+    for night in ("night01", "night02"):
+        (bad / night / "cells" / "all.parquet").write_bytes(b"")
+    code, _, err = run_cli(str(bad), "--out", str(tmp_path / "out"), capsys=capsys)
+    assert code == 2 and err.count("\n") == 1 and "no usable run folder (2 skipped" in err
+    code, _, err = run_cli(str(bad), "--alpha", "1.5", capsys=capsys)
+    assert code == 2 and err == "error: alpha=1.5: must be strictly between 0 and 1\n"
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_page_is_written_whole_or_not_at_all(tmp_path, capsys, monkeypatch):
+    folder = nightly_series(tmp_path / "history", STEP[:10], repeats=3)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "history.html").write_text("yesterday's page")
+
+    def broken(_history):
+        raise ValueError("rendering failed")
+
+    monkeypatch.setattr(trend, "render_markdown", broken)
+    code, _, err = run_cli(str(folder), "--out", str(out), capsys=capsys)
+    assert code == 2 and "rendering failed" in err
+    assert (out / "history.html").read_text() == "yesterday's page" and not (out / "changes.parquet").exists()
+
+
+def test_changes_parquet_columns_are_the_documented_ones():
+    assert [f.name for f in trend.change_schema()] == list(history.CHANGE_COLUMNS)
+    assert trend.change_schema().field("night").type == pa.int64()
+    assert trend.change_schema().field("p_value").type == pa.float64()
+
+
+def test_the_trend_page_renders_in_a_real_browser_without_a_console_error(tmp_path, capsys):
+    binary = chromium_path()
+    if binary is None:
+        pytest.skip("no chromium on PATH (README's test command installs Debian's chromium): the page is not "
+                    "rendered in a browser")
+    levels = STEP[:20] + [950.0 * 0.995 ** k for k in range(1, 11)]
+    folder = nightly_series(tmp_path / "history", levels, repeats=10, noise=0.03)
+    write_night(folder, 31, {CELL: 900.0, OTHER: 500.0}, repeats=10, drill=20.0)
+    code, _, err = run_cli(str(folder), capsys=capsys)
+    assert code == 0, err
+    page = folder / "trend" / "history.html"
+    with Browser(binary) as browser:
+        load = browser.load(page)
+        assert load.errors == [] and load.requests == [page.resolve().as_uri()]
+        assert browser.evaluate("document.querySelectorAll('#cells figure').length") == 2
+        first = browser.evaluate("document.querySelector('#cells figure').id")
+        assert first == f"cell-{CELL}"  # what changed most first
+        marks = browser.evaluate("document.querySelectorAll('#cell-" + CELL + " svg.trend g.cp').length")
+        assert marks >= 1
+        rows = browser.evaluate("Array.from(document.querySelectorAll('#changes-table tbody tr')).map("
+                                "r => Number(r.cells[0].textContent))")
+        assert rows and rows == sorted(rows, reverse=True)  # newest first
+        assert browser.evaluate("document.querySelector('svg.trend .pt.drill') !== null")
+        width = browser.evaluate("document.querySelector('svg.trend').getBoundingClientRect().width")
+        assert width > 300

@@ -1,0 +1,73 @@
+"""nvbench history end to end on real nightly run folders: eight runs of a tiny CPU matrix (3 repeats), the
+last four with --fire-drill 20; the history names the fifth night as the change point of that cell, and
+the page renders in headless Chromium without a console error."""
+
+from __future__ import annotations
+
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from conftest import nvbench
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from browser import Browser, chromium_path  # noqa: E402
+
+NIGHTS = 8
+DRILL_FROM = 5
+
+
+@pytest.fixture(scope="module")
+def nightly_history(tmp_path_factory, request) -> Path:
+    """Eight real nights, two at a time (one thread each), each started once the one before has created its
+    run folder, so that their creation times keep the nights' order."""
+    root = tmp_path_factory.mktemp("nightly-history")
+    from conftest import TINY
+
+    text = TINY.format(axes='backend = ["synthetic"]', repeats=3, timeout=180, cache=root / "cache", nvtx="false",
+                       device="cpu").replace("measure_steps = 3\n", "measure_steps = 10\n")
+    (root / "tiny.toml").write_text(text)
+    history = root / "history"
+
+    def night(k: int):
+        if k > 1:
+            while not (history / f"night{k - 1}" / "manifest.json").is_file():
+                time.sleep(0.2)
+            time.sleep(1.1)  # a later created_at, whatever the clock's resolution
+        drill = ["--fire-drill", "20"] if k >= DRILL_FROM else []
+        return nvbench("run", str(root / "tiny.toml"), "--out", str(history / f"night{k}"), "--no-progress", *drill)
+
+    with ThreadPoolExecutor(2) as pool:
+        procs = list(pool.map(night, range(1, NIGHTS + 1)))
+    for proc in procs:
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    return history
+
+
+@pytest.mark.slow
+def test_history_names_the_fifth_night_as_the_change_point_and_the_page_renders(nightly_history, tmp_path):
+    proc = nvbench("history", str(nightly_history), "--out", str(tmp_path / "trend"))
+    assert proc.returncode == 0, proc.stderr
+    changes = pq.read_table(tmp_path / "trend" / "changes.parquet").to_pylist()
+    steps = [c for c in changes if c["kind"] == "step" and c["metric"] == "throughput"]
+    assert len(steps) == 1, changes
+    (step,) = steps
+    assert (step["night"], step["run_id"], step["previous_run_id"]) == (DRILL_FROM, "night5", "night4")
+    assert step["change"] < -10 and step["fire_drill_pct"] == 20.0
+    # new tonight or not depends on whether seven nights already showed it (their exact permutation p is at least
+    # 2 / 35, the 499-permutation estimate falls below 0.05 by chance); the stderr says which
+    assert (f"new step: {step['cell_id']} throughput" in proc.stderr) == step["is_new"]
+    md = (tmp_path / "trend" / "changes.md").read_text()
+    assert "night5" in md and "FIRE DRILL +20%" in md
+    binary = chromium_path()
+    if binary is None:
+        pytest.skip("no chromium on PATH: the page is not rendered in a browser")
+    page = tmp_path / "trend" / "history.html"
+    with Browser(binary) as browser:
+        load = browser.load(page)
+        assert load.errors == [] and load.requests == [page.resolve().as_uri()]
+        assert browser.evaluate("document.querySelectorAll('svg.trend g.cp').length") >= 1
+        assert browser.evaluate("document.querySelectorAll('svg.trend .pt.drill').length") == NIGHTS - DRILL_FROM + 1
