@@ -50,7 +50,7 @@ sys.path.insert(0, str(ROOT))
 
 from harness.analysis import compare  # noqa: E402
 from harness.analysis.compare import RunData, Thresholds  # noqa: E402
-from harness.orchestrate.ab import look_schedule  # noqa: E402
+from harness.orchestrate.ab import decisive_looks, look_schedule  # noqa: E402
 
 COLUMNS = ("pool", "repeat", "throughput_img_per_s", "fast_step_img_per_s", "speed_probe_s", "speed_probe_kind",
            "is_steady")
@@ -202,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--export", type=Path, metavar="CSV", help="write the pool's repeats to CSV")
     p.add_argument("--trials", type=int, default=1000)
     p.add_argument("--slowdowns", default="0,5,10", help="true slowdowns in %% (default 0,5,10)")
-    p.add_argument("--designs", default="fixed5:5,fixed10:10,adaptive5-20:5-20",
+    p.add_argument("--designs", default="fixed5:5,fixed10:10,fixed20:20,adaptive10-20:10-20",
                    help="NAME:N (fixed) or NAME:N-M (adaptive), comma-separated")
     p.add_argument("--resamples", type=int, default=Thresholds().num_resamples,
                    help="bootstrap resamples and random permutations per comparison (default: nvbench's)")
@@ -227,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     for item in args.designs.split(","):
         name, spec = item.split(":")
         lo, _, hi = spec.partition("-")
-        designs[name] = look_schedule(int(lo), int(hi or lo))
+        designs[name] = decisive_looks(look_schedule(int(lo), int(hi or lo)), Thresholds().fdr_q)  # as nvbench ab
     results = simulate(pool, designs=designs, slowdowns=[float(s) / 100 for s in args.slowdowns.split(",")],
                        trials=args.trials, seed=args.seed, workers=args.workers,
                        th=Thresholds(num_resamples=args.resamples))

@@ -285,7 +285,12 @@ def cmd_ab(args: argparse.Namespace) -> int:
     try:
         matrix = with_repeats(load_matrix(args.matrix), args.repeats)
         looks = ab.look_schedule(matrix.run.repeats, args.max_repeats or matrix.run.repeats)
-        thresholds = dataclasses.replace(_thresholds(args), looks=len(looks))
+        thresholds = _thresholds(args)
+        if (decisive := ab.decisive_looks(looks, thresholds.fdr_q)) != looks:
+            print(f"note: {looks[0]} + {looks[0]} pairs cannot decide at the level split over the looks "
+                  f"{looks}: the A/B starts at {decisive[0]} pairs (looks {decisive})", file=sys.stderr)
+            looks, matrix = decisive, with_repeats(matrix, decisive[0])
+        thresholds = dataclasses.replace(thresholds, looks=len(looks))
         knob = f"--max-repeats {looks[-1]}" if len(looks) > 1 else f"--repeats {looks[-1]}" \
             if args.repeats is not None else f"run.repeats = {looks[-1]}"
         if problem := reach_problem(looks[-1], thresholds.level, what=knob):
@@ -546,7 +551,8 @@ def build_parser() -> argparse.ArgumentParser:
     ab.add_argument("--repeats", type=int, metavar="N", help="repeats per side (overrides run.repeats)")
     ab.add_argument("--max-repeats", type=int, metavar="M",
                     help="while a cell is inconclusive, run more interleaved pairs of it, up to M a side (looks at "
-                         "N, 2N, 4N, ..., M; the level is split over the looks). Default: N, no more pairs")
+                         "N, 2N, 4N, ..., M, leaving out looks too small to decide at the split level; the level is split "
+                         "over the looks). Default: N, no more pairs")
     ab.add_argument("--seed", type=int, default=0, help="seed of the A/B order within each pair (default: 0)")
     ab.add_argument("--out", metavar="DIR", help="A/B folder (default: REPORTS/<id>); holds a/, b/, report/")
     ab.add_argument("--reports", default="reports", metavar="DIR", help="where A/B folders go (default: reports)")

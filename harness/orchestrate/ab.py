@@ -205,6 +205,23 @@ def look_schedule(repeats: int, max_repeats: int) -> list[int]:
     return looks
 
 
+def decisive_looks(looks: Sequence[int], fdr_q: float) -> list[int]:
+    """The planned looks that can decide: a look whose pairs could never reach the level split over the
+    looks kept (the permutation test's smallest p at n + n pairs is 2 / C(2n, n)) would spend a share of the
+    level and decide nothing, so it is dropped and the level split over the rest (e.g. 5, 10, 20 at q 0.01:
+    5 + 5 pairs reach p >= 0.0079 > 0.01 / 3, so the A/B starts at 10 pairs and splits 0.01 over 10 and 20).
+    The last look is always kept: whether it can reach is the caller's check."""
+    from harness.analysis.decide import smallest_permutation_p
+
+    kept = list(looks)
+    while True:
+        split = fdr_q / len(kept)
+        fewer = [n for n in looks[:-1] if smallest_permutation_p(n, n) <= split] + [looks[-1]]
+        if len(fewer) == len(kept):
+            return fewer
+        kept = fewer
+
+
 def extend_plan(run_dir: Path, cell_ids: Sequence[str], repeats: int, *, seed: int) -> int:
     """Add the jobs that bring each of `cell_ids` to `repeats` repeats to the run's plan (and manifest);
     returns how many were added. The new jobs are shuffled (seeded) so that no cell always runs last."""

@@ -113,3 +113,33 @@ def test_ab_rejects_a_folder_that_is_not_a_checkout(tiny_matrix, tmp_path):
     proc = nvbench("ab", str(tiny_matrix()), "--a-checkout", str(tmp_path), "--out", str(tmp_path / "x"))
     assert proc.returncode == 2 and f"{tmp_path}: not an nvbench checkout (no harness/__init__.py)" in proc.stderr
     assert not (tmp_path / "x").exists()
+
+
+def test_looks_double_to_the_budget_and_drop_the_ones_too_small_to_decide():
+    assert ab.look_schedule(5, 20) == [5, 10, 20] and ab.look_schedule(10, 20) == [10, 20]
+    assert ab.look_schedule(3, 3) == [3]
+    # 5 + 5 pairs: smallest p 2/252 = 0.0079 > 0.01 / 3; with 10 and 20 left, 0.01 / 2 is reachable at 10
+    assert ab.decisive_looks([5, 10, 20], 0.01) == [10, 20]
+    assert ab.decisive_looks([10, 20], 0.01) == [10, 20]
+    # 3 + 3 cannot (0.1); 6 + 6 (2/924 = 0.0022) can once the level is split three ways, not four
+    assert ab.decisive_looks([3, 6, 12, 24], 0.01) == [6, 12, 24]
+    assert ab.decisive_looks([2, 4], 0.01) == [4]  # the last look stays: whether it can reach is the CLI's check
+
+
+def test_more_pairs_go_to_the_inconclusive_cells_only_until_none_is_left_or_the_budget_is_spent(monkeypatch, tmp_path):
+    runs, extended = [], []
+    monkeypatch.setattr(ab, "run_ab", lambda out_dir, **kw: runs.append(kw["seed"]))
+    monkeypatch.setattr(ab, "extend_plan", lambda run_dir, cells, pairs, seed: extended.append(
+        (run_dir.name, tuple(cells), pairs)) or len(cells))
+    (tmp_path / ab.AB_FILE).write_text("{}")
+    verdicts = iter([["c1", "c2"], ["c2"], ["c2"]])
+    history = ab.run_adaptive(tmp_path, [10, 20, 40], judge=lambda: next(verdicts), caps=None, envs={},
+                              pythons={}, seed=5, notify=lambda m: None)
+    assert extended == [("a", ("c1", "c2"), 20), ("b", ("c1", "c2"), 20), ("a", ("c2",), 40), ("b", ("c2",), 40)]
+    assert [h["pairs"] for h in history] == [10, 20, 40] and history[-1]["inconclusive"] == ["c2"]
+    assert json.loads((tmp_path / ab.AB_FILE).read_text())["looks"] == history and len(runs) == 3
+    verdicts = iter([["c1"], []])  # decided at the second look: no third
+    extended.clear()
+    history = ab.run_adaptive(tmp_path, [10, 20, 40], judge=lambda: next(verdicts), caps=None, envs={},
+                              pythons={}, seed=5, notify=lambda m: None)
+    assert [h["pairs"] for h in history] == [10, 20] and extended == [("a", ("c1",), 20), ("b", ("c1",), 20)]
