@@ -751,10 +751,30 @@ def compare_runs(candidate: RunData, baseline: RunData, thresholds: Thresholds |
     if short:
         notes = (f"warning: {len(short)} cell(s) have fewer usable repeats than a permutation test needs to reach "
                  f"p <= {th.level:.3g} ({reach} a side): they are inconclusive whatever their numbers",) + notes
+    notes += node_notes(cand_cells, base_cells)
     return Comparison(
         mode=mode, candidate=candidate, baseline_label=baseline_label or f"run {baseline.run_id}",
         baseline_environment=baseline.environment, thresholds=th, verdicts=tuple(verdicts), notes=notes,
         environment_diff=tuple(env_diff(baseline.environment, candidate.environment)), baseline=baseline)
+
+
+def node_notes(cand_cells: Mapping[str, list[Mapping[str, Any]]],
+               base_cells: Mapping[str, list[Mapping[str, Any]]]) -> tuple[str, ...]:
+    """A warning naming the cells whose usable repeats (candidate and baseline together) ran on more than
+    one node (the `nodes` column; SLURM spreads jobs over a partition): two nodes of one model differ in
+    speed by more than repeats of one node do, so such a change mixes code and node."""
+    mixed = []
+    for cid, rows in sorted(cand_cells.items()):
+        sides = {name: sorted({r.get("nodes") or r.get("hostname") or "?" for r in _ok(side_rows)})
+                 for name, side_rows in (("candidate", rows), ("baseline", base_cells.get(cid, [])))}
+        if len(set(sides["candidate"]) | set(sides["baseline"])) > 1:
+            mixed.append(f"{cid} (candidate on {', '.join(sides['candidate']) or '-'}; "
+                         f"baseline on {', '.join(sides['baseline']) or '-'})")
+    if not mixed:
+        return ()
+    return (f"warning: {len(mixed)} cell(s) ran on more than one node, so their change mixes code and node "
+            f"(pin the cells to one node with [executor] constraint, or compare by A/B on one node): "
+            + "; ".join(mixed),)
 
 
 def _merge(*parts: Mapping[str, Any]) -> dict[str, Any]:

@@ -489,3 +489,16 @@ def test_history_counts_past_runs_that_differ_only_in_fields_the_cell_does_not_u
     by = {v.backend: v for v in screen_history(run(_cells(new, 0.8), env=new[0]), past).verdicts}
     assert by["synthetic"].verdict == SUSPECT_REGRESSION and by["synthetic"].num_history_runs == 5
     assert by["dali-gpu"].verdict == NOT_COMPARABLE and "dali_version" in by["dali-gpu"].reason
+
+
+def test_a_cell_whose_repeats_ran_on_more_than_one_node_is_named_in_a_warning():
+    def on(nodes, values, run_id):
+        return run([r | {"nodes": n} for r, n in zip(rows(values), nodes)], run_id=run_id)
+
+    one_node = compare.compare_runs(on(["n1"] * 5, BASE, "cand"), on(["n1"] * 5, BASE, "base"))
+    assert not any("node" in n for n in one_node.notes)
+    spread = compare.compare_runs(on(["n1", "n2", "n1", "n2", "n1"], BASE, "cand"), on(["n1"] * 5, BASE, "base"))
+    (note,) = [n for n in spread.notes if "more than one node" in n]
+    assert note.startswith("warning: 1 cell(s)") and f"{CELL} (candidate on n1, n2; baseline on n1)" in note
+    apart = compare.compare_runs(on(["n2"] * 5, BASE, "cand"), on(["n1"] * 5, BASE, "base"))
+    assert any(f"{CELL} (candidate on n2; baseline on n1)" in n for n in apart.notes)

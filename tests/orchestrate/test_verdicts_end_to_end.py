@@ -58,6 +58,8 @@ def run(matrix: Path, out: Path, *extra: str) -> Path:
 def report(cand: Path, base: Path, out: Path) -> tuple[int, dict, str]:
     proc = nvbench("report", str(cand), "--baseline", str(base), "--out", str(out), "--fail-on-regression")
     (verdict,) = pq.read_table(out / "verdicts.parquet").to_pylist()
+    # the figures of docs/performance.md ("Four verdicts"): pytest -s shows them
+    print(f"{cand.name} vs {base.name}: exit {proc.returncode}, {verdict['verdict']}: {verdict['reason']}")
     return proc.returncode, verdict, proc.stderr
 
 
