@@ -190,7 +190,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     run_dir = Path(args.out) if args.out else Path(args.reports) / runner.new_run_id(
         f"{matrix.benchmark.name}-profile", datetime.now(timezone.utc))
     spec = profile.ProfileSpec(tool=args.tool, steps=args.steps, out_dir=run_dir / profile.PROFILE_DIR,
-                               nsys=nsys or "nsys")
+                               nsys=nsys or "nsys", device=caps.device)
     print(f"profiling {cell.cell_id} with {args.tool} over {args.steps} measured steps -> {spec.out_dir}",
           file=sys.stderr)
     result = profile.profile_cell(cell, spec, run_id=run_dir.name, caps=caps, env=env, env_key=key,
@@ -201,6 +201,19 @@ def cmd_profile(args: argparse.Namespace) -> int:
         return EXIT_FAILURES
     for path in result.files:
         print(path)
+    if args.tool == "nsys" and (sqlite := next((p for p in result.files if p.suffix == ".sqlite"), None)):
+        from harness.analysis import timeline
+
+        try:
+            summary = timeline.window_summary(timeline.read_ranges(sqlite))
+        except timeline.TimelineReadError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return EXIT_FAILURES
+        if not summary:
+            print(f"error: {sqlite}: no NVTX range inside the measured window", file=sys.stderr)
+            return EXIT_FAILURES
+        print(f"NVTX ranges of the measured window ({args.steps} steps):\n" + timeline.render_summary(summary),
+              file=sys.stderr)
     print(f"profiled throughput {row['throughput_img_per_s']:.1f} img/s (not a timed result); "
           f"row in {spec.out_dir / 'cells'}", file=sys.stderr)
     return EXIT_OK

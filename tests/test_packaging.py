@@ -33,6 +33,7 @@ def _declared() -> dict[str, set[str]]:
 def _imports(folder: str) -> dict[str, bool]:
     """Third-party import name -> whether some module imports it at module level (when it is imported)."""
     found: dict[str, bool] = {}
+    local = {path.stem for path in (ROOT / folder).rglob("*.py")}  # the folder's own helpers (slurm_cluster, ...)
     for path in sorted((ROOT / folder).rglob("*.py")):
         tree = ast.parse(path.read_text(), str(path))
         top_level = {id(node) for node in tree.body}
@@ -45,7 +46,7 @@ def _imports(folder: str) -> dict[str, bool]:
                 continue
             for name in names:
                 root = name.split(".")[0]
-                if root in sys.stdlib_module_names or root in ("harness", "conftest", "browser", "__future__"):
+                if root in sys.stdlib_module_names or root in local or root in ("harness", "__future__"):
                     continue
                 key = "nvidia.dali" if name.startswith("nvidia.dali") else root
                 found[key] = found.get(key, False) or id(node) in top_level

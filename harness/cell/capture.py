@@ -73,6 +73,6 @@ def capture(section: dict[str, Any] | None, *, rank: int, is_cuda: bool) -> Nsys
     """The instrument that records the measured window for the job's profile section (None: not profiling)."""
     if not section:
         return None
-    if section["tool"] == "nsys":
-        return NsysCapture()
+    if section["tool"] == "nsys":  # a CPU cell is captured whole (no cudaProfilerApi without CUDA)
+        return NsysCapture() if is_cuda else None
     return TorchCapture(section, rank=rank, is_cuda=is_cuda)

@@ -78,6 +78,32 @@ _NULL_RANGE = _NullRange()
 _NULL_TABLE = {name: _NULL_RANGE for name in RANGE_NAMES}
 
 
+def nvtx_domain(name: str):
+    """The nvtx package's Domain for `name` while a tool is attached, else None (ranges cost nothing then).
+
+    nvtx >= 0.2.10 asks the tool `nvtxDomainIsEnabled` and hands out a do-nothing DummyDomain when the answer
+    is no. Tools older than that NVTX 3 callback (Nsight Systems 2022.4, Debian's) never answer yes, so every
+    range of the process would silently vanish from their timeline (their NVTX_EVENTS then hold only the
+    domain's creation). Where a tool is attached (NVTX_INJECTION64_PATH, which nsys and injection libraries
+    set) the domain is therefore built from its handle without asking; a tool that implements the callback
+    answers the same way."""
+    import os
+
+    import nvtx
+
+    domain = nvtx.get_domain(name)
+    if not isinstance(domain, nvtx._lib.DummyDomain):
+        return domain
+    if not os.environ.get("NVTX_INJECTION64_PATH"):
+        return None
+    from nvtx._lib import lib
+
+    domain = object.__new__(lib.Domain)
+    domain.handle = lib.DomainHandle(name)
+    lib.Domain.__init__(domain, name)
+    return domain
+
+
 def make_ranges(enabled: bool, *, profiler: bool = False) -> Ranges:
     """A `ranges(name)` factory: NVTX push/pop in the nvbench domain (enabled), a no-op otherwise.
 
@@ -88,10 +114,9 @@ def make_ranges(enabled: bool, *, profiler: bool = False) -> Ranges:
     """
     table = _NULL_TABLE
     if enabled:
-        import nvtx
-
-        domain = nvtx.get_domain(NVTX_DOMAIN)
-        table = {name: _NvtxRange(domain, name) for name in RANGE_NAMES}
+        domain = nvtx_domain(NVTX_DOMAIN)
+        if domain is not None:
+            table = {name: _NvtxRange(domain, name) for name in RANGE_NAMES}
     if profiler:
         table = {name: _ProfilerRange(name, table[name]) for name in RANGE_NAMES}
     return table.__getitem__

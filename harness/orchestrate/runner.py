@@ -401,6 +401,8 @@ def prepare_job(cell: Cell, repeat: int, ctx: JobContext, *, executor: str = "lo
     env = _child_env(cell, ctx)
     if executor != "local":  # the runner may be gone while the job runs (kill -9, then --resume): no parent check
         env.pop(PARENT_PID_ENV, None)
+    if ctx.profile and ctx.profile.tool == "nsys":  # nsys's launcher is the cell's parent, not this process
+        env.pop(PARENT_PID_ENV, None)
     row |= {"started_at": started, "log_path": str(log_rel)}
     launch = Launch(key=key, argv=tuple(argv), env=env, log_path=log_path, work=work,
                     timeout_s=cell.benchmark.timeout_s, nnodes=cell.launch.nnodes)
