@@ -41,12 +41,14 @@ precision = ["{precision}"]
 [run]
 device = "{device}"
 speed_probe = {speed_probe}
+phase_timing = {phase_timing}
 """
 
 
 def overhead_matrix(args: argparse.Namespace) -> str:
     """The one matrix both sides read: the harness runs it, the bare loop builds its cell from it."""
-    return MATRIX.format(**(vars(args) | {"speed_probe": str(args.speed_probe).lower()}))
+    return MATRIX.format(**(vars(args) | {"speed_probe": str(args.speed_probe).lower(),
+                                          "phase_timing": str(args.phase_timing).lower()}))
 
 
 def bare_cell(args: argparse.Namespace):
@@ -149,6 +151,8 @@ def main() -> None:
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     p.add_argument("--speed-probe", action=argparse.BooleanOptionalAction, default=True,
                    help="run.speed_probe of the harness side (CPU cells; default on, as in nvbench)")
+    p.add_argument("--phase-timing", action=argparse.BooleanOptionalAction, default=True,
+                   help="run.phase_timing of the harness side (per-phase step timing; default on, as in nvbench)")
     p.add_argument("--rounds", type=int, default=6)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--bare", action="store_true", help=argparse.SUPPRESS)

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
+from scipy import stats as scipy_stats
 
 from harness.analysis import decide
 from harness.analysis.runs import RunData, RunInputError, load_history, load_run, resolve_pointer  # noqa: F401 (re-exported)
@@ -205,6 +206,17 @@ class CellVerdict:
     """The environment fields that differ and matter to this cell (harness.results.env.cell_env_fields)."""
     candidate_run_id: str = ""
     baseline_run_id: str = ""
+    phase: str | None = None
+    """The step phase whose time changed most (by |change|; phase_attribution), where both sides timed
+    phases; null in verdicts written before version 6."""
+    phase_change_ms: float | None = None
+    """That phase's change, candidate - baseline, in ms per step, with its interval at ci_level."""
+    phase_change_low_ms: float | None = None
+    phase_change_high_ms: float | None = None
+    step_change_ms: float | None = None
+    """The whole step's change (median step time), candidate - baseline, in ms."""
+    attribution: str = ""
+    """The phase's change in words, e.g. "optimizer +20.3 ms [+18.9, +21.6] of +21.0 ms per step"."""
 
     def axis_filters(self) -> list[str]:
         """`AXIS=VALUE` for every axis the verdict records: the `--only` filters that select its cell (an axis
@@ -271,8 +283,9 @@ VERDICT_COLUMNS = (
     "accuracy_tolerance", "history_median_img_per_s", "history_mad_img_per_s", "robust_z", "num_history_runs",
     "unadjusted_effect_pct", "speed_probe_change_pct", "speed_slope", "fire_drill_pct", "baseline_fire_drill_pct",
     "is_smoke", "env_diff", "candidate_run_id", "baseline_run_id",
+    "phase", "phase_change_ms", "phase_change_low_ms", "phase_change_high_ms", "step_change_ms", "attribution",
 )
-"""The columns of verdicts.parquet (version 5), in order: CellVerdict's cell-level fields (the matrix's axes
+"""The columns of verdicts.parquet (version 6), in order: CellVerdict's cell-level fields (the matrix's axes
 among them: CellVerdict names each) and every MetricVerdict flattened by METRIC_COLUMNS."""
 
 
@@ -739,6 +752,9 @@ def compare_runs(candidate: RunData, baseline: RunData, thresholds: Thresholds |
                                       fields_.get("ci_level") or 1 - th.level)
             if fields_["verdict"] == NOT_COMPARABLE:
                 fields_["accuracy_verdict"] = ACCURACY_NA
+        if p is not None:
+            fields_ |= phase_attribution(_ok(cand_cells[cid]), _ok(base_cells.get(cid, [])),
+                                         fields_.get("ci_level") or 1 - th.level)
         drills = (fields_.get("fire_drill_pct") or 0.0, fields_.get("baseline_fire_drill_pct") or 0.0)
         if any(drills):  # never silent: a drill's verdict says so in its own words
             fields_["reason"] = f"FIRE DRILL (candidate +{drills[0]:g}%, baseline +{drills[1]:g}% injected work): " \
@@ -756,6 +772,47 @@ def compare_runs(candidate: RunData, baseline: RunData, thresholds: Thresholds |
         mode=mode, candidate=candidate, baseline_label=baseline_label or f"run {baseline.run_id}",
         baseline_environment=baseline.environment, thresholds=th, verdicts=tuple(verdicts), notes=notes,
         environment_diff=tuple(env_diff(baseline.environment, candidate.environment)), baseline=baseline)
+
+
+PHASE_NAMES = ("data", "h2d", "forward", "backward", "optimizer", "allreduce")
+"""The step's phases as cells record them (`phase_<name>_median_s`; harness/cell/timing.py PHASES)."""
+
+
+def phase_attribution(cand: Sequence[Mapping[str, Any]], base: Sequence[Mapping[str, Any]],
+                      level: float) -> dict[str, Any]:
+    """Which phase of the step changed most between two sets of repeats, with its interval.
+
+    Per phase, each repeat's median phase time; the change is the difference of their means (candidate -
+    baseline, ms per step) with a Welch t interval at `level`; the phase with the largest |change| is
+    named. The whole step's change (median step times) is given beside it, so that a reader sees how much
+    of the step's change the phase explains. Empty where either side has fewer than two repeats with phase
+    times (runs before schema 4, or one repeat)."""
+    def series(rows, column):
+        return [float(r[column]) * 1e3 for r in rows if r.get(column) is not None]
+
+    def welch(a, b):
+        diff = float(np.mean(b) - np.mean(a))
+        va, vb = np.var(a, ddof=1) / len(a), np.var(b, ddof=1) / len(b)
+        se = math.sqrt(va + vb)
+        if se == 0:
+            return diff, diff, diff
+        dof = (va + vb) ** 2 / ((va ** 2 / (len(a) - 1) if va else 0) + (vb ** 2 / (len(b) - 1) if vb else 0))
+        half = scipy_stats.t.ppf(0.5 + level / 2, dof) * se
+        return diff, diff - half, diff + half
+
+    found = []
+    for name in PHASE_NAMES:
+        a, b = series(base, f"phase_{name}_median_s"), series(cand, f"phase_{name}_median_s")
+        if len(a) >= 2 and len(b) >= 2:
+            found.append((name, *welch(a, b)))
+    if not found:
+        return {}
+    name, change, low, high = max(found, key=lambda f: abs(f[1]))
+    a, b = series(base, "step_time_median_s"), series(cand, "step_time_median_s")
+    step = float(np.mean(b) - np.mean(a)) if a and b else None
+    whole = f" of {step:+.1f} ms per step" if step is not None else " per step"
+    return {"phase": name, "phase_change_ms": change, "phase_change_low_ms": low, "phase_change_high_ms": high,
+            "step_change_ms": step, "attribution": f"{name} {change:+.1f} ms [{low:+.1f}, {high:+.1f}]{whole}"}
 
 
 def node_notes(cand_cells: Mapping[str, list[Mapping[str, Any]]],

@@ -53,14 +53,16 @@ from harness.spec.cells import cell_label as label
 from harness.spec.matrix import AXES
 from harness.stats.window import FAST_STEP_QUANTILE
 
-VERDICTS_VERSION = 5
+VERDICTS_VERSION = 6
 """Version of verdicts.parquet (schema metadata nvbench.verdicts_version). 1: first release. 2: the
 speed-adjustment columns unadjusted_effect_pct, speed_probe_change_pct and speed_slope. 3: the fast-step
 rate (decided_by, throughput_p_value, fast_effect_pct, fast_ci_low_pct, fast_ci_high_pct, fast_p_value,
 candidate_fast_img_per_s, baseline_fast_img_per_s); p_value is the cell's (Bonferroni over its metrics). 4: the
 compile axis (`compile`; null when read from an older file). 5: the verdict `inconclusive` (a cell that is
 neither shown changed nor shown inside the floor; `unchanged` now means equivalence shown) and its
-`repeats_needed`; older files read with repeats_needed null, their verdicts as they were written."""
+`repeats_needed`; older files read with repeats_needed null, their verdicts as they were written. 6: the
+phase the change sits in (phase, phase_change_ms with its interval, step_change_ms, attribution); null or
+empty when read from an older file."""
 
 REPORT_FILES = ("report.html", "summary.md", "verdicts.parquet", "junit.xml")
 
@@ -148,7 +150,15 @@ def _num(value: float | None, spec: str = ".1f", suffix: str = "") -> str:
 def change_text(v: CellVerdict) -> str:
     """'-3.1% [-3.8, -2.4]', '-3.1% (z -4.2)' in history mode, or '-'; with the fast-step rate's change
     after it where the comparison tested it ('...; fast steps -5.0% [-6.1, -3.9]'), the metric the
-    verdict rests on marked with '*'."""
+    verdict rests on marked with '*'; for a regression or improvement, the phase whose time changed most
+    ('...; optimizer +20.3 ms [+18.9, +21.6] of +21.0 ms per step')."""
+    text = _metric_change_text(v)
+    if v.attribution and v.verdict in (REGRESSION, IMPROVEMENT):  # where in the step the change sits
+        text += f"; {v.attribution}"
+    return text
+
+
+def _metric_change_text(v: CellVerdict) -> str:
     t, f = v.throughput, v.fast_step
     if t.effect_pct is None:
         return "-"

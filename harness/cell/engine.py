@@ -389,9 +389,15 @@ class Engine:
         self._train_acc[1].add_(batch)
         return detached
 
-    def optimizer_step(self) -> None:
+    @property
+    def is_graphed(self) -> bool:
+        """The step runs as one captured CUDA graph (compile = cudagraph, once prepared)."""
+        return self._graph is not None
+
+    def optimizer_step(self, extra: Callable[[], None] | None = None) -> None:
         """Apply the accumulated gradients (skipped on fp16 overflow), clear them, advance the LR. A captured
-        step replays its graph here: forward, backward and update in one launch."""
+        step replays its graph here: forward, backward and update in one launch. `extra` (a fire drill's
+        known work) runs last, inside the optimizer range and phase."""
         if self._graph is not None:
             self._record_lr()
             self._graph.replay()
@@ -399,12 +405,16 @@ class Engine:
                 self._step_loss[self._step].copy_(self._graph.step_loss)
             self._micro = 0
             self._advance()
+            if extra is not None:
+                extra()
             return
         with self._ranges(OPTIMIZER):
             self._record_lr()
             self._update()
             self.optimizer.zero_grad(set_to_none=True)
             self._advance()
+            if extra is not None:
+                extra()
 
     def _record_lr(self) -> None:
         if self._step < self.opts.total_steps:

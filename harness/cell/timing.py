@@ -23,6 +23,11 @@ OPTIMIZER = "optimizer"
 VALIDATION = "validation"
 RANGE_NAMES = (CELL, WARMUP, MEASURE, STEP, DATA, H2D, FORWARD, BACKWARD, OPTIMIZER, VALIDATION)
 
+PHASES = (DATA, H2D, FORWARD, BACKWARD, OPTIMIZER)
+"""The phases of a step whose time each measured step records (steps/*.parquet `phase_<name>_s`). The
+all-reduce of a DDP step has no phase of its own: DDP launches it from backward's hooks, overlapped with the
+rest of backward, so its wait is inside `backward` (`phase_allreduce_s` stays null; docs/results.md)."""
+
 Ranges = Callable[[str], ContextManager[None]]
 """`ranges(NAME)` returns a context manager for one of RANGE_NAMES; unknown names raise KeyError."""
 
@@ -74,6 +79,105 @@ class _ProfilerRange:
         return False
 
 
+class _TimedRange:
+    """A range that also marks its phase's start and end on a PhaseClock (which ignores them unless armed)."""
+
+    __slots__ = ("_inner", "_enter", "_exit", "_phase")
+
+    def __init__(self, inner, clock: "PhaseClock", phase: int) -> None:
+        self._inner, self._enter, self._exit, self._phase = inner, clock.enter, clock.exit, phase
+
+    def __enter__(self) -> None:
+        self._inner.__enter__()
+        self._enter(self._phase)
+
+    def __exit__(self, *exc_info: object) -> bool:
+        self._exit(self._phase)
+        return self._inner.__exit__(*exc_info)
+
+
+class PhaseClock:
+    """Per measured step, the time spent in each of PHASES, into storage allocated before the window.
+
+    The step's ranges (make_ranges(..., phases=clock)) mark each phase's start and end; the window arms the
+    clock and names the step it is in. On CPU the marks are perf_counter readings summed per step and phase;
+    on CUDA they are events on the current stream (a pool recorded once at arm time, so none is created in
+    the window), read by resolve() after the window's closing fence: the time the device's stream spent
+    between the marks. A phase a step never entered (h2d of synthetic data; forward, backward and optimizer
+    of a captured CUDA graph, which runs them in one launch) reads NaN.
+    """
+
+    def __init__(self) -> None:
+        self.armed, self.is_cuda = False, False
+        self._i = 0
+
+    def arm(self, num_steps: int, device: torch.device, micro_batches: int = 1, *,
+            make_event: Callable[[], object] | None = None) -> None:
+        """Allocate the storage of a window of `num_steps` steps of `micro_batches` micro-batches each."""
+        n = len(PHASES)
+        self.num_steps, self._slots = num_steps, micro_batches
+        self.is_cuda = device.type == "cuda"
+        self._count = np.zeros((num_steps, n), dtype=np.int64)
+        self._k = [0] * n
+        if self.is_cuda:
+            make_event = make_event or (lambda: torch.cuda.Event(enable_timing=True))
+            self._begin = [[make_event() for _ in range(num_steps * micro_batches)] for _ in range(n)]
+            self._end = [[make_event() for _ in range(num_steps * micro_batches)] for _ in range(n)]
+            for events in (*self._begin, *self._end):
+                for event in events:
+                    event.record()
+        else:
+            self._t0 = [0.0] * n
+            self._acc = np.zeros((num_steps, n))
+        self._i = 0
+        self.armed = True
+
+    def step(self, i: int) -> None:
+        """The window enters step i."""
+        self._i = i
+        if self.is_cuda:
+            self._k = [0] * len(PHASES)
+
+    def enter(self, phase: int) -> None:
+        if not self.armed:
+            return
+        if self.is_cuda:
+            slot = self._i * self._slots + min(self._k[phase], self._slots - 1)
+            self._begin[phase][slot].record()
+        else:
+            self._t0[phase] = time.perf_counter()
+
+    def exit(self, phase: int) -> None:
+        if not self.armed:
+            return
+        if self.is_cuda:
+            k = self._k[phase]
+            if k < self._slots:  # more entries than micro-batches (never in the loop): the first ones count
+                self._end[phase][self._i * self._slots + k].record()
+                self._k[phase] = k + 1
+                self._count[self._i, phase] = k + 1
+        else:
+            self._acc[self._i, phase] += time.perf_counter() - self._t0[phase]
+            self._count[self._i, phase] += 1
+
+    def disarm(self) -> None:
+        self.armed = False
+
+    def resolve(self) -> np.ndarray:
+        """(num_steps, len(PHASES)) seconds; NaN where a step never entered the phase. After the fence."""
+        if self.is_cuda:
+            out = np.zeros((self.num_steps, len(PHASES)))
+            for p in range(len(PHASES)):
+                for i in range(self.num_steps):
+                    base = i * self._slots
+                    out[i, p] = sum(self._begin[p][base + k].elapsed_time(self._end[p][base + k])
+                                    for k in range(int(self._count[i, p]))) / 1e3
+        else:
+            out = self._acc.copy()
+        out[self._count == 0] = np.nan
+        return out
+
+
 _NULL_RANGE = _NullRange()
 _NULL_TABLE = {name: _NULL_RANGE for name in RANGE_NAMES}
 
@@ -104,13 +208,14 @@ def nvtx_domain(name: str):
     return domain
 
 
-def make_ranges(enabled: bool, *, profiler: bool = False) -> Ranges:
+def make_ranges(enabled: bool, *, profiler: bool = False, phases: PhaseClock | None = None) -> Ranges:
     """A `ranges(name)` factory: NVTX push/pop in the nvbench domain (enabled), a no-op otherwise.
 
     The context managers are built once here, so a range in the step loop costs two calls into NVTX and
     no allocation. Without an attached tool (Nsight, an injection library) the nvtx package hands out a
     dummy domain whose push/pop do nothing. `profiler` also opens torch.profiler record_function ranges
-    of the same names (for `nvbench profile --tool torch`).
+    of the same names (for `nvbench profile --tool torch`). `phases`: the data, h2d, forward, backward and
+    optimizer ranges also mark their phase on this clock (per-phase step timing).
     """
     table = _NULL_TABLE
     if enabled:
@@ -119,6 +224,9 @@ def make_ranges(enabled: bool, *, profiler: bool = False) -> Ranges:
             table = {name: _NvtxRange(domain, name) for name in RANGE_NAMES}
     if profiler:
         table = {name: _ProfilerRange(name, table[name]) for name in RANGE_NAMES}
+    if phases is not None:
+        table = {name: _TimedRange(r, phases, PHASES.index(name)) if name in PHASES else r
+                 for name, r in table.items()}
     return table.__getitem__
 
 

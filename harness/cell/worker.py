@@ -31,12 +31,15 @@ from harness.cell.telemetry import THROTTLE_REASON_BITS, TelemetrySampler, Telem
 from harness.cell.timing import (
     CELL,
     DATA,
+    FORWARD,
     H2D,
     MEASURE,
+    PHASES,
     STEP,
     VALIDATION,
     WARMUP,
     Instrument,
+    PhaseClock,
     Ranges,
     StepClock,
     make_ranges,
@@ -77,6 +80,8 @@ class Context:
     """File where this run keeps FLOP counts per (model, classes, image size)."""
     fire_drill_pct: float = 0.0
     """Extra work per measured step in % of the step's cost (nvbench run --fire-drill); 0 in real runs."""
+    phases: PhaseClock | None = None
+    """Marks of the step's phases (the ranges carry them); armed for the measured window only."""
 
     @property
     def is_distributed(self) -> bool:
@@ -86,6 +91,7 @@ class Context:
 def _setup(job: dict[str, Any]) -> Context:
     cell = capture.cell_for_job(Cell.from_plain(job["cell"]), job.get("profile"))
     nvtx_on, profiler_ranges = capture.range_modes(cell, job.get("profile"))
+    phases = PhaseClock() if cell.run.phase_timing else None
     rank = int(os.environ.get("RANK", 0))
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     world_size = int(os.environ.get("WORLD_SIZE", 1))
@@ -114,7 +120,8 @@ def _setup(job: dict[str, Any]) -> Context:
     return Context(cell=cell, run_id=job["run_id"], repeat=job["repeat"], out_dir=Path(job["out_dir"]),
                    data_root=Path(job["data_root"]) if job.get("data_root") else None, fault=job.get("fault"),
                    rank=rank, local_rank=local_rank, world_size=world_size, device=device,
-                   ranges=make_ranges(nvtx_on, profiler=profiler_ranges), profile=job.get("profile"),
+                   ranges=make_ranges(nvtx_on, profiler=profiler_ranges, phases=phases), phases=phases,
+                   profile=job.get("profile"),
                    fire_drill_pct=float(job.get("fire_drill_pct") or 0.0), flops_cache=job.get("flops_cache"))
 
 
@@ -200,8 +207,11 @@ def _window(ctx: Context, engine: Engine, batches, clock: StepClock, name: str,
         instrument.start()
     _fence(ctx)
     t0 = perf()
+    phases = ctx.phases if ctx.phases is not None and ctx.phases.armed else None
     with ranges(name):
         for i in range(clock.num_steps):
+            if phases is not None:
+                phases.step(i)
             with ranges(STEP):
                 clock.begin(i)
                 if drill is not None:
@@ -212,9 +222,7 @@ def _window(ctx: Context, engine: Engine, batches, clock: StepClock, name: str,
                         images, labels = next(batches)
                     clock.fetch_end(i, micro)
                     engine.forward_backward(images, labels, sync_grads=micro == accum - 1)
-                engine.optimizer_step()
-                if drill is not None:
-                    drill()
+                engine.optimizer_step(extra=drill)  # a drill's work runs inside the optimizer phase
                 clock.end(i)
             if probe is not None:
                 probe.after_step(i)
@@ -315,6 +323,8 @@ def _train(ctx: Context, engine: Engine, loader) -> tuple[dict[str, Any], dict[s
     if drill is not None:
         print(f"fire drill: +{ctx.fire_drill_pct:g}%: {drill.describe()}", flush=True)
     probe = _speed_probe(ctx, warm)
+    if ctx.phases is not None:
+        ctx.phases.arm(b.measure_steps, ctx.device, accum)
     window_s = _window(ctx, engine, batches, meas, MEASURE, [i for i in (recorder, sampler) if i is not None],
                        drill=drill, probe=probe)
     loader.close()
@@ -326,6 +336,7 @@ def _train(ctx: Context, engine: Engine, loader) -> tuple[dict[str, Any], dict[s
         raise NonFiniteLoss(non_finite_reason(train_loss, step_loss, step_lr, warm.steps))
     step_times = meas.resolve()
     exposed = meas.resolve_exposed_data_wait()
+    phase_s = _phase_times(ctx, engine, step_times)
     waits = torch.tensor([meas.host_data_wait_s.sum(), exposed.sum()], dtype=torch.float64, device=ctx.device)
     host_wait, exposed_wait = (_all_reduce(ctx, waits) / ctx.world_size).tolist()
     window_s = _all_reduce(ctx, torch.tensor([window_s], dtype=torch.float64, device=ctx.device), dist.ReduceOp.MAX).item()
@@ -347,7 +358,7 @@ def _train(ctx: Context, engine: Engine, loader) -> tuple[dict[str, Any], dict[s
         "host_data_wait_s": host_wait, "host_data_wait_frac": host_wait / window_s,
         "is_steady": steady.is_steady, "steadiness": steady.reason,
         "train_loss": train_loss, "lr_final": engine.lr(), "loss_scale": engine.loss_scale(),
-    } | _telemetry_columns(ctx, sampler.summary, images) | (probe.summary() if probe is not None else {})
+    } | _phase_medians(phase_s, engine) | _telemetry_columns(ctx, sampler.summary, images) | (probe.summary() if probe is not None else {})
     n = warm.steps + b.measure_steps
     local_images = ctx.cell.benchmark.batch_size * accum
     epoch, is_epoch_start = epoch_marks(n, local_images, loader.samples_per_epoch)
@@ -358,11 +369,38 @@ def _train(ctx: Context, engine: Engine, loader) -> tuple[dict[str, Any], dict[s
         "exposed_data_wait_s": np.concatenate([warm.exposed_data_wait_s, exposed]),
         "loss": step_loss, "lr": step_lr, "epoch": epoch, "is_epoch_start": is_epoch_start,
         "images": np.full(n, local_images),
-    }
+    } | {f"phase_{name}_s": _nulls_where_nan(np.concatenate([np.full(warm.steps, np.nan), phase_s[:, k]]))
+         for k, name in enumerate(PHASES)}
     if probe is not None:
         ran = np.concatenate([np.full(warm.steps, np.nan), probe.per_step])
         steps["speed_probe_s"] = [None if math.isnan(v) else float(v) for v in ran]  # null where none ran
     return metrics, steps
+
+
+def _phase_times(ctx: Context, engine: Engine, step_times: np.ndarray) -> np.ndarray:
+    """(measured steps, PHASES) seconds, NaN where a step never entered a phase. A captured CUDA graph runs
+    forward, backward and the update in one launch: its time (the step less data and h2d) is reported as
+    forward, backward and optimizer stay NaN, and the cell says phases_graphed."""
+    if ctx.phases is None or not ctx.phases.armed:
+        return np.full((len(step_times), len(PHASES)), np.nan)
+    ctx.phases.disarm()
+    out = ctx.phases.resolve()
+    if engine.is_graphed:
+        outside = np.nansum(out[:, [PHASES.index(DATA), PHASES.index(H2D)]], axis=1)
+        out[:, PHASES.index(FORWARD)] = step_times - outside
+    return out
+
+
+def _phase_medians(phase_s: np.ndarray, engine: Engine) -> dict[str, Any]:
+    out: dict[str, Any] = {"phases_graphed": engine.is_graphed}
+    for k, name in enumerate(PHASES):
+        column = phase_s[:, k]
+        out[f"phase_{name}_median_s"] = float(np.median(column)) if np.isfinite(column).all() and len(column) else None
+    return out
+
+
+def _nulls_where_nan(values: np.ndarray) -> list:
+    return [None if math.isnan(v) else float(v) for v in values]
 
 
 def non_finite_reason(train_loss: float, step_loss: np.ndarray, step_lr: np.ndarray, warmup_steps: int) -> str:

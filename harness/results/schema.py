@@ -14,6 +14,9 @@ Schema history (bump RESULT_SCHEMA_VERSION and teach store.migrate the step when
   3 (0.2.0): where a job ran: `nodes` (the node(s), comma-separated) and `slurm_job_id` (the SLURM executor's
      job; null for local processes); status `cancelled` (a SLURM job cancelled before its result). Migrating
      version 2: `nodes` is the row's `hostname` (every job then ran on the runner's own machine).
+  4 (0.2.0): per-phase step timing: steps `phase_data_s`, `phase_h2d_s`, `phase_forward_s`,
+     `phase_backward_s`, `phase_optimizer_s`, `phase_allreduce_s`; cells the medians `phase_<name>_median_s`
+     and `phases_graphed`. Migrating version 3: the new columns read null (never measured).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from typing import Any, Iterable
 
 import pyarrow as pa
 
-RESULT_SCHEMA_VERSION = 3
+RESULT_SCHEMA_VERSION = 4
 METADATA_VERSION_KEY = b"nvbench.schema_version"
 METADATA_KIND_KEY = b"nvbench.table"
 
@@ -88,6 +91,13 @@ CELL_COLUMNS: tuple[Column, ...] = (
     _c("fast_step_img_per_s", F, "images/s", "Global images per step / step_time_p10_s: the speed of the fast "
        "steps. The comparison's second metric (far less noisy than throughput on a shared machine; blind to "
        "a slowdown of a few steps)."),
+    _c("phase_data_median_s", F, "s", "Median over the measured steps (rank 0) of the time waiting for the step's batches (the data range; CUDA events on GPU: the stream's view)."),
+    _c("phase_h2d_median_s", F, "s", "Median over the measured steps (rank 0) of the time copying the batches to the device (real-data backends)."),
+    _c("phase_forward_median_s", F, "s", "Median over the measured steps (rank 0) of the time forward passes and loss (a captured CUDA graph's whole replay, with phases_graphed)."),
+    _c("phase_backward_median_s", F, "s", "Median over the measured steps (rank 0) of the time backward passes (with DDP the gradient all-reduce's wait is inside)."),
+    _c("phase_optimizer_median_s", F, "s", "Median over the measured steps (rank 0) of the time the optimizer update (a fire drill's extra work included)."),
+    _c("phase_allreduce_median_s", F, "s", "Median over the measured steps (rank 0) of the time reserved: DDP overlaps its all-reduce with backward, so it has no phase of its own; null."),
+    _c("phases_graphed", B, "", "The step ran as one captured CUDA graph: its phases inside the graph are one, under forward."),
     _c("exposed_data_wait_s", F, "s", "Time the GPU's stream sat idle waiting for batches in the window (CUDA "
        "events around each fetch on the consumer stream; host time on CPU), mean over ranks: the data stall the "
        "throughput pays."),
@@ -171,6 +181,12 @@ STEP_COLUMNS: tuple[Column, ...] = (
     _c("is_epoch_start", B, "", "The step holds the first image of an epoch; null for synthetic data."),
     _c("images", I, "images", "Images this rank processed in the step."),
     _c("speed_probe_s", F, "s", "Machine-speed probe run right after this step, outside its time; null where none ran."),
+    _c("phase_data_s", F, "s", "This step's time waiting for the step's batches (the data range; CUDA events on GPU: the stream's view); null where the step never entered it (warmup steps are not timed by phase)."),
+    _c("phase_h2d_s", F, "s", "This step's time copying the batches to the device (real-data backends); null where the step never entered it (warmup steps are not timed by phase)."),
+    _c("phase_forward_s", F, "s", "This step's time forward passes and loss (a captured CUDA graph's whole replay, with phases_graphed); null where the step never entered it (warmup steps are not timed by phase)."),
+    _c("phase_backward_s", F, "s", "This step's time backward passes (with DDP the gradient all-reduce's wait is inside); null where the step never entered it (warmup steps are not timed by phase)."),
+    _c("phase_optimizer_s", F, "s", "This step's time the optimizer update (a fire drill's extra work included); null where the step never entered it (warmup steps are not timed by phase)."),
+    _c("phase_allreduce_s", F, "s", "This step's time reserved: DDP overlaps its all-reduce with backward, so it has no phase of its own; null; null where the step never entered it (warmup steps are not timed by phase)."),
 )
 
 

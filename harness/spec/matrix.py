@@ -200,6 +200,10 @@ class RunConfig:
         "~0.25 ms, after reading twice the last-level cache) between measured steps, outside step times and "
         "window, and record how fast the machine ran (speed_probe_s; harness/cell/probe.py); nvbench report "
         "compares at equal probe time unless --no-speed-adjust. Ignored on CUDA and in torchrun groups.")
+    phase_timing: bool = knob(
+        True, "Time each measured step's phases (data, h2d, forward, backward, optimizer) from the step's own "
+        "ranges: CUDA events on GPU, host clocks on CPU (steps phase_<name>_s; a verdict names the phase that "
+        "changed). Off: the phase columns are null.")
 
 
 @dataclass(**_FROZEN)

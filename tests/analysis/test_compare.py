@@ -419,7 +419,7 @@ def test_no_adjustment_unless_every_repeat_has_the_same_probe(change):
 # --- the verdict's structure and its row in verdicts.parquet ----------------------------------------
 
 
-def test_a_verdict_holds_one_metric_verdict_per_metric_and_its_row_keeps_the_version_5_columns():
+def test_a_verdict_holds_one_metric_verdict_per_metric_and_its_row_keeps_the_version_6_columns():
     rng = np.random.default_rng(1)
     (pc, yc), (pb, yb) = _machine(rng, 8, 0.0), _machine(rng, 8, 0.0)
     cand, base = with_fast(probed(yc * 0.95, pc), yc * 1.2), with_fast(probed(yb, pb), yb * 1.2)
@@ -427,7 +427,7 @@ def test_a_verdict_holds_one_metric_verdict_per_metric_and_its_row_keeps_the_ver
     assert v.fast_step is not None and v.throughput.speed_slope is not None  # both metrics, speed-adjusted
     assert v.metric(compare.FAST_STEPS) is v.fast_step and v.metric(compare.THROUGHPUT) is v.throughput
     row = v.to_row()
-    assert tuple(row) == compare.VERDICT_COLUMNS and len(row) == 56
+    assert tuple(row) == compare.VERDICT_COLUMNS and len(row) == 62
     assert (row["effect_pct"], row["throughput_p_value"], row["fast_effect_pct"], row["candidate_fast_img_per_s"]) \
         == (v.throughput.effect_pct, v.throughput.p_value, v.fast_step.effect_pct, v.fast_step.candidate_img_per_s)
     assert compare.CellVerdict.from_row(row) == v
@@ -502,3 +502,26 @@ def test_a_cell_whose_repeats_ran_on_more_than_one_node_is_named_in_a_warning():
     assert note.startswith("warning: 1 cell(s)") and f"{CELL} (candidate on n1, n2; baseline on n1)" in note
     apart = compare.compare_runs(on(["n2"] * 5, BASE, "cand"), on(["n1"] * 5, BASE, "base"))
     assert any(f"{CELL} (candidate on n2; baseline on n1)" in n for n in apart.notes)
+
+
+def test_a_regression_names_the_phase_whose_time_changed_with_its_interval():
+    rng = np.random.default_rng(4)
+
+    def timed(values, optimizer_ms):
+        out = []
+        for r, value in zip(rows(values), values):
+            step_s = 8.0 / value  # 8 images a step
+            phases = {"data": 0.001, "forward": 0.010, "backward": 0.020,
+                      "optimizer": optimizer_ms / 1e3 + rng.normal(0, 2e-4)}
+            out.append(r | {f"phase_{k}_median_s": v for k, v in phases.items()} | {"step_time_median_s": step_s})
+        return out
+
+    base = timed(BASE, 5.0)
+    slower = timed([x * 0.8 for x in BASE], 20.0)  # the optimizer took 15 ms more
+    v = one(slower, base)
+    assert v.verdict == REGRESSION and v.phase == "optimizer"
+    assert v.phase_change_low_ms < 15.0 < v.phase_change_high_ms and v.phase_change_low_ms > 10
+    assert v.attribution.startswith(f"optimizer {v.phase_change_ms:+.1f} ms [") and "ms per step" in v.attribution
+    from harness.analysis.report import change_text
+    assert change_text(v).endswith(v.attribution)  # console, summary.md, report and JUnit show it
+    assert one(rows([x * 0.8 for x in BASE]), rows(BASE)).phase is None  # no phase times: no attribution

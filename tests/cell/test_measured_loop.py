@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from harness.cell import worker
-from harness.cell.timing import StepClock, make_ranges
+from harness.cell.timing import PHASES, PhaseClock, StepClock, make_ranges
 from harness.spec.cells import expand
 from harness.spec.matrix import parse_matrix
 
@@ -52,7 +52,7 @@ class SimulatedEngine:
     def forward_backward(self, images, labels, *, sync_grads: bool) -> None:
         self.stream.queue(self.device_s)
 
-    def optimizer_step(self) -> None:
+    def optimizer_step(self, extra=None) -> None:
         pass
 
 
@@ -63,7 +63,7 @@ def batches(stream: SimulatedStream, host_s: float):
 
 
 def context(accum: int) -> SimpleNamespace:
-    return SimpleNamespace(cell=SimpleNamespace(grad_accum=accum), ranges=make_ranges(False),
+    return SimpleNamespace(cell=SimpleNamespace(grad_accum=accum), ranges=make_ranges(False), phases=None,
                            device=torch.device("cpu"), is_distributed=False)
 
 
@@ -182,7 +182,7 @@ class SleepEngine:
     def forward_backward(self, images, labels, *, sync_grads: bool) -> None:
         torch.cuda._sleep(self.cycles)
 
-    def optimizer_step(self) -> None:
+    def optimizer_step(self, extra=None) -> None:
         pass
 
 
@@ -199,7 +199,7 @@ def _cycles_per_s() -> float:
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize(("host_ms", "gpu_ms", "exposed_ms"), [(10, 40, 0), (40, 10, 30)])
 def test_the_exposed_wait_is_what_a_real_stream_waited(host_ms, gpu_ms, exposed_ms):
-    ctx = SimpleNamespace(cell=SimpleNamespace(grad_accum=1), ranges=make_ranges(False),
+    ctx = SimpleNamespace(cell=SimpleNamespace(grad_accum=1), ranges=make_ranges(False), phases=None,
                           device=torch.device("cuda", 0), is_distributed=False)
     engine = SleepEngine(int(gpu_ms / 1e3 * _cycles_per_s()))
     clock = StepClock(8, ctx.device)
@@ -229,7 +229,7 @@ class SettlingEngine(SimulatedEngine):
         super().__init__(stream, times(0))
         self.steps, self.times = 0, times
 
-    def optimizer_step(self) -> None:
+    def optimizer_step(self, extra=None) -> None:
         self.steps += 1
         self.device_s = self.times(self.steps)
 
@@ -237,7 +237,7 @@ class SettlingEngine(SimulatedEngine):
 def auto_warmup(times, *, min_steps: int = 10, max_steps: int = 200) -> worker.Warmup:
     stream = SimulatedStream()
     bench = SimpleNamespace(warmup_steps="auto", warmup_min_steps=min_steps, warmup_max_steps=max_steps)
-    ctx = SimpleNamespace(cell=SimpleNamespace(grad_accum=1, benchmark=bench), ranges=make_ranges(False),
+    ctx = SimpleNamespace(cell=SimpleNamespace(grad_accum=1, benchmark=bench), ranges=make_ranges(False), phases=None,
                           device=torch.device("cpu"), is_distributed=False)
     clock = lambda n: StepClock(n, torch.device("cuda"), 1, make_event=lambda: FakeEvent(stream))  # noqa: E731
     return worker._warm_up(ctx, SettlingEngine(stream, times), batches(stream, 0.0), clock=clock)
@@ -255,3 +255,88 @@ def test_auto_warmup_ends_at_the_first_steady_chunk_and_says_how_many_steps_it_t
 def test_auto_warmup_stops_at_its_maximum():
     growing = lambda step: 0.01 * 1.05 ** step  # noqa: E731  # never steady
     assert auto_warmup(growing, max_steps=35).steps == 35  # 10, then chunks of 10, the last one cut to 5
+
+
+# --- per-phase step timing ----------------------------------------------------------------------------
+
+
+class PhasedEngine:
+    """Forward, backward and optimizer each take a known time, inside the step's own ranges."""
+
+    def __init__(self, ranges, spend, forward_s: float, backward_s: float, optimizer_s: float) -> None:
+        self.ranges, self.spend = ranges, spend
+        self.forward_s, self.backward_s, self.optimizer_s = forward_s, backward_s, optimizer_s
+
+    def forward_backward(self, images, labels, *, sync_grads: bool) -> None:
+        with self.ranges("forward"):
+            self.spend(self.forward_s)
+        with self.ranges("backward"):
+            self.spend(self.backward_s)
+
+    def optimizer_step(self, extra=None) -> None:
+        with self.ranges("optimizer"):
+            self.spend(self.optimizer_s)
+            if extra is not None:
+                extra()
+
+
+def phased_context(accum: int, phases: PhaseClock) -> SimpleNamespace:
+    return SimpleNamespace(cell=SimpleNamespace(grad_accum=accum), ranges=make_ranges(False, phases=phases),
+                           phases=phases, device=torch.device("cpu"), is_distributed=False)
+
+
+def test_each_measured_step_records_its_phases_on_cuda_events_made_before_the_window():
+    stream, steps, accum = SimulatedStream(), 4, 2
+    phases = PhaseClock()
+    ctx = phased_context(accum, phases)
+    make = lambda: FakeEvent(stream)  # noqa: E731
+    clock = StepClock(steps, torch.device("cuda"), accum, make_event=make)
+    phases.arm(steps, torch.device("cuda"), accum, make_event=make)
+    created = FakeEvent.created
+    engine = PhasedEngine(ctx.ranges, stream.queue, 0.010, 0.020, 0.005)
+    worker._window(ctx, engine, batches(stream, 0.001), clock, "measure")
+    assert FakeEvent.created == created  # nothing created inside the window
+    got = phases.resolve()
+    assert got.shape == (steps, len(PHASES))
+    col = {name: got[:, PHASES.index(name)] for name in PHASES}
+    assert np.allclose(col["forward"], accum * 0.010) and np.allclose(col["backward"], accum * 0.020)
+    assert np.allclose(col["optimizer"], 0.005) and np.isnan(col["h2d"]).all()  # synthetic: no copy
+    assert (col["data"] >= 0).all() and (col["data"] < 0.002 * accum).all()  # the busy stream hides the fetch
+
+
+def test_on_cpu_the_phases_are_host_clock_sums_and_a_drill_lands_in_the_optimizer(monkeypatch):
+    now = [0.0]
+    monkeypatch.setattr(time, "perf_counter", lambda: now[0])
+
+    def spend(seconds: float) -> None:
+        now[0] += seconds
+
+    steps, accum = 3, 2
+    phases = PhaseClock()
+    ctx = phased_context(accum, phases)
+    clock = StepClock(steps, torch.device("cpu"), accum)
+    phases.arm(steps, torch.device("cpu"), accum)
+
+    def fed():
+        while True:
+            spend(0.004)
+            yield None, None
+
+    class Drill:
+        def begin(self) -> None:
+            pass
+
+        def __call__(self) -> None:
+            spend(0.030)
+
+    worker._window(ctx, PhasedEngine(ctx.ranges, spend, 0.010, 0.020, 0.005), fed(), clock, "measure",
+                   drill=Drill())
+    got = phases.resolve()
+    col = {name: got[:, PHASES.index(name)] for name in PHASES}
+    assert np.allclose(col["data"], accum * 0.004) and np.allclose(col["forward"], accum * 0.010)
+    assert np.allclose(col["backward"], accum * 0.020) and np.allclose(col["optimizer"], 0.005 + 0.030)
+    assert np.allclose(clock.resolve(), np.nansum(got, axis=1))  # the phases make up the whole step
+    phases.disarm()
+    with ctx.ranges("forward"):  # outside the measured window nothing is recorded
+        spend(1.0)
+    assert np.allclose(phases.resolve(), got, equal_nan=True)

@@ -1,6 +1,7 @@
 """The four verdicts end to end with real cells (a tiny resnet18 synthetic cell, 5 repeats a run): the same
 code against itself never fails; a fire drill (+100 % work per step) is a regression with or without two
-busy-loop processes beside it; the machine slowed by those processes alone is never `unchanged`."""
+busy-loop processes beside it, attributed to the optimizer phase (where the drill's work runs); the machine
+slowed by those processes alone is never `unchanged`."""
 
 from __future__ import annotations
 
@@ -83,6 +84,8 @@ def test_a_aa_drill_and_hog_get_the_verdicts_they_deserve(tmp_path):
         rc, v, err = report(cand, a, tmp_path / f"r-{cand.name}")
         assert rc == 1 and v["verdict"] == "regression", (name, err)
         assert v["effect_pct"] < -25, (name, v["reason"])
+        # the drill's work runs inside the optimizer phase: the verdict says so, with the phase's interval
+        assert v["phase"] == "optimizer" and v["phase_change_low_ms"] > 0, (name, v["attribution"])
 
     rc, v, err = report(hogged, a, tmp_path / "r-hogged")
     assert rc != 0 and v["verdict"] != "unchanged", err  # a slower machine is never "no change"
