@@ -1,0 +1,112 @@
+"""`nvbench bisect`: the search on its own (which point next, skips, the answer), bad input, and end to end
+on a throwaway git repository of this checkout whose 5th of 8 commits makes the optimizer step slower and
+whose 6th cannot import: the bisect names the 5th, attributes the change to the optimizer phase and says
+it skipped the 6th."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import textwrap
+
+import pytest
+from conftest import ROOT, TINY, nvbench
+
+from harness.orchestrate.bisect import BAD, GOOD, SKIPPED, Search
+
+
+def test_the_search_halves_the_open_range_and_steps_around_skipped_points():
+    s = Search([f"c{i}" for i in range(1, 9)])  # c1 good, c8 bad
+    assert (s.lo, s.hi, s.next()) == (0, 7, 3)
+    s.record(3, GOOD)
+    assert s.next() == 5
+    s.record(5, SKIPPED)
+    assert s.next() == 4  # the skipped point's nearest untested neighbour
+    s.record(4, BAD)
+    assert s.next() is None and s.hi == 4 and s.skipped_between() == []
+    t = Search(["g", "x", "y", "b"])
+    t.record(1, SKIPPED)
+    t.record(2, SKIPPED)
+    assert t.next() is None and t.skipped_between() == [1, 2] and t.hi == 3  # the answer names the skipped ones
+
+
+def test_bad_input_is_one_line_and_exit_2(tmp_path):
+    matrix = tmp_path / "m.toml"
+    matrix.write_text(TINY.format(axes='backend = ["synthetic"]', repeats=1, timeout=60, cache=tmp_path / "c",
+                                  nvtx="false", device="cpu"))
+    proc = nvbench("bisect", str(matrix), "--good", "no-such-rev", "--out", str(tmp_path / "b"))
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+        f"error: --good no-such-rev: no such commit in {ROOT}"]
+    proc = nvbench("bisect", str(matrix), "--out", str(tmp_path / "b"))
+    assert proc.returncode == 2 and "needs --good REV" in proc.stderr
+    assert not (tmp_path / "b").exists()
+
+
+def _git(repo, *args):
+    subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True)
+
+
+SLOW_OPTIMIZER = ("        with self._ranges(OPTIMIZER):\n            self._record_lr()",
+                  "        with self._ranges(OPTIMIZER):\n            time.sleep(0.04)  # the regression\n"
+                  "            self._record_lr()")
+BROKEN_IMPORT = "import nvbench_bisect_no_such_module  # breaks this commit\n"
+
+
+@pytest.fixture(scope="module")
+def repository(tmp_path_factory):
+    """8 commits of this checkout's harness: the 5th sleeps 100 ms in every optimizer step (several times the
+    tiny cell's step, so that 5 + 5 repeats decide even on a busy machine), the 6th cannot import its worker
+    (the 7th repairs it)."""
+    repo = tmp_path_factory.mktemp("bisect") / "repo"
+    shutil.copytree(ROOT / "harness", repo / "harness", ignore=shutil.ignore_patterns("__pycache__"))
+    _git(repo.parent, "init", "-q", str(repo))
+    _git(repo, "config", "user.email", "t@example.com")
+    _git(repo, "config", "user.name", "t")
+    engine, worker = repo / "harness" / "cell" / "engine.py", repo / "harness" / "cell" / "worker.py"
+    commits = []
+    for k in range(1, 9):
+        if k == 5:
+            text = engine.read_text()
+            assert SLOW_OPTIMIZER[0] in text, "the engine's optimizer range moved: update this test"
+            engine.write_text(text.replace(SLOW_OPTIMIZER[0], SLOW_OPTIMIZER[1], 1))
+        if k == 6:
+            head = "from __future__ import annotations\n"
+            worker.write_text(worker.read_text().replace(head, head + BROKEN_IMPORT, 1))
+        if k == 7:
+            worker.write_text(worker.read_text().replace(BROKEN_IMPORT, "", 1))
+        (repo / "NOTES").write_text(f"commit {k}\n")
+        _git(repo, "add", "-A")
+        _git(repo, "commit", "-q", "-m", f"commit {k}")
+        commits.append(subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True,
+                                      text=True, check=True).stdout.strip())
+    matrix = repo.parent / "tiny.toml"
+    text = TINY.format(axes=textwrap.dedent('backend = ["synthetic"]'), repeats=5, timeout=120,
+                       cache=repo.parent / "cache", nvtx="false", device="cpu")
+    matrix.write_text(text.replace("measure_steps = 3", "measure_steps = 6"))
+    return repo, commits, matrix
+
+
+@pytest.mark.slow
+def test_bisect_names_the_fifth_commit_and_its_phase_and_skips_the_broken_one(repository, tmp_path):
+    repo, commits, matrix = repository
+    out = tmp_path / "bisect"
+    proc = nvbench("bisect", str(matrix), "--good", commits[0], "--bad", commits[-1], "--repeats", "5",
+                   "--max-repeats", "5", "--out", str(out), cwd=repo, timeout=1500)
+    assert proc.returncode == 0, proc.stderr
+    state = json.loads((out / "bisect.json").read_text())
+    answer = state["answer"]
+    assert answer["result"] == "found" and answer["point"] == commits[4] and answer["skipped"] == []
+    (cell,) = answer["cells"]
+    assert "optimizer +" in cell["attribution"], cell  # the phase the sleep is in
+    assert f"skipped {commits[5][:10]} commit 6: cannot import its harness: ModuleNotFoundError" in proc.stderr
+    assert "step 1 of ~" in proc.stderr and "first bad: " + commits[4][:10] in proc.stderr
+    md = (out / "bisect.md").read_text()
+    assert commits[4][:10] in md.split("## Answer", 1)[1] and "| 1 |" in md
+    assert not (out / "worktrees").exists()  # cleaned up
+    # --resume reuses the comparisons made: nothing runs again, the answer stands
+    folders = sorted(p.name for p in out.glob("ab-*"))
+    again = nvbench("bisect", "--resume", str(out), cwd=repo, timeout=600)
+    assert again.returncode == 0, again.stderr
+    assert "(resumed)" in again.stderr and sorted(p.name for p in out.glob("ab-*")) == folders
+    assert json.loads((out / "bisect.json").read_text())["answer"]["point"] == commits[4]
