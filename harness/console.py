@@ -15,6 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
+from harness.results.accuracy import MIN_VAL_IMAGES, top1_text
 from harness.results.schema import STATUSES
 from harness.spec.cells import cell_label
 from harness.stats.inference import mean_interval
@@ -49,7 +50,7 @@ class RunProgress:
 
     def done(self, row: dict[str, Any]) -> None:
         status = row["status"]
-        detail = (f"{_fmt(row.get('throughput_img_per_s'), '.1f')} img/s  top1 {_fmt(row.get('top1'), '.3f')}"
+        detail = (f"{_fmt(row.get('throughput_img_per_s'), '.1f')} img/s  top1 {top1_text([row])}"
                   if status == "ok" else escape(row["reason"]))  # reasons quote logs: '[' is not markup
         # one line per job whatever the width: a long reason is cut here and shown whole by --verbose
         self.console.print(f"[{STATUS_STYLE[status]}]{status:>8}[/] {row['cell_id']} r{row['repeat']}  {detail}",
@@ -68,7 +69,7 @@ def detail_table(rows: Iterable[dict[str, Any]]) -> Table:
             r.get("throughput_ci_high_img_per_s")
         half = (high - low) / 2 if None not in (low, high) and low == low else None
         table.add_row(r["cell_id"], str(r["repeat"]), f"[{STATUS_STYLE[r['status']]}]{r['status']}[/]",
-                      _fmt(tput, ".1f"), _fmt(half, ".1f"), _fmt(r.get("top1"), ".3f"),
+                      _fmt(tput, ".1f"), _fmt(half, ".1f"), top1_text([r]),
                       _fmt(r.get("exposed_data_wait_frac"), ".1%"), escape(r.get("reason") or ""))
     return table
 
@@ -117,7 +118,7 @@ def ran_table(cells: Mapping[str, Sequence[Mapping[str, Any]]]) -> Table:
         status = "ok" if len(ok) == len(rows) else f"ok {len(ok)}/{len(rows)}"
         table.add_row(cell_label(cid), _fmt(_mean(r.get("throughput_img_per_s") for r in ok), ".1f"),
                       _plus_minus(throughput_interval_pct(ok)),
-                      _fmt(_mean(r.get("top1") for r in ok), ".3f"),
+                      top1_text(ok, short=True),
                       _fmt(_mean(r.get("exposed_data_wait_frac") for r in ok), ".1%"),
                       Text(status, style="green" if len(ok) == len(rows) else "yellow"))
     return table
@@ -166,6 +167,9 @@ def print_summary(console: Console, rows: list[dict[str, Any]], run_dir: Path, m
         console.print(ran_table(ran))
         console.print(Text("±95%: one repeat, its window's interval; several, the interval of their mean",
                            style="dim"), **fit)
+        if any(top1_text(rs).startswith("n/a") for rs in ran.values()):
+            console.print(Text(f"top-1 n/a: validated on fewer than {MIN_VAL_IMAGES} images, not a result",
+                               style="dim"), **fit)
     for title, lines in ((f"skipped: {_cells_word(len(skipped))}, by reason", _skip_lines(skipped)),
                          (f"failed: {_cells_word(len(failed))}", _failure_lines(failed))):
         if lines:

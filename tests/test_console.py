@@ -32,7 +32,8 @@ def smoke_like_rows() -> list[dict]:
         rows.append({"cell_id": f"{backend}_{fmt}_{precision}_ws{ws}_ga1_0123456789", "repeat": 0, "status": status,
                      "reason": reason, "throughput_img_per_s": 250.0 if status == "ok" else None,
                      "throughput_ci_low_img_per_s": 240.0, "throughput_ci_high_img_per_s": 260.0,
-                     "top1": None if backend == "synthetic" else 0.125, "exposed_data_wait_frac": 0.0375})
+                     "top1": None if backend == "synthetic" else 0.125, "num_val_images": 4,  # one smoke batch
+                     "exposed_data_wait_frac": 0.0375})
     rows[1] |= {"status": "timeout", "throughput_img_per_s": None,
                 "reason": "no exit within 120 s: the process group was killed [logs/x.log]\nTraceback ..."}
     return rows
@@ -50,7 +51,12 @@ def test_the_summary_of_a_smoke_sized_run_fits_80_columns_with_one_line_per_cell
     assert lines[0] == "ran: 35 cells"
     ran = [line for line in lines if line.split() and line.split()[-1] == "ok"]
     assert len(ran) == 35 and all("_0123456789" not in line for line in ran)  # labels without the hash
-    assert ran[0].split() == ["dali-cpu_nchw_bf16_ws1_ga1", "250.0", "±4.0%", "0.125", "3.8%", "ok"]
+    # a top-1 of 4 images is noise, not a result: said so, never printed as a number
+    assert ran[0].split() == ["dali-cpu_nchw_bf16_ws1_ga1", "250.0", "±4.0%", "n/a:", "4", "img", "3.8%", "ok"]
+    assert not any("0.125" in line for line in lines)
+    assert "top-1 n/a: validated on fewer than 100 images, not a result" in lines
+    validated = summary([r | {"num_val_images": 1000} for r in smoke_like_rows()])
+    assert "0.125" in next(line for line in validated if line.startswith("dali-cpu_nchw_bf16_ws1_ga1"))
     assert [line.split()[0] for line in ran if line.startswith("synthetic")][:2] == \
         ["synthetic_nchw_bf16_ws1_ga1", "synthetic_nchw_bf16_ws2_ga1"]
     header = next(line for line in lines if line.startswith("cell"))
@@ -77,7 +83,8 @@ def test_matrix_efficiency_shows_where_the_manifest_records_it():
 
 
 def test_several_repeats_show_their_mean_with_the_t_interval_and_a_partial_cell_both_ways():
-    base = {"cell_id": "pytorch_nchw_fp32_ws1_ga1_0123456789", "reason": "", "top1": 0.5, "exposed_data_wait_frac": 0.1}
+    base = {"cell_id": "pytorch_nchw_fp32_ws1_ga1_0123456789", "reason": "", "top1": 0.5, "num_val_images": 500,
+            "exposed_data_wait_frac": 0.1}
     rows = [base | {"repeat": i, "status": "ok", "throughput_img_per_s": x} for i, x in enumerate((98.0, 100.0, 102.0))]
     rows.append(base | {"repeat": 3, "status": "crashed", "reason": "killed by SIGKILL", "throughput_img_per_s": None})
     # mean 100, s = 2, t_{2, 0.975} = 4.303: 4.303 * 2 / sqrt(3) = 4.97 %

@@ -24,6 +24,7 @@ from scipy import stats as scipy_stats
 
 from harness.analysis import decide
 from harness.analysis.runs import RunData, RunInputError, load_history, load_run, resolve_pointer  # noqa: F401 (re-exported)
+from harness.results import accuracy
 from harness.results.env import ENV_KEY_FIELDS, cell_env_fields, env_diff, env_key
 from harness.spec.matrix import AXES
 from harness.stats import inference
@@ -389,9 +390,10 @@ def accuracy_check(cand: Sequence[Mapping[str, Any]], base: Sequence[Mapping[str
                    th: Thresholds, confidence: float) -> dict[str, Any]:
     """Top-1 against a band: `below band` when the whole interval of the change lies below 0 and the
     change is beyond accuracy_tolerance (the same rule as throughput). Repeats evaluate the same images,
-    so the sample size is one repeat's num_val_images, not their sum."""
-    c = [r for r in cand if r.get("top1") is not None and (r.get("num_val_images") or 0) > 0]
-    b = [r for r in base if r.get("top1") is not None and (r.get("num_val_images") or 0) > 0]
+    so the sample size is one repeat's num_val_images, not their sum. Repeats validated on fewer than
+    accuracy.MIN_VAL_IMAGES images are not judged (`n/a`; the report prints their top-1 as "n/a: N images")."""
+    c = [r for r in cand if accuracy.meaningful(r)]  # fewer than 100 images: noise, not judged
+    b = [r for r in base if accuracy.meaningful(r)]
     if not c or not b:
         return {"accuracy_verdict": ACCURACY_NA}
     p_c, p_b = float(np.mean([r["top1"] for r in c])), float(np.mean([r["top1"] for r in b]))

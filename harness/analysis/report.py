@@ -47,6 +47,7 @@ from harness.analysis.compare import (
 )
 from harness.results import env as env_fields
 from harness.results import store
+from harness.results.accuracy import top1_text
 from harness.results.env import ENV_KEY_FIELDS
 from harness.results.schema import STEP_SCHEMA
 from harness.spec.cells import cell_label as label
@@ -604,7 +605,8 @@ def _table(comparison: Comparison) -> str:
     for v in sorted_verdicts(comparison):
         drill = v.fire_drill_pct or v.baseline_fire_drill_pct
         tag = f' <span class="tag">fire drill +{v.fire_drill_pct:g}%</span>' if drill else ""
-        top1 = "-" if v.candidate_top1 is None else f"{v.candidate_top1:.3f} ({v.accuracy_verdict})"
+        top1 = top1_text([r for r in comparison.candidate.rows if r["cell_id"] == v.cell_id and r["status"] == "ok"]) \
+            if v.candidate_top1 is None else f"{v.candidate_top1:.3f} ({v.accuracy_verdict})"
         t = v.throughput
         cells = [
             _td(f'<code title="{_e(v.cell_id)}">{_e(label(v.cell_id))}</code>{tag}', sort=label(v.cell_id)),

@@ -21,6 +21,7 @@ from conftest import TINY, nvbench
 
 from harness.analysis import compare, report
 from harness.results import store
+from harness.results.accuracy import top1_text
 from harness.results.schema import cell_table
 from harness.spec.cells import job_key
 
@@ -41,6 +42,9 @@ VERDICTS_V5_COLUMNS = (
 )  # fmt: skip
 """verdicts.parquet version 5 (version 4 and `repeats_needed`): a reader's contract, whatever shape CellVerdict
 takes."""
+VERDICTS_V6_COLUMNS = VERDICTS_V5_COLUMNS + (
+    "phase", "phase_change_ms", "phase_change_low_ms", "phase_change_high_ms", "step_change_ms", "attribution")
+"""Version 6: version 5 and the phase attribution (issue 29)."""
 
 
 def _matrix(folder: Path, name: str, axes: str, repeats: int) -> Path:
@@ -154,12 +158,13 @@ def test_a_run_ends_with_a_summary_that_fits_80_columns(runs):
     lines = {line.split()[0]: line.split() for line in summary if line.startswith(("synthetic_", "pytorch_"))}
     rows = {r["backend"]: r for r in store.read_cells(a).to_pylist()}
     for backend, row in rows.items():  # the label, then the row's figures as the run wrote them
-        label, img_s, interval, top1, wait, status = lines[f"{backend}_nchw_fp32_ws1_ga1"]
+        parts = lines[f"{backend}_nchw_fp32_ws1_ga1"]
+        label, img_s, interval, top1, wait, status = *parts[:3], " ".join(parts[3:-2]), *parts[-2:]
         assert float(img_s) == pytest.approx(row["throughput_img_per_s"], abs=0.051) and status == "ok"
         half = (row["throughput_ci_high_img_per_s"] - row["throughput_ci_low_img_per_s"]) / 2
         # three steps may leave the interval unbounded above: the summary then shows none
         assert interval == (f"±{100 * half / row['throughput_img_per_s']:.1f}%" if math.isfinite(half) else "-")
-        assert top1 == ("-" if row["top1"] is None else f"{row['top1']:.3f}")
+        assert top1 == top1_text([row], short=True)  # "n/a: N img" below 100 validation images, never 0.000
         assert wait == f"{row['exposed_data_wait_frac']:.1%}"
     assert summary[-3:] == ["2 rows: 2 ok", "results: A", "next:    nvbench report A"]
 
@@ -184,8 +189,8 @@ def test_report_of_a_run_against_itself(runs):
     suite = junit(out / "junit.xml")
     assert [suite.get(k) for k in ("tests", "failures", "errors", "skipped")] == ["2", "0", "0", "2"]
     table = pq.read_table(out / "verdicts.parquet")
-    assert table.schema.metadata[b"nvbench.verdicts_version"] == b"5"
-    assert tuple(table.column_names) == VERDICTS_V5_COLUMNS
+    assert table.schema.metadata[b"nvbench.verdicts_version"] == b"6"
+    assert tuple(table.column_names) == VERDICTS_V6_COLUMNS
     assert {r["compile"] for r in table.to_pylist()} == {"eager"}  # every axis of the cell, the new one too
     thresholds = json.loads(table.schema.metadata[b"nvbench.thresholds"])
     assert thresholds["min_repeats"] == 5 and thresholds["speed_adjust"] is True
@@ -197,7 +202,9 @@ def test_report_of_a_run_against_itself(runs):
     rows = table.to_pylist()
     assert [r["verdict"] for r in rows] == ["inconclusive"] * 2 and [r["repeats_needed"] for r in rows] == [5, 5]
     pytorch = next(r for r in rows if r["backend"] == "pytorch")
-    assert pytorch["candidate_top1"] is not None and pytorch["accuracy_verdict"] == "within band"
+    # the tiny cell validates on 4 images: its top-1 is noise, not judged (and the report says "n/a: 4 images")
+    assert pytorch["candidate_top1"] is None and pytorch["accuracy_verdict"] == "n/a"
+    assert "n/a: 4 images" in (out / "report.html").read_text()
     # The same real rows dealt into 6 repeats a side: enough to judge, and nothing changed.
     six = copy_run(a, root / "six", repeats=6)
     result = report.make_report(six, baseline=six, out_dir=root / "six-report")

@@ -55,9 +55,9 @@ BROKEN_IMPORT = "import nvbench_bisect_no_such_module  # breaks this commit\n"
 
 @pytest.fixture(scope="module")
 def repository(tmp_path_factory):
-    """8 commits of this checkout's harness: the 5th sleeps 100 ms in every optimizer step (several times the
-    tiny cell's step, so that 5 + 5 repeats decide even on a busy machine), the 6th cannot import its worker
-    (the 7th repairs it)."""
+    """8 commits of this checkout's harness: the 5th sleeps 40 ms in every optimizer step (about the tiny
+    cell's whole step, so that 5 + 5 repeats decide on this machine), the 6th cannot import its worker (the
+    7th repairs it)."""
     repo = tmp_path_factory.mktemp("bisect") / "repo"
     shutil.copytree(ROOT / "harness", repo / "harness", ignore=shutil.ignore_patterns("__pycache__"))
     _git(repo.parent, "init", "-q", str(repo))
@@ -110,3 +110,20 @@ def test_bisect_names_the_fifth_commit_and_its_phase_and_skips_the_broken_one(re
     assert again.returncode == 0, again.stderr
     assert "(resumed)" in again.stderr and sorted(p.name for p in out.glob("ab-*")) == folders
     assert json.loads((out / "bisect.json").read_text())["answer"]["point"] == commits[4]
+
+
+def test_a_pythons_file_is_checked_before_anything_runs(tmp_path):
+    import sys
+
+    matrix = tmp_path / "m.toml"
+    matrix.write_text(TINY.format(axes='backend = ["synthetic"]', repeats=1, timeout=60, cache=tmp_path / "c",
+                                  nvtx="false", device="cpu"))
+    pythons = tmp_path / "pythons.txt"
+    pythons.write_text(f"# nightly builds, oldest first\n{sys.executable}\n/no/such/python3\n")
+    proc = nvbench("bisect", str(matrix), "--pythons", str(pythons), "--out", str(tmp_path / "b"))
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [f"error: --pythons {pythons}: no such interpreter: /no/such/python3"]
+    pythons.write_text(f"{sys.executable}\n")
+    proc = nvbench("bisect", str(matrix), "--pythons", str(pythons), "--out", str(tmp_path / "b"))
+    assert proc.returncode == 2 and "needs at least two interpreters" in proc.stderr
+    assert not (tmp_path / "b").exists()
