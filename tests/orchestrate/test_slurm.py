@@ -234,3 +234,27 @@ def test_the_job_script_runs_the_cells_argv_through_srun_across_nodes():
                        Path("/runs/r/work/k/job.sbatch"), cwd=Path("/src"))
     assert {"--nodes=2", "--time=35", "--partition=gpu", "--gpus-per-node=8", "--exclusive", "--no-requeue",
             "--output=/runs/r/logs/k.log"} <= set(args)
+
+
+@pytest.mark.slow
+def test_a_matrix_without_executor_section_runs_through_executor_slurm_as_it_runs_locally(slurm, tmp_path):
+    """The acceptance's shape: `nvbench run MATRIX --executor slurm` with the matrix's own [executor] defaults
+    (no partition named, exclusive nodes, 5 s polls) against a SLURM not configured for it (partition "batch",
+    MinJobAge 2 s, no accounting) runs every cell and exits as the same matrix run locally does."""
+    m = tmp_path / "matrix.toml"
+    m.write_text(TINY.format(axes="grad_accum = [1, 2]", repeats=1, timeout=120, cache=tmp_path / "cache",
+                             nvtx="false", device="cpu"))
+    assert "[executor]" not in m.read_text()
+    local = nvbench("run", str(m), "--out", str(tmp_path / "local"), "--no-progress", timeout=300)
+    through = nvbench("run", str(m), "--out", str(tmp_path / "slurm"), "--executor", "slurm", "--no-progress",
+                      env=slurm.env, timeout=300)
+    assert local.returncode == 0, local.stdout + local.stderr
+    assert through.returncode == local.returncode, through.stdout + through.stderr
+    got, want = rows(tmp_path / "slurm"), rows(tmp_path / "local")
+    assert sorted(got) == sorted(want) == [(1, 0), (2, 0)]
+    assert all(r["status"] == "ok" and r["slurm_job_id"] and r["slurm_job_id"].isdigit() for r in got.values())
+    assert all(r["slurm_job_id"] is None for r in want.values())
+    manifest = json.loads((tmp_path / "slurm" / "manifest.json").read_text())
+    assert manifest["num_jobs"] == 2 and not (tmp_path / "slurm" / "inflight.json").exists()
+    planned = json.loads((tmp_path / "slurm" / "plan.json").read_text())["executor"]
+    assert (planned["kind"], planned["partition"], planned["exclusive"]) == ("slurm", "", True)
