@@ -34,7 +34,7 @@ def nightly_history(tmp_path_factory, request) -> Path:
     from conftest import TINY
 
     text = TINY.format(axes='backend = ["synthetic"]', repeats=3, timeout=180, cache=root / "cache", nvtx="false",
-                       device="cpu").replace("measure_steps = 3\n", "measure_steps = 10\n")
+                       device="cpu").replace("measure_steps = 3\n", "measure_steps = 30\n")
     (root / "tiny.toml").write_text(text)
     history = root / "history"
 
