@@ -24,7 +24,8 @@ VALIDATION = "validation"
 RANGE_NAMES = (CELL, WARMUP, MEASURE, STEP, DATA, H2D, FORWARD, BACKWARD, OPTIMIZER, VALIDATION)
 
 PHASES = (DATA, H2D, FORWARD, BACKWARD, OPTIMIZER)
-"""The phases of a step whose time each measured step records (steps/*.parquet `phase_<name>_s`). The
+"""The phases of a step whose time each measured step records (steps/*.parquet `phase_<name>_s`); h2d
+lies inside data (the loaders copy as they hand a batch over), the others are disjoint. The
 all-reduce of a DDP step has no phase of its own: DDP launches it from backward's hooks, overlapped with the
 rest of backward, so its wait is inside `backward` (`phase_allreduce_s` stays null; docs/results.md)."""
 
