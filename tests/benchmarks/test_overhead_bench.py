@@ -24,7 +24,7 @@ def overhead():
 
 def _args(**over) -> argparse.Namespace:
     fields = dict(model="resnet18", image_size=32, batch_size=4, precision="fp16", memory_format="nhwc", steps=2,
-                  warmup=1, device="cpu", speed_probe=True, rounds=1, seed=0, bare=True)
+                  warmup=1, device="cpu", speed_probe=True, phase_timing=True, rounds=1, seed=0, bare=True)
     return argparse.Namespace(**(fields | over))
 
 
