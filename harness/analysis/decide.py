@@ -37,7 +37,8 @@ WORDS = (REGRESSION, IMPROVEMENT, UNCHANGED, INCONCLUSIVE)
 POWER = 0.8
 """The power at which `repeats_needed` sizes a comparison."""
 MAX_REPEATS_SHOWN = 1000
-"""Above this, `repeats_needed` says 'more than 1000': the change sits on the floor, where no budget decides."""
+"""Above this, `repeats_needed` says "more than 1000": for the spread seen, the change is too close to the floor for
+any practical budget to decide."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -160,7 +161,7 @@ def needed_text(n: int | None) -> str:
     if n is None:
         return "more repeats needed (no spread to size them from)"
     if n > MAX_REPEATS_SHOWN:
-        return f"needs more than {MAX_REPEATS_SHOWN} repeats a side: the change sits at the floor"
+        return f"needs more than {MAX_REPEATS_SHOWN} repeats a side: for this spread the change is too close to the floor"
     return f"needs ~{n} repeats a side"
 
 
