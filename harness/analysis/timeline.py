@@ -27,7 +27,8 @@ class Range:
     name: str
     start_ns: int
     end_ns: int | None
-    """None: pushed and never popped (the exporter keeps such a range open)."""
+    """None: pushed and never popped (nsys 2022.4's exporter ends such a range at the capture's end,
+    ANALYSIS_DETAILS.duration; read_ranges counts that end as open)."""
     thread: int
     parent: int | None = None
     """Index of the enclosing range of the same thread in the list read_ranges returns."""
@@ -54,6 +55,9 @@ def read_ranges(path: Path, domain: str = "nvbench") -> list[Range]:
         marks = ",".join("?" * len(ids))
         text = ("COALESCE(e.text, s.value)" if "StringIds" in tables else "e.text")
         join = "LEFT JOIN StringIds s ON s.id = e.textId" if "StringIds" in tables else ""
+        capture_end = None  # nsys 2022.4 ends a range never popped at the capture's end rather than leaving it open
+        if "ANALYSIS_DETAILS" in tables:
+            capture_end = con.execute("SELECT MAX(duration) FROM ANALYSIS_DETAILS").fetchone()[0]
         rows = con.execute(
             f"SELECT {text}, e.start, e.end, e.globalTid FROM NVTX_EVENTS e {join} "
             f"WHERE e.eventType = ? AND e.domainId IN ({marks}) ORDER BY e.globalTid, e.start, e.end DESC",
@@ -67,6 +71,8 @@ def read_ranges(path: Path, domain: str = "nvbench") -> list[Range]:
     for name, start, end, thread in rows:
         while open_ and (out[open_[-1]].thread != thread or _ends_before(out[open_[-1]], start)):
             open_.pop()
+        if end is not None and capture_end is not None and int(end) >= int(capture_end):
+            end = None  # pushed and never popped: the exporter closed it at the capture's end
         out.append(Range(name=name or "", start_ns=int(start), end_ns=None if end is None else int(end),
                          thread=int(thread), parent=open_[-1] if open_ else None))
         open_.append(len(out) - 1)

@@ -88,3 +88,22 @@ def test_a_file_that_is_not_a_timeline_is_one_clear_error(tmp_path):
     bogus.write_bytes(b"not sqlite at all" * 100)
     with pytest.raises(timeline.TimelineReadError, match="x.sqlite"):
         timeline.read_ranges(bogus)
+
+
+def test_a_range_the_exporter_closed_at_the_capture_end_counts_as_open(tmp_path):
+    import sqlite3
+
+    path = tmp_path / "t.sqlite"
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE NVTX_EVENTS (start INT, end INT, eventType INT, text TEXT, textId INT, domainId INT, "
+                "globalTid INT)")
+    con.execute("CREATE TABLE ANALYSIS_DETAILS (duration INT)")
+    con.execute("INSERT INTO ANALYSIS_DETAILS VALUES (1000)")
+    con.executemany("INSERT INTO NVTX_EVENTS VALUES (?, ?, ?, ?, NULL, 1, 7)", [
+        (0, None, timeline.DOMAIN_CREATE, "nvbench"), (10, 1000, timeline.PUSH_POP, "cell"),
+        (20, 30, timeline.PUSH_POP, "step")])
+    con.commit()
+    con.close()
+    cell, step = timeline.read_ranges(path)
+    assert cell.name == "cell" and cell.end_ns is None  # never popped: nsys ended it with the capture
+    assert step.end_ns == 30 and step.parent == 0
