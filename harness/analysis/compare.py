@@ -590,11 +590,20 @@ def _fast_steps(cand_ok: Sequence[Mapping[str, Any]], base_ok: Sequence[Mapping[
     return (np.array([r[column] for r in cand_ok], dtype=float), np.array([r[column] for r in base_ok], dtype=float))
 
 
-def _p_value(p: _Pending, m: _Metric, th: Thresholds) -> float:
+def permutations_for(th: Thresholds, num_tests: int, num_metrics: int) -> int:
+    """Random splits per Monte-Carlo permutation test: Thresholds.num_resamples, or more where a matrix is wide
+    enough that their resolution would decide the answer. A Monte-Carlo p is at least 1 / (B + 1); the cell's is
+    that times its metrics (Bonferroni), and Benjamini-Hochberg's first step over m cells asks for q / m. With
+    B + 1 >= 10 m k / q the smallest p a cell can reach is a tenth of that, so no real change is held
+    inconclusive by the test's grain (36 cells at q = 0.01 with 10,000 splits could never reject at all)."""
+    return max(th.num_resamples, math.ceil(10 * num_tests * num_metrics / th.level))
+
+
+def _p_value(p: _Pending, m: _Metric, th: Thresholds, num_permutations: int) -> float:
     if p.adjusted:
         return inference.ancova_permutation_p(m.cand, m.baseline, p.cand_probe, p.base_probe,
-                                          num_permutations=th.num_resamples, seed=th.seed)
-    return inference.permutation_p_value(m.cand, m.baseline, num_permutations=th.num_resamples, seed=th.seed)
+                                              num_permutations=num_permutations, seed=th.seed)
+    return inference.permutation_p_value(m.cand, m.baseline, num_permutations=num_permutations, seed=th.seed)
 
 
 def _interval(pending: _Pending, m: _Metric, level: float,
@@ -735,8 +744,9 @@ def compare_runs(candidate: RunData, baseline: RunData, thresholds: Thresholds |
                 for cid, rows in sorted(cand_cells.items())]
     testable = [p for _, p in prepared if p is not None]
     for p in testable:
+        splits = permutations_for(th, len(testable), len(p.metrics))
         for m in p.metrics:
-            m.p = _p_value(p, m, th)
+            m.p = _p_value(p, m, th, splits)
         p.p = min(1.0, len(p.metrics) * min(m.p for m in p.metrics))
     decided: dict[int, dict[str, Any]] = {}
     if testable:

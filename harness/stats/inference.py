@@ -232,11 +232,22 @@ def permutation_p_value(
         extreme = _count_extreme(pooled, in_cand, observed)
         return float(extreme / idx.shape[0])
     rng = np.random.default_rng(seed)
-    order = rng.permuted(np.tile(np.arange(n), (num_permutations, 1)), axis=1)
-    in_cand = np.zeros((num_permutations, n), dtype=bool)
-    np.put_along_axis(in_cand, order[:, :k], True, axis=1)
-    extreme = _count_extreme(pooled, in_cand, observed)
+    extreme = 0
+    for size in _chunks(num_permutations):
+        order = rng.permuted(np.tile(np.arange(n), (size, 1)), axis=1)
+        in_cand = np.zeros((size, n), dtype=bool)
+        np.put_along_axis(in_cand, order[:, :k], True, axis=1)
+        extreme += _count_extreme(pooled, in_cand, observed)
     return float((1 + extreme) / (num_permutations + 1))
+
+
+PERMUTATION_CHUNK = 50_000
+"""Random splits drawn at a time: a wide matrix asks for hundreds of thousands (compare.permutations_for), and
+their index arrays stay tens of MB this way. One chunk below it, so results there are as before chunking."""
+
+
+def _chunks(total: int) -> list[int]:
+    return [min(PERMUTATION_CHUNK, total - start) for start in range(0, total, PERMUTATION_CHUNK)]
 
 
 def _count_extreme(pooled: np.ndarray, in_cand: np.ndarray, observed: float) -> int:
@@ -351,7 +362,6 @@ def ancova_permutation_p(candidate: Sequence[float], baseline: Sequence[float], 
     c = (inv @ design.T)[1]                                # effect = c . y
     hat_resid = np.eye(n) - design @ inv @ design.T         # residual maker of the full model
     rng = np.random.default_rng(seed)
-    perms = rng.permuted(np.tile(np.arange(n), (num_permutations, 1)), axis=1)
 
     def t_ratio(r: np.ndarray) -> np.ndarray:
         # The reduced fit lies in the full model's column space: it adds nothing to effect or residuals.
@@ -360,5 +370,8 @@ def ancova_permutation_p(candidate: Sequence[float], baseline: Sequence[float], 
         return (r @ c) / np.sqrt(np.maximum(rss, 1e-300) / df * inv[1, 1])
 
     observed = abs(float(t_ratio(resid0[None, :])[0]))
-    extreme = int(np.count_nonzero(np.abs(t_ratio(resid0[perms])) >= observed * (1 - 1e-12)))
+    extreme = 0
+    for size in _chunks(num_permutations):
+        perms = rng.permuted(np.tile(np.arange(n), (size, 1)), axis=1)
+        extreme += int(np.count_nonzero(np.abs(t_ratio(resid0[perms])) >= observed * (1 - 1e-12)))
     return float((1 + extreme) / (num_permutations + 1))

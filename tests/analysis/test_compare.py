@@ -525,3 +525,16 @@ def test_a_regression_names_the_phase_whose_time_changed_with_its_interval():
     from harness.analysis.report import change_text
     assert change_text(v).endswith(v.attribution)  # console, summary.md, report and JUnit show it
     assert one(rows([x * 0.8 for x in BASE]), rows(BASE)).phase is None  # no phase times: no attribution
+
+
+def test_a_wide_matrix_draws_enough_permutations_that_a_clear_change_can_reject():
+    """36 cells at q = 0.01, two metrics each: with 10,000 random splits a cell's p is at least 2 / 10,001,
+    above BH's first step (0.01 / 36), so nothing could ever reject; the comparison draws more."""
+    from harness.stats import inference
+
+    th = compare.Thresholds()
+    splits = compare.permutations_for(th, 36, 2)
+    assert splits >= 10 * 36 * 2 / th.level and compare.permutations_for(th, 2, 2) == th.num_resamples
+    cand, base = np.linspace(60, 61, 10), np.linspace(100, 101, 10)  # 10 vs 10, cleanly apart
+    p = 2 * inference.permutation_p_value(cand, base, num_permutations=splits)
+    assert p <= th.level / 36  # BH rejects it even as the only change among 36 cells
