@@ -157,6 +157,11 @@ class Browser:
             raise RuntimeError(f"{expression}: {result['exceptionDetails'].get('text')}")
         return result["result"].get("value")
 
+    def viewport(self, width: int, height: int) -> None:
+        """Lay pages out in a window of `width` x `height` CSS pixels (as a desktop browser at 100 %)."""
+        self.call("Emulation.setDeviceMetricsOverride", session=self.session, width=width, height=height,
+                  deviceScaleFactor=1, mobile=False)
+
     def screenshot(self, out: Path, *, width: int = 1200, height: int = 1400) -> Path:
         """A PNG of the page's top `width` x `height` CSS pixels."""
         self.call("Emulation.setDeviceMetricsOverride", session=self.session, width=width, height=height,

@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from harness.analysis import compare, screen
+from harness.analysis import compare, heatmap, screen
 from harness.analysis.compare import (
     ACCURACY_BELOW,
     FAILED,
@@ -578,7 +578,18 @@ def _cards(comparison: Comparison) -> str:
 
 EXTRA_COLUMNS = (("mfu_pct", "MFU %", ".1f"), ("power_avg_w", "power W", ".0f"),
                  ("img_per_joule", "img/J", ".2f"), ("exposed_data_wait_frac", "data wait", ".1%"))
-"""Row columns the cell table shows beside throughput: (column, heading, format), as each side's mean."""
+"""Row columns a cell's detail row shows beside its verdict: (column, name with unit, format), as each side's
+mean."""
+
+TABLE_HEAD = (("cell", "the cell's axis values; its full id in the detail row"),
+              ("verdict", "the comparison's call"),
+              ("change % [interval]", "change of the metric the verdict rests on, with its interval"),
+              ("img/s", "mean images per second: this run / baseline"),
+              ("MDC %", "minimum detectable change at the baseline's spread (80% power)"),
+              ("top-1", "mean top-1 accuracy, fraction of validation images"),
+              ("repeats", "usable repeats: this run / baseline (history: runs)"))
+"""The cell table's columns: (heading with its unit, what it holds). One line per cell; everything else of a
+cell (its reason, the full change, noise, MFU, power, img/J, data wait) is in its detail row."""
 
 
 def _td(content: str, *, sort: float | str | None = None, num: bool = False) -> str:
@@ -593,39 +604,107 @@ def _pair(this: float | None, base: float | None, spec: str) -> str:
     return _num(this, spec) + (f" / {_num(base, spec)}" if base is not None else "")
 
 
+def skip_groups(comparison: Comparison) -> list[tuple[str, list[CellVerdict]]]:
+    """Skipped cells by reason, the most common reason first (as the console groups them)."""
+    groups: dict[str, list[CellVerdict]] = {}
+    for v in comparison.verdicts:
+        if v.verdict == SKIPPED:
+            groups.setdefault(v.reason or "no reason recorded", []).append(v)
+    return sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+
+
+def _anchors(comparison: Comparison) -> Callable[[CellVerdict], str]:
+    """Where a heatmap tile links: the cell's rows, or a skipped cell's reason group."""
+    group_of = {v.cell_id: i for i, (_, members) in enumerate(skip_groups(comparison)) for v in members}
+    return lambda v: f"#skip-{group_of[v.cell_id]}" if v.cell_id in group_of else f"#cell-{v.cell_id}"
+
+
+def _shown_metric(v: CellVerdict) -> MetricVerdict:
+    """The metric the table shows: the one that made a regression or improvement call, else throughput."""
+    if v.verdict in (REGRESSION, IMPROVEMENT) and v.decided_by in compare.METRIC_ATTRIBUTES:
+        m = v.metric(v.decided_by)
+        if m is not None and m.effect_pct is not None:
+            return m
+    return v.throughput
+
+
+def _short_change(v: CellVerdict) -> str:
+    """The table's change: '-3.1 [-3.8, -2.4]' (% in the heading), '*' where the fast-step rate decided."""
+    m = _shown_metric(v)
+    if m.effect_pct is None:
+        return "-"
+    if m.ci_low_pct is None or m.ci_high_pct is None:
+        return f"{m.effect_pct:+.1f}" + (f" (z {v.robust_z:+.1f})" if v.robust_z is not None else "")
+    star = "*" if m is not v.throughput else ""
+    return f"{m.effect_pct:+.1f}{star} [{m.ci_low_pct:+.1f}, {m.ci_high_pct:+.1f}]"
+
+
+def _top1_cell(v: CellVerdict, rows: Sequence[Mapping[str, Any]]) -> str:
+    if v.candidate_top1 is None:
+        return top1_text(rows)
+    return f"{v.candidate_top1:.3f}" + (" below band" if v.accuracy_verdict == ACCURACY_BELOW else "")
+
+
+def _detail(v: CellVerdict, comparison: Comparison, extra: Mapping[str, tuple[dict, dict]]) -> str:
+    """A cell's detail row: everything the one line leaves out."""
+    facts = [("cell id", f"<code>{_e(v.cell_id)}</code>"), ("reason", _e(v.reason or "-")),
+             ("change", f'<span class="mono">{_e(change_text(v))}</span>'), ("noise", _e(v.noise or "-"))]
+    if v.repeats_needed is not None:
+        facts.append(("repeats to decide", _e(f"~{v.repeats_needed} per side")))
+    if v.accuracy_verdict and v.candidate_top1 is not None:
+        facts.append(("top-1 check", _e(f"{v.accuracy_verdict}" + (
+            f": {v.top1_change:+.4f} [{v.top1_ci_low:+.4f}, {v.top1_ci_high:+.4f}]" if v.top1_change is not None
+            else ""))))
+    for column, name, spec in EXTRA_COLUMNS:
+        this, base = extra[column][0].get(v.cell_id), extra[column][1].get(v.cell_id)
+        facts.append((name + (" (this / baseline)" if base is not None else ""), _e(_pair(this, base, spec))))
+    items = "".join(f"<dt>{name}</dt><dd>{value}</dd>" for name, value in facts)
+    return f'<tr class="detail" hidden><td colspan="{len(TABLE_HEAD)}"><dl>{items}</dl></td></tr>'
+
+
 def _table(comparison: Comparison) -> str:
-    head = ("cell", "verdict", "change [interval]", "MDC", "noise", "img/s (this / baseline)",
-            *(h for _, h, _ in EXTRA_COLUMNS), "repeats", "top-1", "reason")
+    """The judged cells, one line each (sorted by verdict group, then effect), each with a detail row a click
+    opens; skipped cells grouped by reason below it."""
     order = {name: i for i, name in enumerate(compare.VERDICTS)}
     extra = {column: (_cell_means(comparison.candidate.rows, column),
                       _cell_means(comparison.baseline.rows if comparison.baseline else (), column))
              for column, _, _ in EXTRA_COLUMNS}
-    out = ['<div class="wide"><table class="sortable"><thead><tr>' + "".join(f'<th title="sort">{h}</th>' for h in head)
-           + "</tr></thead><tbody>"]
+    ok_rows: dict[str, list[Mapping[str, Any]]] = {}
+    for r in comparison.candidate.rows:
+        if r["status"] == "ok":
+            ok_rows.setdefault(r["cell_id"], []).append(r)
+    head = "".join(f'<th title="{_e(words)}; click to sort">{_e(name)}</th>' for name, words in TABLE_HEAD)
+    out = [f'<table class="cells sortable"><thead><tr>{head}</tr></thead>']
     for v in sorted_verdicts(comparison):
+        if v.verdict == SKIPPED:
+            continue
         drill = v.fire_drill_pct or v.baseline_fire_drill_pct
-        tag = f' <span class="tag">fire drill +{v.fire_drill_pct:g}%</span>' if drill else ""
-        top1 = top1_text([r for r in comparison.candidate.rows if r["cell_id"] == v.cell_id and r["status"] == "ok"]) \
-            if v.candidate_top1 is None else f"{v.candidate_top1:.3f} ({v.accuracy_verdict})"
+        tag = f' <span class="tag">drill +{v.fire_drill_pct:g}%</span>' if drill else ""
         t = v.throughput
+        others = v.num_baseline if comparison.mode != "history" else v.num_history_runs
         cells = [
-            _td(f'<code title="{_e(v.cell_id)}">{_e(label(v.cell_id))}</code>{tag}', sort=label(v.cell_id)),
+            _td(f'<button class="more" type="button" aria-expanded="false" title="details">\u25b8</button>'
+                f'<code title="{_e(v.cell_id)}">{_e(label(v.cell_id))}</code>{tag}', sort=label(v.cell_id)),
             _td(f'<span class="v v-{_e(_css_class(v.verdict))}">{_e(v.verdict)}</span>', sort=order[v.verdict]),
-            _td(f'<span class="mono">{_e(change_text(v))}</span>', sort=v.decided_effect_pct, num=True),
-            _td(_e(_num(v.mdc_pct, ".1f", "%")), sort=v.mdc_pct, num=True),
-            _td(_e(v.noise or "-"), sort=v.noise),
+            _td(f'<span class="mono">{_e(_short_change(v))}</span>', sort=_shown_metric(v).effect_pct, num=True),
             _td(_e(_pair(t.candidate_img_per_s, t.baseline_img_per_s, ".1f")), sort=t.candidate_img_per_s, num=True),
-            *(_td(_e(_pair(extra[c][0].get(v.cell_id), extra[c][1].get(v.cell_id), spec)),
-                  sort=extra[c][0].get(v.cell_id), num=True) for c, _, spec in EXTRA_COLUMNS),
-            _td(f"{v.num_candidate} / {v.num_baseline if comparison.mode != 'history' else v.num_history_runs}",
-                sort=v.num_candidate, num=True),
-            _td(_e(top1), sort=v.candidate_top1), _td(f'<span class="reason">{_e(v.reason)}</span>', sort=v.reason),
+            _td(_e(_num(v.mdc_pct, ".1f")), sort=v.mdc_pct, num=True),
+            _td(_e(_top1_cell(v, ok_rows.get(v.cell_id, []))), sort=v.candidate_top1, num=True),
+            _td(f"{v.num_candidate} / {others}", sort=v.num_candidate, num=True),
         ]
-        out.append(("<tr class=\"drill\">" if drill else "<tr>") + "".join(cells) + "</tr>")
-    out.append("</tbody></table></div>")
-    out.append("<p class=\"hint\">Click a heading to sort. MFU: model FLOPs utilisation; power: mean board power "
-               "over the window (GPU cells with NVML); img/J: images per joule; data wait: share of the window "
-               "the training stream waited for data. Each is the mean over a side's usable repeats.</p>")
+        css = "cell drill" if drill else "cell"
+        out.append(f'<tbody class="{css}" id="cell-{_e(v.cell_id)}"><tr class="main">{"".join(cells)}</tr>'
+                   f"{_detail(v, comparison, extra)}</tbody>")
+    out.append("</table>")
+    out.append('<p class="hint">Click a row for its reason and the rest of its figures (MFU, power, img/J, data '
+               "wait), a heading to sort. * : the fast-step rate decided (the detail row shows both metrics).</p>")
+    groups = skip_groups(comparison)
+    if groups:
+        total = sum(len(m) for _, m in groups)
+        items = "".join(f'<details id="skip-{i}"><summary><b>{len(members)}</b> {_e(reason)}</summary>'
+                        f'<p class="mono">{_e(", ".join(sorted(label(v.cell_id) for v in members)))}</p></details>'
+                        for i, (reason, members) in enumerate(groups))
+        out.append(f'<div class="skips"><h3>Skipped: {total} cell(s), by reason</h3>{items}</div>')
     if comparison.mode == "history" and comparison.suspects:
         codes = ", ".join(f"<code>{_e(s)}</code>" for s in comparison.suspects)
         out.append(f"<p>Suspects for a confirmation rerun: {codes} (also in suspects.json).</p>")
@@ -702,17 +781,31 @@ def _environment(comparison: Comparison) -> str:
 
 
 def _failures(comparison: Comparison) -> str:
-    bad = sorted((r for r in comparison.candidate.rows if r["status"] != "ok"),
-                 key=lambda r: (r["cell_id"], r["repeat"]))
-    if not bad:
-        return "<p>None.</p>"
-    rows = "".join(f'<tr><td><code>{_e(r["cell_id"])}</code></td><td class="num">{r["repeat"]}</td>'
-                   f'<td><span class="v v-{"skipped" if r["status"] == "skipped" else "failed"}">'
-                   f'{_e(r["status"])}</span></td>'
-                   f'<td>{_e(r.get("reason"))}</td><td><code>{_e(r.get("log_path") or "-")}</code></td></tr>'
-                   for r in bad)
-    return ("<table><thead><tr><th>cell</th><th>repeat</th><th>status</th><th>reason</th><th>log</th></tr></thead>"
-            f"<tbody>{rows}</tbody></table>")
+    """Every repeat that did not finish, with its reason and log; skipped cells are counted here and listed by
+    reason under the cell table."""
+    rows = comparison.candidate.rows
+    bad = sorted((r for r in rows if r["status"] not in ("ok", "skipped")), key=lambda r: (r["cell_id"], r["repeat"]))
+    skipped = sum(len(m) for _, m in skip_groups(comparison))
+    out = []
+    if bad:
+        body = "".join(f'<tr><td><code title="{_e(r["cell_id"])}">{_e(label(r["cell_id"]))}</code></td>'
+                       f'<td class="num">{r["repeat"]}</td><td><span class="v v-failed">{_e(r["status"])}</span></td>'
+                       f'<td class="reason">{_e(r.get("reason"))}</td><td><code>{_e(r.get("log_path") or "-")}</code>'
+                       "</td></tr>" for r in bad)
+        out.append("<table class=\"failures\"><thead><tr><th>cell</th><th>repeat</th><th>status</th><th>reason</th>"
+                   f"<th>log</th></tr></thead><tbody>{body}</tbody></table>")
+    else:
+        out.append("<p>No failed repeat.</p>")
+    if skipped:
+        out.append(f'<p>{skipped} cell(s) skipped: listed by reason under <a href="#cells">the cell table</a>.</p>')
+    return "".join(out)
+
+
+def _heatmap(comparison: Comparison) -> str:
+    rates = {v.cell_id: v.throughput.candidate_img_per_s for v in comparison.verdicts
+             if v.throughput.candidate_img_per_s is not None}
+    rates = _cell_means(comparison.candidate.rows, "throughput_img_per_s") | rates
+    return heatmap.render(comparison, rates=rates, row_anchor=_anchors(comparison), change=_metric_change_text)
 
 
 def _template(name: str) -> str:
@@ -739,7 +832,7 @@ def render_html(comparison: Comparison, steps: Mapping[str, Sequence[StepSeries]
     return string.Template(_template("report.html")).substitute(
         title=_e(f"nvbench report: {cand.run_id}"), css=_template("report.css"), subtitle=_e(subtitle),
         setup=_setup(comparison), banner=f'<div class="banner">{_e(banner)}</div>' if banner else "",
-        headline=_cards(comparison), table=_table(comparison), plots="\n".join(plots),
+        headline=_cards(comparison), heatmap=_heatmap(comparison), table=_table(comparison), plots="\n".join(plots),
         steps=step_details(steps or {}), environment=_environment(comparison), failures=_failures(comparison),
         method=_e(f"{_method_text(comparison)} Written {datetime.now(timezone.utc).isoformat(timespec='seconds')}."),
         script=_template("report.js"))

@@ -111,7 +111,8 @@ class _Checker(HTMLParser):
     def handle_starttag(self, tag, attrs):
         self.tags.add(tag)
         for name, value in attrs:
-            if name in ("src", "href") or (value or "").startswith(("http:", "https:", "//")):
+            if name == "src" or (name == "href" and not (value or "").startswith("#")) or \
+                    (value or "").startswith(("http:", "https:", "//")):  # a link inside the page is fine
                 self.problems.append(f"<{tag} {name}={value!r}>")
         if tag not in self.VOID:
             self.stack.append(tag)
@@ -367,8 +368,8 @@ def test_the_report_names_both_sides_offers_the_gpu_columns_and_every_plot_has_u
     assert setup.count(html.escape(f"{env['torch_version']}")) == 2
     assert f"<td>0.83</td><td>{baseline_efficiency:.2f}</td>" in setup
     assert setup.count(f"git {env['nvbench_git_sha'][:10]}" if env["nvbench_git_sha"] else "git not recorded") == 2
-    for heading in ("MFU %", "power W", "img/J", "data wait"):
-        assert f">{heading}</th>" in text, heading
+    for heading in ("MFU %", "power W", "img/J", "data wait"):  # in each cell's detail row
+        assert f"<dt>{heading}" in text, heading
     plots = figures(text)
     assert len(plots) >= 6 and any(c.startswith("Step times: ") for c, _, _ in plots)
     for caption, axis, note in plots:  # a unit on the axis, and what a good value looks like
@@ -394,10 +395,10 @@ def test_the_report_renders_in_a_real_browser_without_a_console_error(runs, tmp_
         assert any(e.startswith("exception: TypeError: window.noSuchFunction") for e in browser.load(broken).errors)
         load = browser.load(page)
         assert load.errors == [] and load.requests == [page.resolve().as_uri()]  # nothing but the file itself
-        sorted_by = "Array.from(document.querySelectorAll('table.sortable tbody tr')).map(r => r.cells[5].dataset.sort)"
-        browser.evaluate("document.querySelectorAll('table.sortable th')[5].click()")  # img/s: ascending
+        sorted_by = "Array.from(document.querySelectorAll('table.cells tr.main')).map(r => r.cells[3].dataset.sort)"
+        browser.evaluate("document.querySelectorAll('table.cells th')[3].click()")  # img/s: ascending
         up = [float(x) for x in browser.evaluate(sorted_by)]
-        browser.evaluate("document.querySelectorAll('table.sortable th')[5].click()")  # again: descending
+        browser.evaluate("document.querySelectorAll('table.cells th')[3].click()")  # again: descending
         assert up == sorted(up) and [float(x) for x in browser.evaluate(sorted_by)] == sorted(up, reverse=True)
         height = "(d => { d.open = true; return d.querySelector('svg').getBoundingClientRect().height; })" \
                  "(document.querySelector('#steps details'))"
@@ -412,3 +413,92 @@ def test_a_long_window_is_thinned_to_its_fastest_and_slowest_steps_so_a_stall_st
     x, y = report._thin(steps, times)
     assert len(x) <= report.MAX_POINTS and np.all(np.diff(x) > 0)  # in step order
     assert 7_777 in x and y.max() == 0.400 and y.min() == times.min()
+
+
+MISSION = Path(__file__).resolve().parents[2] / "matrices" / "resnet50.toml"
+
+
+def mission_smoke_like(a: Path, dst: Path, *, repeats: int, factor) -> tuple[Path, int]:
+    """A run folder shaped as `nvbench run matrices/resnet50.toml --smoke` leaves it on the 2-core CPU machine
+    (96 cells: dali-gpu and world size 8 skipped with the runner's own reasons), each cell that runs dealt the
+    real rows of A's cell of its loader (synthetic, else pytorch) into `repeats` repeats 0.5 % apart, times
+    `factor(index)` (a number, or None: the cell failed). Returns the folder and how many cells ran."""
+    from harness.orchestrate.runner import Capabilities, skip_reason
+    from harness.spec.cells import expand
+    from harness.spec.matrix import load_matrix
+
+    shutil.copytree(a, dst)
+    shutil.rmtree(dst / "cells")
+    manifest = store.read_json(dst / "manifest.json") | {"run_id": dst.name}
+    store.write_json(dst / "manifest.json", manifest)
+    real = {r["backend"]: r for r in store.read_cells(a).to_pylist()}
+    caps = Capabilities(device="cpu", gpu_count=0, cpu_count=2, device_name="CPU")
+    ran = 0
+    for i, cell in enumerate(expand(load_matrix(MISSION), smoke=True)):
+        base = real["synthetic" if cell.backend == "synthetic" else "pytorch"] | dict(cell.axes) | {
+            "cell_id": cell.cell_id, "run_id": dst.name}
+        reason = skip_reason(cell, caps)
+        scale = None if reason else factor(ran)
+        if reason:
+            rows = [base | {"repeat": 0, "status": "skipped", "reason": reason, "throughput_img_per_s": None}]
+        elif scale is None:
+            rows = [base | {"repeat": k, "status": "failed", "reason": "exit code 1: RuntimeError: boom",
+                            "throughput_img_per_s": None} for k in range(repeats)]
+        else:
+            rows = [base | {"repeat": k} | {m: base[m] * scale * (1 + 0.005 * k)
+                                             for m in ("throughput_img_per_s", "fast_step_img_per_s")}
+                    for k in range(repeats)]
+        ran += not reason
+        for row in rows:
+            store.write_table(dst / "cells" / f"{job_key(row['cell_id'], row['repeat'])}.parquet", cell_table([row]))
+    return dst, ran
+
+
+def test_the_report_shows_the_matrix_as_a_heatmap_above_a_table_that_fits_1280_px(runs, tmp_path):
+    binary = chromium_path()
+    if binary is None:
+        pytest.skip("no chromium on PATH (README's test command installs Debian's chromium): the page is not laid "
+                    "out in a browser")
+    root, a, _ = runs
+    base, ran = mission_smoke_like(a, tmp_path / "base", repeats=10, factor=lambda i: 1.0)
+    # one regression, one improvement, one failed cell; the rest unchanged (10 repeats a side: enough for BH over
+    # 36 cells to reject)
+    changes = {0: 0.6, 5: 1.4, 9: None}
+    cand, _ = mission_smoke_like(a, tmp_path / "cand", repeats=10, factor=lambda i: changes.get(i, 1.0))
+    result = report.make_report(cand, baseline=base, out_dir=tmp_path / "report")
+    verdicts = {v.cell_id: v.verdict for v in result.comparison.verdicts}
+    assert len(verdicts) == 96 and ran == 36
+    assert sorted(verdicts.values()).count("skipped") == 60
+    assert {"regression", "improvement", "failed", "unchanged"} <= set(verdicts.values())
+    page = result.out_dir / "report.html"
+    text = check_html(page)
+    assert text.index('class="heatmap"') < text.index('<table class="cells')  # the picture first
+    with Browser(binary) as browser:
+        browser.viewport(1280, 800)
+        load = browser.load(page)
+        assert load.errors == [] and load.requests == [page.resolve().as_uri()]
+        tiles = browser.evaluate("Array.from(document.querySelectorAll('.heatmap a.tile')).map(t => "
+                                 "[t.dataset.cell, t.dataset.verdict, t.getAttribute('href')])")
+        assert sorted(c for c, _, _ in tiles) == sorted(verdicts)  # one tile per cell of the matrix
+        assert sum(v != "skipped" for _, v, _ in tiles) == ran  # one per cell that ran
+        assert all(verdicts[c] == v for c, v, _ in tiles)
+        # the page is no wider than the window: no horizontal scroll, not even inside a box
+        assert browser.evaluate("document.documentElement.scrollWidth") <= 1280
+        wide = "Array.from(document.querySelectorAll('body *')).filter(e => e.scrollWidth > e.clientWidth + 1 " \
+               "&& getComputedStyle(e).overflowX !== 'visible').map(e => e.tagName)"
+        assert browser.evaluate(wide) == []
+        # one line per cell that ran; skipped cells are grouped by reason, not 60 rows
+        heights = browser.evaluate("Array.from(document.querySelectorAll('table.cells tr.main'))"
+                                   ".map(r => r.getBoundingClientRect().height)")
+        assert len(heights) == ran and max(heights) < 1.6 * min(heights)
+        assert browser.evaluate("document.querySelectorAll('.skips details').length") == 2
+        # a tile leads to its row, and the row opens to show its reason
+        regressed = next(c for c, v, _ in tiles if v == "regression")
+        browser.evaluate(f"document.querySelector('a.tile[data-cell=\"{regressed}\"]').click()")
+        assert browser.evaluate(f"document.getElementById('cell-{regressed}').querySelector('tr.detail').hidden") \
+            is False
+        assert "regression" in browser.evaluate(f"document.getElementById('cell-{regressed}').innerText")
+        skipped = next(h for _, v, h in tiles if v == "skipped")
+        browser.evaluate(f"document.querySelector('a.tile[href=\"{skipped}\"]').click()")
+        assert browser.evaluate(f"document.getElementById('{skipped[1:]}').open") is True
+        assert browser.load(page).errors == []
