@@ -103,3 +103,23 @@ def test_env_prints_fingerprint():
     assert env["python_version"] and len(env["env_key"]) >= 8
     human = nvbench("env")
     assert human.returncode == 0 and "env_key" in human.stdout
+
+
+def test_a_smoke_cell_of_the_mission_validates_on_every_class_and_its_console_fits_80_columns(tmp_path):
+    """The README's main job, one cell of it: --smoke validates on the whole generated val set (10 classes x 10
+    images), so its top-1 is a number measured on every class, not '0.000' of one batch of 4; every line the run
+    prints fits 80 columns except those that name a path."""
+    import pyarrow.parquet as pq
+
+    out = tmp_path / "smoke"
+    only = [f"--only={axis}" for axis in ("backend=pytorch", "memory_format=nchw", "precision=fp32", "world_size=1",
+                                          "grad_accum=1")]
+    proc = nvbench("run", str(ROOT / "matrices" / "resnet50.toml"), "--smoke", *only, "--out", str(out),
+                   env={"COLUMNS": "80", "NVBENCH_CACHE": str(tmp_path / "cache")})
+    assert proc.returncode == 0, proc.stderr
+    (row,) = pq.read_table(out / "cells").to_pylist()
+    assert row["status"] == "ok" and row["num_val_images"] == 100 and 0.0 <= row["top1"] <= 1.0
+    line = next(l for l in proc.stderr.splitlines() if l.startswith("pytorch_nchw_fp32_ws1_ga1 "))
+    assert line.split()[3] == f"{row['top1']:.3f}"  # shown as a result: it is one
+    wide = [l for l in (proc.stdout + proc.stderr).splitlines() if len(l) > 80 and "/" not in l]
+    assert wide == []
