@@ -23,11 +23,13 @@ OPTIMIZER = "optimizer"
 VALIDATION = "validation"
 RANGE_NAMES = (CELL, WARMUP, MEASURE, STEP, DATA, H2D, FORWARD, BACKWARD, OPTIMIZER, VALIDATION)
 
-PHASES = (DATA, H2D, FORWARD, BACKWARD, OPTIMIZER)
+ALLREDUCE = "allreduce"
+PHASES = (DATA, H2D, FORWARD, BACKWARD, OPTIMIZER, ALLREDUCE)
 """The phases of a step whose time each measured step records (steps/*.parquet `phase_<name>_s`); h2d
-lies inside data (the loaders copy as they hand a batch over), the others are disjoint. The
-all-reduce of a DDP step has no phase of its own: DDP launches it from backward's hooks, overlapped with the
-rest of backward, so its wait is inside `backward` (`phase_allreduce_s` stays null; docs/results.md)."""
+lies inside data (the loaders copy as they hand a batch over), the others are disjoint. `allreduce` (world
+size > 1): DDP launches the gradients' all-reduce from backward's hooks, overlapped with the rest of
+backward; what is not hidden is the wait at backward's end, from the moment the last gradient is written to
+the moment backward returns. That wait is the allreduce phase, and backward is reported without it."""
 
 Ranges = Callable[[str], ContextManager[None]]
 """`ranges(NAME)` returns a context manager for one of RANGE_NAMES; unknown names raise KeyError."""
@@ -111,6 +113,36 @@ class PhaseClock:
     def __init__(self) -> None:
         self.armed, self.is_cuda = False, False
         self._i = 0
+        self.syncing = True
+        """The current micro-batch's backward all-reduces its gradients (the window sets it per micro-batch)."""
+        self._hooks: list = []
+        self._last_grad: torch.Tensor | None = None
+        self._allreduce_open = False
+
+    def watch_gradients(self, parameters) -> None:
+        """World size > 1: time the all-reduce wait. Until the window is armed every parameter's
+        post-accumulate-grad hook notes which gradient autograd writes last (a step's order is fixed by the
+        graph); arm() then keeps one hook, on that parameter, so a measured backward makes one Python call for
+        it rather than one per parameter."""
+        def note(param: torch.Tensor) -> None:
+            self._last_grad = param
+
+        self._hooks = [p.register_post_accumulate_grad_hook(note) for p in parameters if p.requires_grad]
+
+    def _watch_last_gradient(self) -> None:
+        if not self._hooks:
+            return
+        for handle in self._hooks:
+            handle.remove()
+        self._hooks = []
+        if self._last_grad is not None:  # none without a warm-up backward: the phase then stays NaN
+            self._hooks = [self._last_grad.register_post_accumulate_grad_hook(self._gradients_written)]
+
+    def _gradients_written(self, _param: torch.Tensor) -> None:
+        """Autograd wrote the last gradient of a syncing backward: what remains of it is the all-reduce wait."""
+        if self.armed and self.syncing and not self._allreduce_open:
+            self.enter(_ALLREDUCE)
+            self._allreduce_open = True
 
     def arm(self, num_steps: int, device: torch.device, micro_batches: int = 1, *,
             make_event: Callable[[], object] | None = None) -> None:
@@ -131,6 +163,7 @@ class PhaseClock:
             self._t0 = [0.0] * n
             self._acc = np.zeros((num_steps, n))
         self._i = 0
+        self._watch_last_gradient()
         self.armed = True
 
     def step(self, i: int) -> None:
@@ -151,6 +184,9 @@ class PhaseClock:
     def exit(self, phase: int) -> None:
         if not self.armed:
             return
+        if phase == _BACKWARD and self._allreduce_open:  # backward returns: its all-reduce wait ends here
+            self._allreduce_open = False
+            self.exit(_ALLREDUCE)
         if self.is_cuda:
             k = self._k[phase]
             if k < self._slots:  # more entries than micro-batches (never in the loop): the first ones count
@@ -176,7 +212,12 @@ class PhaseClock:
         else:
             out = self._acc.copy()
         out[self._count == 0] = np.nan
+        waited = np.isfinite(out[:, _ALLREDUCE])
+        out[waited, _BACKWARD] -= out[waited, _ALLREDUCE]  # the wait was timed inside backward: not twice
         return out
+
+
+_BACKWARD, _ALLREDUCE = PHASES.index(BACKWARD), PHASES.index(ALLREDUCE)
 
 
 _NULL_RANGE = _NullRange()

@@ -181,7 +181,10 @@ def _engine(ctx: Context, *, dataset_images: int) -> Engine:
 
         ids = [ctx.device.index] if ctx.device.type == "cuda" else None
         wrap = lambda m: DistributedDataParallel(m, device_ids=ids)  # noqa: E731
-    return build_engine(ctx.cell, ctx.device, dataset_images=dataset_images, wrap=wrap, ranges=ctx.ranges)
+    engine = build_engine(ctx.cell, ctx.device, dataset_images=dataset_images, wrap=wrap, ranges=ctx.ranges)
+    if ctx.is_distributed and ctx.phases is not None and not engine.is_graphed:
+        ctx.phases.watch_gradients(engine.model.parameters())  # the all-reduce wait, a phase of its own
+    return engine
 
 
 def _fence(ctx: Context) -> None:
@@ -221,6 +224,8 @@ def _window(ctx: Context, engine: Engine, batches, clock: StepClock, name: str,
                     with ranges(DATA):
                         images, labels = next(batches)
                     clock.fetch_end(i, micro)
+                    if phases is not None:
+                        phases.syncing = micro == accum - 1  # only this backward waits for an all-reduce
                     engine.forward_backward(images, labels, sync_grads=micro == accum - 1)
                 engine.optimizer_step(extra=drill)  # a drill's work runs inside the optimizer phase
                 clock.end(i)

@@ -340,3 +340,55 @@ def test_on_cpu_the_phases_are_host_clock_sums_and_a_drill_lands_in_the_optimize
     with ctx.ranges("forward"):  # outside the measured window nothing is recorded
         spend(1.0)
     assert np.allclose(phases.resolve(), got, equal_nan=True)
+
+
+def test_a_ddp_steps_allreduce_wait_is_its_own_phase_from_the_last_gradient_to_backwards_end(monkeypatch):
+    """World size > 1: the wait after autograd writes the last gradient (DDP's reducer finishing its buckets) is
+    phase allreduce, timed on the syncing micro-batch only, and backward is reported without it. Real autograd
+    and real post-accumulate-grad hooks; the clock is simulated so that the figures are exact."""
+    now = [0.0]
+    monkeypatch.setattr(time, "perf_counter", lambda: now[0])
+
+    def spend(seconds: float) -> None:
+        now[0] += seconds
+
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU(), torch.nn.Linear(4, 1))
+    steps, accum = 3, 2
+    phases = PhaseClock()
+    phases.watch_gradients(model.parameters())
+    ctx = phased_context(accum, phases)
+
+    class Engine:
+        def forward_backward(self, images, labels, *, sync_grads: bool) -> None:
+            with ctx.ranges("forward"):
+                spend(0.010)
+                loss = model(torch.ones(2, 3)).sum()
+            with ctx.ranges("backward"):
+                spend(0.020)  # the backward pass's own work
+                loss.backward()  # the last gradient is written in here: the wait starts
+                if sync_grads:
+                    spend(0.007)  # DDP's reducer waiting for its last buckets' all-reduce
+
+        def optimizer_step(self, extra=None) -> None:
+            with ctx.ranges("optimizer"):
+                spend(0.005)
+
+    def fed():
+        while True:
+            spend(0.004)
+            yield None, None
+
+    engine = Engine()
+    engine.forward_backward(None, None, sync_grads=True)  # a warm-up backward: the hooks learn the last gradient
+    clock = StepClock(steps, torch.device("cpu"), accum)
+    phases.arm(steps, torch.device("cpu"), accum)
+    assert len(phases._hooks) == 1  # one hook left for the measured window, on the gradient written last
+    worker._window(ctx, engine, fed(), clock, "measure")
+    got = phases.resolve()
+    col = {name: got[:, PHASES.index(name)] for name in PHASES}
+    assert np.allclose(col["allreduce"], 0.007)  # once per step: the micro-batch before it did not sync
+    assert np.allclose(col["backward"], accum * 0.020)
+    assert np.allclose(clock.resolve(), np.nansum(got, axis=1))  # still the whole step, nothing counted twice
+    single = PhaseClock()  # one process: no hooks, no allreduce phase
+    single.arm(steps, torch.device("cpu"), accum)
+    assert np.isnan(single.resolve()[:, PHASES.index("allreduce")]).all()

@@ -181,6 +181,7 @@ def test_world_size_2_trains_with_ddp_and_the_throughput_adds_up(tiny_matrix, tm
     single = rows["synthetic", 1, 1]
     for (backend, ws, ga), row in rows.items():
         if ws == 1:
+            assert row["phase_allreduce_median_s"] is None  # one process: nothing to all-reduce
             continue
         assert row["nnodes"] == 1 and row["images_per_step"] == BATCH * ga * 2
         assert row["images_measured"] == MEASURE_STEPS * row["images_per_step"]
@@ -190,6 +191,14 @@ def test_world_size_2_trains_with_ddp_and_the_throughput_adds_up(tiny_matrix, tm
         measured = {r: [s for s in steps if not s["is_warmup"]] for r, steps in ranks.items()}
         assert all(len(m) == MEASURE_STEPS for m in measured.values())
         assert sum(s["images"] for m in measured.values() for s in m) == row["images_measured"]
+        # The all-reduce wait is a phase of its own on every rank's measured steps; the phases still make up
+        # the step (host clocks on CPU), so nothing was counted twice.
+        for m in measured.values():
+            assert all(s["phase_allreduce_s"] is not None and s["phase_allreduce_s"] >= 0 for s in m)
+            parts = [sum(s[f"phase_{p}_s"] or 0.0 for p in ("data", "forward", "backward", "optimizer",
+                                                             "allreduce")) for s in m]
+            assert all(abs(a - s["step_time_s"]) < 0.05 * s["step_time_s"] + 1e-3 for a, s in zip(parts, m))
+        assert row["phase_allreduce_median_s"] is not None
         # Global throughput: all images over the common, barrier-delimited window, which holds every
         # rank's measured steps (so it is at least the slowest rank's sum of step times).
         slowest = max(sum(s["step_time_s"] for s in m) for m in measured.values())
