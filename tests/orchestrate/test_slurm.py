@@ -63,8 +63,12 @@ def rows(run: Path) -> dict[tuple[int, int], dict]:
 
 
 def start_run(*args: str, env: dict) -> subprocess.Popen:
+    """`nvbench run` as a terminal's foreground job starts it: SIGINT at its default, so that Ctrl-C (the test's
+    SIGINT) reaches Python even when the suite itself runs as a background job (`.ci/run &`), whose children a
+    non-interactive shell starts with SIGINT ignored."""
     return subprocess.Popen([sys.executable, "-m", "harness", "run", *args, "--no-progress"], cwd=ROOT,
-                            env=os.environ | env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            env=os.environ | env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def inflight(run: Path) -> dict:
