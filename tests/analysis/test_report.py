@@ -145,6 +145,14 @@ def figures(text: str) -> list[tuple[str, str, str]]:
     return [(html.unescape(c), html.unescape(a), html.unescape(n)) for c, a, n in found]
 
 
+def chromium_or_skip() -> str:
+    binary = chromium_path()
+    if binary is None:
+        pytest.skip("no chromium on PATH (README's test command installs Debian's chromium): the report is not "
+                    "rendered in a browser")
+    return binary
+
+
 def junit(path: Path) -> ET.Element:
     root = ET.parse(path).getroot()
     assert root.tag == "testsuites"
@@ -381,10 +389,7 @@ def test_the_report_names_both_sides_offers_the_gpu_columns_and_every_plot_has_u
 
 
 def test_the_report_renders_in_a_real_browser_without_a_console_error(runs, tmp_path):
-    binary = chromium_path()
-    if binary is None:
-        pytest.skip("no chromium on PATH (README's test command installs Debian's chromium): the report is not "
-                    "rendered in a browser")
+    binary = chromium_or_skip()
     root, a, _ = runs
     result = report.make_report(copy_run(a, tmp_path / "six", repeats=6), baseline=copy_run(a, tmp_path / "base",
                                 scale=1.1, repeats=6), out_dir=tmp_path / "report")
@@ -455,10 +460,7 @@ def mission_smoke_like(a: Path, dst: Path, *, repeats: int, factor) -> tuple[Pat
 
 
 def test_the_report_shows_the_matrix_as_a_heatmap_above_a_table_that_fits_1280_px(runs, tmp_path):
-    binary = chromium_path()
-    if binary is None:
-        pytest.skip("no chromium on PATH (README's test command installs Debian's chromium): the page is not laid "
-                    "out in a browser")
+    binary = chromium_or_skip()
     root, a, _ = runs
     base, ran = mission_smoke_like(a, tmp_path / "base", repeats=10, factor=lambda i: 1.0)
     # one regression, one improvement, one failed cell; the rest unchanged (10 repeats a side: enough for BH over
