@@ -170,7 +170,8 @@ class PhaseClock:
         """The window enters step i."""
         self._i = i
         if self.is_cuda:
-            self._k = [0] * len(PHASES)
+            for phase in range(len(self._k)):  # in place: the window allocates nothing
+                self._k[phase] = 0
 
     def enter(self, phase: int) -> None:
         if not self.armed:

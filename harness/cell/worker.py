@@ -224,9 +224,10 @@ def _window(ctx: Context, engine: Engine, batches, clock: StepClock, name: str,
                     with ranges(DATA):
                         images, labels = next(batches)
                     clock.fetch_end(i, micro)
+                    sync = micro == accum - 1
                     if phases is not None:
-                        phases.syncing = micro == accum - 1  # only this backward waits for an all-reduce
-                    engine.forward_backward(images, labels, sync_grads=micro == accum - 1)
+                        phases.syncing = sync  # only this backward waits for an all-reduce
+                    engine.forward_backward(images, labels, sync_grads=sync)
                 engine.optimizer_step(extra=drill)  # a drill's work runs inside the optimizer phase
                 clock.end(i)
             if probe is not None:
@@ -378,7 +379,7 @@ def _train(ctx: Context, engine: Engine, loader) -> tuple[dict[str, Any], dict[s
          for k, name in enumerate(PHASES)}
     if probe is not None:
         ran = np.concatenate([np.full(warm.steps, np.nan), probe.per_step])
-        steps["speed_probe_s"] = [None if math.isnan(v) else float(v) for v in ran]  # null where none ran
+        steps["speed_probe_s"] = _nulls_where_nan(ran)  # null where none ran
     return metrics, steps
 
 
