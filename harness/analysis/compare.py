@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
-from scipy import stats as scipy_stats
 
 from harness.analysis import decide
 from harness.analysis.runs import RunData, RunInputError, load_history, load_run, resolve_pointer  # noqa: F401 (re-exported)
@@ -28,6 +27,7 @@ from harness.results import accuracy
 from harness.results.env import ENV_KEY_FIELDS, cell_env_fields, env_diff, env_key
 from harness.spec.matrix import AXES
 from harness.stats import inference
+from harness.stats.changepoint import welch_difference
 from harness.stats.core import Interval
 
 REGRESSION, IMPROVEMENT, UNCHANGED, INCONCLUSIVE = decide.REGRESSION, decide.IMPROVEMENT, decide.UNCHANGED, \
@@ -802,21 +802,12 @@ def phase_attribution(cand: Sequence[Mapping[str, Any]], base: Sequence[Mapping[
     def series(rows, column):
         return [float(r[column]) * 1e3 for r in rows if r.get(column) is not None]
 
-    def welch(a, b):
-        diff = float(np.mean(b) - np.mean(a))
-        va, vb = np.var(a, ddof=1) / len(a), np.var(b, ddof=1) / len(b)
-        se = math.sqrt(va + vb)
-        if se == 0:
-            return diff, diff, diff
-        dof = (va + vb) ** 2 / ((va ** 2 / (len(a) - 1) if va else 0) + (vb ** 2 / (len(b) - 1) if vb else 0))
-        half = scipy_stats.t.ppf(0.5 + level / 2, dof) * se
-        return diff, diff - half, diff + half
-
     found = []
     for name in PHASE_NAMES:
         a, b = series(base, f"phase_{name}_median_s"), series(cand, f"phase_{name}_median_s")
         if len(a) >= 2 and len(b) >= 2:
-            found.append((name, *welch(a, b)))
+            d = welch_difference(a, b, confidence=level)
+            found.append((name, d.estimate, d.low, d.high))
     if not found:
         return {}
     name, change, low, high = max(found, key=lambda f: abs(f[1]))

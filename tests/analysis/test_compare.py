@@ -538,3 +538,9 @@ def test_a_wide_matrix_draws_enough_permutations_that_a_clear_change_can_reject(
     cand, base = np.linspace(60, 61, 10), np.linspace(100, 101, 10)  # 10 vs 10, cleanly apart
     p = 2 * inference.permutation_p_value(cand, base, num_permutations=splits)
     assert p <= th.level / 36  # BH rejects it even as the only change among 36 cells
+
+
+def test_the_phases_compare_reads_are_the_phases_cells_record():
+    from harness.cell.timing import PHASES
+
+    assert compare.PHASE_NAMES == PHASES  # the analysis keeps its own copy so as not to import torch
