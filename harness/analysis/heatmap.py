@@ -46,6 +46,16 @@ def tile_kind(verdict: str) -> str:
     return _KIND.get(verdict, "inconclusive")
 
 
+def shown_metric(v: CellVerdict) -> compare.MetricVerdict:
+    """The metric a tile and the table show: the one that made a regression or improvement call (throughput or
+    the fast-step rate), else throughput."""
+    if v.verdict in (compare.REGRESSION, compare.IMPROVEMENT) and v.decided_by in compare.METRIC_ATTRIBUTES:
+        m = v.metric(v.decided_by)
+        if m is not None and m.effect_pct is not None:
+            return m
+    return v.throughput
+
+
 def _e(value: Any) -> str:
     return html.escape("" if value is None else str(value), quote=True)
 
@@ -103,9 +113,7 @@ def _key_text(axes: Sequence[str], values: Sequence[Any]) -> str:
 def _tile(v: CellVerdict, rate: float | None, href: str, change: Callable[[CellVerdict], str]) -> str:
     kind = tile_kind(v.verdict)
     drill = " drill" if v.fire_drill_pct or v.baseline_fire_drill_pct else ""
-    effect = v.throughput.effect_pct  # the metric that made a call, where one did (as the table shows)
-    if v.verdict in (compare.REGRESSION, compare.IMPROVEMENT) and v.decided_effect_pct is not None:
-        effect = v.decided_effect_pct
+    effect = shown_metric(v).effect_pct
     if kind == "skipped":
         figure, second = "skipped", ""
     elif kind == "failed":

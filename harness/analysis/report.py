@@ -619,18 +619,9 @@ def _anchors(comparison: Comparison) -> Callable[[CellVerdict], str]:
     return lambda v: f"#skip-{group_of[v.cell_id]}" if v.cell_id in group_of else f"#cell-{v.cell_id}"
 
 
-def _shown_metric(v: CellVerdict) -> MetricVerdict:
-    """The metric the table shows: the one that made a regression or improvement call, else throughput."""
-    if v.verdict in (REGRESSION, IMPROVEMENT) and v.decided_by in compare.METRIC_ATTRIBUTES:
-        m = v.metric(v.decided_by)
-        if m is not None and m.effect_pct is not None:
-            return m
-    return v.throughput
-
-
 def _short_change(v: CellVerdict) -> str:
     """The table's change: '-3.1 [-3.8, -2.4]' (% in the heading), '*' where the fast-step rate decided."""
-    m = _shown_metric(v)
+    m = heatmap.shown_metric(v)
     if m.effect_pct is None:
         return "-"
     if m.ci_low_pct is None or m.ci_high_pct is None:
@@ -645,7 +636,7 @@ def _top1_cell(v: CellVerdict, rows: Sequence[Mapping[str, Any]]) -> str:
     return f"{v.candidate_top1:.3f}" + (" below band" if v.accuracy_verdict == ACCURACY_BELOW else "")
 
 
-def _detail(v: CellVerdict, comparison: Comparison, extra: Mapping[str, tuple[dict, dict]]) -> str:
+def _detail(v: CellVerdict, extra: Mapping[str, tuple[dict, dict]]) -> str:
     """A cell's detail row: everything the one line leaves out."""
     facts = [("cell id", f"<code>{_e(v.cell_id)}</code>"), ("reason", _e(v.reason or "-")),
              ("change", f'<span class="mono">{_e(change_text(v))}</span>'), ("noise", _e(v.noise or "-"))]
@@ -686,7 +677,7 @@ def _table(comparison: Comparison) -> str:
             _td(f'<button class="more" type="button" aria-expanded="false" title="details">\u25b8</button>'
                 f'<code title="{_e(v.cell_id)}">{_e(label(v.cell_id))}</code>{tag}', sort=label(v.cell_id)),
             _td(f'<span class="v v-{_e(_css_class(v.verdict))}">{_e(v.verdict)}</span>', sort=order[v.verdict]),
-            _td(f'<span class="mono">{_e(_short_change(v))}</span>', sort=_shown_metric(v).effect_pct, num=True),
+            _td(f'<span class="mono">{_e(_short_change(v))}</span>', sort=heatmap.shown_metric(v).effect_pct, num=True),
             _td(_e(_pair(t.candidate_img_per_s, t.baseline_img_per_s, ".1f")), sort=t.candidate_img_per_s, num=True),
             _td(_e(_num(v.mdc_pct, ".1f")), sort=v.mdc_pct, num=True),
             _td(_e(_top1_cell(v, ok_rows.get(v.cell_id, []))), sort=v.candidate_top1, num=True),
@@ -694,7 +685,7 @@ def _table(comparison: Comparison) -> str:
         ]
         css = "cell drill" if drill else "cell"
         out.append(f'<tbody class="{css}" id="cell-{_e(v.cell_id)}"><tr class="main">{"".join(cells)}</tr>'
-                   f"{_detail(v, comparison, extra)}</tbody>")
+                   f"{_detail(v, extra)}</tbody>")
     out.append("</table>")
     out.append('<p class="hint">Click a row for its reason and the rest of its figures (MFU, power, img/J, data '
                "wait), a heading to sort. * : the fast-step rate decided (the detail row shows both metrics).</p>")
@@ -785,7 +776,7 @@ def _failures(comparison: Comparison) -> str:
     reason under the cell table."""
     rows = comparison.candidate.rows
     bad = sorted((r for r in rows if r["status"] not in ("ok", "skipped")), key=lambda r: (r["cell_id"], r["repeat"]))
-    skipped = sum(len(m) for _, m in skip_groups(comparison))
+    skipped = sum(v.verdict == SKIPPED for v in comparison.verdicts)
     out = []
     if bad:
         body = "".join(f'<tr><td><code title="{_e(r["cell_id"])}">{_e(label(r["cell_id"]))}</code></td>'
