@@ -96,7 +96,7 @@ CELL_COLUMNS: tuple[Column, ...] = (
     _c("phase_forward_median_s", F, "s", "Median over the measured steps (rank 0) of the time forward passes and loss (a captured CUDA graph's whole replay, with phases_graphed)."),
     _c("phase_backward_median_s", F, "s", "Median over the measured steps (rank 0) of the time backward passes (with DDP, the all-reduce wait at its end excluded: phase allreduce)."),
     _c("phase_optimizer_median_s", F, "s", "Median over the measured steps (rank 0) of the time the optimizer update (a fire drill's extra work included)."),
-    _c("phase_allreduce_median_s", F, "s", "Median over the measured steps (rank 0) of the time world size > 1: waiting at backward's end for the gradients' all-reduce, from the last gradient written to backward's return (null in one process)."),
+    _c("phase_allreduce_median_s", F, "s", "Median over the measured steps (rank 0) of the time waiting at backward's end for the gradients' all-reduce, from the last gradient written to backward's return (world size > 1; null in one process)."),
     _c("phases_graphed", B, "", "The step ran as one captured CUDA graph: its phases inside the graph are one, under forward."),
     _c("exposed_data_wait_s", F, "s", "Time the GPU's stream sat idle waiting for batches in the window (CUDA "
        "events around each fetch on the consumer stream; host time on CPU), mean over ranks: the data stall the "
@@ -186,7 +186,7 @@ STEP_COLUMNS: tuple[Column, ...] = (
     _c("phase_forward_s", F, "s", "This step's time forward passes and loss (a captured CUDA graph's whole replay, with phases_graphed); null where the step never entered it (warmup steps are not timed by phase)."),
     _c("phase_backward_s", F, "s", "This step's time backward passes (with DDP the gradient all-reduce's wait is inside); null where the step never entered it (warmup steps are not timed by phase)."),
     _c("phase_optimizer_s", F, "s", "This step's time the optimizer update (a fire drill's extra work included); null where the step never entered it (warmup steps are not timed by phase)."),
-    _c("phase_allreduce_s", F, "s", "This step's time world size > 1: waiting at backward's end for the gradients' all-reduce, from the last gradient written to backward's return (null in one process); null where the step never entered it (warmup steps are not timed by phase)."),
+    _c("phase_allreduce_s", F, "s", "This step's time waiting at backward's end for the gradients' all-reduce, from the last gradient written to backward's return (world size > 1; null in one process); null where the step never entered it (warmup steps are not timed by phase)."),
 )
 
 
