@@ -75,7 +75,7 @@ EDGES = graph()
 def test_the_layout_has_the_packages_the_contracts_name():
     packages = {m for m in EDGES if m.count(".") == 1 and (PACKAGE / m.split(".")[1] / "__init__.py").exists()}
     assert packages == {"harness.spec", "harness.orchestrate", "harness.cell", "harness.data", "harness.models",
-                        "harness.results", "harness.stats", "harness.analysis"}
+                        "harness.results", "harness.stats", "harness.analysis", "harness.commands"}
 
 
 def test_no_import_circle():
@@ -134,7 +134,7 @@ def test_the_cell_imports_nothing_of_the_orchestration():
     assert not within(reachable(EDGES, "harness.cell"), "harness.orchestrate")
 
 
-@pytest.mark.parametrize("parent", ["harness.orchestrate", "harness.cli", "harness.console"])
+@pytest.mark.parametrize("parent", ["harness.orchestrate", "harness.cli", "harness.commands", "harness.console"])
 def test_the_parent_never_imports_the_cell(parent):
     assert not within(reachable(EDGES, parent), "harness.cell"), "start it as `python -m harness.cell` instead"
 
