@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from harness import __version__
-from harness.spec.matrix import MatrixError, load_matrix, with_repeats
+from harness.spec.parse import MatrixError, load_matrix, with_repeats
 
 EXIT_OK, EXIT_FAILURES, EXIT_BAD_INPUT, EXIT_INCONCLUSIVE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 """nvbench report / ab with --fail-on-regression: 0 every judged cell unchanged or improved (nothing failed);

@@ -8,7 +8,8 @@ import pytest
 from conftest import ROOT  # noqa: E402
 
 from harness.spec.cells import Cell, expand, parse_only, schedule
-from harness.spec.matrix import MatrixError, load_matrix, markdown_reference, parse_matrix
+from harness.spec.parse import MatrixError, load_matrix, parse_matrix
+from harness.spec.reference import markdown_reference
 
 HEAD = {"version": 1, "benchmark": {}}
 """What every matrix states; tests add the keys they are about."""
