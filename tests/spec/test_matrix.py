@@ -172,7 +172,7 @@ def test_interleaved_schedule_is_seeded():
 
 def test_docs_list_every_knob():
     doc = (ROOT / "docs" / "matrix.md").read_text()
-    assert markdown_reference() in doc, "docs/matrix.md is stale: python -m harness.spec.matrix --markdown"
+    assert markdown_reference() in doc, "docs/matrix.md is stale: python -m harness.spec.reference --markdown"
 
 
 def test_docs_list_every_column():
