@@ -104,7 +104,7 @@ def collect(out: Path, *, repeats: int, drills: list[float], measure_steps: int,
     from harness.orchestrate import ab
     from harness.results.env import collect_env, env_key
     from harness.spec.cells import expand
-    from harness.spec.matrix import load_matrix
+    from harness.spec.parse import load_matrix
 
     out.mkdir(parents=True, exist_ok=True)
     matrix_path = out / "detector.toml"

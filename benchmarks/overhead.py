@@ -54,7 +54,7 @@ def overhead_matrix(args: argparse.Namespace) -> str:
 def bare_cell(args: argparse.Namespace):
     """The single cell of overhead_matrix, parsed and expanded as `nvbench run` does."""
     from harness.spec.cells import expand
-    from harness.spec.matrix import parse_matrix
+    from harness.spec.parse import parse_matrix
 
     text = overhead_matrix(args)
     (cell,) = expand(parse_matrix(tomllib.loads(text), "overhead.toml", text))

@@ -118,7 +118,9 @@ def test_the_specification_imports_no_torch():
     assert not {"torch", "numpy", "nvidia"} & third_party("harness.spec")
 
 
-@pytest.mark.parametrize("module", ["harness.spec.matrix", "harness.spec.cells", "harness.spec.job"])
+@pytest.mark.parametrize("module", ["harness.spec.matrix", "harness.spec.cells", "harness.spec.job",
+                                    "harness.spec.knobs", "harness.spec.executor", "harness.spec.rules",
+                                    "harness.spec.parse", "harness.spec.reference"])
 def test_the_specification_loads_without_torch(module):
     probe = f"import sys, {module}; print(sorted(m for m in ('torch', 'numpy') if m in sys.modules))"
     done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120)

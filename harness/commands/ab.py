@@ -9,7 +9,7 @@ from pathlib import Path
 
 from harness.commands.common import (EXIT_INTERRUPTED, add_threshold_flags, bad_input, fire_drill_problem,
                                      print_report, thresholds_from)
-from harness.spec.matrix import MatrixError, load_matrix, with_repeats
+from harness.spec.parse import MatrixError, load_matrix, with_repeats
 
 
 def cmd_ab(args: argparse.Namespace) -> int:

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from harness.commands.common import EXIT_INTERRUPTED, bad_input
-from harness.spec.matrix import MatrixError, load_matrix
+from harness.spec.parse import MatrixError, load_matrix
 
 
 def cmd_bisect(args: argparse.Namespace) -> int:

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from harness.commands.common import EXIT_OK, bad_input
-from harness.spec.matrix import MatrixError, load_matrix
+from harness.spec.parse import MatrixError, load_matrix
 
 
 def cmd_data_make(args: argparse.Namespace) -> int:

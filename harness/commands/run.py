@@ -7,7 +7,7 @@ from pathlib import Path
 
 from harness.commands.common import (EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_OK, bad_input, env_and_caps,
                                      fire_drill_problem, reach_warning)
-from harness.spec.matrix import MatrixError, load_matrix, with_repeats
+from harness.spec.parse import MatrixError, load_matrix, with_repeats
 
 
 def cmd_run(args: argparse.Namespace) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from harness.commands.common import EXIT_OK, bad_input, reach_warning
-from harness.spec.matrix import MatrixError, load_matrix
+from harness.spec.parse import MatrixError, load_matrix
 
 
 def cmd_validate(args: argparse.Namespace) -> int:

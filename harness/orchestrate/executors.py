@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Protocol
 
 from harness.orchestrate.launch import Outcome, kill_process, start_process, wait_process
-from harness.spec.matrix import ExecutorConfig
+from harness.spec.executor import ExecutorConfig
 
 
 class ExecutorUnavailable(RuntimeError):

@@ -31,8 +31,9 @@ from harness.results import store
 from harness.results.env import usable_cpu_count
 from harness.results.schema import CELL_SCHEMA, cell_table
 from harness.spec.cells import Cell, job_key, schedule
+from harness.spec.executor import ExecutorConfig
 from harness.spec.job import FAULT_ENV, LAUNCHED_AT_ENV, PARENT_PID_ENV
-from harness.spec.matrix import AXES, Axes, ExecutorConfig, Matrix, from_plain, to_plain
+from harness.spec.matrix import AXES, Axes, Matrix, from_plain, to_plain
 
 PLAN = "plan.json"
 AXIS_DEFAULTS = {axis: getattr(Axes(), axis)[0] for axis in AXES}

@@ -430,7 +430,7 @@ def mission_smoke_like(a: Path, dst: Path, *, repeats: int, factor) -> tuple[Pat
     `factor(index)` (a number, or None: the cell failed). Returns the folder and how many cells ran."""
     from harness.orchestrate.runner import Capabilities, skip_reason
     from harness.spec.cells import expand
-    from harness.spec.matrix import load_matrix
+    from harness.spec.parse import load_matrix
 
     shutil.copytree(a, dst)
     shutil.rmtree(dst / "cells")

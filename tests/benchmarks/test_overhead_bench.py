@@ -11,7 +11,7 @@ import torch
 from conftest import ROOT
 
 from harness.spec.cells import expand
-from harness.spec.matrix import load_matrix
+from harness.spec.parse import load_matrix
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ import torch
 from harness.cell import worker
 from harness.cell.timing import PHASES, PhaseClock, StepClock, make_ranges
 from harness.spec.cells import expand
-from harness.spec.matrix import parse_matrix
+from harness.spec.parse import parse_matrix
 
 
 class SimulatedStream:

@@ -198,7 +198,7 @@ def test_data_prepare_makes_what_the_runner_then_reads_without_generating(tiny_m
     from harness.data import generate
     from harness.orchestrate import runner
     from harness.spec.cells import expand
-    from harness.spec.matrix import load_matrix
+    from harness.spec.parse import load_matrix
 
     matrix = tiny_matrix('backend = ["synthetic", "pytorch", "dali-cpu"]')
     assert main(["data", "prepare", str(matrix), "--only", "backend=synthetic"]) == 0

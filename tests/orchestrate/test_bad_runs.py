@@ -13,7 +13,7 @@ from harness.cli import main
 from harness.orchestrate import runner
 from harness.results import store
 from harness.spec.cells import expand, job_key
-from harness.spec.matrix import load_matrix
+from harness.spec.parse import load_matrix
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ from conftest import ROOT, nvbench
 from harness.orchestrate.launch import Outcome, ProcessLauncher, TorchrunLauncher, launcher_for
 from harness.orchestrate.runner import Capabilities, classify, skip_reason
 from harness.spec.cells import Cell, expand
-from harness.spec.matrix import parse_matrix
+from harness.spec.parse import parse_matrix
 
 MEASURE_STEPS, BATCH, VAL_STEPS = 3, 4, 1
 """What the conftest's tiny matrix runs per cell."""

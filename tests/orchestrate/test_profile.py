@@ -13,7 +13,7 @@ from harness.cell.capture import cell_for_job, range_modes
 from harness.cell.timing import RANGE_NAMES
 from harness.orchestrate.profile import ProfileSpec, select_cell
 from harness.spec.cells import expand, job_key
-from harness.spec.matrix import load_matrix
+from harness.spec.parse import load_matrix
 
 
 def test_torch_profile_captures_the_measured_steps_apart_from_timed_results(tiny_matrix, tmp_path):

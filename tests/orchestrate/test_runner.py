@@ -108,7 +108,7 @@ def test_end_to_end_run_reads_back_with_pyarrow_and_duckdb(tiny_matrix, tmp_path
 
 def test_malloc_tunables_keep_what_the_user_set(tiny_matrix):
     from harness.spec.cells import expand
-    from harness.spec.matrix import load_matrix
+    from harness.spec.parse import load_matrix
 
     (stable,) = expand(load_matrix(tiny_matrix()))
     (system,) = expand(load_matrix(tiny_matrix(extra='malloc = "system"\n')))
@@ -202,7 +202,7 @@ def test_kill_9_then_resume_runs_each_job_exactly_once(tiny_matrix, tmp_path):
 def test_interleaved_order_is_recorded_and_reproducible(tiny_matrix, tmp_path):
     from harness.orchestrate.runner import create_run, load_plan
     from harness.spec.cells import expand
-    from harness.spec.matrix import load_matrix
+    from harness.spec.parse import load_matrix
 
     m = load_matrix(tiny_matrix('backend = ["synthetic"]\nprecision = ["fp32", "bf16"]', repeats=3))
     a = create_run(m, expand(m), run_dir=tmp_path / "a", reports_root=tmp_path, smoke=False, only=[], env={})

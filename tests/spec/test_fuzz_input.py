@@ -191,7 +191,7 @@ def _assert_runnable(path: Path) -> None:
     from harness.data.generate import DatasetParams
     from harness.models import MODELS
     from harness.spec.cells import expand
-    from harness.spec.matrix import load_matrix
+    from harness.spec.parse import load_matrix
 
     for smoke in (False, True):
         for c in expand(load_matrix(path), smoke=smoke):

@@ -8,7 +8,8 @@ import pytest
 from conftest import ROOT  # noqa: E402
 
 from harness.spec.cells import Cell, expand, parse_only, schedule
-from harness.spec.matrix import MatrixError, load_matrix, markdown_reference, parse_matrix
+from harness.spec.parse import MatrixError, load_matrix, parse_matrix
+from harness.spec.reference import markdown_reference
 
 HEAD = {"version": 1, "benchmark": {}}
 """What every matrix states; tests add the keys they are about."""
@@ -171,7 +172,7 @@ def test_interleaved_schedule_is_seeded():
 
 def test_docs_list_every_knob():
     doc = (ROOT / "docs" / "matrix.md").read_text()
-    assert markdown_reference() in doc, "docs/matrix.md is stale: python -m harness.spec.matrix --markdown"
+    assert markdown_reference() in doc, "docs/matrix.md is stale: python -m harness.spec.reference --markdown"
 
 
 def test_docs_list_every_column():
