@@ -30,7 +30,8 @@ COMPILE_MODES = ("eager", "inductor", "cudagraph")
 whole as one CUDA graph and replayed (cudagraph)."""
 MEMORY_FORMATS = ("nchw", "nhwc")
 PRECISIONS = ("fp32", "fp16", "bf16")
-MODEL_NAMES = ("resnet18", "resnet34", "resnet50", "resnet101")
+MODEL_NAMES = ("resnet18", "resnet34", "resnet50", "resnet101", "resnext101-32x4d", "se-resnext101-32x4d",
+               "efficientnet-b0", "efficientnet-b4")
 """The model registry's names (harness.models builds them; a test keeps the two equal). Listed here so
 that validation knows them without importing torch."""
 MODEL_OUTPUT_STRIDE = 32
