@@ -20,7 +20,7 @@ input; 130 interrupted."""
 def _reach_warning(repeats: int, *, smoke: bool, what: str) -> None:
     """One line up front when runs of `repeats` repeats could never be told apart at the report's default level
     (a description needs no verdict: 1 repeat and --smoke runs say nothing)."""
-    from harness.analysis.compare import Thresholds
+    from harness.analysis.verdict import Thresholds
     from harness.analysis.decide import reach_problem
 
     if repeats >= 2 and not smoke and (problem := reach_problem(repeats, Thresholds().level, what=what)):
@@ -220,8 +220,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
 
 def _thresholds(args: argparse.Namespace):
-    """compare.Thresholds from the report/ab flags that were given (the rest keep their defaults)."""
-    from harness.analysis.compare import Thresholds
+    """verdict.Thresholds from the report/ab flags that were given (the rest keep their defaults)."""
+    from harness.analysis.verdict import Thresholds
 
     given = {name: getattr(args, name) for name in ("floor_pct", "fdr_q", "min_repeats", "exclude_unsteady",
                                                      "history_runs", "accuracy_tolerance", "speed_adjust",
@@ -233,7 +233,7 @@ def _thresholds(args: argparse.Namespace):
 def _print_report(result, fail_on_regression: bool) -> int:
     """The report's files, its headline, and the cells a person must read (regressions, failures, then the
     inconclusive ones, loud, with the repeats each needs); the exit status of --fail-on-regression."""
-    from harness.analysis.compare import FAILED, INCONCLUSIVE
+    from harness.analysis.verdict import FAILED, INCONCLUSIVE
     from harness.analysis.report import headline_words
 
     comparison = result.comparison
@@ -263,7 +263,7 @@ def _print_report(result, fail_on_regression: bool) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from harness.analysis.compare import RunInputError
+    from harness.analysis.runs import RunInputError
     from harness.analysis.report import make_report
 
     from harness.analysis.decide import reach_problem
@@ -290,6 +290,8 @@ def cmd_ab(args: argparse.Namespace) -> int:
 
     from harness.analysis import compare
     from harness.analysis.report import write_report
+    from harness.analysis.runs import load_run
+    from harness.analysis.verdict import INCONCLUSIVE, Comparison
     from harness.orchestrate import ab, runner
     from harness.spec.cells import expand
 
@@ -341,13 +343,13 @@ def cmd_ab(args: argparse.Namespace) -> int:
         detail = f"{row['throughput_img_per_s']:.1f} img/s" if row["status"] == "ok" else row["reason"]
         print(f"{side.upper()} {row['status']:>8} {row['cell_id']} r{row['repeat']}  {detail}", file=sys.stderr)
 
-    def judge() -> compare.Comparison:
-        return compare.compare_runs(compare.load_run(out / "b"), compare.load_run(out / "a"), thresholds,
+    def judge() -> Comparison:
+        return compare.compare_runs(load_run(out / "b"), load_run(out / "a"), thresholds,
                                     require_same_env=False, mode="ab", baseline_label=f"A ({label['a']})")
 
     try:
         ab.run_adaptive(out, looks, judge=lambda: [v.cell_id for v in judge().verdicts
-                                                    if v.verdict == compare.INCONCLUSIVE],
+                                                    if v.verdict == INCONCLUSIVE],
                         caps=caps, envs=envs, pythons=pythons, seed=args.seed, checkouts=checkouts, on_done=done,
                         notify=lambda m: print(m, file=sys.stderr))
     except KeyboardInterrupt:
@@ -421,7 +423,7 @@ def _add_threshold_flags(p: argparse.ArgumentParser, *, history: bool) -> None:
                    help="exit 1 on a confirmed regression or a failed cell, 3 when nothing regressed but a cell "
                         "stayed inconclusive, 0 otherwise")
     p.add_argument("--floor", dest="floor_pct", type=float, metavar="PCT",
-                   help="practical floor: smaller changes are never a regression (default: see harness/analysis/compare.py)")
+                   help="practical floor: smaller changes are never a regression (default: see harness/analysis/verdict.py)")
     p.add_argument("--fdr", dest="fdr_q", type=float, metavar="Q", help="Benjamini-Hochberg FDR across cells (0.01)")
     p.add_argument("--min-repeats", type=int, metavar="N", help="fewest usable repeats per side (5)")
     p.add_argument("--exclude-unsteady", action="store_true", default=None,
@@ -486,7 +488,7 @@ def cmd_history(args: argparse.Namespace) -> int:
     """Change points and drifts of every cell over a folder of nightly runs: history.html, changes.md,
     changes.parquet (harness.analysis.history)."""
     from harness.analysis import history, trend
-    from harness.analysis.compare import RunInputError
+    from harness.analysis.runs import RunInputError
 
     folder = Path(args.history_dir)
     out = Path(args.out) if args.out else folder / "trend"
@@ -521,7 +523,7 @@ def cmd_history(args: argparse.Namespace) -> int:
 
 def cmd_export(args: argparse.Namespace) -> int:
     """A run's cells in another tool's format (harness.analysis.export)."""
-    from harness.analysis.compare import RunInputError
+    from harness.analysis.runs import RunInputError
     from harness.analysis.export import export_run
 
     try:
