@@ -35,7 +35,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from harness.analysis import compare, history  # noqa: E402
+from harness.analysis import history  # noqa: E402
+from harness.analysis.runs import load_run  # noqa: E402
 from harness.stats import changepoint  # noqa: E402
 
 OTAVA_DIR = Path(__file__).resolve().parent / ".otava"
@@ -55,7 +56,7 @@ def pool_deviations(runs: list[str]) -> np.ndarray:
     """Log deviations of every ok repeat from its run's cell mean, scaled to the spread of a single repeat."""
     out = []
     for path in runs:
-        run = compare.load_run(path)
+        run = load_run(path)
         cells: dict[str, list[float]] = {}
         for row in run.rows:
             if row["status"] == "ok" and (row.get("throughput_img_per_s") or 0) > 0:

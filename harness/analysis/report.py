@@ -26,23 +26,27 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from harness.analysis import compare, heatmap, screen
-from harness.analysis.compare import (
+from harness.analysis.runs import RunInputError, load_history, load_run
+from harness.analysis.verdict import (
     ACCURACY_BELOW,
     FAILED,
     IMPROVEMENT,
     INCONCLUSIVE,
     INSUFFICIENT,
+    METRIC_COLUMNS,
     NO_BASELINE,
     NOT_COMPARABLE,
     REGRESSION,
     SKIPPED,
     SUSPECT_IMPROVEMENT,
     SUSPECT_REGRESSION,
+    THROUGHPUT,
     UNCHANGED,
+    VERDICT_COLUMNS,
+    VERDICTS,
     CellVerdict,
     Comparison,
     MetricVerdict,
-    RunInputError,
     Thresholds,
 )
 from harness.results import env as env_fields
@@ -95,9 +99,9 @@ def make_report(run_dir: Path, *, baseline: Path | None = None, history: Path | 
             problems.extend(exc.problems)
             return None
 
-    candidate = attempt(lambda: compare.load_run(run_dir))
-    baseline_run = attempt(lambda: compare.load_run(baseline)) if baseline else None
-    runs = attempt(lambda: compare.load_history(history, exclude=run_dir)) if history else None
+    candidate = attempt(lambda: load_run(run_dir))
+    baseline_run = attempt(lambda: load_run(baseline)) if baseline else None
+    runs = attempt(lambda: load_history(history, exclude=run_dir)) if history else None
     if problems:
         raise RunInputError(problems)
     th = thresholds or Thresholds()
@@ -171,7 +175,7 @@ def _metric_change_text(v: CellVerdict) -> str:
         return text
     fast = f"fast steps {f.effect_pct:+.1f}% [{f.ci_low_pct:+.1f}, {f.ci_high_pct:+.1f}]"
     if v.verdict in (REGRESSION, IMPROVEMENT):  # mark the metric that made the call
-        text, fast = (text + "*", fast) if v.decided_by == compare.THROUGHPUT else (text, fast + "*")
+        text, fast = (text + "*", fast) if v.decided_by == THROUGHPUT else (text, fast + "*")
     return f"{text}; {fast}"
 
 
@@ -183,7 +187,7 @@ def sorted_verdicts(comparison: Comparison) -> list[CellVerdict]:
     """In groups by verdict, in VERDICTS order (what needs a person first: inconclusive cells before
     unchanged ones); within a group by the change of the metric each verdict rests on, most negative first,
     cells without an effect last."""
-    order = {name: i for i, name in enumerate(compare.VERDICTS)}
+    order = {name: i for i, name in enumerate(VERDICTS)}
     return sorted(comparison.verdicts, key=lambda v: (order.get(v.verdict, 99), v.decided_effect_pct is None,
                                                       v.decided_effect_pct or 0.0, v.cell_id))
 
@@ -656,7 +660,7 @@ def _detail(v: CellVerdict, extra: Mapping[str, tuple[dict, dict]]) -> str:
 def _table(comparison: Comparison) -> str:
     """The judged cells, one line each (sorted by verdict group, then effect), each with a detail row a click
     opens; skipped cells grouped by reason below it."""
-    order = {name: i for i, name in enumerate(compare.VERDICTS)}
+    order = {name: i for i, name in enumerate(VERDICTS)}
     extra = {column: (_cell_means(comparison.candidate.rows, column),
                       _cell_means(comparison.baseline.rows if comparison.baseline else (), column))
              for column, _, _ in EXTRA_COLUMNS}
@@ -937,12 +941,12 @@ def render_junit(comparison: Comparison) -> bytes:
 
 
 def verdict_schema() -> pa.Schema:
-    """verdicts.parquet's columns (compare.VERDICT_COLUMNS), typed from the CellVerdict and MetricVerdict fields."""
+    """verdicts.parquet's columns (verdict.VERDICT_COLUMNS), typed from the CellVerdict and MetricVerdict fields."""
     types = {f.name: f.type for f in fields(CellVerdict)}
     metric = {f.name: f.type for f in fields(MetricVerdict)}
-    types |= {column: metric[name] for columns in compare.METRIC_COLUMNS.values() for name, column in columns.items()}
+    types |= {column: metric[name] for columns in METRIC_COLUMNS.values() for name, column in columns.items()}
     return pa.schema([pa.field(name, _ARROW_TYPES[str(types[name]).split("|")[0].strip()])
-                      for name in compare.VERDICT_COLUMNS])
+                      for name in VERDICT_COLUMNS])
 
 
 def verdict_table(comparison: Comparison) -> pa.Table:

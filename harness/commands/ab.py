@@ -16,6 +16,8 @@ def cmd_ab(args: argparse.Namespace) -> int:
     from datetime import datetime, timezone
 
     from harness.analysis import compare
+    from harness.analysis.runs import load_run
+    from harness.analysis.verdict import INCONCLUSIVE, Comparison
     from harness.analysis.report import write_report
     from harness.orchestrate import ab, runner
     from harness.spec.cells import expand
@@ -68,13 +70,13 @@ def cmd_ab(args: argparse.Namespace) -> int:
         detail = f"{row['throughput_img_per_s']:.1f} img/s" if row["status"] == "ok" else row["reason"]
         print(f"{side.upper()} {row['status']:>8} {row['cell_id']} r{row['repeat']}  {detail}", file=sys.stderr)
 
-    def judge() -> compare.Comparison:
-        return compare.compare_runs(compare.load_run(out / "b"), compare.load_run(out / "a"), thresholds,
+    def judge() -> Comparison:
+        return compare.compare_runs(load_run(out / "b"), load_run(out / "a"), thresholds,
                                     require_same_env=False, mode="ab", baseline_label=f"A ({label['a']})")
 
     try:
         ab.run_adaptive(out, looks, judge=lambda: [v.cell_id for v in judge().verdicts
-                                                    if v.verdict == compare.INCONCLUSIVE],
+                                                    if v.verdict == INCONCLUSIVE],
                         caps=caps, envs=envs, pythons=pythons, seed=args.seed, checkouts=checkouts, on_done=done,
                         notify=lambda m: print(m, file=sys.stderr))
     except KeyboardInterrupt:

@@ -15,7 +15,7 @@ input; 130 interrupted."""
 def reach_warning(repeats: int, *, smoke: bool, what: str) -> None:
     """One line up front when runs of `repeats` repeats could never be told apart at the report's default level
     (a description needs no verdict: 1 repeat and --smoke runs say nothing)."""
-    from harness.analysis.compare import Thresholds
+    from harness.analysis.verdict import Thresholds
     from harness.analysis.decide import reach_problem
 
     if repeats >= 2 and not smoke and (problem := reach_problem(repeats, Thresholds().level, what=what)):
@@ -47,7 +47,7 @@ def add_threshold_flags(p: argparse.ArgumentParser, *, history: bool) -> None:
                    help="exit 1 on a confirmed regression or a failed cell, 3 when nothing regressed but a cell "
                         "stayed inconclusive, 0 otherwise")
     p.add_argument("--floor", dest="floor_pct", type=float, metavar="PCT",
-                   help="practical floor: smaller changes are never a regression (default: see harness/analysis/compare.py)")
+                   help="practical floor: smaller changes are never a regression (default: see harness/analysis/verdict.py)")
     p.add_argument("--fdr", dest="fdr_q", type=float, metavar="Q", help="Benjamini-Hochberg FDR across cells (0.01)")
     p.add_argument("--min-repeats", type=int, metavar="N", help="fewest usable repeats per side (5)")
     p.add_argument("--exclude-unsteady", action="store_true", default=None,
@@ -64,8 +64,8 @@ def add_threshold_flags(p: argparse.ArgumentParser, *, history: bool) -> None:
 
 
 def thresholds_from(args: argparse.Namespace):
-    """compare.Thresholds from the report/ab flags that were given (the rest keep their defaults)."""
-    from harness.analysis.compare import Thresholds
+    """verdict.Thresholds from the report/ab flags that were given (the rest keep their defaults)."""
+    from harness.analysis.verdict import Thresholds
 
     given = {name: getattr(args, name) for name in ("floor_pct", "fdr_q", "min_repeats", "exclude_unsteady",
                                                      "history_runs", "accuracy_tolerance", "speed_adjust",
@@ -77,7 +77,7 @@ def thresholds_from(args: argparse.Namespace):
 def print_report(result, fail_on_regression: bool) -> int:
     """The report's files, its headline, and the cells a person must read (regressions, failures, then the
     inconclusive ones, loud, with the repeats each needs); the exit status of --fail-on-regression."""
-    from harness.analysis.compare import FAILED, INCONCLUSIVE
+    from harness.analysis.verdict import FAILED, INCONCLUSIVE
     from harness.analysis.report import headline_words
 
     comparison = result.comparison

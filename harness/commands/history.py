@@ -14,7 +14,7 @@ def cmd_history(args: argparse.Namespace) -> int:
     """Change points and drifts of every cell over a folder of nightly runs: history.html, changes.md,
     changes.parquet (harness.analysis.history)."""
     from harness.analysis import history, trend
-    from harness.analysis.compare import RunInputError
+    from harness.analysis.runs import RunInputError
 
     folder = Path(args.history_dir)
     out = Path(args.out) if args.out else folder / "trend"
@@ -49,7 +49,7 @@ def cmd_history(args: argparse.Namespace) -> int:
 
 def cmd_export(args: argparse.Namespace) -> int:
     """A run's cells in another tool's format (harness.analysis.export)."""
-    from harness.analysis.compare import RunInputError
+    from harness.analysis.runs import RunInputError
     from harness.analysis.export import export_run
 
     try:

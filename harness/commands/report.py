@@ -9,7 +9,7 @@ from harness.commands.common import add_threshold_flags, bad_input, print_report
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from harness.analysis.compare import RunInputError
+    from harness.analysis.runs import RunInputError
     from harness.analysis.report import make_report
 
     from harness.analysis.decide import reach_problem

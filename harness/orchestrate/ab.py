@@ -196,7 +196,7 @@ def run_ab(out_dir: Path, *, caps: runner.Capabilities, envs: dict[str, dict[str
 def look_schedule(repeats: int, max_repeats: int) -> list[int]:
     """Pairs per cell at each look of an adaptive A/B: `repeats`, then doubling, ending at `max_repeats`
     (e.g. 5, 10, 20). A fixed-look design: the looks are planned before anything runs, so the report's
-    level can be split over them (compare.Thresholds.looks)."""
+    level can be split over them (verdict.Thresholds.looks)."""
     if repeats < 1 or max_repeats < repeats:
         raise ValueError(f"--repeats {repeats} --max-repeats {max_repeats}: need 1 <= repeats <= max-repeats")
     looks = [repeats]

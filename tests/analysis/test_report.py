@@ -19,7 +19,8 @@ import pytest
 from browser import Browser, chromium_path
 from conftest import TINY, nvbench
 
-from harness.analysis import compare, report
+from harness.analysis import report
+from harness.analysis.verdict import DEFAULT_FLOOR_PCT, CellVerdict, MetricVerdict, Thresholds
 from harness.results import store
 from harness.results.accuracy import top1_text
 from harness.results.schema import cell_table
@@ -242,7 +243,7 @@ def test_a_confirmed_regression_fails_junit_and_the_exit_code(runs):
     assert "**2 regressions**" in md and "| **regression** | -90.0% \\[" in md
     rows = pq.read_table(out / "verdicts.parquet").to_pylist()
     assert {r["verdict"] for r in rows} == {"regression"}
-    assert all(r["ci_high_pct"] < 0 and r["floor_pct"] == compare.DEFAULT_FLOOR_PCT for r in rows)
+    assert all(r["ci_high_pct"] < 0 and r["floor_pct"] == DEFAULT_FLOOR_PCT for r in rows)
     # both metrics were tested on the real rows' fast-step rates, and both fell by the constructed 90 %
     assert all(r["fast_effect_pct"] == pytest.approx(-90.0, abs=0.5) and r["fast_ci_high_pct"] < 0 for r in rows)
     assert all(r["decided_by"] in ("throughput", "fast steps") for r in rows)
@@ -276,7 +277,7 @@ def test_every_string_from_results_is_escaped(runs):
     manifest["environment"]["hostname"] = "<img src=x onerror=alert(1)>"
     store.write_json(hostile / "manifest.json", manifest)
     result = report.make_report(hostile, baseline=a, out_dir=root / "hostile-report",
-                                thresholds=compare.Thresholds(min_repeats=2))
+                                thresholds=Thresholds(min_repeats=2))
     text = check_html(result.out_dir / "report.html")
     assert text.count("<script>") == 1 and "<script>alert" not in text  # the page's own script, no other
     assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in text
@@ -351,14 +352,14 @@ def test_history_screening_names_suspects_but_does_not_fail(runs):
 
 def test_change_text_shows_the_fast_step_rate_and_marks_the_metric_that_decided():
     common = dict(cell_id="c", floor_pct=3.0, fdr_q=0.01, accuracy_tolerance=0.01,
-                  throughput=compare.MetricVerdict(effect_pct=-1.0, ci_low_pct=-9.0, ci_high_pct=7.0))
-    fast = dict(fast_step=compare.MetricVerdict(effect_pct=-5.2, ci_low_pct=-6.9, ci_high_pct=-3.5))
-    regressed = compare.CellVerdict(verdict="regression", reason="", decided_by="fast steps", **common, **fast)
+                  throughput=MetricVerdict(effect_pct=-1.0, ci_low_pct=-9.0, ci_high_pct=7.0))
+    fast = dict(fast_step=MetricVerdict(effect_pct=-5.2, ci_low_pct=-6.9, ci_high_pct=-3.5))
+    regressed = CellVerdict(verdict="regression", reason="", decided_by="fast steps", **common, **fast)
     assert report.change_text(regressed) == "-1.0% [-9.0, +7.0]; fast steps -5.2% [-6.9, -3.5]*"
     assert regressed.decided_effect_pct == -5.2
-    same = compare.CellVerdict(verdict="unchanged", reason="", decided_by="fast steps", **common, **fast)
+    same = CellVerdict(verdict="unchanged", reason="", decided_by="fast steps", **common, **fast)
     assert report.change_text(same) == "-1.0% [-9.0, +7.0]; fast steps -5.2% [-6.9, -3.5]"  # nothing decided
-    alone = compare.CellVerdict(verdict="regression", reason="", decided_by="throughput", **common)
+    alone = CellVerdict(verdict="regression", reason="", decided_by="throughput", **common)
     assert report.change_text(alone) == "-1.0% [-9.0, +7.0]" and alone.decided_effect_pct == -1.0
 
 

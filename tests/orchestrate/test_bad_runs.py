@@ -131,7 +131,7 @@ def test_a_baseline_pointer_that_is_not_text(run_folder, tmp_path, capsys):
 
 
 def test_a_report_that_fails_to_render_writes_nothing(run_folder, capsys, monkeypatch):
-    from harness.analysis.compare import Thresholds
+    from harness.analysis.verdict import Thresholds
 
     assert main(["report", str(run_folder)]) == 0
     capsys.readouterr()

@@ -20,7 +20,9 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import ROOT
 
-from harness.analysis import compare, report
+from harness.analysis import report
+from harness.analysis.runs import RunData
+from harness.analysis.verdict import CellVerdict, Comparison, MetricVerdict, Thresholds
 from harness.orchestrate import nightly, runner
 from harness.results import store
 
@@ -127,15 +129,15 @@ def _verdicts(folder: Path, *rows: dict) -> None:
     defaults = {"memory_format": "nchw", "precision": "fp32", "world_size": 1, "grad_accum": 1, "compile": "eager",
                 "reason": "",
                 "floor_pct": 3.0, "fdr_q": 0.01, "accuracy_tolerance": 0.01}
-    verdicts = [compare.CellVerdict(cell_id=f"c{i}", **defaults | row) for i, row in enumerate(rows)]
-    run = compare.RunData(path="r", run_id="r", created_at="", environment={}, rows=())
-    comparison = compare.Comparison(mode="baseline", candidate=run, baseline_label="b", baseline_environment={},
-                                    thresholds=compare.Thresholds(), verdicts=tuple(verdicts))
+    verdicts = [CellVerdict(cell_id=f"c{i}", **defaults | row) for i, row in enumerate(rows)]
+    run = RunData(path="r", run_id="r", created_at="", environment={}, rows=())
+    comparison = Comparison(mode="baseline", candidate=run, baseline_label="b", baseline_environment={},
+                                    thresholds=Thresholds(), verdicts=tuple(verdicts))
     store.write_table(folder / "verdicts.parquet", report.verdict_table(comparison))
 
 
 def _change(effect_pct: float, p_value: float) -> dict:
-    return {"throughput": compare.MetricVerdict(effect_pct=effect_pct), "p_value": p_value}
+    return {"throughput": MetricVerdict(effect_pct=effect_pct), "p_value": p_value}
 
 
 def test_targets_are_the_regressions_and_inconclusive_cells_of_a_baseline_report_or_the_suspects_of_a_screen(tmp_path):
@@ -154,8 +156,8 @@ def test_targets_are_the_regressions_and_inconclusive_cells_of_a_baseline_report
 
 
 def test_the_loose_screen_reads_the_change_of_the_metric_the_verdict_rests_on(tmp_path):
-    changes = {"verdict": "unchanged", "throughput": compare.MetricVerdict(effect_pct=1.0),
-               "fast_step": compare.MetricVerdict(effect_pct=-3.0), "p_value": 0.1}
+    changes = {"verdict": "unchanged", "throughput": MetricVerdict(effect_pct=1.0),
+               "fast_step": MetricVerdict(effect_pct=-3.0), "p_value": 0.1}
     _verdicts(tmp_path, {"backend": "pytorch", "decided_by": "fast steps", **changes},  # fast steps slower
               {"backend": "synthetic", "decided_by": "throughput", **changes})  # throughput faster
     assert ["--only", "backend=pytorch"] == nightly.targets(tmp_path)[:2]
