@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 
 import harness
-from harness.analysis import compare, report
+from harness.analysis import compare, verdicts_file
 from harness.results import store
 from harness.results.env import git_state
 
@@ -38,7 +38,7 @@ def targets(report_dir: Path) -> list[str]:
     if (report_dir / "suspects.json").is_file():
         flags = {f for s in store.read_json(report_dir / "suspects.json") for f in s["only"]}
     else:
-        verdicts = report.read_verdicts(report_dir / "verdicts.parquet")
+        verdicts = verdicts_file.read_verdicts(report_dir / "verdicts.parquet")
         flags = {f for v in verdicts if _screened(v) for f in v.axis_filters()}
     return [arg for flag in sorted(flags) for arg in ("--only", flag)]
 
@@ -74,7 +74,7 @@ def unusable_side(ab_dir: Path) -> str | None:
 
 def inconclusive_lines(report_dir: Path) -> list[str]:
     """`INCONCLUSIVE cell: reason` for every inconclusive cell of a report's verdicts.parquet."""
-    verdicts = report.read_verdicts(report_dir / "verdicts.parquet")
+    verdicts = verdicts_file.read_verdicts(report_dir / "verdicts.parquet")
     return [f"  INCONCLUSIVE {v.cell_id}: {v.reason}" for v in verdicts if v.verdict == compare.INCONCLUSIVE]
 
 
