@@ -78,7 +78,7 @@ def print_report(result, fail_on_regression: bool) -> int:
     """The report's files, its headline, and the cells a person must read (regressions, failures, then the
     inconclusive ones, loud, with the repeats each needs); the exit status of --fail-on-regression."""
     from harness.analysis.verdict import FAILED, INCONCLUSIVE
-    from harness.analysis.report import headline_words
+    from harness.analysis.wording import headline_words
 
     comparison = result.comparison
     for note in comparison.notes:

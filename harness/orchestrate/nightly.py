@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 
 import harness
-from harness.analysis import report
+from harness.analysis import verdicts_file
 from harness.analysis.runs import load_run
 from harness.analysis.verdict import INCONCLUSIVE, REGRESSION, CellVerdict
 from harness.results import store
@@ -40,7 +40,7 @@ def targets(report_dir: Path) -> list[str]:
     if (report_dir / "suspects.json").is_file():
         flags = {f for s in store.read_json(report_dir / "suspects.json") for f in s["only"]}
     else:
-        verdicts = report.read_verdicts(report_dir / "verdicts.parquet")
+        verdicts = verdicts_file.read_verdicts(report_dir / "verdicts.parquet")
         flags = {f for v in verdicts if _screened(v) for f in v.axis_filters()}
     return [arg for flag in sorted(flags) for arg in ("--only", flag)]
 
@@ -76,7 +76,7 @@ def unusable_side(ab_dir: Path) -> str | None:
 
 def inconclusive_lines(report_dir: Path) -> list[str]:
     """`INCONCLUSIVE cell: reason` for every inconclusive cell of a report's verdicts.parquet."""
-    verdicts = report.read_verdicts(report_dir / "verdicts.parquet")
+    verdicts = verdicts_file.read_verdicts(report_dir / "verdicts.parquet")
     return [f"  INCONCLUSIVE {v.cell_id}: {v.reason}" for v in verdicts if v.verdict == INCONCLUSIVE]
 
 

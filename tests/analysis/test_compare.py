@@ -530,7 +530,7 @@ def test_a_regression_names_the_phase_whose_time_changed_with_its_interval():
     assert v.verdict == REGRESSION and v.phase == "optimizer"
     assert v.phase_change_low_ms < 15.0 < v.phase_change_high_ms and v.phase_change_low_ms > 10
     assert v.attribution.startswith(f"optimizer {v.phase_change_ms:+.1f} ms [") and "ms per step" in v.attribution
-    from harness.analysis.report import change_text
+    from harness.analysis.wording import change_text
     assert change_text(v).endswith(v.attribution)  # console, summary.md, report and JUnit show it
     assert one(rows([x * 0.8 for x in BASE]), rows(BASE)).phase is None  # no phase times: no attribution
 

@@ -16,7 +16,7 @@ import pytest
 
 from harness import cli
 from harness.analysis import history, trend
-from harness.analysis.report import _md
+from harness.analysis.wording import esc_md
 from harness.results import store
 from harness.results.schema import CELL_SCHEMA, RESULT_SCHEMA_VERSION, cell_table
 
@@ -91,7 +91,7 @@ def test_a_5pct_step_at_night_12_of_30_is_found_at_night_12_with_its_commit_rang
     assert not step["is_new"]  # found without the newest night too
     assert [c for c in changes if c["cell_id"] == OTHER] == []
     md = (tmp_path / "out" / "changes.md").read_text()
-    assert _md(CELL) in md and f"{sha(night - 1)[:12]}..{sha(night)[:12]}" in md
+    assert esc_md(CELL) in md and f"{sha(night - 1)[:12]}..{sha(night)[:12]}" in md
 
 
 def test_a_a_nights_give_no_change_point_and_no_drift(tmp_path, capsys):

@@ -19,7 +19,7 @@ import pytest
 from browser import Browser, chromium_path
 from conftest import TINY, nvbench
 
-from harness.analysis import report
+from harness.analysis import report, report_plots, verdicts_file, wording
 from harness.analysis.verdict import DEFAULT_FLOOR_PCT, CellVerdict, MetricVerdict, Thresholds
 from harness.results import store
 from harness.results.accuracy import top1_text
@@ -222,7 +222,7 @@ def test_report_of_a_run_against_itself(runs):
     assert all(v.throughput.effect_pct == pytest.approx(0.0, abs=1e-9) for v in result.comparison.verdicts)
     assert all(v.fast_step.effect_pct == pytest.approx(0.0, abs=1e-9) for v in result.comparison.verdicts)
     check_html(result.out_dir / "report.html")
-    assert report.read_verdicts(result.out_dir / "verdicts.parquet") == list(result.comparison.verdicts)
+    assert verdicts_file.read_verdicts(result.out_dir / "verdicts.parquet") == list(result.comparison.verdicts)
 
 
 def test_a_confirmed_regression_fails_junit_and_the_exit_code(runs):
@@ -355,12 +355,12 @@ def test_change_text_shows_the_fast_step_rate_and_marks_the_metric_that_decided(
                   throughput=MetricVerdict(effect_pct=-1.0, ci_low_pct=-9.0, ci_high_pct=7.0))
     fast = dict(fast_step=MetricVerdict(effect_pct=-5.2, ci_low_pct=-6.9, ci_high_pct=-3.5))
     regressed = CellVerdict(verdict="regression", reason="", decided_by="fast steps", **common, **fast)
-    assert report.change_text(regressed) == "-1.0% [-9.0, +7.0]; fast steps -5.2% [-6.9, -3.5]*"
+    assert wording.change_text(regressed) == "-1.0% [-9.0, +7.0]; fast steps -5.2% [-6.9, -3.5]*"
     assert regressed.decided_effect_pct == -5.2
     same = CellVerdict(verdict="unchanged", reason="", decided_by="fast steps", **common, **fast)
-    assert report.change_text(same) == "-1.0% [-9.0, +7.0]; fast steps -5.2% [-6.9, -3.5]"  # nothing decided
+    assert wording.change_text(same) == "-1.0% [-9.0, +7.0]; fast steps -5.2% [-6.9, -3.5]"  # nothing decided
     alone = CellVerdict(verdict="regression", reason="", decided_by="throughput", **common)
-    assert report.change_text(alone) == "-1.0% [-9.0, +7.0]" and alone.decided_effect_pct == -1.0
+    assert wording.change_text(alone) == "-1.0% [-9.0, +7.0]" and alone.decided_effect_pct == -1.0
 
 
 def test_the_report_names_both_sides_offers_the_gpu_columns_and_every_plot_has_units_and_a_good_value(runs):
@@ -416,8 +416,8 @@ def test_a_long_window_is_thinned_to_its_fastest_and_slowest_steps_so_a_stall_st
     steps = np.arange(10_000, dtype=float)
     times = 0.050 + 0.001 * np.sin(steps / 50)
     times[7_777] = 0.400  # one stall among 10,000 steps
-    x, y = report._thin(steps, times)
-    assert len(x) <= report.MAX_POINTS and np.all(np.diff(x) > 0)  # in step order
+    x, y = report_plots._thin(steps, times)
+    assert len(x) <= report_plots.MAX_POINTS and np.all(np.diff(x) > 0)  # in step order
     assert 7_777 in x and y.max() == 0.400 and y.min() == times.min()
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.analysis import report
+from harness.analysis import ci_formats, report
 from harness.cli import main
 from harness.orchestrate import runner
 from harness.results import store
@@ -142,7 +142,7 @@ def test_a_report_that_fails_to_render_writes_nothing(run_folder, capsys, monkey
     def broken(comparison):
         raise RuntimeError("rendering failed")
 
-    monkeypatch.setattr(report, "render_junit", broken)  # the last file rendered
+    monkeypatch.setattr(ci_formats, "render_junit", broken)  # the last file rendered
     with pytest.raises(RuntimeError, match="rendering failed"):
         report.make_report(run_folder, thresholds=Thresholds(floor_pct=7))
     assert _tree(run_folder / "report") == last

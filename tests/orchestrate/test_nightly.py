@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import ROOT
 
-from harness.analysis import report
+from harness.analysis import verdicts_file
 from harness.analysis.runs import RunData
 from harness.analysis.verdict import CellVerdict, Comparison, MetricVerdict, Thresholds
 from harness.orchestrate import nightly, runner
@@ -133,7 +133,7 @@ def _verdicts(folder: Path, *rows: dict) -> None:
     run = RunData(path="r", run_id="r", created_at="", environment={}, rows=())
     comparison = Comparison(mode="baseline", candidate=run, baseline_label="b", baseline_environment={},
                                     thresholds=Thresholds(), verdicts=tuple(verdicts))
-    store.write_table(folder / "verdicts.parquet", report.verdict_table(comparison))
+    store.write_table(folder / "verdicts.parquet", verdicts_file.verdict_table(comparison))
 
 
 def _change(effect_pct: float, p_value: float) -> dict:
@@ -197,6 +197,6 @@ def test_a_version_3_verdicts_table_reads_with_no_compile_axis_and_targets_name_
     meta = {**table.schema.metadata, b"nvbench.verdicts_version": b"3"}
     old = table.drop_columns(["compile"]).replace_schema_metadata(meta)  # as a release before the axis wrote it
     store.write_table(tmp_path / "verdicts.parquet", old)
-    assert [v.compile for v in report.read_verdicts(tmp_path / "verdicts.parquet")] == [None]
+    assert [v.compile for v in verdicts_file.read_verdicts(tmp_path / "verdicts.parquet")] == [None]
     assert nightly.targets(tmp_path) == ["--only", "backend=pytorch", "--only", "grad_accum=1", "--only",
                                          "memory_format=nchw", "--only", "precision=fp32", "--only", "world_size=1"]
