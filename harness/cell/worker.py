@@ -23,10 +23,11 @@ import torch
 import torch.distributed as dist
 
 from harness.cell import capture, flops
-from harness.cell.engine import Engine, EngineOptions
+from harness.cell.engine import Engine
 from harness.cell.faults import FireDrill, inject_fault
 from harness.cell.probe import SpeedProbe, probe_every
 from harness.cell.probe import run_once as probe_run_once
+from harness.cell.recipe import EngineOptions
 from harness.cell.telemetry import THROTTLE_REASON_BITS, TelemetrySampler, TelemetrySummary
 from harness.cell.timing import (
     CELL,
