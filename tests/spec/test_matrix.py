@@ -323,7 +323,7 @@ def test_digits_without_scikit_learn_is_refused_at_validate_time(monkeypatch):
 
 
 def test_every_cell_of_a_valid_matrix_builds_what_its_process_builds():
-    from harness.cell.worker import engine_options
+    from harness.cell.build import engine_options
     from harness.data import LoaderSpec
     from harness.data.generate import DatasetParams
     from harness.models import MODELS
