@@ -62,12 +62,12 @@ def bare_cell(args: argparse.Namespace):
 
 
 def build_bare(args: argparse.Namespace):
-    """(cell, engine, images, labels): the engine a cell process builds (harness.cell.worker.build_engine: param
+    """(cell, engine, images, labels): the engine a cell process builds (harness.cell.build.build_engine: param
     groups, fused SGD, GradScaler, label smoothing, autocast, channels_last, LR schedule) and the batch its
     synthetic loader serves, with the process settings the worker applies. Nothing else of the harness."""
     import torch
 
-    from harness.cell.worker import build_engine
+    from harness.cell.build import build_engine
     from harness.data import LoaderSpec, build_loader
 
     cell = bare_cell(args)

@@ -112,7 +112,7 @@ def create_run(matrix: Matrix, cells: list[Cell], *, run_dir: Path | None, repor
     """Make the run folder with its plan and manifest; nothing runs yet.
 
     `fire_drill_pct` > 0 makes every job of the run a fire drill (extra work of that % of each measured
-    step, see worker.FireDrill): the plan carries it, so a resumed run drills the same way. `executor` (the
+    step, see faults.FireDrill): the plan carries it, so a resumed run drills the same way. `executor` (the
     matrix's [executor] with `--executor` applied) is the plan's too: a resumed run runs where it began.
     """
     now = now or datetime.now(timezone.utc)

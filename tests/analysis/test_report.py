@@ -316,7 +316,7 @@ def test_cpu_fire_drill_adds_its_share_of_each_step():
 
     import torch
 
-    from harness.cell.worker import FireDrill
+    from harness.cell.faults import FireDrill
 
     drill = FireDrill(torch.device("cpu"), 20.0, np.array([]))  # CPU needs no warm-up calibration
     own = extra = 0.0

@@ -12,7 +12,8 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from harness.cell.engine import STATIC_GROWTH_INTERVAL, Engine, EngineOptions, LrSchedule, param_groups
+from harness.cell.engine import Engine
+from harness.cell.recipe import STATIC_GROWTH_INTERVAL, EngineOptions, LrSchedule, param_groups
 from harness.models import build_model
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # other engineers' tests share the 2 cores

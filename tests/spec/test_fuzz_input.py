@@ -186,7 +186,7 @@ def _assert_refused_plainly(code: int, out: str, err: str, path: Path) -> None:
 
 def _assert_runnable(path: Path) -> None:
     """What each cell's process builds from the plan also accepts it: the file told no lie."""
-    from harness.cell.worker import engine_options
+    from harness.cell.build import engine_options
     from harness.data import LoaderSpec
     from harness.data.generate import DatasetParams
     from harness.models import MODELS

@@ -248,7 +248,7 @@ def test_the_spec_names_what_the_code_registers():
     import typing
 
     from harness import data, models
-    from harness.cell import engine
+    from harness.cell import recipe
     from harness.data.generate import DatasetParams
     from harness.spec.matrix import BACKENDS, MEMORY_FORMATS, MODEL_NAMES, PRECISIONS, GenerateConfig, RecipeConfig
 
@@ -257,8 +257,8 @@ def test_the_spec_names_what_the_code_registers():
 
     assert MODEL_NAMES == models.model_names()
     assert set(BACKENDS) == set(data.BACKENDS)
-    assert (PRECISIONS, MEMORY_FORMATS) == (engine.PRECISIONS, engine.MEMORY_FORMATS)
-    assert literal(RecipeConfig, "schedule") == engine.SCHEDULES
+    assert (PRECISIONS, MEMORY_FORMATS) == (recipe.PRECISIONS, recipe.MEMORY_FORMATS)
+    assert literal(RecipeConfig, "schedule") == recipe.SCHEDULES
     assert literal(GenerateConfig, "kind") == literal(DatasetParams, "kind")
 
 
@@ -325,7 +325,7 @@ def test_digits_without_scikit_learn_is_refused_at_validate_time(monkeypatch):
 
 
 def test_every_cell_of_a_valid_matrix_builds_what_its_process_builds():
-    from harness.cell.worker import engine_options
+    from harness.cell.build import engine_options
     from harness.data import LoaderSpec
     from harness.data.generate import DatasetParams
     from harness.models import MODELS
