@@ -4,14 +4,22 @@ report compares B with A; plus the interleaving schedule on its own (no processe
 from __future__ import annotations
 
 import json
+import math
 import shutil
+import signal
 import stat
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 from conftest import ROOT, nvbench
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from harness.analysis.compare import Thresholds, permutations_for
+from harness.analysis.decide import smallest_permutation_p
 from harness.orchestrate import ab, runner
 
 
@@ -124,6 +132,68 @@ def test_looks_double_to_the_budget_and_drop_the_ones_too_small_to_decide():
     # 3 + 3 cannot (0.1); 6 + 6 (2/924 = 0.0022) can once the level is split three ways, not four
     assert ab.decisive_looks([3, 6, 12, 24], 0.01) == [6, 12, 24]
     assert ab.decisive_looks([2, 4], 0.01) == [4]  # the last look stays: whether it can reach is the CLI's check
+    # nvbench bisect's defaults and a user's first try: 5 + 5 cannot reach 0.01 / 2, and alone the last look
+    # is all that is left (the loop this replaced dropped the 5, re-admitted it alone, and never returned)
+    with deadline(5):
+        assert ab.decisive_looks([5, 8], 0.01) == [8] and ab.decisive_looks([5, 10], 0.01) == [10]
+
+
+@contextmanager
+def deadline(seconds: float):
+    """Raise in the main thread when the block runs longer than `seconds`: a schedule that loops forever is a
+    failed test, not a suite that waits for CI's limit (the schedule is pure Python, so the alarm lands)."""
+    def expire(signum, frame):
+        raise TimeoutError(f"the look schedule did not return within {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+LEVELS = (0.001, 0.01, 0.05)
+CELL_COUNTS = (1, 4, 36, 200)
+
+
+def reachable_p(pairs: int, looks: int, fdr_q: float, cells: int) -> float:
+    """The smallest p the report's test can give a cell of `pairs` + `pairs` repeats among `cells` (two metrics):
+    exact below 20,000 splits (2 / C(2n, n)), else Monte Carlo with compare's own number of splits."""
+    splits = math.comb(2 * pairs, pairs)
+    if splits <= 20_000:
+        return smallest_permutation_p(pairs, pairs)
+    return 1 / (permutations_for(Thresholds(fdr_q=fdr_q, looks=looks), cells, 2) + 1) + 2 / splits
+
+
+def check_schedule(repeats: int, max_repeats: int, fdr_q: float, cells: int) -> None:
+    looks = ab.look_schedule(repeats, max_repeats)
+    with deadline(2):
+        kept = ab.decisive_looks(looks, fdr_q)
+    k = len(kept)
+    assert kept == looks[len(looks) - k:] and kept[-1] == max_repeats, (looks, kept)
+    share = fdr_q / k
+    for n in kept[:-1]:  # every kept look but the last can reach its share (the last is the CLI's check)
+        assert reachable_p(n, k, fdr_q, cells) <= share * (1 + 1e-9), (looks, kept, n, cells)
+    if k < len(looks):  # and no longer schedule could: the next larger one has a look that cannot reach
+        longer = looks[len(looks) - k - 1:]
+        assert smallest_permutation_p(longer[0], longer[0]) > fdr_q / (k + 1), (looks, kept)
+
+
+def test_every_schedule_of_the_grid_returns_at_once_with_looks_that_can_reach():
+    with deadline(60):
+        for fdr_q in LEVELS:
+            for repeats in range(1, 21):
+                for max_repeats in range(repeats, 101):
+                    check_schedule(repeats, max_repeats, fdr_q, cells=1)
+
+
+@settings(max_examples=300, deadline=None)
+@given(repeats=st.integers(1, 20), extra=st.integers(0, 80), fdr_q=st.sampled_from(LEVELS),
+       cells=st.sampled_from(CELL_COUNTS))
+def test_the_schedule_holds_for_any_number_of_cells(repeats, extra, fdr_q, cells):
+    check_schedule(repeats, repeats + extra, fdr_q, cells)
 
 
 def test_more_pairs_go_to_the_inconclusive_cells_only_until_none_is_left_or_the_budget_is_spent(monkeypatch, tmp_path):
@@ -143,3 +213,13 @@ def test_more_pairs_go_to_the_inconclusive_cells_only_until_none_is_left_or_the_
     history = ab.run_adaptive(tmp_path, [10, 20, 40], judge=lambda: next(verdicts), caps=None, envs={},
                               pythons={}, seed=5, notify=lambda m: None)
     assert [h["pairs"] for h in history] == [10, 20] and extended == [("a", ("c1",), 20), ("b", ("c1",), 20)]
+
+
+def test_an_ab_no_schedule_can_decide_is_one_line_and_exit_2(tiny_matrix, tmp_path):
+    # 4 + 4 pairs at most: no look can ever reach 0.01 (2 / C(8, 4) = 0.029), whatever the looks
+    proc = nvbench("ab", str(tiny_matrix()), "--repeats", "2", "--max-repeats", "4", "--out", str(tmp_path / "x"),
+                   timeout=120)
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+        "error: --max-repeats 4: a permutation test of 4 + 4 repeats cannot reach p <= 0.01 (its smallest p is "
+        "0.0286); 5 or more a side can"]
+    assert not (tmp_path / "x").exists()
