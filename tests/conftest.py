@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import random
+import signal
+import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -130,3 +135,76 @@ def shared_cpu_run(tmp_path_factory) -> Path:
     proc = nvbench("run", str(root / "matrix.toml"), "--out", str(root / "run"), "--no-progress")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return root / "run"
+
+
+# ---------------------------------------------------------------- processes a test started, and their ends
+
+TAG_ENV = "NVBENCH_TEST_TAG"
+"""Every process a tagged command starts inherits this variable: how a test finds all of them in /proc."""
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+def kill_plan(name: str, *, seed: int | None = None) -> tuple[signal.Signals, float]:
+    """A stop signal and a moment (0-3 s) drawn for test `name`: seeded (NVBENCH_TEST_SEED, default 0), so a
+    failure is reproduced by running the same test with the same seed."""
+    seed = int(os.environ.get("NVBENCH_TEST_SEED", "0")) if seed is None else seed
+    rng = random.Random(f"{seed}:{name}")
+    return rng.choice(STOP_SIGNALS), round(rng.uniform(0.0, 3.0), 2)
+
+
+def start_tagged(argv: list[str], tag: str, *, env: dict | None = None, cwd: Path | None = None) -> subprocess.Popen:
+    """Start argv (stdout and stderr to pipes) with the tag that marks it and all its descendants."""
+    full_env = dict(os.environ, **(env or {}), **{TAG_ENV: tag})
+    return subprocess.Popen(argv, cwd=cwd or ROOT, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+
+
+def tagged_processes(tag: str) -> list[str]:
+    """'pid command line' of every live process whose environment carries the tag (zombies have none)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as fh:
+                if f"{TAG_ENV}={tag}".encode() not in fh.read().split(b"\0"):
+                    continue
+            with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                argv = fh.read().replace(b"\0", b" ").decode(errors="replace").strip()
+            found.append(f"{entry} {argv}")
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+    return found
+
+
+def wait_for(what: str, condition, *, timeout_s: float, proc: subprocess.Popen | None = None):
+    """Poll `condition()` every 0.2 s until it is truthy (returned); fail naming `what` after `timeout_s`, or as
+    soon as `proc` ends first."""
+    deadline = time.monotonic() + timeout_s
+    while not (value := condition()):
+        if proc is not None and proc.poll() is not None:
+            pytest.fail(f"{what}: the command ended first (exit {proc.returncode}): {proc.stderr.read()[-2000:]}")
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what}: not within {timeout_s:.0f} s")
+        time.sleep(0.2)
+    return value
+
+
+def first_cell(tag: str) -> list[str]:
+    """The tagged cell processes running now."""
+    return [p for p in tagged_processes(tag) if " -m harness.cell " in p]
+
+
+def stop_and_check(proc: subprocess.Popen, tag: str, sig: int, *, within_s: float = 10.0) -> tuple[int, str]:
+    """Send `sig` to the command, then require that no process of it is left after `within_s`; returns its exit
+    status and stderr. What is left is killed and named in the failure."""
+    proc.send_signal(sig)
+    deadline = time.monotonic() + within_s
+    while (left := tagged_processes(tag)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for line in left:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(int(line.split()[0]), signal.SIGKILL)
+    assert not left, f"{signal.Signals(sig).name}: still running {within_s:.0f} s later:\n" + "\n".join(left)
+    _, err = proc.communicate(timeout=5)
+    return proc.returncode, err
