@@ -107,12 +107,26 @@ def tiny_matrix(tmp_path):
 
 
 def nvbench(*args: str, env: dict | None = None, timeout: float = 600, cwd: Path | None = None):
-    """Run the real CLI in a fresh interpreter."""
-    import subprocess
-
+    """Run the real CLI in a fresh interpreter; one that outruns `timeout` is killed (its cells and child
+    commands die with it) and fails the test with the command named."""
     full_env = dict(os.environ, **(env or {}))
-    return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True,
-                          env=full_env, timeout=timeout, cwd=cwd or ROOT)
+    try:
+        return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True,
+                              env=full_env, timeout=timeout, cwd=cwd or ROOT)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"`nvbench {' '.join(map(str, args))}` did not finish within {timeout:.0f} s")
+
+
+@pytest.fixture
+def documented_run(request):
+    """`nvbench ARGS` within the bound the test's `documented` marker states (tests/test_documented.py)."""
+    marker = request.node.get_closest_marker("documented")
+    assert marker is not None and "bound_s" in marker.kwargs, "needs @pytest.mark.documented(..., bound_s=S)"
+
+    def run(args: list[str], *, env: dict | None = None, cwd: Path | None = None):
+        return nvbench(*args, env=env, cwd=cwd, timeout=marker.kwargs["bound_s"])
+
+    return run
 
 
 @pytest.fixture(scope="session")
@@ -157,6 +171,23 @@ def start_tagged(argv: list[str], tag: str, *, env: dict | None = None, cwd: Pat
     full_env = dict(os.environ, **(env or {}), **{TAG_ENV: tag})
     return subprocess.Popen(argv, cwd=cwd or ROOT, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
+
+
+@pytest.fixture
+def tagged():
+    """start(argv, env=, cwd=) -> (its Popen, its tag), for tests that stop commands; whatever of them a failed
+    test leaves running (a command that never got going, say) is killed when the test ends."""
+    tags: list[str] = []
+
+    def start(argv: list[str], *, env: dict | None = None, cwd: Path | None = None):
+        tags.append(f"{os.getpid()}-{len(tags)}-{time.monotonic_ns()}")
+        return start_tagged(argv, tags[-1], env=env, cwd=cwd), tags[-1]
+
+    yield start
+    for tag in tags:
+        for line in tagged_processes(tag):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(line.split()[0]), signal.SIGKILL)
 
 
 def tagged_processes(tag: str) -> list[str]:

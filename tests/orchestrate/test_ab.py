@@ -8,13 +8,15 @@ import math
 import shutil
 import signal
 import stat
+import subprocess
 import sys
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from conftest import ROOT, nvbench
+from conftest import ROOT, first_cell, kill_plan, nvbench, stop_and_check, wait_for
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -52,12 +54,15 @@ def _wrapper(path: Path, log: Path) -> Path:
     return path
 
 
-def test_ab_runs_both_interpreters_interleaved_and_reports(tiny_matrix, tmp_path):
+@pytest.mark.documented("nvbench ab matrices/resnet50.toml --a venv-old/bin/python --b venv-new/bin/python",
+                        bound_s=300)
+def test_ab_runs_both_interpreters_interleaved_and_reports(tiny_matrix, tmp_path, documented_run):
     matrix = tiny_matrix('backend = ["synthetic"]', repeats=1)  # one pair: A and B of the same job
     calls = tmp_path / "b-calls.txt"
     python_b = _wrapper(tmp_path / "python-b", calls)
     out = tmp_path / "ab"
-    proc = nvbench("ab", str(matrix), "--a", sys.executable, "--b", str(python_b), "--out", str(out), "--seed", "3")
+    proc = documented_run(["ab", str(matrix), "--a", sys.executable, "--b", str(python_b), "--out", str(out),
+                           "--seed", "3"])
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.split()[:4] == [str(out / "report" / n) for n in ("report.html", "summary.md",
                                                                           "verdicts.parquet", "junit.xml")]
@@ -92,7 +97,8 @@ def test_ab_rejects_an_interpreter_that_cannot_run_nvbench(tiny_matrix, tmp_path
     assert not (tmp_path / "y").exists()
 
 
-def test_ab_side_a_runs_another_checkout_and_the_fire_drill_slows_only_b(tiny_matrix, tmp_path):
+@pytest.mark.documented("nvbench ab matrices/resnet50.toml --a-checkout ../nvbench-at-baseline", bound_s=300)
+def test_ab_side_a_runs_another_checkout_and_the_fire_drill_slows_only_b(tiny_matrix, tmp_path, documented_run):
     matrix = tiny_matrix('backend = ["synthetic"]', repeats=1)
     other = tmp_path / "baseline-src"  # a copy of the harness that logs every process importing it
     shutil.copytree(ROOT / "harness", other / "harness", ignore=shutil.ignore_patterns("__pycache__"))
@@ -101,8 +107,8 @@ def test_ab_side_a_runs_another_checkout_and_the_fire_drill_slows_only_b(tiny_ma
         init.write("\nimport os as _os, sys as _sys\n"
                    "with open(_os.environ['NVB_TEST_MARKS'], 'a') as _f:\n    _f.write(' '.join(_sys.argv) + '\\n')\n")
     out = tmp_path / "ab"
-    proc = nvbench("ab", str(matrix), "--a-checkout", str(other), "--fire-drill", "50", "--out", str(out),
-                   env={"NVB_TEST_MARKS": str(marks)})
+    proc = documented_run(["ab", str(matrix), "--a-checkout", str(other), "--fire-drill", "50", "--out", str(out)],
+                          env={"NVB_TEST_MARKS": str(marks)})
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = marks.read_text().splitlines()
     cells = [line for line in lines if "job.json" in line]
@@ -223,3 +229,38 @@ def test_an_ab_no_schedule_can_decide_is_one_line_and_exit_2(tiny_matrix, tmp_pa
         "error: --max-repeats 4: a permutation test of 4 + 4 repeats cannot reach p <= 0.01 (its smallest p is "
         "0.0286); 5 or more a side can"]
     assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.documented("nvbench ab matrices/resnet50.toml --repeats 5 --max-repeats 8", bound_s=900)
+def test_ab_with_more_pairs_while_inconclusive_starts_at_once_and_finishes(tiny_matrix, tmp_path, tagged):
+    """A user's first try (issue 35): with --max-repeats 8 the look schedule once spun for good before anything
+    ran. Its first cell starts within 60 s; 5 + 5 pairs cannot decide at 0.01 / 2, so it runs 8 pairs, once."""
+    argv = [sys.executable, "-m", "harness", "ab", str(tiny_matrix()), "--repeats", "5", "--max-repeats", "8"]
+    proc, tag = tagged(argv, cwd=tmp_path)  # as typed: the A/B folder goes to ./reports
+    wait_for("the A/B's first cell", lambda: first_cell(tag), timeout_s=60, proc=proc)
+    try:
+        _, err = proc.communicate(timeout=900)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        pytest.fail("`nvbench ab MATRIX --repeats 5 --max-repeats 8` did not finish within 900 s")
+    assert proc.returncode == 0, err
+    assert "the A/B starts at 8 pairs (looks [8])" in err
+    (out,) = (tmp_path / "reports").iterdir()
+    for side in ("a", "b"):
+        assert sorted(r["repeat"] for r in pq.read_table(out / side / "cells").to_pylist()) == list(range(8))
+    (verdict,) = pq.read_table(out / "report" / "verdicts.parquet").to_pylist()
+    assert verdict["num_candidate"] == 8
+
+
+def test_a_stopped_ab_leaves_no_process(tiny_matrix, tmp_path, tagged):
+    """`--repeats 5 --max-repeats 10`, the other look schedule that never returned, starts its first cell within
+    60 s; stopped at a random moment it leaves nothing running."""
+    sig, moment = kill_plan("nvbench ab")
+    argv = [sys.executable, "-m", "harness", "ab", str(tiny_matrix()), "--repeats", "5", "--max-repeats", "10",
+            "--out", str(tmp_path / "ab")]
+    proc, tag = tagged(argv)
+    wait_for("the A/B's first cell", lambda: first_cell(tag), timeout_s=60, proc=proc)
+    time.sleep(moment)
+    code, err = stop_and_check(proc, tag, sig)
+    assert code == 130 and f"interrupted; the rows so far are in {tmp_path / 'ab'}/a" in err, (sig, moment, err)

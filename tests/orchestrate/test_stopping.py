@@ -11,7 +11,7 @@ import time
 
 import pyarrow.parquet as pq
 import pytest
-from conftest import first_cell, kill_plan, nvbench, start_tagged, stop_and_check, tagged_processes, wait_for
+from conftest import first_cell, kill_plan, stop_and_check, tagged_processes, wait_for
 
 COMMAND = textwrap.dedent("""
     import sys, time
@@ -32,9 +32,8 @@ COMMAND = textwrap.dedent("""
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP], ids=lambda s: s.name)
-def test_a_stop_signal_ends_a_command_as_ctrl_c_does_and_a_second_one_does_not_cut_its_cleanup(sig, tmp_path):
-    tag = f"stop-{sig.name}-{time.monotonic_ns()}"
-    proc = start_tagged([sys.executable, "-c", COMMAND], tag)
+def test_a_stop_signal_ends_a_command_as_ctrl_c_does_and_a_second_one_does_not_cut_its_cleanup(sig, tagged):
+    proc, tag = tagged([sys.executable, "-c", COMMAND])
     assert proc.stdout.readline() == "ready\n"
     proc.send_signal(sig)
     assert proc.stdout.readline() == "cleaning\n"
@@ -54,45 +53,44 @@ PARENT = textwrap.dedent("""
 
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=lambda s: s.name)
-def test_a_child_command_ends_with_its_parent_even_a_sigkilled_one(sig):
+def test_a_child_command_ends_with_its_parent_even_a_sigkilled_one(sig, tagged):
     """bisect's `nvbench ab` is such a child: a bisect killed from outside once left its A/B running."""
-    tag = f"child-{sig.name}-{time.monotonic_ns()}"
-    parent = start_tagged([sys.executable, "-c", PARENT], tag)
+    parent, tag = tagged([sys.executable, "-c", PARENT])
     wait_for("the child command", lambda: len(tagged_processes(tag)) == 2, timeout_s=60, proc=parent)
     time.sleep(0.5)
     code, _ = stop_and_check(parent, tag, sig)
     assert code == (-signal.SIGKILL if sig == signal.SIGKILL else 130)
 
 
-def test_a_stopped_run_leaves_no_process_and_resumes(tiny_matrix, tmp_path):
+@pytest.mark.documented("nvbench run --resume reports/<run_id>", bound_s=300)
+def test_a_stopped_run_leaves_no_process_and_resumes(tiny_matrix, tmp_path, documented_run, tagged):
     sig, moment = kill_plan("nvbench run")
     out = tmp_path / "run"
-    tag = f"run-{time.monotonic_ns()}"
-    proc = start_tagged([sys.executable, "-m", "harness", "run", str(tiny_matrix(repeats=2)), "--out", str(out),
-                         "--no-progress"], tag)
+    proc, tag = tagged([sys.executable, "-m", "harness", "run", str(tiny_matrix(repeats=2)), "--out", str(out),
+                         "--no-progress"])
     wait_for("nvbench run's first cell", lambda: first_cell(tag), timeout_s=60, proc=proc)
     time.sleep(moment)
     code, err = stop_and_check(proc, tag, sig)
     assert code == 130 and f"interrupted; finish with: nvbench run --resume {out}" in err, (sig, moment, err)
     done = len(list((out / "cells").glob("*.parquet"))) if (out / "cells").is_dir() else 0
-    resumed = nvbench("run", "--resume", str(out), "--no-progress", timeout=300)
+    resumed = documented_run(["run", "--resume", str(out)])
     assert resumed.returncode == 0, resumed.stderr
     assert f"({2 - done} of 2 jobs to run)" in resumed.stderr
     rows = pq.read_table(out / "cells").to_pylist()
     assert sorted(r["repeat"] for r in rows) == [0, 1] and {r["status"] for r in rows} == {"ok"}
 
 
-def test_a_stopped_history_leaves_no_process_and_runs_again(shared_cpu_run, tmp_path):
+@pytest.mark.documented("nvbench history reports/history", bound_s=120)
+def test_a_stopped_history_leaves_no_process_and_runs_again(shared_cpu_run, tmp_path, documented_run, tagged):
     history = tmp_path / "history"
     history.mkdir()
     (history / "night1").symlink_to(shared_cpu_run)
     sig, moment = kill_plan("nvbench history")
-    tag = f"history-{time.monotonic_ns()}"
-    proc = start_tagged([sys.executable, "-m", "harness", "history", str(history)], tag)
+    proc, tag = tagged([sys.executable, "-m", "harness", "history", str(history)])
     time.sleep(moment)
     code, err = stop_and_check(proc, tag, sig)
     assert code in (0, 130), err  # a quick reader may be done before the signal
     assert code == 0 or err.strip().splitlines()[-1] == f"interrupted ({sig.name})", err
-    again = nvbench("history", str(history), timeout=120)
+    again = documented_run(["history", str(history)])
     assert again.returncode == 0, again.stderr
     assert (history / "trend" / "history.html").is_file()
