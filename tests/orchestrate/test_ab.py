@@ -1,5 +1,7 @@
 """`nvbench ab`: both interpreters really run, the pairs are interleaved in a seeded random order, and the
-report compares B with A; plus the interleaving schedule on its own (no processes)."""
+report compares B with A; a first try with --max-repeats starts at once and finishes, and a stopped A/B leaves
+no process; plus the interleaving schedule and the look schedule on their own (no processes; the look schedule
+over a grid, with a deadline)."""
 
 from __future__ import annotations
 

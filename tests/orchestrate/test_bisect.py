@@ -1,7 +1,8 @@
 """`nvbench bisect`: the search on its own (which point next, skips, the answer), bad input, and end to end
 on a throwaway git repository of this checkout whose 5th of 8 commits makes the optimizer step slower and
-whose 6th cannot import: the bisect names the 5th, attributes the change to the optimizer phase and says
-it skipped the 6th."""
+whose 6th cannot import: on its own defaults, stopped with SIGTERM while its first A/B runs (nothing of it
+left) and resumed, the bisect names the 5th, attributes the change to the optimizer phase and says it
+skipped the 6th; SIGKILLed, it takes its A/B and the A/B's cells with it."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 
 import pytest
 from conftest import ROOT, TINY, first_cell, nvbench, stop_and_check, wait_for
