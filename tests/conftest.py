@@ -1,4 +1,5 @@
-"""Shared fixtures: tiny matrices that real worker processes finish in seconds on a 2-core CPU."""
+"""Shared fixtures: tiny matrices that real worker processes finish in seconds on a 2-core CPU; the CLI with a
+bound; tags that find every process a command started, for the tests that stop one."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""ci/nightly.sh end to end with real cells: a night without a baseline only describes and joins the
-history; a fire drill against a promoted baseline fails the job with a confirmed regression and stays
+"""ci/nightly.sh end to end with real cells: a first night on the script's own defaults, and a night without a
+baseline, only describe and join the history; a night stopped by a signal leaves no process and a resumable
+run; a fire drill against a promoted baseline fails the job with a confirmed regression and stays
 out of the history, confirmed sequentially and by an interleaved A/B against a worktree of the
 baseline's commit (on a screen's targets, or on every cell); plus harness.orchestrate.nightly, the helper that
 picks the targets and the baseline's code."""
