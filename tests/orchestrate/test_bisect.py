@@ -134,7 +134,8 @@ def test_a_sigkilled_bisect_takes_its_ab_and_the_abs_cells_with_it(repository, t
     repo, commits, matrix = repository
     argv = [sys.executable, "-m", "harness", "bisect", str(matrix), "--good", commits[0], "--bad", commits[-1],
             "--out", str(tmp_path / "bisect")]
-    proc, tag = tagged(argv, cwd=repo)
+    # The cell hangs, so the A/B prints nothing: a dead reader of its output cannot end it, only its parent check
+    proc, tag = tagged(argv, cwd=repo, env={"NVBENCH_FAULT": "*:hang"})
     wait_for("the first A/B's first cell", lambda: first_cell(tag), timeout_s=60, proc=proc)
     code, _ = stop_and_check(proc, tag, signal.SIGKILL)
     assert code == -signal.SIGKILL

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -153,6 +154,17 @@ def test_a_stopped_night_leaves_no_process_and_its_run_resumes(tiny_matrix, tmp_
                              capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr
     assert len(pq.read_table(run / "cells").to_pylist()) == 1
+
+
+def test_a_sigkilled_night_takes_its_commands_with_it(tiny_matrix, tmp_path, tagged):
+    """The script cannot clean up after SIGKILL; each command it started asked for SIGTERM at its death
+    (setpriv --pdeathsig) and stops as on Ctrl-C."""
+    env = _user_env(tiny_matrix(), NVBENCH_REPORTS=str(tmp_path / "reports"), NVBENCH_RUN_ID="night1",
+                    NVBENCH_REPEATS="1", NVBENCH_FAULT="*:hang")  # the cell hangs: the run would outlive 10 s
+    proc, tag = tagged(["bash", str(ROOT / "ci" / "nightly.sh")], env=env, cwd=tmp_path)
+    wait_for("the night's first cell", lambda: first_cell(tag), timeout_s=60, proc=proc)
+    code, _ = stop_and_check(proc, tag, signal.SIGKILL)
+    assert code == -signal.SIGKILL
 
 
 def _run_folder(path: Path, environment: dict, rows: list[dict]) -> Path:
