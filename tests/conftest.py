@@ -222,6 +222,17 @@ def wait_for(what: str, condition, *, timeout_s: float, proc: subprocess.Popen |
     return value
 
 
+def catches(pid: int, sig: int) -> bool:
+    """The process has a handler for `sig` (its SigCgt mask in /proc): an nvbench command is past its start-up
+    and inside stopping.run, where a stop signal is an orderly stop rather than the default death."""
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            mask = next(int(line.split()[1], 16) for line in fh if line.startswith("SigCgt:"))
+    except (OSError, StopIteration):
+        return False
+    return bool(mask >> (int(sig) - 1) & 1)
+
+
 def first_cell(tag: str) -> list[str]:
     """The tagged cell processes running now."""
     return [p for p in tagged_processes(tag) if " -m harness.cell " in p]

@@ -44,8 +44,9 @@ def _stop(signum: int, frame) -> None:
 
 
 def run(command: Callable[[], int]) -> int:
-    """Run a command with SIGINT, SIGTERM and SIGHUP raising Stopped (once), then put the handlers back. A stop
-    the command did not handle itself ends it with one line and exit 130 rather than a traceback."""
+    """Run a command with SIGINT, SIGTERM and SIGHUP raising Stopped (once), then put the handlers back (a
+    caller in-process keeps its own; a signal after the command returned meets the default, its work done). A
+    stop the command did not handle itself ends it with one line and exit 130 rather than a traceback."""
     global _stopping
     if threading.current_thread() is not threading.main_thread():  # signals only reach the main thread
         return command()
