@@ -28,12 +28,13 @@ def cmd_ab(args: argparse.Namespace) -> int:
         matrix = with_repeats(load_matrix(args.matrix), args.repeats)
         looks = ab.look_schedule(matrix.run.repeats, args.max_repeats or matrix.run.repeats)
         thresholds = thresholds_from(args)
+        note = None
         if (decisive := ab.decisive_looks(looks, thresholds.fdr_q)) != looks:
-            print(f"note: {looks[0]} + {looks[0]} pairs cannot decide at the level split over the looks "
-                  f"{looks}: the A/B starts at {decisive[0]} pairs (looks {decisive})", file=sys.stderr)
+            note = (f"note: {looks[0]} + {looks[0]} pairs cannot decide at the level split over the looks "
+                    f"{looks}: the A/B starts at {decisive[0]} pairs (looks {decisive})")
             looks, matrix = decisive, with_repeats(matrix, decisive[0])
         thresholds = dataclasses.replace(thresholds, looks=len(looks))
-        knob = f"--max-repeats {looks[-1]}" if len(looks) > 1 else f"--repeats {looks[-1]}" \
+        knob = f"--max-repeats {looks[-1]}" if args.max_repeats else f"--repeats {looks[-1]}" \
             if args.repeats is not None else f"run.repeats = {looks[-1]}"
         if problem := reach_problem(looks[-1], thresholds.level, what=knob):
             problem += f" (the level {thresholds.fdr_q:g} split over {len(looks)} looks)" if len(looks) > 1 else ""
@@ -41,6 +42,8 @@ def cmd_ab(args: argparse.Namespace) -> int:
                 print(f"warning: {problem}: every cell will be inconclusive", file=sys.stderr)
             else:  # flags that ask for an A/B that can never decide
                 raise ValueError(problem)
+        if note:  # after the check: an A/B that can never decide says so in one line
+            print(note, file=sys.stderr)
         cells = expand(matrix, smoke=args.smoke, only=args.only)
         if problem := fire_drill_problem(args.fire_drill):
             raise ValueError(problem)

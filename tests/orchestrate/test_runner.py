@@ -34,11 +34,12 @@ def cell_with(rows: dict, **axes) -> dict:
     return hits[0]
 
 
-def test_end_to_end_run_reads_back_with_pyarrow_and_duckdb(tiny_matrix, tmp_path):
+@pytest.mark.documented("nvbench run matrices/resnet50.toml", bound_s=300)
+def test_end_to_end_run_reads_back_with_pyarrow_and_duckdb(tiny_matrix, tmp_path, documented_run):
     # two backends (the pytorch cell's loader efficiency needs its synthetic twin), two repeats each
     matrix = tiny_matrix('backend = ["synthetic", "pytorch"]', repeats=2)
     out = tmp_path / "run"
-    proc = nvbench("run", str(matrix), "--out", str(out), "--no-progress")
+    proc = documented_run(["run", str(matrix), "--out", str(out), "--no-progress"])
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "4 rows: 4 ok" in proc.stderr and f"results: {out}" in proc.stderr
 
