@@ -22,7 +22,8 @@ from conftest import ROOT, first_cell, kill_plan, nvbench, stop_and_check, wait_
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.analysis.compare import Thresholds, permutations_for
+from harness.analysis.evidence import permutations_for
+from harness.analysis.verdict import Thresholds
 from harness.analysis.decide import smallest_permutation_p
 from harness.orchestrate import ab, runner
 
