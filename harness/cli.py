@@ -105,7 +105,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(f"{cell.cell_id}  x{matrix.run.repeats}  " + (f"skip: {reason}" if reason else "run"))
         print(f"{len(cell_list)} cells, {len(cell_list) * matrix.run.repeats} jobs; nothing was run or written")
         return EXIT_OK
-    from harness.orchestrate.executors import ExecutorUnavailable, executor_for
+    from harness.orchestrate.executors import ExecutorUnavailable
+    from harness.orchestrate.runner import executor_for
 
     where = executor_for(executor)
     try:

@@ -25,8 +25,10 @@ import pyarrow.parquet as pq
 
 import harness
 from harness import __version__
-from harness.orchestrate.executors import Ended, Executor, Launch, LocalExecutor, executor_for
+from harness.orchestrate.executors import Ended, Executor, Launch
 from harness.orchestrate.launch import Outcome, launcher_for
+from harness.orchestrate.local import LocalExecutor
+from harness.orchestrate.slurm import SlurmExecutor
 from harness.results import store
 from harness.results.env import usable_cpu_count
 from harness.results.schema import CELL_SCHEMA, cell_table
@@ -506,6 +508,13 @@ def plan_executor(run_dir: Path) -> ExecutorConfig:
     """The executor the run was planned with (local for plans written before executors)."""
     plain = store.read_json(Path(run_dir) / PLAN).get("executor") or {}
     return from_plain(ExecutorConfig, plain)
+
+
+def executor_for(config: ExecutorConfig, *, notify=print) -> Executor:
+    """Where the run's jobs run: one SLURM job each, or this machine's processes."""
+    if config.kind == "slurm":
+        return SlurmExecutor(config, notify=notify)
+    return LocalExecutor()
 
 
 def execute(run_dir: Path, *, caps: Capabilities, env: dict[str, Any], env_key: str,
