@@ -49,7 +49,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def _env_and_caps(device: str):
-    from harness.orchestrate.runner import probe_capabilities
+    from harness.orchestrate.capabilities import probe_capabilities
     from harness.results.env import collect_env, env_key
 
     env = collect_env()
@@ -63,7 +63,7 @@ def _fire_drill_problem(pct: float | None) -> str | None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from harness.orchestrate import runner
+    from harness.orchestrate import capabilities, runfolder
     from harness.results import store
     from harness.spec.cells import expand
 
@@ -76,14 +76,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.resume:
         run_dir = Path(args.resume)
         try:
-            _, _, cells = runner.load_plan(run_dir)
+            _, _, cells = runfolder.load_plan(run_dir)
             store.read_cells(run_dir)  # a finished job's row must read back, or the summary fails at the end
-        except runner.RunFolderError as exc:
+        except runfolder.RunFolderError as exc:
             return _bad_input([str(exc)])
         except store.UnreadableFile as exc:
             return _bad_input([f"{exc}; delete it to run that job again"])
         device = next(iter(cells.values())).run.device
-        executor = runner.plan_executor(run_dir)
+        executor = runfolder.plan_executor(run_dir)
     else:
         if not args.matrix:
             return _bad_input(["nvbench run needs a MATRIX file or --resume RUN_DIR"])
@@ -92,7 +92,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             cell_list = expand(matrix, smoke=args.smoke, only=args.only)
         except MatrixError as exc:
             return _bad_input(exc.problems)
-        if args.out and (Path(args.out) / runner.PLAN).exists():
+        if args.out and (Path(args.out) / runfolder.PLAN).exists():
             return _bad_input([f"--out {args.out}: already holds a run; use --resume {args.out}"])
         device = matrix.run.device
         knob = f"--repeats {args.repeats}" if args.repeats is not None else f"run.repeats = {matrix.run.repeats}"
@@ -101,7 +101,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     env, key, caps = _env_and_caps(device)
     if args.dry_run:
         for cell in cell_list:
-            reason = runner.skip_reason(cell, caps)
+            reason = capabilities.skip_reason(cell, caps)
             print(f"{cell.cell_id}  x{matrix.run.repeats}  " + (f"skip: {reason}" if reason else "run"))
         print(f"{len(cell_list)} cells, {len(cell_list) * matrix.run.repeats} jobs; nothing was run or written")
         return EXIT_OK
@@ -114,9 +114,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     except ExecutorUnavailable as exc:
         return _bad_input([str(exc)])
     if not args.resume:
-        run_dir = runner.create_run(matrix, cell_list, run_dir=Path(args.out) if args.out else None,
-                                    reports_root=Path(args.reports), smoke=args.smoke, only=args.only, env=env,
-                                    fire_drill_pct=args.fire_drill or 0.0, executor=executor)
+        run_dir = runfolder.create_run(matrix, cell_list, run_dir=Path(args.out) if args.out else None,
+                                       reports_root=Path(args.reports), smoke=args.smoke, only=args.only, env=env,
+                                       fire_drill_pct=args.fire_drill or 0.0, executor=executor)
     return _execute(run_dir, caps, env, key, progress=not args.no_progress, verbose=args.verbose, executor=where)
 
 
@@ -131,12 +131,12 @@ def _execute(run_dir: Path, caps, env, key, *, progress: bool, verbose: bool, ex
     from rich.console import Console
 
     from harness.console import RunProgress, detail_table, print_summary
-    from harness.orchestrate import runner
+    from harness.orchestrate import derive, runfolder, runner
     from harness.results import store
 
     console = Console(stderr=True)
-    _, jobs, _ = runner.load_plan(run_dir)
-    todo = runner.pending(run_dir, jobs)
+    _, jobs, _ = runfolder.load_plan(run_dir)
+    todo = runfolder.pending(run_dir, jobs)
     # soft_wrap: a path must stay one copyable line whatever the terminal's width
     console.print(f"run folder: {run_dir}  ({len(todo)} of {len(jobs)} jobs to run)", soft_wrap=True)
     from harness.orchestrate.executors import ExecutorUnavailable
@@ -162,14 +162,14 @@ def _execute(run_dir: Path, caps, env, key, *, progress: bool, verbose: bool, ex
     rows = store.read_cells(run_dir).to_pylist()
     if verbose:
         Console().print(detail_table(rows))
-    print_summary(console, rows, run_dir, store.read_json(run_dir / runner.MANIFEST))
-    return runner.exit_code(rows)
+    print_summary(console, rows, run_dir, store.read_json(run_dir / runfolder.MANIFEST))
+    return derive.exit_code(rows)
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
     from datetime import datetime, timezone
 
-    from harness.orchestrate import profile, runner
+    from harness.orchestrate import capabilities, profile, runfolder
     from harness.spec.cells import expand
 
     if args.steps < 1:
@@ -185,10 +185,10 @@ def cmd_profile(args: argparse.Namespace) -> int:
     except ValueError as exc:
         return _bad_input([str(exc)])
     env, key, caps = _env_and_caps(matrix.run.device)
-    reason = runner.skip_reason(cell, caps) or profile.unsupported_reason(args.tool, caps.device)
+    reason = capabilities.skip_reason(cell, caps) or profile.unsupported_reason(args.tool, caps.device)
     if reason:
         return _bad_input([f"{cell.cell_id}: cannot be profiled here: {reason}"])
-    run_dir = Path(args.out) if args.out else Path(args.reports) / runner.new_run_id(
+    run_dir = Path(args.out) if args.out else Path(args.reports) / runfolder.new_run_id(
         f"{matrix.benchmark.name}-profile", datetime.now(timezone.utc))
     spec = profile.ProfileSpec(tool=args.tool, steps=args.steps, out_dir=run_dir / profile.PROFILE_DIR,
                                nsys=nsys or "nsys", device=caps.device)
@@ -291,7 +291,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
 
     from harness.analysis import compare
     from harness.analysis.report import write_report
-    from harness.orchestrate import ab, runner
+    from harness.orchestrate import ab, capabilities, runfolder
     from harness.spec.cells import expand
 
     from harness.analysis.decide import reach_problem
@@ -326,11 +326,11 @@ def cmd_ab(args: argparse.Namespace) -> int:
         return _bad_input(exc.problems)
     except ValueError as exc:
         return _bad_input([str(exc)])
-    out = Path(args.out) if args.out else Path(args.reports) / runner.new_run_id(
+    out = Path(args.out) if args.out else Path(args.reports) / runfolder.new_run_id(
         f"{matrix.benchmark.name}-ab", datetime.now(timezone.utc))
     if out.exists() and any(out.iterdir()):
         return _bad_input([f"--out {out}: not empty"])
-    caps = runner.probe_capabilities(matrix.run.device, {k: v for k, v in envs["a"].items() if k != "env_key"})
+    caps = capabilities.probe_capabilities(matrix.run.device, {k: v for k, v in envs["a"].items() if k != "env_key"})
     ab.create_ab(matrix, cells, out_dir=out, pythons=pythons, envs=envs, smoke=args.smoke, only=args.only,
                  seed=args.seed, checkouts=checkouts, fire_drill_pct=args.fire_drill or 0.0)
     label = {n: pythons[n] + (f" in {checkouts[n]}" if checkouts[n] else "") for n in ab.SIDES}
@@ -360,7 +360,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
 def cmd_bisect(args: argparse.Namespace) -> int:
     from datetime import datetime, timezone
 
-    from harness.orchestrate import bisect, runner
+    from harness.orchestrate import bisect, runfolder
 
     try:
         if args.resume:
@@ -389,7 +389,7 @@ def cmd_bisect(args: argparse.Namespace) -> int:
             matrix = str(Path(args.matrix).absolute())
             ab_args = ["--repeats", str(args.repeats), "--max-repeats", str(args.max_repeats),
                        *[f"--only={o}" for o in args.only]]
-            out = Path(args.out) if args.out else Path(args.reports) / runner.new_run_id(
+            out = Path(args.out) if args.out else Path(args.reports) / runfolder.new_run_id(
                 "bisect", datetime.now(timezone.utc))
             if out.exists() and any(out.iterdir()):
                 raise bisect.BisectInputError(f"--out {out}: not empty (continue one with --resume {out})")
@@ -465,7 +465,7 @@ def cmd_data_make(args: argparse.Namespace) -> int:
 
 def cmd_data_prepare(args: argparse.Namespace) -> int:
     """Make (or find) every generated dataset the matrix's cells read, so a timed run starts measuring at once."""
-    from harness.orchestrate.runner import generated_dataset, reads_generated_dataset
+    from harness.orchestrate.job import generated_dataset, reads_generated_dataset
     from harness.spec.cells import expand
 
     try:

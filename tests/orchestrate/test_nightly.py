@@ -21,7 +21,7 @@ import pytest
 from conftest import ROOT
 
 from harness.analysis import compare, report
-from harness.orchestrate import nightly, runner
+from harness.orchestrate import nightly, runfolder
 from harness.results import store
 
 
@@ -117,7 +117,7 @@ def _run_folder(path: Path, environment: dict, rows: list[dict]) -> Path:
     store.write_json(path / "manifest.json", {"run_id": path.name, "environment": environment})
     (path / "cells").mkdir()
     for k, row in enumerate(rows):
-        runner.write_row(path, f"row{k}", row)
+        runfolder.write_row(path, f"row{k}", row)
     return path
 
 
@@ -183,7 +183,7 @@ def test_code_is_the_recorded_commit_only_when_clean_and_ran_needs_an_ok_repeat_
     _run_folder(tmp_path / "ab" / "b", {}, [crashed, crashed, skipped])
     assert nightly.unusable_side(tmp_path / "ab").endswith("no ok repeat of c1 (see its logs/)")
     assert nightly.main(["ran", str(tmp_path / "ab")]) == 1
-    runner.write_row(tmp_path / "ab" / "b", "row9", ok)
+    runfolder.write_row(tmp_path / "ab" / "b", "row9", ok)
     assert nightly.unusable_side(tmp_path / "ab") is None and nightly.main(["ran", str(tmp_path / "ab")]) == 0
     assert nightly.main(["code", str(tmp_path / "nowhere")]) == 2
     assert nightly.main(["sideways"]) == 2
