@@ -22,6 +22,10 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+def is_package(module: str) -> bool:
+    return (ROOT.joinpath(*module.split(".")) / "__init__.py").is_file()
+
+
 def imports_of(path: Path) -> set[str]:
     """Every module `path` imports, absolute names, anywhere in the file."""
     found = set()
@@ -79,6 +83,9 @@ def test_the_layout_has_the_packages_the_contracts_name():
 
 
 def test_no_import_circle():
+    # A package's __init__ importing its own submodules is how a package exposes them, not a circle. Any other
+    # circle is one, inside one package too (executors -> slurm -> executors once hid behind a package-wide pass).
+    edges = {m: {t for t in targets if not (is_package(m) and t.startswith(m + "."))} for m, targets in EDGES.items()}
     # Tarjan's strongly connected components: a component of two or more modules is a circle.
     index, low, stack, on_stack, circles = {}, {}, [], set(), []
 
@@ -86,7 +93,7 @@ def test_no_import_circle():
         index[v] = low[v] = len(index)
         stack.append(v)
         on_stack.add(v)
-        for w in EDGES[v]:
+        for w in edges[v]:
             if w not in index:
                 visit(w)
                 low[v] = min(low[v], low[w])
@@ -104,11 +111,9 @@ def test_no_import_circle():
                 circles.append(sorted(component))
 
     sys.setrecursionlimit(10_000)
-    for module in EDGES:
+    for module in edges:
         if module not in index:
             visit(module)
-    # A package's __init__ importing its own submodules is how a package exposes them, not a circle.
-    circles = [c for c in circles if not all(m.startswith(c[0].rsplit(".", 1)[0]) for m in c)]
     assert circles == []
 
 

@@ -19,7 +19,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
     from harness.analysis.runs import load_run
     from harness.analysis.verdict import INCONCLUSIVE, Comparison
     from harness.analysis.report import write_report
-    from harness.orchestrate import ab, runner
+    from harness.orchestrate import ab, capabilities, runfolder
     from harness.spec.cells import expand
 
     from harness.analysis.decide import reach_problem
@@ -57,11 +57,11 @@ def cmd_ab(args: argparse.Namespace) -> int:
         return bad_input(exc.problems)
     except ValueError as exc:
         return bad_input([str(exc)])
-    out = Path(args.out) if args.out else Path(args.reports) / runner.new_run_id(
+    out = Path(args.out) if args.out else Path(args.reports) / runfolder.new_run_id(
         f"{matrix.benchmark.name}-ab", datetime.now(timezone.utc))
     if out.exists() and any(out.iterdir()):
         return bad_input([f"--out {out}: not empty"])
-    caps = runner.probe_capabilities(matrix.run.device, {k: v for k, v in envs["a"].items() if k != "env_key"})
+    caps = capabilities.probe_capabilities(matrix.run.device, {k: v for k, v in envs["a"].items() if k != "env_key"})
     ab.create_ab(matrix, cells, out_dir=out, pythons=pythons, envs=envs, smoke=args.smoke, only=args.only,
                  seed=args.seed, checkouts=checkouts, fire_drill_pct=args.fire_drill or 0.0)
     label = {n: pythons[n] + (f" in {checkouts[n]}" if checkouts[n] else "") for n in ab.SIDES}

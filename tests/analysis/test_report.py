@@ -432,7 +432,7 @@ def mission_smoke_like(a: Path, dst: Path, *, repeats: int, factor) -> tuple[Pat
     (96 cells: dali-gpu and world size 8 skipped with the runner's own reasons), each cell that runs dealt the
     real rows of A's cell of its loader (synthetic, else pytorch) into `repeats` repeats 0.5 % apart, times
     `factor(index)` (a number, or None: the cell failed). Returns the folder and how many cells ran."""
-    from harness.orchestrate.runner import Capabilities, skip_reason
+    from harness.orchestrate.capabilities import Capabilities, skip_reason
     from harness.spec.cells import expand
     from harness.spec.parse import load_matrix
 

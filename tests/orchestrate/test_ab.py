@@ -25,19 +25,19 @@ from hypothesis import strategies as st
 from harness.analysis.evidence import permutations_for
 from harness.analysis.verdict import Thresholds
 from harness.analysis.decide import smallest_permutation_p
-from harness.orchestrate import ab, runner
+from harness.orchestrate import ab, derive, job
 
 
 def test_run_interleaved_pairs_every_job_and_shuffles_the_order_within_rounds(monkeypatch, tmp_path):
     ran = []
-    monkeypatch.setattr(runner, "run_job", lambda cell, repeat, ctx: ran.append((ctx.run_id, cell, repeat)) or {})
-    monkeypatch.setattr(runner, "derive_twin_columns", lambda run_dir: 0)
+    monkeypatch.setattr(job, "run_job", lambda cell, repeat, ctx: ran.append((ctx.run_id, cell, repeat)) or {})
+    monkeypatch.setattr(derive, "derive_twin_columns", lambda run_dir: 0)
     monkeypatch.setattr(ab, "_open_session", lambda side: {})
     monkeypatch.setattr(ab, "_close_session", lambda side, session: None)
 
     def side(name, n):
-        ctx = runner.JobContext(run_dir=tmp_path / name, run_id=name, caps=None, env={}, env_key="k",
-                                fault_spec=None)
+        ctx = job.JobContext(run_dir=tmp_path / name, run_id=name, caps=None, env={}, env_key="k",
+                             fault_spec=None)
         return ab.Side(name=name, ctx=ctx, cells={"c": "cell"}, jobs=[("c", r) for r in range(n)])
 
     order = ab.run_interleaved([side("a", 20), side("b", 20), side("x", 3)], seed=7)

@@ -26,7 +26,7 @@ from conftest import ROOT, first_cell, kill_plan, stop_and_check, wait_for
 from harness.analysis import verdicts_file
 from harness.analysis.runs import RunData
 from harness.analysis.verdict import CellVerdict, Comparison, MetricVerdict, Thresholds
-from harness.orchestrate import nightly, runner
+from harness.orchestrate import nightly, runfolder
 from harness.results import store
 
 
@@ -174,7 +174,7 @@ def _run_folder(path: Path, environment: dict, rows: list[dict]) -> Path:
     store.write_json(path / "manifest.json", {"run_id": path.name, "environment": environment})
     (path / "cells").mkdir()
     for k, row in enumerate(rows):
-        runner.write_row(path, f"row{k}", row)
+        runfolder.write_row(path, f"row{k}", row)
     return path
 
 
@@ -240,7 +240,7 @@ def test_code_is_the_recorded_commit_only_when_clean_and_ran_needs_an_ok_repeat_
     _run_folder(tmp_path / "ab" / "b", {}, [crashed, crashed, skipped])
     assert nightly.unusable_side(tmp_path / "ab").endswith("no ok repeat of c1 (see its logs/)")
     assert nightly.main(["ran", str(tmp_path / "ab")]) == 1
-    runner.write_row(tmp_path / "ab" / "b", "row9", ok)
+    runfolder.write_row(tmp_path / "ab" / "b", "row9", ok)
     assert nightly.unusable_side(tmp_path / "ab") is None and nightly.main(["ran", str(tmp_path / "ab")]) == 0
     assert nightly.main(["code", str(tmp_path / "nowhere")]) == 2
     assert nightly.main(["sideways"]) == 2
