@@ -67,7 +67,7 @@ def train(ctx: Context, engine: Engine, loader) -> tuple[dict[str, Any], dict[st
     window_s = all_reduce(ctx, torch.tensor([window_s], dtype=torch.float64, device=ctx.device), dist.ReduceOp.MAX).item()
     images = b.measure_steps * ctx.cell.images_per_step
     interval = window.window_throughput_interval(step_times, ctx.cell.images_per_step, images, window_s)
-    steady = window.steadiness(step_times)
+    steady, start = window.window_steadiness(warm.step_times_s, step_times)
     fast = window.fast_step_rate(step_times, ctx.cell.images_per_step)
     metrics = {
         "warmup_steps_used": warm.steps, "num_measure_steps": b.measure_steps, "images_measured": images,
@@ -82,6 +82,7 @@ def train(ctx: Context, engine: Engine, loader) -> tuple[dict[str, Any], dict[st
         "exposed_data_wait_s": exposed_wait, "exposed_data_wait_frac": exposed_wait / window_s,
         "host_data_wait_s": host_wait, "host_data_wait_frac": host_wait / window_s,
         "is_steady": steady.is_steady, "steadiness": steady.reason,
+        "start_transient_steps": start.num_steps,
         "train_loss": train_loss, "lr_final": engine.lr(), "loss_scale": engine.loss_scale(),
     } | _phase_medians(phase_s, engine) | telemetry_columns(ctx, sampler.summary, images) | (probe.summary() if probe is not None else {})
     n = warm.steps + b.measure_steps
