@@ -13,7 +13,7 @@ import torch.distributed as dist
 from harness.cell import capture
 from harness.cell.context import Context, all_reduce
 from harness.cell.engine import Engine
-from harness.cell.faults import FireDrill, inject_fault
+from harness.cell.faults import FireDrill, inject_fault, slow_start_for
 from harness.cell.loop import run_window
 from harness.cell.metrics import non_finite_reason, telemetry_columns
 from harness.cell.probe import SpeedProbe, probe_every
@@ -47,6 +47,8 @@ def train(ctx: Context, engine: Engine, loader) -> tuple[dict[str, Any], dict[st
     drill = FireDrill(ctx.device, ctx.fire_drill_pct, warm.step_times_s) if ctx.fire_drill_pct else None
     if drill is not None:
         print(f"fire drill: +{ctx.fire_drill_pct:g}%: {drill.describe()}", flush=True)
+    elif drill := slow_start_for(ctx.fault, ctx.rank):
+        print(drill.describe(), flush=True)
     probe = _speed_probe(ctx, warm)
     if ctx.phases is not None:
         ctx.phases.arm(b.measure_steps, ctx.device, accum)
