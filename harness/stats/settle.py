@@ -17,7 +17,7 @@ it batches nothing (benchmarks/transients.py, docs/performance.md: MSER-5 and MS
 
 TRANSIENT_Z = 4.0
 """A start transient must stand this many robust standard errors above the settled steps' median: its steps'
-summed excess over that median, divided by the settled steps' robust standard deviation (scaled MAD) times the
+summed excess over that median, divided by the settled steps' robust standard deviation (robust_sd) times the
 square root of their number (one step alone: more than 4 standard deviations)."""
 
 RUN_Z = 1.0
@@ -87,14 +87,32 @@ def mser(values: Sequence[float], *, batch: int = MSER_BATCH, most: int | None =
     return int(np.argmin(stat[: last + 1])) * batch
 
 
+def robust_sd(values: np.ndarray, *, local: bool = True) -> float:
+    """Robust standard deviation of step times, at least RELATIVE_SD_FLOOR of their median. `local`: from the
+    successive differences (scaled MAD of x[i+1] - x[i], over sqrt 2), the step-to-step noise, which slow waves of
+    a shared machine's load do not inflate; else the scaled MAD about the median. On i.i.d. steps both estimate
+    the same sigma; on this project's own windows the local one sees more of the real start transients at the
+    same false-alarm rate (docs/performance.md). Reference: J. von Neumann, R. H. Kent, H. R. Bellinson, B. I.
+    Hart, "The mean square successive difference", Ann. Math. Statist. 12(2), 1941, 153-162 (the variance from
+    successive differences, insensitive to a slowly moving mean), made robust here with the MAD."""
+    x = np.asarray(values, dtype=float)
+    level = float(np.median(x))
+    if local and x.size > 2:
+        d = np.diff(x)
+        sd = MAD_TO_SIGMA * float(np.median(np.abs(d - np.median(d)))) / np.sqrt(2.0)
+    else:
+        sd = MAD_TO_SIGMA * float(np.median(np.abs(x - level)))
+    return max(sd, RELATIVE_SD_FLOOR * level)
+
+
 def start_transient(warmup_s: Sequence[float], window_s: Sequence[float], *, batch: int = MSER_BATCH,
-                    z: float = TRANSIENT_Z, min_cost: float = TRANSIENT_MIN_COST) -> StartTransient:
+                    z: float = TRANSIENT_Z, min_cost: float = TRANSIENT_MIN_COST, local: bool = True) -> StartTransient:
     """Whether a measured window opens in a transient: its first steps slower than where the series settles.
 
     Method: MSER-m (:func:`mser`) on the warm-up + window step times finds where the series settles, searched
     up to the middle of the window (so a long warm-up cannot put the window's start out of reach). When that
     point lies inside the window, its steps after it are the settled ones: their median M and robust spread
-    s (scaled MAD, at least RELATIVE_SD_FLOOR of M). The transient is the leading run of window steps (before
+    s (:func:`robust_sd`, `local`: of successive differences). The transient is the leading run of window steps (before
     the settling point) each above M + RUN_Z s: a transient makes the window's first steps slow, a slow step
     later is not one. It is reported when the run's summed excess over M exceeds z s sqrt(run length) (a
     one-sided z test of its mean; one step alone must stand z s above M) and is at least `min_cost` of the
@@ -116,7 +134,7 @@ def start_transient(warmup_s: Sequence[float], window_s: Sequence[float], *, bat
         return _settled(settle)
     rest = window[head:]
     level = float(np.median(rest))
-    spread = max(MAD_TO_SIGMA * float(np.median(np.abs(rest - level))), RELATIVE_SD_FLOOR * level)
+    spread = robust_sd(rest, local=local)
     slow = window[:head] > level + RUN_Z * spread
     steps = int(np.argmin(slow)) if not slow.all() else head  # the leading run of slow steps
     excess = float(np.sum(window[:steps] - level))
@@ -144,7 +162,7 @@ def has_settled(step_times_s: Sequence[float], tail: int) -> bool:
     if start_transient(x[:-tail], last).found:
         return False
     level = float(np.median(last))
-    spread = max(MAD_TO_SIGMA * float(np.median(np.abs(last - level))), RELATIVE_SD_FLOOR * level)
+    spread = robust_sd(last)
     return bool(last[-1] <= level + TRANSIENT_Z * spread)
 
 
