@@ -21,12 +21,12 @@ summed excess over that median, divided by the settled steps' robust standard de
 square root of their number (one step alone: more than 4 standard deviations)."""
 
 RUN_Z = 1.0
-"""The transient's steps are the window's leading run of steps each more than this many robust standard
-deviations above the settled median."""
+"""The transient's steps are found among the window's leading run of steps each more than this many robust
+standard deviations above the settled median."""
 
 TRANSIENT_MIN_COST = 0.01
-"""...and when the transient's steps, together, cost at least this fraction of the window's time beyond the
-settled median: a slower first step that moves the window's throughput by less is no reason to distrust it."""
+"""A start transient must also cost at least this fraction of the window's time beyond the settled median: a
+slower first step that moves the window's throughput by less is no reason to distrust it."""
 
 RELATIVE_SD_FLOOR = 1e-3
 """The settled steps' spread is taken as at least this fraction of their median: identical step times (a
@@ -112,11 +112,13 @@ def start_transient(warmup_s: Sequence[float], window_s: Sequence[float], *, bat
     Method: MSER-m (:func:`mser`) on the warm-up + window step times finds where the series settles, searched
     up to the middle of the window (so a long warm-up cannot put the window's start out of reach). When that
     point lies inside the window, its steps after it are the settled ones: their median M and robust spread
-    s (:func:`robust_sd`, `local`: of successive differences). The transient is the leading run of window steps (before
-    the settling point) each above M + RUN_Z s: a transient makes the window's first steps slow, a slow step
-    later is not one. It is reported when the run's summed excess over M exceeds z s sqrt(run length) (a
-    one-sided z test of its mean; one step alone must stand z s above M) and is at least `min_cost` of the
-    window's time: the window's throughput is then biased low by about that fraction, which no test on ranks
+    s (:func:`robust_sd`, `local`: of successive differences). The candidates are the leading run of window
+    steps (before the settling point) each above M + RUN_Z s: a transient makes the window's first steps slow,
+    a slow step later is not one. The transient is the first k of them that maximise their summed excess over
+    M divided by s sqrt(k) (the likelihood-ratio estimate of how long a raised mean lasted from the start),
+    reported when that score exceeds z (a one-sided z test; one step alone must stand z s above M) and the
+    k steps cost at least `min_cost` of the window's time: the window's throughput is then biased low by
+    about that fraction, which no test on ranks
     of the window's values sees reliably when the transient holds a few of its first steps
     (:func:`harness.stats.window.steadiness`). A clean window is flagged only when its first steps are random
     spikes that large; detection and false alarms are measured in docs/performance.md
@@ -136,10 +138,13 @@ def start_transient(warmup_s: Sequence[float], window_s: Sequence[float], *, bat
     level = float(np.median(rest))
     spread = robust_sd(rest, local=local)
     slow = window[:head] > level + RUN_Z * spread
-    steps = int(np.argmin(slow)) if not slow.all() else head  # the leading run of slow steps
-    excess = float(np.sum(window[:steps] - level))
-    cost = excess / float(window.sum())
-    if steps == 0 or excess <= z * spread * np.sqrt(steps) or cost < min_cost:
+    run = int(np.argmin(slow)) if not slow.all() else head  # the leading run of slow steps
+    if run == 0:
+        return _settled(settle)
+    scores = np.cumsum(window[:run] - level) / (spread * np.sqrt(np.arange(1, run + 1)))
+    steps = int(np.argmax(scores)) + 1
+    cost = float(np.sum(window[:steps] - level) / window.sum())
+    if scores[steps - 1] <= z or cost < min_cost:
         return _settled(settle)
     median = float(np.median(window))
     low, high = float(window[:steps].min() / median), float(window[:steps].max() / median)
