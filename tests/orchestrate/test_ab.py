@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 from conftest import ROOT, nvbench
 
 from harness.orchestrate import ab, runner
@@ -149,6 +150,7 @@ def test_more_pairs_go_to_the_inconclusive_cells_only_until_none_is_left_or_the_
     assert [h["pairs"] for h in history] == [10, 20] and extended == [("a", ("c1",), 20), ("b", ("c1",), 20)]
 
 
+@pytest.mark.slow
 def test_a_repeat_whose_window_opens_in_a_transient_runs_again_and_the_verdict_on_stdout_says_so(tiny_matrix, tmp_path):
     matrix = tiny_matrix('backend = ["synthetic"]', repeats=1)  # one pair
     matrix.write_text(matrix.read_text().replace("warmup_steps = 1\n", "warmup_steps = 3\n")

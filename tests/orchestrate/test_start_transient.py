@@ -53,7 +53,9 @@ def test_an_auto_warm_up_opens_the_window_as_warm_as_five_steps_do(tiny_matrix, 
         assert row["warmup_steps_used"] >= 20  # two chunks at least
         # a window that starts warm, or (a hiccup of the shared machine as it opened) one that says so
         assert row["start_transient_steps"] == 0 or row["steadiness"].startswith("not steady: start transient: first")
-    # the start's cost to throughput, compared within each process (median over the repeats): a cold start
-    # costs the tiny cell's window 2-6 % here, a warm one nothing beyond the noise of three steps
-    assert abs(np.median([start_cost(w) for w in auto.values()]) - np.median([start_cost(w) for w in five.values()])) \
-        <= 0.02
+    # Auto's throughput is not held down by its start more than 2 % beyond five warm-up steps': the start's cost
+    # to throughput, compared within each process and taken as the median over the repeats. A cold start costs the
+    # tiny cell's window 0-6 % (median 3 %), auto's -5-1.5 %, five steps' -2.5-10 % (40 windows each, the loaded
+    # 2-core box; docs/performance.md): drawn 3 and 3 from those, auto exceeds five by 2 % in 1 % of draws, a cold
+    # window in 74 %. Throughput itself would not do: between processes it differs by 16-28 % there.
+    assert np.median([start_cost(w) for w in auto.values()]) <= np.median([start_cost(w) for w in five.values()]) + 0.02
