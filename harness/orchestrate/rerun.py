@@ -12,7 +12,7 @@ from typing import Any, Iterator, Sequence
 
 import pyarrow.parquet as pq
 
-from harness.orchestrate import runner
+from harness.orchestrate import job
 from harness.results import store
 from harness.results.schema import SUPERSEDED, cell_table
 from harness.spec.cells import Cell, job_key
@@ -75,12 +75,12 @@ def _transient_words(row: dict[str, Any]) -> str:
     return text[start + len("start transient: "):].split(" (")[0]
 
 
-def runs_of(cell: Cell, repeat: int, ctx: runner.JobContext, reruns: Reruns, *, side: str) -> Iterator[dict[str, Any]]:
+def runs_of(cell: Cell, repeat: int, ctx: job.JobContext, reruns: Reruns, *, side: str) -> Iterator[dict[str, Any]]:
     """Run one job of a side, then run it again while its window opens in a transient and the cell's budget
     lasts; yields each row as it is written (the superseded ones are rewritten as such before the next run). A
     re-run carries no injected fault (NVBENCH_FAULT): the suite's faults stand for one-off hiccups."""
     while True:
-        row = runner.run_job(cell, repeat, ctx)
+        row = job.run_job(cell, repeat, ctx)
         yield row
         if not reruns.wanted(ctx.run_dir, row):
             return

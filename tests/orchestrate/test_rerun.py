@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from harness.orchestrate import ab_sides, rerun, runner
+from harness.orchestrate import ab_sides, job, rerun, runfolder
 from harness.results import store
 from harness.results.schema import cell_table, step_table
 from harness.spec.cells import job_key
@@ -48,7 +48,7 @@ def test_a_transient_row_is_kept_as_superseded_with_its_steps_and_log_and_its_jo
     assert cells["throughput_img_per_s"] == 100.0 and cells["start_transient_steps"] == 3  # the row as it ran
     assert pq.read_table(run_dir / "steps" / f"{kept}.parquet").column("step_time_s").to_pylist() == [0.3, 0.1]
     assert (run_dir / "logs" / f"{kept}.log").read_text() == "the cell's output\n"
-    assert runner.pending(run_dir, [(CELL, 4)]) == [(CELL, 4)]
+    assert runfolder.pending(run_dir, [(CELL, 4)]) == [(CELL, 4)]
     # a resumed A/B counts what it spent, per side
     assert rerun.Reruns.of([run_dir, tmp_path / "a"], 2).used == {(str(run_dir), CELL): 1}
 
@@ -61,9 +61,9 @@ def test_re_runs_stop_at_the_budget_and_never_repeat_an_injected_fault(tmp_path,
         faults.append(ctx.fault_spec)
         return finished(run_dir, repeat, transient=2)
 
-    monkeypatch.setattr(runner, "run_job", run_job)
-    ctx = runner.JobContext(run_dir=run_dir, run_id="b", caps=None, env={}, env_key="k",
-                            fault_spec="run=b&repeat=0:slow_start", notify=lambda message: None)
+    monkeypatch.setattr(job, "run_job", run_job)
+    ctx = job.JobContext(run_dir=run_dir, run_id="b", caps=None, env={}, env_key="k",
+                         fault_spec="run=b&repeat=0:slow_start", notify=lambda message: None)
     cell = dataclasses.make_dataclass("FakeCell", ["cell_id"])(CELL)
     reruns = rerun.Reruns.of([run_dir], 2)
     rows = list(rerun.runs_of(cell, 0, ctx, reruns, side="b"))
