@@ -28,8 +28,8 @@ import argparse
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -37,7 +37,7 @@ import pyarrow.parquet as pq
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from harness.stats import settle, window  # noqa: E402
+from harness.stats import settle, window
 
 WARMUP = np.array([5.0, 1.0, 1.0])
 """Synthetic warm-up steps, in units of the settled step time: a slow first step, then settled."""

@@ -41,7 +41,7 @@ def inject_fault(fault: str | None, rank: int, engine: Engine) -> None:
     raise ValueError(f"unknown injected fault {kind!r}")
 
 
-def slow_start_for(fault: str | None, rank: int) -> "SlowStart | None":
+def slow_start_for(fault: str | None, rank: int) -> SlowStart | None:
     """The window's SlowStart when the injected fault is `slow_start` (or `slow_start@RANK` on that rank)."""
     kind, _, only_rank = (fault or "").partition("@")
     if kind != SlowStart.KIND or (only_rank and int(only_rank) != rank):

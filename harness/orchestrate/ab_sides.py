@@ -4,8 +4,9 @@ being what tells the sides apart (the user's, else the environment fields that d
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from harness.results.env import env_diff
 

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 import pyarrow.parquet as pq
 
@@ -33,7 +34,7 @@ class Reruns:
     used: dict[tuple[str, str], int] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, run_dirs: Sequence[Path], limit: int) -> "Reruns":
+    def of(cls, run_dirs: Sequence[Path], limit: int) -> Reruns:
         used: dict[tuple[str, str], int] = {}
         for run_dir in map(Path, run_dirs):
             for path in sorted((run_dir / "cells").glob(f"*-{SUPERSEDED}*.parquet")):
