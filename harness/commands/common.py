@@ -4,6 +4,7 @@ environment probe and the report printer of report and ab."""
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 
 EXIT_OK, EXIT_FAILURES, EXIT_BAD_INPUT, EXIT_INCONCLUSIVE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
@@ -75,30 +76,25 @@ def thresholds_from(args: argparse.Namespace):
 
 
 def print_report(result, fail_on_regression: bool) -> int:
-    """The report's files, its headline, and the cells a person must read (regressions, failures, then the
-    inconclusive ones, loud, with the repeats each needs); the exit status of --fail-on-regression."""
+    """The report's files, its headline, and the cells a person must read (harness.report_console: a line per
+    regression and failure, the inconclusive ones grouped, loud); the exit status of --fail-on-regression."""
     from harness.analysis.verdict import FAILED, INCONCLUSIVE
     from harness.analysis.wording import headline_words
+    from harness.fit import wrap
+    from harness.report_console import verdict_lines
 
-    comparison = result.comparison
+    comparison, width = result.comparison, shutil.get_terminal_size().columns
     for note in comparison.notes:
         if note.startswith("warning:"):
-            print(note, file=sys.stderr)
+            print("\n".join(wrap(note, width, indent="  ")), file=sys.stderr)
     for path in result.files:
         print(path)
     print(f"{comparison.candidate.run_id} vs {comparison.baseline_label}: {headline_words(comparison)}",
           file=sys.stderr)
-    for v in comparison.regressions:
-        print(f"regression: {v.cell_id}: {v.reason}", file=sys.stderr)
+    for line in verdict_lines(comparison, width):  # grouped, fitted: as `run` does
+        print(line, file=sys.stderr)
     failed = [v for v in comparison.verdicts if v.verdict == FAILED]
-    for v in failed:
-        print(f"failed: {v.cell_id}: {v.reason}", file=sys.stderr)
     open_ = [v for v in comparison.verdicts if v.verdict == INCONCLUSIVE and not v.is_regression]
-    if open_:
-        print(f"INCONCLUSIVE: {len(open_)} cell(s) neither shown changed nor shown unchanged; not a pass:",
-              file=sys.stderr)
-        for v in open_:
-            print(f"inconclusive: {v.cell_id}: {v.reason}", file=sys.stderr)
     if not fail_on_regression:
         return EXIT_OK
     if comparison.regressions or failed:
