@@ -140,7 +140,8 @@ def _skip_lines(cells: Mapping[str, Sequence[Mapping[str, Any]]], width: int) ->
     """One group per reason, most common first; a reason longer than the line wraps under its own start."""
     reasons = Counter(_first_line(rows[0]["reason"]) for rows in cells.values())
     digits = len(str(max(reasons.values(), default=0)))
-    return [Text(line) for reason, n in reasons.most_common() for line in wrap(reason, width, first=f"  {n:>{digits}}  ")]
+    return [Text(line) for reason, n in reasons.most_common()
+            for line in wrap(reason, width, first=f"  {n:>{digits}}  ")]
 
 
 def _failure_lines(cells: Mapping[str, Sequence[Mapping[str, Any]]], width: int) -> list[Text]:

@@ -83,8 +83,9 @@ def test_skips_are_grouped_by_reason_and_failures_give_their_first_line():
     assert words_whole(groups[2:4], "world_size 4 exceeds the 2 CPU cores of this machine (without CUDA each rank is "
                                     "a gloo process on its own core)")
     failed = lines.index("failed: 1 cell (in full: --verbose)")
-    assert lines[failed + 1:failed + 3] == ["  synthetic_nchw_fp32_ws2_ga1  r0 timeout: no exit within 120 s: the process",
-                                            "    group was killed [logs/x.log]"]
+    assert lines[failed + 1:failed + 3] == [
+        "  synthetic_nchw_fp32_ws2_ga1  r0 timeout: no exit within 120 s: the process",
+        "    group was killed [logs/x.log]"]
     assert lines[-3:] == ["96 rows: 35 ok, 60 skipped, 1 timeout", f"results: {RUN}", f"next:    nvbench report {RUN}"]
 
 

@@ -82,11 +82,13 @@ def add_parser(subparsers) -> None:
                     "(default: bisect commits)")
     bi.add_argument("--only", action="append", default=[], metavar="AXIS=VALUE",
                     help="filter cells as in run (default: every cell)")
-    bi.add_argument("--repeats", type=int, default=5, metavar="N", help="first pairs of each A/B (default: %(default)s)")
+    bi.add_argument("--repeats", type=int, default=5, metavar="N",
+                    help="first pairs of each A/B (default: %(default)s)")
     bi.add_argument("--max-repeats", type=int, default=10, metavar="M",
                     help="pairs an inconclusive cell may grow to in each A/B (default: %(default)s)")
     bi.add_argument("--out", metavar="DIR", help="bisect folder (default: REPORTS/<id>): bisect.md, bisect.json")
     bi.add_argument("--resume", metavar="DIR", help="continue an interrupted bisect without redoing its comparisons "
                     "(default: start a new one)")
-    bi.add_argument("--reports", default="reports", metavar="DIR", help="where bisect folders go (default: %(default)s)")
+    bi.add_argument("--reports", default="reports", metavar="DIR",
+                    help="where bisect folders go (default: %(default)s)")
     bi.set_defaults(func=cmd_bisect)

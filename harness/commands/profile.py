@@ -73,7 +73,8 @@ def add_parser(subparsers) -> None:
     pr.add_argument("--smoke", action="store_true", help="shrink the cell as `run --smoke` does")
     pr.add_argument("--tool", choices=("nsys", "torch"), default="nsys",
                     help="nsys: Nsight Systems timeline; torch: torch.profiler trace and table (default: %(default)s)")
-    pr.add_argument("--steps", type=int, default=10, metavar="N", help="measured steps to capture (default: %(default)s)")
+    pr.add_argument("--steps", type=int, default=10, metavar="N",
+                    help="measured steps to capture (default: %(default)s)")
     pr.add_argument("--out", metavar="DIR", help="run folder whose profile/ receives the results "
                     "(default: REPORTS/<run_id>); may be an existing run: its timed results stay untouched")
     pr.add_argument("--reports", default="reports", metavar="DIR", help="where run folders go (default: %(default)s)")
