@@ -24,7 +24,7 @@ def shorten(text: str, width: int) -> str:
     if len(text) <= width:
         return text
     text = " ".join(text.split())
-    cut = text.rfind(" ", 0, width - len(MARK) + 1)
+    cut = text.rfind(" ", 0, max(width - len(MARK) + 1, 0))  # a narrow or negative width: the first word
     if cut <= 0:
         first, _, rest = text.partition(" ")
         return first + (MARK if rest else "")
