@@ -23,8 +23,8 @@ TABLE_HEAD = (("cell", "the cell's axis values; its full id in the detail row"),
               ("verdict", "the comparison's call"),
               ("change % [interval]", "change of the metric the verdict rests on, with its interval"),
               ("img/s", "mean images per second: this run / baseline"),
-              ("MDC %", "minimum detectable change at the baseline's spread (80% power); n/a says why there is "
-                        "none: it needs two usable repeats a side and a spread between them"),
+              ("MDC %", ("minimum detectable change at the baseline's spread (80% power); n/a says why there is "
+                         "none: it needs two usable repeats a side and a spread between them")),
               ("top-1", "mean top-1 accuracy, fraction of validation images"),
               ("repeats", "usable repeats: this run / baseline (history: runs)"))
 """The cell table's columns: (heading with its unit, what it holds). One line per cell; everything else of a

@@ -6,7 +6,8 @@ from __future__ import annotations
 import argparse
 import shutil
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 EXIT_OK, EXIT_FAILURES, EXIT_BAD_INPUT, EXIT_INCONCLUSIVE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 """nvbench report / ab with --fail-on-regression: 0 every judged cell unchanged or improved (nothing failed);
@@ -17,8 +18,8 @@ input; 130 interrupted."""
 def reach_warning(repeats: int, *, smoke: bool, what: str) -> None:
     """One line up front when runs of `repeats` repeats could never be told apart at the report's default level
     (a description needs no verdict: 1 repeat and --smoke runs say nothing)."""
-    from harness.analysis.verdict import Thresholds
     from harness.analysis.decide import reach_problem
+    from harness.analysis.verdict import Thresholds
 
     if repeats >= 2 and not smoke and (problem := reach_problem(repeats, Thresholds().level, what=what)):
         print(f"warning: {problem}: two such runs can only be inconclusive", file=sys.stderr)
@@ -90,24 +91,25 @@ def add_threshold_flags(p: argparse.ArgumentParser, *, history: bool) -> None:
                    help="exit 1 on a confirmed regression or a failed cell, 3 when nothing regressed but a cell "
                         "stayed inconclusive, 0 otherwise")
     flags = [
-        (("--floor",), dict(dest="floor_pct", type=float, metavar="PCT"),
+        (("--floor",), {"dest": "floor_pct", "type": float, "metavar": "PCT"},
          "practical floor: smaller changes are never a regression (default: %(own_default)s %%)"),
-        (("--fdr",), dict(dest="fdr_q", type=float, metavar="Q"),
+        (("--fdr",), {"dest": "fdr_q", "type": float, "metavar": "Q"},
          "Benjamini-Hochberg FDR across cells (default: %(own_default)s)"),
-        (("--min-repeats",), dict(type=int, metavar="N"), "fewest usable repeats per side (default: %(own_default)s)"),
-        (("--exclude-unsteady",), dict(action="store_true", default=None),
+        (("--min-repeats",), {"type": int, "metavar": "N"},
+         "fewest usable repeats per side (default: %(own_default)s)"),
+        (("--exclude-unsteady",), {"action": "store_true", "default": None},
          "leave out repeats whose window failed the steadiness check (default: %(own_default)s)"),
-        (("--accuracy-tolerance",), dict(type=float, metavar="FRACTION"),
+        (("--accuracy-tolerance",), {"type": float, "metavar": "FRACTION"},
          "top-1 band half-width (default: %(own_default)s)"),
-        (("--speed-adjust",), dict(action=argparse.BooleanOptionalAction, default=None),
-         "compare CPU cells at equal machine-speed probe time where every repeat has a probe (default: "
-         "%(own_default)s; docs/performance.md)"),
-        (("--fast-steps",), dict(action=argparse.BooleanOptionalAction, default=None),
-         "test the fast-step rate beside throughput where every repeat recorded it; either can call a regression "
-         "(default: %(own_default)s; --no-fast-steps: throughput alone)"),
+        (("--speed-adjust",), {"action": argparse.BooleanOptionalAction, "default": None},
+         ("compare CPU cells at equal machine-speed probe time where every repeat has a probe (default: "
+          "%(own_default)s; docs/performance.md)")),
+        (("--fast-steps",), {"action": argparse.BooleanOptionalAction, "default": None},
+         ("test the fast-step rate beside throughput where every repeat recorded it; either can call a regression "
+          "(default: %(own_default)s; --no-fast-steps: throughput alone)")),
     ]
     if history:
-        flags.append((("--history-runs",), dict(type=int, metavar="N"),
+        flags.append((("--history-runs",), {"type": int, "metavar": "N"},
                       "past runs that form the history baseline (default: %(own_default)s)"))
     for names, kwargs, words in flags:
         action = p.add_argument(*names, help=words, **kwargs)
@@ -126,12 +128,12 @@ def thresholds_from(args: argparse.Namespace):
 
 
 def print_report(result, fail_on_regression: bool) -> int:
-    """The report's files, its headline, and the cells a person must read (harness.report_console: a line per
-    regression and failure, the inconclusive ones grouped, loud); the exit status of --fail-on-regression."""
+    """The report's files, its headline, and the cells a person must read (analysis/report_console.py: a line
+    per regression and failure, the inconclusive ones grouped, loud); the exit status of --fail-on-regression."""
+    from harness.analysis.report_console import verdict_lines
     from harness.analysis.verdict import FAILED, INCONCLUSIVE
     from harness.analysis.wording import headline_words
     from harness.fit import wrap
-    from harness.report_console import verdict_lines
 
     comparison, width = result.comparison, shutil.get_terminal_size().columns
     for note in comparison.notes:

@@ -49,8 +49,8 @@ def cmd_history(args: argparse.Namespace) -> int:
 
 def cmd_export(args: argparse.Namespace) -> int:
     """A run's cells in another tool's format (harness.analysis.export)."""
-    from harness.analysis.runs import RunInputError
     from harness.analysis.export import export_run
+    from harness.analysis.runs import RunInputError
 
     try:
         count = export_run(Path(args.run_dir), args.format, Path(args.out))
@@ -78,13 +78,13 @@ def add_parser(subparsers) -> None:
     h.add_argument("--out", metavar="DIR", help="where history.html, changes.md, changes.parquet go "
                    "(default: HISTORY_DIR/trend)")
     for names, kwargs, words in (
-            (("--floor",), dict(dest="floor_pct", type=float, metavar="PCT"),
+            (("--floor",), {"dest": "floor_pct", "type": float, "metavar": "PCT"},
              "practical floor of throughput and fast-step changes (default: %(own_default)s %%)"),
-            (("--min-segment",), dict(type=int, metavar="N"),
+            (("--min-segment",), {"type": int, "metavar": "N"},
              "fewest nights on each side of a change (default: %(own_default)s)"),
-            (("--alpha",), dict(type=float, metavar="A"),
+            (("--alpha",), {"type": float, "metavar": "A"},
              "permutation test level of each change point (default: %(own_default)s)"),
-            (("--drift-nights",), dict(type=int, metavar="K"),
+            (("--drift-nights",), {"type": int, "metavar": "K"},
              "a drift is a slope over the last K nights (default: %(own_default)s)")):
         action = h.add_argument(*names, help=words, **kwargs)
         own_default(action, _setting_default(action.dest))

@@ -6,11 +6,20 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from typing import Sequence
+from collections.abc import Sequence
 
 from harness.analysis.verdict import (
-    ACCURACY_BELOW, FAILED, IMPROVEMENT, INCONCLUSIVE, REGRESSION, SUSPECT_IMPROVEMENT, SUSPECT_REGRESSION, VERDICTS,
-    CellVerdict, Comparison)
+    ACCURACY_BELOW,
+    FAILED,
+    IMPROVEMENT,
+    INCONCLUSIVE,
+    REGRESSION,
+    SUSPECT_IMPROVEMENT,
+    SUSPECT_REGRESSION,
+    VERDICTS,
+    CellVerdict,
+    Comparison,
+)
 from harness.analysis.wording import self_comparison_note
 from harness.fit import wrap
 from harness.spec.cells import cell_label
