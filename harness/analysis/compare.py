@@ -96,7 +96,7 @@ def _prepare(cid: str, cand_rows: list, base_rows: list | None, candidate: RunDa
         common["mdc_pct"] = 100 * inference.min_detectable_change(base_cv, len(cand_ok), len(base_ok), alpha=th.level)
     smallest_p = decide.smallest_permutation_p(len(cand_ok), len(base_ok))
     if min(len(cand_ok), len(base_ok)) < th.min_repeats or smallest_p > th.level:
-        return common | untestable(cand_x, base_x, th), None
+        return merge_fields(common, untestable(cand_x, base_x, th)), None  # both sides' img/s stay beside the change
     probes = _probes(cand_ok, base_ok, th)
     metrics = [MetricSamples(THROUGHPUT, cand_x, base_x)]
     fast = _fast_steps(cand_ok, base_ok, th)

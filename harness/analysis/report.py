@@ -50,6 +50,7 @@ from harness.analysis.wording import (
     method_text,
     metric_change_text,
     num_text,
+    self_comparison_note,
 )
 from harness.results import store
 from harness.results.schema import SUPERSEDED
@@ -133,7 +134,8 @@ def _cards(comparison: Comparison) -> str:
     acc = sum(v.accuracy_verdict == ACCURACY_BELOW for v in comparison.verdicts)
     if acc:
         cards.append(f'<div class="card bad"><span class="n">{acc}</span>accuracy below band</div>')
-    notes = "".join(f"<p>{esc(n)}</p>" for n in comparison.notes)
+    itself = self_comparison_note(comparison)
+    notes = "".join(f"<p>{esc(n)}</p>" for n in (*comparison.notes, *([itself] if itself else [])))
     compared = ("<p>" + "<br>".join(esc(side) for side in comparison.sides) + "</p>" if comparison.sides
                 else f"<p>Compared with {esc(comparison.baseline_label)}.</p>")
     return f'<div class="cards">{"".join(cards)}</div>{compared}{notes}'
@@ -141,7 +143,7 @@ def _cards(comparison: Comparison) -> str:
 
 SETUP_ROWS = (("device", None), ("driver", "driver_version"), ("CUDA", "cuda_runtime"), ("cuDNN", "cudnn_version"),
               ("torch", "torch_version"), ("DALI", "dali_version"), ("nvbench", None))
-"""The header's rows: what each side ran on, in words (None: composed from several fields)."""
+"""The setup table's rows: what each side ran on, in words (None: composed from several fields)."""
 
 
 def _device(env: Mapping[str, Any]) -> str:
@@ -166,18 +168,26 @@ def _setup_value(env: Mapping[str, Any] | None, name: str, field_: str | None) -
 
 def _setup(comparison: Comparison) -> str:
     """Both sides' device, driver, CUDA, cuDNN, torch, DALI and git revision, and the matrix efficiency where
-    the run's manifest records it."""
+    the run's manifest records it: a table folded under one line (the page's first screen is the verdicts)."""
     sides = [("this run", comparison.candidate.environment, comparison.candidate.matrix_efficiency)]
     if comparison.baseline_environment is not None:
         base = comparison.baseline
         sides.append(("baseline", comparison.baseline_environment, base.matrix_efficiency if base else None))
     head = "".join(f"<th>{esc(name)}</th>" for name, _, _ in sides)
-    rows = [f"<tr><th>{esc(name)}</th>" + "".join(f"<td>{esc(_setup_value(env, name, field_))}</td>"
-                                                  for _, env, _ in sides) + "</tr>" for name, field_ in SETUP_ROWS]
+    values = [[_setup_value(env, name, field_) for _, env, _ in sides] for name, field_ in SETUP_ROWS]
+    rows = [f"<tr><th>{esc(name)}</th>" + "".join(f"<td>{esc(value)}</td>" for value in row) + "</tr>"
+            for (name, _), row in zip(SETUP_ROWS, values)]
     if any(eff is not None for _, _, eff in sides):
         rows.append('<tr><th title="measured window seconds / run wall seconds">matrix efficiency</th>'
                     + "".join(f"<td>{esc(num_text(eff, '.2f'))}</td>" for _, _, eff in sides) + "</tr>")
-    return f'<table class="setup"><thead><tr><th></th>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
+    table = f'<table class="setup"><thead><tr><th></th>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
+    # folded under the heatmap: one line says where this run ran and whether the baseline ran alike
+    same = "" if len(sides) == 1 else "; the baseline the same" if all(len(set(row)) == 1 for row in values) \
+        else "; the baseline differs"
+    this = {name: row[0] for (name, _), row in zip(SETUP_ROWS, values)}
+    where = f"{this['device']} \u00b7 torch {this['torch']}"
+    return f"<details><summary>Ran on: {esc(where + same)} (open for driver, CUDA, cuDNN, DALI, git)</summary>" \
+        f"{table}</details>"
 
 
 def _environment(comparison: Comparison) -> str:

@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 
 from harness.commands.common import (EXIT_INTERRUPTED, add_threshold_flags, bad_input, fire_drill_problem,
-                                     print_report, thresholds_from)
+                                     knob_default, own_default, print_report, thresholds_from)
+from harness.spec.matrix import RunConfig
 from harness.spec.parse import MatrixError, load_matrix, with_repeats
 
 DEFAULT_MAX_RERUNS = 2
@@ -102,9 +103,9 @@ def add_parser(subparsers) -> None:
         "ab", help="run a matrix under two interpreters or checkouts, interleaved; compare B with A")
     ab.add_argument("matrix")
     ab.add_argument("--a", default=sys.executable, metavar="PYTHON",
-                    help="interpreter of side A, the baseline (default: this one)")
+                    help="interpreter of side A, the baseline (default: this one, %(default)s)")
     ab.add_argument("--b", default=sys.executable, metavar="PYTHON",
-                    help="interpreter of side B, the candidate (default: this one)")
+                    help="interpreter of side B, the candidate (default: this one, %(default)s)")
     ab.add_argument("--a-checkout", metavar="DIR", help="checkout whose harness side A runs, e.g. a git worktree "
                     "of the baseline's commit (default: this one)")
     ab.add_argument("--b-checkout", metavar="DIR", help="checkout whose harness side B runs (default: this one)")
@@ -116,16 +117,20 @@ def add_parser(subparsers) -> None:
                          "transient; at most N times per cell and side; the transient row is kept as `superseded` "
                          f"(default: {DEFAULT_MAX_RERUNS}; 0: never)")
     ab.add_argument("--fire-drill", type=float, metavar="PCT",
-                    help="slow side B by PCT %% of each measured step (proves an A/B confirmation still rings)")
-    ab.add_argument("--only", action="append", default=[], metavar="AXIS=VALUE", help="filter cells as in run")
+                    help="slow side B by PCT %% of each measured step (proves an A/B confirmation still rings; "
+                         "default: off)")
+    ab.add_argument("--only", action="append", default=[], metavar="AXIS=VALUE",
+                    help="filter cells as in run (default: every cell)")
     ab.add_argument("--smoke", action="store_true", help="shrink every cell as `run --smoke` does")
-    ab.add_argument("--repeats", type=int, metavar="N", help="repeats per side (overrides run.repeats)")
+    own_default(ab.add_argument("--repeats", type=int, metavar="N",
+                                help="repeats per side (default: the matrix's run.repeats, itself %(own_default)s "
+                                     "when unset)"), knob_default(RunConfig, "repeats"))
     ab.add_argument("--max-repeats", type=int, metavar="M",
                     help="while a cell is inconclusive, run more interleaved pairs of it, up to M a side (looks at "
                          "N, 2N, 4N, ..., M, leaving out looks too small to decide at the split level; the level is split "
                          "over the looks). Default: N, no more pairs")
-    ab.add_argument("--seed", type=int, default=0, help="seed of the A/B order within each pair (default: 0)")
+    ab.add_argument("--seed", type=int, default=0, help="seed of the A/B order within each pair (default: %(default)s)")
     ab.add_argument("--out", metavar="DIR", help="A/B folder (default: REPORTS/<id>); holds a/, b/, report/")
-    ab.add_argument("--reports", default="reports", metavar="DIR", help="where A/B folders go (default: reports)")
+    ab.add_argument("--reports", default="reports", metavar="DIR", help="where A/B folders go (default: %(default)s)")
     add_threshold_flags(ab, history=False)
     ab.set_defaults(func=cmd_ab)

@@ -86,10 +86,9 @@ def generated_dataset(cell: Cell, notify: Callable[[str], None] = print) -> Path
     cache = Path(cell.data.cache_dir or os.environ.get("NVBENCH_CACHE") or Path.home() / ".cache" / "nvbench")
     cache = cache.expanduser().resolve()  # "~/datasets" is the home's, not a folder named "~" here
     g = cell.data.generate
-    notify(f"dataset: generating or reusing {g.kind} {g.image_size}px x {g.num_classes} classes "
-           f"under {cache / 'datasets'}")
-    return ensure_dataset(cache / "datasets", kind=g.kind, image_size=g.image_size, num_classes=g.num_classes,
-                          train_per_class=g.train_per_class, val_per_class=g.val_per_class, seed=g.seed)
+    return ensure_dataset(cache / "datasets", notify=notify, kind=g.kind, image_size=g.image_size,
+                          num_classes=g.num_classes, train_per_class=g.train_per_class,
+                          val_per_class=g.val_per_class, seed=g.seed)
 
 
 def base_row(cell: Cell, repeat: int, ctx: JobContext, fault: str | None) -> dict[str, Any]:
