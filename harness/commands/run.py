@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from harness.commands.common import (EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_OK, bad_input, env_and_caps,
-                                     fire_drill_problem, reach_warning)
+from harness.commands.common import (EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_OK, add_slots_flag, bad_input,
+                                     env_and_caps, fire_drill_problem, reach_warning, slot_packing)
 from harness.spec.parse import MatrixError, load_matrix, with_repeats
 
 
@@ -31,6 +31,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         except store.UnreadableFile as exc:
             return bad_input([f"{exc}; delete it to run that job again"])
         device = next(iter(cells.values())).run.device
+        slots = next(iter(cells.values())).run.slots
+        cell_list = list(cells.values())
         executor = runfolder.plan_executor(run_dir)
     else:
         if not args.matrix:
@@ -43,6 +45,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         if args.out and (Path(args.out) / runfolder.PLAN).exists():
             return bad_input([f"--out {args.out}: already holds a run; use --resume {args.out}"])
         device = matrix.run.device
+        slots = matrix.run.slots
         knob = f"--repeats {args.repeats}" if args.repeats is not None else f"run.repeats = {matrix.run.repeats}"
         reach_warning(matrix.run.repeats, smoke=args.smoke, what=knob)
         executor = _executor_config(matrix, args.executor)
@@ -56,16 +59,22 @@ def cmd_run(args: argparse.Namespace) -> int:
     from harness.orchestrate.executors import ExecutorUnavailable
     from harness.orchestrate.runner import executor_for
 
+    from harness.orchestrate.packing import CalibrationError
+    from harness.orchestrate.slots import SlotError
+
     where = executor_for(executor)
     try:
         where.check()  # before anything is written: sbatch missing or the controller down is one line, exit 2
-    except ExecutorUnavailable as exc:
+        packing = slot_packing(args.slots or slots, device=caps.device, env=env, key=key,
+                               backends={c.backend for c in cell_list}, executor_kind=where.kind)
+    except (ExecutorUnavailable, SlotError, CalibrationError) as exc:
         return bad_input([str(exc)])
     if not args.resume:
         run_dir = runfolder.create_run(matrix, cell_list, run_dir=Path(args.out) if args.out else None,
                                     reports_root=Path(args.reports), smoke=args.smoke, only=args.only, env=env,
                                     fire_drill_pct=args.fire_drill or 0.0, executor=executor)
-    return _execute(run_dir, caps, env, key, progress=not args.no_progress, verbose=args.verbose, executor=where)
+    return _execute(run_dir, caps, env, key, progress=not args.no_progress, verbose=args.verbose, executor=where,
+                    packing=packing)
 
 
 def _executor_config(matrix, flag: str | None):
@@ -75,7 +84,7 @@ def _executor_config(matrix, flag: str | None):
     return dataclasses.replace(matrix.executor, kind=flag) if flag else matrix.executor
 
 
-def _execute(run_dir: Path, caps, env, key, *, progress: bool, verbose: bool, executor=None) -> int:
+def _execute(run_dir: Path, caps, env, key, *, progress: bool, verbose: bool, executor=None, packing=None) -> int:
     from rich.console import Console
 
     from harness.console import RunProgress, detail_table, print_summary
@@ -93,7 +102,7 @@ def _execute(run_dir: Path, caps, env, key, *, progress: bool, verbose: bool, ex
         with RunProgress(console, len(todo)) as bar:
             runner.execute(run_dir, caps=caps, env=env, env_key=key, on_start=bar.start if progress else None,
                            on_done=bar.done, notify=lambda message: console.print(message, soft_wrap=True),
-                           executor=executor)
+                           executor=executor, packing=packing)
     except ExecutorUnavailable as exc:
         console.print(f"error: {exc}; the run is resumable: nvbench run --resume {run_dir}", soft_wrap=True)
         return EXIT_BAD_INPUT
@@ -127,6 +136,7 @@ def add_parser(subparsers) -> None:
     r.add_argument("--executor", choices=("local", "slurm"),
                    help="where jobs run: this machine, or one SLURM job each (wins over the matrix's [executor] kind)")
     r.add_argument("--reports", default="reports", metavar="DIR", help="where run folders go (default: reports)")
+    add_slots_flag(r)
     r.add_argument("--no-progress", action="store_true", help="no progress bar (a line per cell is still printed)")
     r.add_argument("--verbose", action="store_true",
                    help="end with every (cell, repeat) row in full, before the summary (stdout)")
