@@ -83,7 +83,8 @@ def train(ctx: Context, engine: Engine, loader) -> tuple[dict[str, Any], dict[st
         "host_data_wait_s": host_wait, "host_data_wait_frac": host_wait / window_s,
         "is_steady": steady.is_steady, "steadiness": steady.reason,
         "train_loss": train_loss, "lr_final": engine.lr(), "loss_scale": engine.loss_scale(),
-    } | _phase_medians(phase_s, engine) | telemetry_columns(ctx, sampler.summary, images) | (probe.summary() if probe is not None else {})
+    } | _phase_medians(phase_s, engine) | telemetry_columns(ctx, sampler.summary, images, sampler.foreign_pids) \
+        | (probe.summary() if probe is not None else {})
     n = warm.steps + b.measure_steps
     local_images = ctx.cell.benchmark.batch_size * accum
     epoch, is_epoch_start = epoch_marks(n, local_images, loader.samples_per_epoch)

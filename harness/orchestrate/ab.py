@@ -20,7 +20,9 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import harness
-from harness.orchestrate import capabilities, derive, job, runfolder
+from harness.orchestrate import capabilities, derive, job, lanes, runfolder
+from harness.orchestrate.machine import probe_machine
+from harness.orchestrate.packing import Packing, solo_packing
 from harness.results import store
 from harness.spec.cells import Cell
 from harness.spec.job import FAULT_ENV
@@ -107,25 +109,35 @@ def side_for(run_dir: Path, *, caps: capabilities.Capabilities, env: dict[str, A
     return Side(name=run_dir.name, ctx=ctx, cells=cells, jobs=runfolder.pending(run_dir, jobs))
 
 
-def run_interleaved(sides: Sequence[Side], *, seed: int,
-                    on_done: Callable[[str, dict[str, Any]], None] | None = None) -> list[tuple[str, str, int]]:
-    """Round k runs the k-th pending job of every side, the sides in a fresh random order each round.
-
-    Returns (side, cell_id, repeat) in the order run. Each side's manifest gets a session entry and its
-    twin columns are derived at the end, as `nvbench run` does; a side whose jobs are all done is skipped.
-    """
+def interleaved_rounds(sides: Sequence[Side], *, seed: int) -> list[list[tuple[Side, str, int]]]:
+    """Round k: the k-th pending job of every side that has one, the sides in a fresh random order each round
+    (seeded: the same sides and seed give the same order)."""
     rng = random.Random(seed)
-    order: list[tuple[str, str, int]] = []
-    sessions = {side.name: _open_session(side) for side in sides}
+    rounds = []
     for k in range(max((len(s.jobs) for s in sides), default=0)):
         round_ = [s for s in sides if k < len(s.jobs)]
         rng.shuffle(round_)
-        for side in round_:
-            cid, repeat = side.jobs[k]
-            row = job.run_job(side.cells[cid], repeat, side.ctx)
-            order.append((side.name, cid, repeat))
-            if on_done:
-                on_done(side.name, row)
+        rounds.append([(side, *side.jobs[k]) for side in round_])
+    return rounds
+
+
+def run_interleaved(sides: Sequence[Side], *, seed: int,
+                    on_done: Callable[[str, dict[str, Any]], None] | None = None,
+                    packing: Packing | None = None) -> list[tuple[str, str, int]]:
+    """Run the interleaved rounds (interleaved_rounds): each round's jobs one after another on the same slots, so
+    the sides of a pair meet the same GPU and cores (rows record the slot: the analysis can block on it); with
+    slots, as many rounds at once as they hold (`packing`; None: one job at a time on the whole machine).
+
+    Returns (side, cell_id, repeat) in the order started. Each side's manifest gets a session entry and its
+    twin columns are derived at the end, as `nvbench run` does; a side whose jobs are all done is skipped.
+    """
+    order: list[tuple[str, str, int]] = []
+    sessions = {side.name: _open_session(side) for side in sides}
+    chains = [[lanes.Link(cell=side.cells[cid], repeat=repeat, ctx=side.ctx, tag=side.name)
+               for side, cid, repeat in round_] for round_ in interleaved_rounds(sides, seed=seed)]
+    lanes.run_chains(chains, packing or solo_packing(probe_machine("cpu")),
+                     on_start=lambda link: order.append((link.tag, link.cell.cell_id, link.repeat)),
+                     on_done=(lambda link, row: on_done(link.tag, row)) if on_done else None)
     for side in sides:
         derive.derive_twin_columns(side.ctx.run_dir)
         _close_session(side, sessions[side.name])
@@ -177,13 +189,13 @@ def create_ab(matrix: Matrix, cells: list[Cell], *, out_dir: Path, pythons: dict
 
 def run_ab(out_dir: Path, *, caps: capabilities.Capabilities, envs: dict[str, dict[str, Any]], pythons: dict[str, str],
            seed: int, checkouts: dict[str, Path | None] | None = None, notify: Callable[[str], None] = print,
-           on_done: Callable[[str, dict[str, Any]], None] | None = None) -> None:
+           on_done: Callable[[str, dict[str, Any]], None] | None = None, packing: Packing | None = None) -> None:
     """Run both sides interleaved; the order actually run is appended to ab.json."""
     checkouts = checkouts or {}
     sides = [side_for(out_dir / name, caps=caps, env={k: v for k, v in envs[name].items() if k != "env_key"},
                       env_key=envs[name]["env_key"], python=pythons[name], checkout=checkouts.get(name),
                       notify=notify) for name in SIDES]
-    order = run_interleaved(sides, seed=seed, on_done=on_done)
+    order = run_interleaved(sides, seed=seed, on_done=on_done, packing=packing)
     meta = store.read_json(out_dir / AB_FILE)
     meta["order"] += [list(item) for item in order]
     store.write_json(out_dir / AB_FILE, meta)
@@ -254,14 +266,15 @@ def extend_plan(run_dir: Path, cell_ids: Sequence[str], repeats: int, *, seed: i
 def run_adaptive(out_dir: Path, looks: Sequence[int], *, judge: Callable[[], Sequence[str]],
                  caps: capabilities.Capabilities, envs: dict[str, dict[str, Any]], pythons: dict[str, str], seed: int,
                  checkouts: dict[str, Path | None] | None = None, notify: Callable[[str], None] = print,
-                 on_done: Callable[[str, dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
+                 on_done: Callable[[str, dict[str, Any]], None] | None = None,
+                 packing: Packing | None = None) -> list[dict[str, Any]]:
     """The looks of an adaptive A/B: run the first look's pairs, then, while `judge()` (the cells still
     inconclusive, judged at the design's split level) names any, extend those cells alone to the next
     look's pairs on both sides and run them interleaved. Returns one entry per look (pairs, cells run,
     cells left inconclusive), also kept in ab.json."""
     history: list[dict[str, Any]] = []
     run_ab(out_dir, caps=caps, envs=envs, pythons=pythons, seed=seed, checkouts=checkouts, notify=notify,
-           on_done=on_done)
+           on_done=on_done, packing=packing)
     for k, pairs in enumerate(looks):
         open_ = sorted(judge())
         history.append({"look": k + 1, "pairs": pairs, "inconclusive": open_})
@@ -275,5 +288,5 @@ def run_adaptive(out_dir: Path, looks: Sequence[int], *, judge: Callable[[], Seq
         for name in SIDES:
             extend_plan(out_dir / name, open_, looks[k + 1], seed=seed + k + 1)
         run_ab(out_dir, caps=caps, envs=envs, pythons=pythons, seed=seed + k + 1, checkouts=checkouts,
-               notify=notify, on_done=on_done)
+               notify=notify, on_done=on_done, packing=packing)
     return history

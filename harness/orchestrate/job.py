@@ -105,9 +105,9 @@ def base_row(cell: Cell, repeat: int, ctx: JobContext, fault: str | None) -> dic
     }
 
 
-def run_job(cell: Cell, repeat: int, ctx: JobContext) -> dict[str, Any]:
+def run_job(cell: Cell, repeat: int, ctx: JobContext, placed: Placement | None = None) -> dict[str, Any]:
     """Run one (cell, repeat) on this machine to its terminal row, whatever the cell's processes do."""
-    prepared = prepare_job(cell, repeat, ctx)
+    prepared = prepare_job(cell, repeat, ctx, placed=placed)
     if isinstance(prepared, dict):
         return prepared
     executor = LocalExecutor()
