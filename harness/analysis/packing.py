@@ -44,6 +44,10 @@ def _hull(cells: Sequence[CellVerdict]) -> str:
     return text + (f" over {len(t)} cells" if len(t) > 1 else "")
 
 
+UNCALIBRATED_NOTE = "ran packed beside other jobs with no slot calibration of this machine clearing their backend"
+"""The words of the note on uncalibrated rows (a calibration's own packed side leaves it out: it is the point)."""
+
+
 def packing_notes(rows: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
     """Warnings naming the rows whose numbers packing may carry: a foreign process on their GPU (gpu_shared),
     or packed with no calibration of the machine clearing their backend (packing = uncalibrated)."""
@@ -57,7 +61,6 @@ def packing_notes(rows: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
     unproven = [r for r in rows if r.get("packing") == "uncalibrated" and r.get("status") == "ok"]
     if unproven:
         backends = ", ".join(sorted({str(r.get("backend")) for r in unproven}))
-        notes.append(f"warning: {len(unproven)} row(s) ran packed beside other jobs with no slot calibration of "
-                     f"this machine clearing their backend ({backends}): `nvbench calibrate-slots` says whether "
-                     "packing moves them")
+        notes.append(f"warning: {len(unproven)} row(s) {UNCALIBRATED_NOTE} ({backends}): `nvbench calibrate-slots` "
+                     "says whether packing moves them")
     return tuple(notes)

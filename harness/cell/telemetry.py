@@ -271,8 +271,9 @@ class TelemetrySampler:
                 self._read_processes()
 
     def _read_processes(self) -> None:
-        listed = call_or_none(self._nvml.nvmlDeviceGetComputeRunningProcesses, self._handle)
-        if listed is None:
+        read = getattr(self._nvml, "nvmlDeviceGetComputeRunningProcesses", None)
+        listed = call_or_none(read, self._handle) if read else None
+        if listed is None:  # an NVML that cannot list them: whether the GPU was shared stays unknown
             return
         found = foreign_pids([int(p.pid) for p in listed], os.getpid(), process_group)
         self._foreign = (self._foreign or set()) | set(found)

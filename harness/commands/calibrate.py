@@ -67,7 +67,7 @@ def _judge(out: Path, args: argparse.Namespace, env: dict, key: str, slots: int,
     """Packed against solo, as a report compares; the verdict per backend into OUT/calibration.json and (not
     under --smoke) this machine's calibration file."""
     from harness.analysis import compare
-    from harness.analysis.packing import backend_verdicts
+    from harness.analysis.packing import UNCALIBRATED_NOTE, backend_verdicts
     from harness.analysis.report import write_report
     from harness.analysis.runs import load_run
     from harness.orchestrate import calibrate, packing
@@ -79,6 +79,7 @@ def _judge(out: Path, args: argparse.Namespace, env: dict, key: str, slots: int,
     comparison = compare.compare_runs(load_run(out / "packed"), load_run(out / "solo"), thresholds,
                                       require_same_env=False, mode="ab",
                                       baseline_label="solo (alone on the same slot)")
+    comparison = dataclasses.replace(comparison, notes=tuple(n for n in comparison.notes if UNCALIBRATED_NOTE not in n))
     result = write_report(comparison, out / "report")
     backends = backend_verdicts(comparison.verdicts)
     record = store.read_json(out / calibrate.RECORD) | {"backends": backends, "floor_pct": thresholds.floor_pct}
