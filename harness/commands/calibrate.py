@@ -10,8 +10,16 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-from harness.commands.common import (EXIT_INTERRUPTED, EXIT_OK, add_slots_flag, bad_input, env_and_caps,
-                                     print_report, reach_warning, thresholds_from)
+from harness.commands.common import (
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    add_slots_flag,
+    bad_input,
+    env_and_caps,
+    print_report,
+    reach_warning,
+    thresholds_from,
+)
 from harness.spec.parse import MatrixError, load_matrix, with_repeats
 
 
@@ -115,10 +123,12 @@ def add_parser(subparsers) -> None:
     c.add_argument("matrix")
     c.add_argument("--only", action="append", default=[], metavar="AXIS=VALUE", help="filter cells as in run")
     c.add_argument("--smoke", action="store_true", help="shrink every cell (tries the command; writes no calibration)")
-    c.add_argument("--repeats", type=int, metavar="N", help="pairs per cell (overrides run.repeats; 5 or more to decide)")
+    c.add_argument("--repeats", type=int, metavar="N",
+                   help="pairs per cell (overrides run.repeats; 5 or more to decide)")
     c.add_argument("--seed", type=int, default=0, help="seed of the order within each pair (default: 0)")
     c.add_argument("--out", metavar="DIR", help="calibration folder (default: REPORTS/<id>): solo/, packed/, report/")
-    c.add_argument("--reports", default="reports", metavar="DIR", help="where calibration folders go (default: reports)")
+    c.add_argument("--reports", default="reports", metavar="DIR",
+                   help="where calibration folders go (default: reports)")
     add_slots_flag(c)
     c.add_argument("--floor", dest="floor_pct", type=float, metavar="PCT",
                    help="what packing may move a number by and still clear a backend (the report's floor: 3)")

@@ -57,9 +57,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"{len(cell_list)} cells, {len(cell_list) * matrix.run.repeats} jobs; nothing was run or written")
         return EXIT_OK
     from harness.orchestrate.executors import ExecutorUnavailable
-    from harness.orchestrate.runner import executor_for
-
     from harness.orchestrate.packing import CalibrationError
+    from harness.orchestrate.runner import executor_for
     from harness.orchestrate.slots import SlotError
 
     where = executor_for(executor)

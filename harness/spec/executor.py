@@ -17,7 +17,8 @@ class ExecutorConfig:
     """Where a job runs: `local` processes on this machine, or one SLURM job per (cell, repeat)."""
 
     kind: Literal["local", "slurm"] = knob(
-        "local", "local: each job a process of this machine, one per slot ([run] slots); slurm: each job a SLURM batch job "
+        "local", "local: each job a process of this machine, one per slot ([run] slots); slurm: each job a SLURM "
+        "batch job "
         "(sbatch, then srun of the same cell command). `nvbench run --executor` wins over this key.")
     partition: str = knob("", "SLURM partition (sbatch --partition); empty = the cluster's default.")
     account: str = knob("", "SLURM account (sbatch --account); empty = the user's default.")

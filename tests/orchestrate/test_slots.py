@@ -103,8 +103,9 @@ def test_auto_packs_only_what_the_calibration_cleared(tiny_matrix, tmp_path):
     assert len(chosen.slots) == 1 and chosen.needs(cells["synthetic1"]) is None
     assert lines == [f"slots: one job at a time: no slot calibration of this machine, so packing its 8 GPUs is not "
                      f"yet shown to leave the numbers alone ({how}; or --slots N to pack anyway)"]
-    cal = _calibration(tmp_path, {"synthetic": {"verdict": "unchanged", "change": "+0.1% [-0.4, +0.6]", "cleared": True},
-                                  "pytorch": {"verdict": "regression", "change": "-6.0% [-7.1, -4.9]", "cleared": False}})
+    cal = _calibration(tmp_path, {
+        "synthetic": {"verdict": "unchanged", "change": "+0.1% [-0.4, +0.6]", "cleared": True},
+        "pytorch": {"verdict": "regression", "change": "-6.0% [-7.1, -4.9]", "cleared": False}})
     chosen, lines = packing.decide("auto", DGX, calibration=cal, backends=["synthetic", "pytorch"],
                                    how_to_calibrate=how)
     assert len(chosen.slots) == 8
