@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from conftest import ROOT, nvbench
+from conftest import ROOT, first_cell, kill_plan, nvbench, stop_and_check, wait_for
 
 PRETEND = str(ROOT / "ci" / "pretend_gpu")
 CORES = len(os.sched_getaffinity(0))
@@ -94,6 +94,22 @@ def test_two_slots_run_a_cpu_matrix_side_by_side_on_disjoint_cores_and_resume_af
     assert any(overlap(a, b) for a in rows for b in rows if a["slot"] != b["slot"])  # side by side, not in turn
     steps = pq.read_table(out / "steps").to_pylist()
     assert len({(s["cell_id"], s["repeat"], s["step"]) for s in steps}) == len(steps) == 4 * 4  # 1 + 3 steps each
+
+
+@pytest.mark.slow
+def test_a_stop_signal_with_a_job_on_each_slot_ends_both_and_the_run_resumes(tiny_matrix, tmp_path, cache, tagged):
+    if CORES < 2:
+        pytest.skip("two slots need two cores")
+    sig, _ = kill_plan("nvbench run --slots 2")
+    out = tmp_path / "run"
+    proc, tag = tagged([sys.executable, "-m", "harness", "run", str(tiny_matrix(repeats=3)), "--out", str(out),
+                        "--no-progress", "--slots", "2"], env=cache)
+    wait_for("a cell on each slot", lambda: len(first_cell(tag)) >= 2, timeout_s=120, proc=proc)
+    code, err = stop_and_check(proc, tag, sig)  # no process of the run left within 10 s
+    assert code == 130 and f"interrupted; finish with: nvbench run --resume {out}" in err, (sig, err)
+    resumed = nvbench("run", "--resume", str(out), "--no-progress", "--slots", "2", env=cache)
+    assert resumed.returncode == 0, resumed.stderr
+    assert sorted(r["repeat"] for r in rows_of(out)) == [0, 1, 2]
 
 
 def _pretend_env(cache: dict, gpus: int) -> dict:
