@@ -4,7 +4,8 @@ warnings a report gives about rows that packing may have touched (pure)."""
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from harness.commands.common import (
@@ -42,15 +42,15 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     requested = args.slots or matrix.run.slots
     count = len(machine.gpus) if requested == "auto" else requested
     if count < 2:
-        return bad_input([f"--slots {requested}: a calibration needs 2 or more slots to pack ({len(machine.gpus)} "
-                          "GPUs visible); give --slots N (without GPUs, slots share out the cores)"])
+        return bad_input([(f"--slots {requested}: a calibration needs 2 or more slots to pack ({len(machine.gpus)} "
+                           "GPUs visible); give --slots N (without GPUs, slots share out the cores)")])
     try:
         packing = Packing(slots=plan_slots(machine, count), machine_cpus=machine.cpus)
     except SlotError as exc:
         return bad_input([str(exc)])
     reach_warning(matrix.run.repeats, smoke=args.smoke, what=f"--repeats {matrix.run.repeats}")
     out = Path(args.out) if args.out else Path(args.reports) / runfolder.new_run_id(
-        f"{matrix.benchmark.name}-slots", datetime.now(timezone.utc))
+        f"{matrix.benchmark.name}-slots", datetime.now(UTC))
     if out.exists() and any(out.iterdir()):
         return bad_input([f"--out {out}: not empty"])
     calibrate.create_calibration(matrix, cells, out_dir=out, env=env, smoke=args.smoke, only=args.only, slots=count)

@@ -11,9 +11,10 @@ import os
 import random
 import shutil
 import time
-from datetime import datetime, timezone
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from harness.orchestrate import derive, runfolder
 from harness.orchestrate.capabilities import Capabilities, skip_reason
@@ -41,7 +42,7 @@ def create_calibration(matrix: Matrix, cells: list[Cell], *, out_dir: Path, env:
     for side in SIDES:
         runfolder.create_run(matrix, cells, run_dir=out_dir / side, reports_root=out_dir, smoke=smoke, only=only,
                              env=env)
-    store.write_json(out_dir / RECORD, {"created_at": datetime.now(timezone.utc).isoformat(), "slots": slots,
+    store.write_json(out_dir / RECORD, {"created_at": datetime.now(UTC).isoformat(), "slots": slots,
                                         "matrix_source": matrix.source, "samples": []})
 
 

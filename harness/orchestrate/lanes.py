@@ -4,8 +4,9 @@ chains run at once as the slots hold, started in order (a chain waits for its sl
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from harness.orchestrate.job import JobContext, Placement, PreparedJob, finish_job, prepare_job
 from harness.orchestrate.local import LocalExecutor

@@ -30,7 +30,7 @@ def sibling_groups(cpus: tuple[int, ...], sys_cpu: Path = _SYS_CPU) -> tuple[tup
     """The hyperthread siblings of each CPU in `cpus` (thread_siblings_list), one group per physical core."""
     groups = set()
     for cpu in cpus:
-        text = call_or_none(lambda: (sys_cpu / f"cpu{cpu}" / "topology" / "thread_siblings_list").read_text())
+        text = call_or_none((sys_cpu / f"cpu{cpu}" / "topology" / "thread_siblings_list").read_text)
         siblings = call_or_none(parse_cpu_list, text) if text else None
         groups.add(tuple(siblings) if siblings else (cpu,))
     return tuple(sorted(groups))
@@ -42,7 +42,7 @@ def visible_gpus(nvml: Any | None, environ: Mapping[str, str] | None = None) -> 
         return ()
     try:
         nvml.nvmlInit()
-    except Exception:
+    except Exception:  # noqa: BLE001 - pynvml's errors are its own classes; any of them means no GPU facts
         return ()
     try:
         handles = call_or_none(visible_gpu_handles, nvml, environ) or []

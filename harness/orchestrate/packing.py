@@ -5,9 +5,10 @@ takes and what its rows say about how it ran (`packing`: solo, calibrated or unc
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from harness.orchestrate.slots import Grant, Machine, Requested, Slot, SlotPool, plan_slots
 from harness.results import store
@@ -120,20 +121,20 @@ def decide(requested: Requested, machine: Machine, *, calibration: Calibration |
         packing = Packing(slots=slots, machine_cpus=machine.cpus, cleared=cleared)
         moved = [b for b in backends if b not in cleared]
         if len(slots) > 1 and moved:
-            return packing, [f"slots: {len(slots)} packed; {', '.join(moved)} packed uncalibrated (no calibration "
-                             f"of this machine cleared it: rows say packing = uncalibrated; {how_to_calibrate})"]
+            return packing, [(f"slots: {len(slots)} packed; {', '.join(moved)} packed uncalibrated (no calibration "
+                              f"of this machine cleared it: rows say packing = uncalibrated; {how_to_calibrate})")]
         return packing, [f"slots: {len(slots)} packed, every backend calibrated"] if len(slots) > 1 else []
     if len(machine.gpus) <= 1:
         return solo_packing(machine), []
     if calibration is None:
-        return solo_packing(machine), [f"slots: one job at a time: no slot calibration of this machine, so packing "
-                                       f"its {len(machine.gpus)} GPUs is not yet shown to leave the numbers "
-                                       f"alone ({how_to_calibrate}; or --slots N to pack anyway)"]
+        return solo_packing(machine), [(f"slots: one job at a time: no slot calibration of this machine, so packing "
+                                        f"its {len(machine.gpus)} GPUs is not yet shown to leave the numbers "
+                                        f"alone ({how_to_calibrate}; or --slots N to pack anyway)")]
     slots = plan_slots(machine, len(machine.gpus))
     cleared = calibration.cleared(len(slots))
     packing = Packing(slots=slots, machine_cpus=machine.cpus, packed=cleared, cleared=cleared)
-    lines = [f"slots: {len(slots)}; packed: {', '.join(b for b in backends if b in cleared) or 'none'} "
-             f"(calibration {calibration.path})"]
+    lines = [(f"slots: {len(slots)}; packed: {', '.join(b for b in backends if b in cleared) or 'none'} "
+              f"(calibration {calibration.path})")]
     for backend in (b for b in backends if b not in cleared):
         lines.append(f"slots: {backend} runs solo: {_why_solo(calibration, backend, len(slots))}")
     return packing, lines

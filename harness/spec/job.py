@@ -19,7 +19,7 @@ from the submission (the time a job waits in the queue is no part of its startup
 
 def cpu_list(cpus) -> str:
     """CPU ids as Linux writes a cpu list (taskset, /sys): sorted ranges, e.g. "0-21,88-109"."""
-    ids = sorted(set(int(c) for c in cpus))
+    ids = sorted({int(c) for c in cpus})
     ranges: list[list[int]] = []
     for cpu in ids:
         if ranges and cpu == ranges[-1][1] + 1:

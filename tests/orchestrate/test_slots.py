@@ -19,7 +19,7 @@ from harness.spec.job import cpu_list, parse_cpu_list
 from harness.spec.parse import load_matrix
 
 # A DGX-like node: 2 sockets of 22 cores with hyperthreads (cpu n and n + 88 are siblings), 4 GPUs per socket.
-SOCKETS = [tuple(range(0, 22)) + tuple(range(88, 110)), tuple(range(22, 44)) + tuple(range(110, 132))]
+SOCKETS = [tuple(range(22)) + tuple(range(88, 110)), tuple(range(22, 44)) + tuple(range(110, 132))]
 DGX = Machine(cpus=tuple(sorted(SOCKETS[0] + SOCKETS[1])),
               siblings=tuple((c, c + 88) for c in range(44)),
               gpus=tuple(Gpu(index=i, uuid=f"GPU-{i}", pci_bus_id=f"0000:{i:02x}:00.0", cpus=SOCKETS[i // 4])
@@ -101,8 +101,8 @@ def test_auto_packs_only_what_the_calibration_cleared(tiny_matrix, tmp_path):
     how = "measure it with `nvbench calibrate-slots MATRIX`"
     chosen, lines = packing.decide("auto", DGX, calibration=None, backends=["synthetic"], how_to_calibrate=how)
     assert len(chosen.slots) == 1 and chosen.needs(cells["synthetic1"]) is None
-    assert lines == [f"slots: one job at a time: no slot calibration of this machine, so packing its 8 GPUs is not "
-                     f"yet shown to leave the numbers alone ({how}; or --slots N to pack anyway)"]
+    assert lines == [(f"slots: one job at a time: no slot calibration of this machine, so packing its 8 GPUs is not "
+                      f"yet shown to leave the numbers alone ({how}; or --slots N to pack anyway)")]
     cal = _calibration(tmp_path, {
         "synthetic": {"verdict": "unchanged", "change": "+0.1% [-0.4, +0.6]", "cleared": True},
         "pytorch": {"verdict": "regression", "change": "-6.0% [-7.1, -4.9]", "cleared": False}})

@@ -4,6 +4,7 @@ holding two slots, an A/B whose pairs each keep one slot, and the calibration th
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -37,7 +38,7 @@ def overlap(a: dict, b: dict) -> bool:
 
 def log_line(run_dir: Path, row: dict) -> list[str]:
     """The cell's own words on where it ran (one line per rank)."""
-    return re.findall(r"^nvbench: rank \d+ on cores .*$", (run_dir / row["log_path"]).read_text(), re.M)
+    return re.findall(r"^nvbench: rank \d+ on cores .*$", (run_dir / row["log_path"]).read_text(), re.MULTILINE)
 
 
 @pytest.fixture
@@ -72,7 +73,7 @@ def test_two_slots_run_a_cpu_matrix_side_by_side_on_disjoint_cores_and_resume_af
     runner.wait()
     done_before = len(list((out / "cells").glob("*.parquet")))
     deadline = time.monotonic() + 10  # the in-flight cells die with their parent (PR_SET_PDEATHSIG)
-    while subprocess.run(["pgrep", "-f", str(out / "work")], capture_output=True).stdout:
+    while subprocess.run(["pgrep", "-f", str(out / "work")], capture_output=True, check=False).stdout:
         assert time.monotonic() < deadline, "an in-flight cell outlived the killed runner"
         time.sleep(0.1)
     resumed = nvbench("run", "--resume", str(out), "--no-progress", "--slots", "2", env=cache)
@@ -208,5 +209,5 @@ def test_calibrate_slots_keeps_every_other_slot_busy_and_writes_its_verdict_per_
         others = [n for n in sample["neighbours"] if n["slot"] != sample["slot"]]
         assert others and min(n["started"] for n in others) <= sample["started"]
         assert max(n["ended"] for n in others) >= sample["ended"] - 1.0
-        assert all(b["started"] <= a["ended"] + 1.0 for a, b in zip(others, others[1:]))  # no gap between them
+        assert all(b["started"] <= a["ended"] + 1.0 for a, b in itertools.pairwise(others))  # no gap between them
     assert (out / "report" / "report.html").is_file()
