@@ -16,12 +16,13 @@ from rich.table import Table
 from rich.text import Text
 
 from harness.results.accuracy import MIN_VAL_IMAGES, top1_text
-from harness.results.schema import STATUSES
+from harness.results.schema import STATUSES, SUPERSEDED
 from harness.spec.cells import cell_label
 from harness.stats.inference import mean_interval
 
-STATUS_STYLE = {"ok": "green", "skipped": "dim", "failed": "red", "timeout": "red", "crashed": "red", "cancelled": "red"}
-BAD_STATUSES = tuple(s for s in STATUSES if s not in ("ok", "skipped"))
+STATUS_STYLE = {"ok": "green", "skipped": "dim", "failed": "red", "timeout": "red", "crashed": "red", "cancelled": "red",
+                SUPERSEDED: "yellow"}
+BAD_STATUSES = tuple(s for s in STATUSES if s not in ("ok", "skipped", SUPERSEDED))
 
 
 def _fmt(value: Any, spec: str) -> str:

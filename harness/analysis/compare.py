@@ -23,7 +23,8 @@ from harness.analysis.evidence import MetricSamples, PendingCell, tested_verdict
 from harness.analysis.findings import accuracy_check, node_notes, phase_attribution
 from harness.analysis.packing import packing_notes
 from harness.analysis.repeats import (
-    axes_of, by_cell, cv_of, drill_pct, env_difference, failure_verdict, noise_label, ok_rows, throughputs, usable_rows)
+    axes_of, by_cell, cv_of, drill_pct, env_difference, failure_verdict, noise_label, ok_rows, rerun_words, throughputs,
+    usable_rows)
 from harness.analysis.runs import RunData
 from harness.analysis.verdict import (
     ACCURACY_NA, FAILED, FAST_STEPS, INCONCLUSIVE, NO_BASELINE, NOT_COMPARABLE, SAMPLE_COLUMNS, SKIPPED, THROUGHPUT,
@@ -124,8 +125,8 @@ def _fast_steps(cand_ok: Sequence[Mapping[str, Any]], base_ok: Sequence[Mapping[
 
 
 def compare_runs(candidate: RunData, baseline: RunData, thresholds: Thresholds | None = None, *,
-                 require_same_env: bool = True, mode: str = "baseline",
-                 baseline_label: str | None = None) -> Comparison:
+                 require_same_env: bool = True, mode: str = "baseline", baseline_label: str | None = None,
+                 candidate_label: str = "", sides: tuple[str, ...] = ()) -> Comparison:
     """Verdict for every cell of `candidate` against `baseline`, matched by cell_id.
 
     Per testable cell: log ratio of mean throughput across repeats with a percentile bootstrap interval
@@ -141,7 +142,9 @@ def compare_runs(candidate: RunData, baseline: RunData, thresholds: Thresholds |
     regression needs all three, for one metric: BH rejects (and Holm keeps the metric), the whole interval
     lies below 0, and the change is beyond the floor.
     `require_same_env=False` (A/B runs, where the environment is what is being compared) reports
-    environment differences instead of refusing.
+    environment differences instead of refusing. `candidate_label` and `sides` name the two sides of an A/B
+    (Comparison.title, Comparison.sides). Repeats re-run after a start transient (status superseded) are left
+    out, and each cell's reason says how many there were.
     """
     th = thresholds or Thresholds()
     cand_cells, base_cells = by_cell(candidate.rows), by_cell(baseline.rows)
@@ -165,6 +168,7 @@ def compare_runs(candidate: RunData, baseline: RunData, thresholds: Thresholds |
         if any(drills):  # never silent: a drill's verdict says so in its own words
             fields_["reason"] = f"FIRE DRILL (candidate +{drills[0]:g}%, baseline +{drills[1]:g}% injected work): " \
                 + fields_["reason"]
+        fields_["reason"] += rerun_words(cand_cells[cid], base_cells.get(cid, []), ab=mode == "ab")
         verdicts.append(build_verdict(fields_))
     missing = sorted(set(base_cells) - set(cand_cells))
     notes = (f"{len(missing)} baseline cell(s) not in this run: {', '.join(missing)}",) if missing else ()
@@ -177,7 +181,8 @@ def compare_runs(candidate: RunData, baseline: RunData, thresholds: Thresholds |
     return Comparison(
         mode=mode, candidate=candidate, baseline_label=baseline_label or f"run {baseline.run_id}",
         baseline_environment=baseline.environment, thresholds=th, verdicts=tuple(verdicts), notes=notes,
-        environment_diff=tuple(env_diff(baseline.environment, candidate.environment)), baseline=baseline)
+        environment_diff=tuple(env_diff(baseline.environment, candidate.environment)), baseline=baseline,
+        candidate_label=candidate_label, sides=sides)
 
 
 def describe_only(candidate: RunData, thresholds: Thresholds | None = None) -> Comparison:

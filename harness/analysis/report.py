@@ -52,6 +52,7 @@ from harness.analysis.wording import (
     num_text,
 )
 from harness.results import store
+from harness.results.schema import SUPERSEDED
 from harness.spec.cells import cell_label as label
 
 REPORT_FILES = ("report.html", "summary.md", "verdicts.parquet", "junit.xml")
@@ -133,7 +134,9 @@ def _cards(comparison: Comparison) -> str:
     if acc:
         cards.append(f'<div class="card bad"><span class="n">{acc}</span>accuracy below band</div>')
     notes = "".join(f"<p>{esc(n)}</p>" for n in comparison.notes)
-    return f'<div class="cards">{"".join(cards)}</div><p>Compared with {esc(comparison.baseline_label)}.</p>{notes}'
+    compared = ("<p>" + "<br>".join(esc(side) for side in comparison.sides) + "</p>" if comparison.sides
+                else f"<p>Compared with {esc(comparison.baseline_label)}.</p>")
+    return f'<div class="cards">{"".join(cards)}</div>{compared}{notes}'
 
 
 SETUP_ROWS = (("device", None), ("driver", "driver_version"), ("CUDA", "cuda_runtime"), ("cuDNN", "cudnn_version"),
@@ -198,7 +201,8 @@ def _failures(comparison: Comparison) -> str:
     """Every repeat that did not finish, with its reason and log; skipped cells are counted here and listed by
     reason under the cell table."""
     rows = comparison.candidate.rows
-    bad = sorted((r for r in rows if r["status"] not in ("ok", "skipped")), key=lambda r: (r["cell_id"], r["repeat"]))
+    bad = sorted((r for r in rows if r["status"] not in ("ok", "skipped", SUPERSEDED)),
+                 key=lambda r: (r["cell_id"], r["repeat"]))
     skipped = sum(v.verdict == SKIPPED for v in comparison.verdicts)
     out = []
     if bad:
@@ -212,7 +216,21 @@ def _failures(comparison: Comparison) -> str:
         out.append("<p>No failed repeat.</p>")
     if skipped:
         out.append(f'<p>{skipped} cell(s) skipped: listed by reason under <a href="#cells">the cell table</a>.</p>')
-    return "".join(out)
+    return "".join(out) + _superseded(comparison)
+
+
+def _superseded(comparison: Comparison) -> str:
+    """The repeats an A/B ran again because their window opened in a start transient: kept, never compared."""
+    runs = [("B" if comparison.mode == "ab" else "candidate", comparison.candidate)]
+    if comparison.baseline is not None:
+        runs.append(("A" if comparison.mode == "ab" else "baseline", comparison.baseline))
+    body = "".join(f'<tr><td>{side}</td><td><code title="{esc(r["cell_id"])}">{esc(label(r["cell_id"]))}</code></td>'
+                   f'<td class="num">{r["repeat"]}</td><td class="reason">{esc(r.get("reason"))}</td></tr>'
+                   for side, run in runs for r in run.rows if r["status"] == SUPERSEDED)
+    if not body:
+        return ""
+    return ("<p>Run again after a start transient (kept, not compared):</p><table class=\"failures\"><thead><tr>"
+            f"<th>side</th><th>cell</th><th>repeat</th><th>reason</th></tr></thead><tbody>{body}</tbody></table>")
 
 
 def _heatmap(comparison: Comparison) -> str:
@@ -241,7 +259,7 @@ def render_html(comparison: Comparison, steps: Mapping[str, Sequence[StepSeries]
                       "Real-data cells with a synthetic twin: their throughput over the twin's. Higher is better; "
                       "good: 1.0, the loader keeps up with the compute.")]
     env = cand.environment
-    subtitle = (f"{cand.run_id} vs {comparison.baseline_label} \u00b7 created {cand.created_at or '?'} \u00b7 "
+    subtitle = (f"{comparison.title} \u00b7 created {cand.created_at or '?'} \u00b7 "
                 f"host {env.get('hostname') or '?'}")
     return string.Template(_template("report.html")).substitute(
         title=esc(f"nvbench report: {cand.run_id}"), css=_template("report.css"), subtitle=esc(subtitle),

@@ -75,8 +75,10 @@ def thresholds_from(args: argparse.Namespace):
 
 
 def print_report(result, fail_on_regression: bool) -> int:
-    """The report's files, its headline, and the cells a person must read (regressions, failures, then the
-    inconclusive ones, loud, with the repeats each needs); the exit status of --fail-on-regression."""
+    """The report's files, then the verdict lines: the sides of an A/B, the headline, and the cells a person must
+    read (regressions, failures, then the inconclusive ones, loud, with the repeats each needs), all on stdout,
+    where `> log` keeps them (warnings stay on stderr); the exit status of --fail-on-regression."""
+    from harness.analysis.repeats import num_superseded
     from harness.analysis.verdict import FAILED, INCONCLUSIVE
     from harness.analysis.wording import headline_words
 
@@ -86,19 +88,22 @@ def print_report(result, fail_on_regression: bool) -> int:
             print(note, file=sys.stderr)
     for path in result.files:
         print(path)
-    print(f"{comparison.candidate.run_id} vs {comparison.baseline_label}: {headline_words(comparison)}",
-          file=sys.stderr)
+    for line in comparison.sides:
+        print(line)
+    rows = [*comparison.candidate.rows, *(comparison.baseline.rows if comparison.baseline else ())]
+    reruns = num_superseded(rows)
+    rerun = f" ({reruns} repeat{'s' if reruns != 1 else ''} re-run after a start transient)" if reruns else ""
+    print(f"{comparison.title}: {headline_words(comparison)}{rerun}")
     for v in comparison.regressions:
-        print(f"regression: {v.cell_id}: {v.reason}", file=sys.stderr)
+        print(f"regression: {v.cell_id}: {v.reason}")
     failed = [v for v in comparison.verdicts if v.verdict == FAILED]
     for v in failed:
-        print(f"failed: {v.cell_id}: {v.reason}", file=sys.stderr)
+        print(f"failed: {v.cell_id}: {v.reason}")
     open_ = [v for v in comparison.verdicts if v.verdict == INCONCLUSIVE and not v.is_regression]
     if open_:
-        print(f"INCONCLUSIVE: {len(open_)} cell(s) neither shown changed nor shown unchanged; not a pass:",
-              file=sys.stderr)
+        print(f"INCONCLUSIVE: {len(open_)} cell(s) neither shown changed nor shown unchanged; not a pass:")
         for v in open_:
-            print(f"inconclusive: {v.cell_id}: {v.reason}", file=sys.stderr)
+            print(f"inconclusive: {v.cell_id}: {v.reason}")
     if not fail_on_regression:
         return EXIT_OK
     if comparison.regressions or failed:

@@ -9,6 +9,7 @@ alike instead of on whichever side ran later.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import harness
-from harness.orchestrate import capabilities, derive, job, lanes, runfolder
+from harness.orchestrate import capabilities, derive, job, lanes, rerun, runfolder
 from harness.orchestrate.machine import probe_machine
 from harness.orchestrate.packing import Packing, solo_packing
 from harness.results import store
@@ -123,27 +124,40 @@ def interleaved_rounds(sides: Sequence[Side], *, seed: int) -> list[list[tuple[S
 
 def run_interleaved(sides: Sequence[Side], *, seed: int,
                     on_done: Callable[[str, dict[str, Any]], None] | None = None,
-                    packing: Packing | None = None) -> list[tuple[str, str, int]]:
+                    packing: Packing | None = None, max_reruns: int = 0) -> list[tuple[str, str, int]]:
     """Run the interleaved rounds (interleaved_rounds): each round's jobs one after another on the same slots, so
     the sides of a pair meet the same GPU and cores (rows record the slot: the analysis can block on it); with
     slots, as many rounds at once as they hold (`packing`; None: one job at a time on the whole machine).
 
     Returns (side, cell_id, repeat) in the order started. Each side's manifest gets a session entry and its
     twin columns are derived at the end, as `nvbench run` does; a side whose jobs are all done is skipped.
+    A job whose window opens in a start transient runs again at once on its slot, up to `max_reruns` per cell
+    and side (harness.orchestrate.rerun): it appears once more in the order, still beside its pair.
     """
     order: list[tuple[str, str, int]] = []
     sessions = {side.name: _open_session(side) for side in sides}
+    reruns = rerun.Reruns.of([side.ctx.run_dir for side in sides], max_reruns)
     chains = [[lanes.Link(cell=side.cells[cid], repeat=repeat, ctx=side.ctx, tag=side.name)
                for side, cid, repeat in round_] for round_ in interleaved_rounds(sides, seed=seed)]
     lanes.run_chains(chains, packing or solo_packing(probe_machine("cpu")),
                      on_start=lambda link: order.append((link.tag, link.cell.cell_id, link.repeat)),
-                     on_done=(lambda link, row: on_done(link.tag, row)) if on_done else None)
+                     on_done=(lambda link, row: on_done(link.tag, row)) if on_done else None,
+                     again=lambda link, row: _again(link, row, reruns))
     for side in sides:
         derive.derive_twin_columns(side.ctx.run_dir)
         _close_session(side, sessions[side.name])
         shutil.rmtree(side.ctx.run_dir / "work", ignore_errors=True)
     return order
 
+
+def _again(link: lanes.Link, row: dict[str, Any], reruns: rerun.Reruns) -> lanes.Link | None:
+    """The job once more, on the same slot, when its window opened in a start transient and the cell's re-run
+    budget lasts (its transient row kept as superseded first); else None. A re-run carries no injected fault."""
+    if not reruns.wanted(link.ctx.run_dir, row):
+        return None
+    reason = reruns.supersede(link.ctx.run_dir, row)
+    link.ctx.notify(f"{link.tag.upper()} r{link.repeat} {link.cell.cell_id}: {reason}")
+    return dataclasses.replace(link, ctx=dataclasses.replace(link.ctx, fault_spec=None))
 
 def _open_session(side: Side) -> dict[str, Any]:
     manifest = store.read_json(side.ctx.run_dir / runfolder.MANIFEST)
@@ -167,11 +181,13 @@ def _close_session(side: Side, session: dict[str, Any]) -> None:
 
 def create_ab(matrix: Matrix, cells: list[Cell], *, out_dir: Path, pythons: dict[str, str],
               envs: dict[str, dict[str, Any]], smoke: bool, only: list[str], seed: int,
-              checkouts: dict[str, Path | None] | None = None, fire_drill_pct: float = 0.0) -> dict[str, Path]:
+              checkouts: dict[str, Path | None] | None = None, fire_drill_pct: float = 0.0, max_reruns: int = 0,
+              labels: dict[str, str] | None = None) -> dict[str, Path]:
     """OUT/a and OUT/b with the same plan (same cells, same job order) and OUT/ab.json; nothing runs yet.
 
     A fire drill (nvbench ab --fire-drill) slows side B only: B is the candidate, and the drill proves that
-    a confirmation by A/B still rings."""
+    a confirmation by A/B still rings. ab.json keeps `max_reruns` (re-runs of a start transient per cell and
+    side, harness.orchestrate.rerun) for every session of the A/B, and the sides' `labels`."""
     checkouts = checkouts or {}
     if (out_dir / AB_FILE).exists():
         raise AbInputError([f"{out_dir}: already holds an A/B run"])
@@ -183,19 +199,22 @@ def create_ab(matrix: Matrix, cells: list[Cell], *, out_dir: Path, pythons: dict
     store.write_json(out_dir / AB_FILE, {
         "created_at": datetime.now(timezone.utc).isoformat(), "matrix_source": matrix.source, "seed": seed,
         "python": pythons, "checkout": {n: str(checkouts[n]) if checkouts.get(n) else None for n in SIDES},
-        "env_key": {n: envs[n]["env_key"] for n in SIDES}, "order": []})
+        "env_key": {n: envs[n]["env_key"] for n in SIDES}, "order": [], "max_reruns": max_reruns,
+        "labels": labels or {}})
     return dirs
 
 
 def run_ab(out_dir: Path, *, caps: capabilities.Capabilities, envs: dict[str, dict[str, Any]], pythons: dict[str, str],
            seed: int, checkouts: dict[str, Path | None] | None = None, notify: Callable[[str], None] = print,
            on_done: Callable[[str, dict[str, Any]], None] | None = None, packing: Packing | None = None) -> None:
-    """Run both sides interleaved; the order actually run is appended to ab.json."""
+    """Run both sides interleaved, re-running start transients as ab.json allows; the order actually run is
+    appended to ab.json."""
     checkouts = checkouts or {}
     sides = [side_for(out_dir / name, caps=caps, env={k: v for k, v in envs[name].items() if k != "env_key"},
                       env_key=envs[name]["env_key"], python=pythons[name], checkout=checkouts.get(name),
                       notify=notify) for name in SIDES]
-    order = run_interleaved(sides, seed=seed, on_done=on_done, packing=packing)
+    max_reruns = int(store.read_json(out_dir / AB_FILE).get("max_reruns") or 0)
+    order = run_interleaved(sides, seed=seed, on_done=on_done, packing=packing, max_reruns=max_reruns)
     meta = store.read_json(out_dir / AB_FILE)
     meta["order"] += [list(item) for item in order]
     store.write_json(out_dir / AB_FILE, meta)

@@ -31,12 +31,14 @@ from harness.spec.cells import Cell, job_key
 from harness.spec.job import FAULT_ENV, LAUNCHED_AT_ENV, PARENT_PID_ENV
 
 
-def fault_for(cell: Cell, spec: str | None) -> str | None:
-    """Match NVBENCH_FAULT rules `axis=value&axis=value:kind[@rank]` (';'-separated, '*' = any) to a cell."""
+def fault_for(cell: Cell, spec: str | None, **job: Any) -> str | None:
+    """Match NVBENCH_FAULT rules `axis=value&axis=value:kind[@rank]` (';'-separated, '*' = any) to a cell; `job`
+    adds names a rule may match beside the axes (prepare_job: `repeat` and `run`, the run's id)."""
     for rule in filter(None, (spec or "").split(";")):
         matcher, _, kind = rule.rpartition(":")
         conds = [c.partition("=") for c in matcher.split("&") if c and c != "*"]
-        if all(str(cell.axes.get(axis.strip())) == value.strip() for axis, _, value in conds):
+        names = {**cell.axes, **job}
+        if all(str(names.get(axis.strip())) == value.strip() for axis, _, value in conds):
             return kind.strip()
     return None
 
@@ -155,7 +157,7 @@ def prepare_job(cell: Cell, repeat: int, ctx: JobContext, *, executor: str = "lo
     """The job's folder, job file and argv; or its terminal row when it cannot run (skipped, no dataset).
     `placed`: the slots it runs on (local runs); None where a scheduler places it (SLURM) or nothing does."""
     key = job_key(cell.cell_id, repeat)
-    fault = fault_for(cell, ctx.fault_spec)
+    fault = fault_for(cell, ctx.fault_spec, repeat=repeat, run=ctx.run_id)
     row = base_row(cell, repeat, ctx, fault)
     started = datetime.now(timezone.utc)
     reason = skip_reason(cell, ctx.caps)

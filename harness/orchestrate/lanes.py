@@ -34,9 +34,11 @@ class _Running:
 
 def run_chains(chains: Sequence[Sequence[Link]], packing: Packing, *,
                on_start: Callable[[Link], None] | None = None,
-               on_done: Callable[[Link, dict[str, Any]], None] | None = None) -> None:
+               on_done: Callable[[Link, dict[str, Any]], None] | None = None,
+               again: Callable[[Link, dict[str, Any]], Link | None] | None = None) -> None:
     """Run every chain's jobs, each chain on one claim of slots (the most its cells need) for all its jobs; a
-    job that cannot run (skipped) is its row at once and the chain goes on. Ctrl-C kills the jobs in flight."""
+    job that cannot run (skipped) is its row at once and the chain goes on. `again(link, row)` may hand back a
+    job to run next in the same chain, on the same slots (an A/B's re-run). Ctrl-C kills the jobs in flight."""
     pool, executor = packing.pool(), LocalExecutor()
     waiting = deque(deque(chain) for chain in chains if chain)
     running: dict[str, _Running] = {}
@@ -72,6 +74,8 @@ def run_chains(chains: Sequence[Sequence[Link]], packing: Packing, *,
                 row = finish_job(run.prepared, ended, run.link.ctx)
                 if on_done:
                     on_done(run.link, row)
+                if again and (repeat := again(run.link, row)) is not None:
+                    run.links.appendleft(repeat)
                 advance(run)
     except BaseException:
         executor.cancel(list(running))
