@@ -36,6 +36,8 @@ BASELINE=${NVBENCH_BASELINE:-$REPORTS/baselines/current}
 HISTORY=${NVBENCH_HISTORY:-$REPORTS/history}
 REPEATS=${NVBENCH_REPEATS-10}         # repeats per cell (one process each); empty = the matrix's run.repeats
 RUN_ARGS=${NVBENCH_RUN_ARGS:-}        # e.g. "--fire-drill 10" for a monthly drill: the job must fail
+SLOTS=${NVBENCH_SLOTS:-}              # jobs at once (nvbench run/ab --slots N|auto); empty = nvbench's auto: one per
+                                      # GPU for the backends this machine's calibration cleared (docs/performance.md)
 REPORT_ARGS=${NVBENCH_REPORT_ARGS:-}  # e.g. "--floor 2"
 CONFIRM=${NVBENCH_CONFIRM:-auto}     # auto | interleaved | every | sequential (see above)
 CONFIRM_REPEATS=${NVBENCH_CONFIRM_REPEATS-10}  # first pairs of an A/B confirmation; empty = REPEATS
@@ -121,6 +123,7 @@ confirm_ab() {
 
 # Verdicts compare repeats, never single samples: fewer than 5 per side can never be a confirmed regression.
 if [ -n "$REPEATS" ]; then RUN_ARGS="--repeats $REPEATS $RUN_ARGS"; fi
+if [ -n "$SLOTS" ]; then RUN_ARGS="--slots $SLOTS $RUN_ARGS"; fi  # the run, its rerun and its A/B alike
 
 log "run $RUN_ID: $MATRIX${REPEATS:+ x$REPEATS repeats}"
 # shellcheck disable=SC2086  # RUN_ARGS is a list of flags

@@ -31,7 +31,8 @@ def _fmt(value: Any, spec: str) -> str:
 
 
 class RunProgress:
-    """A rich progress bar (cells done/total, ETA, current cell) plus a line per finished cell."""
+    """A rich progress bar (cells done/total, ETA, the jobs running: the oldest, and how many more when slots
+    run several) plus a line per finished cell (with its slot when the run packs jobs)."""
 
     def __init__(self, console: Console, total: int):
         self.console = console
@@ -39,6 +40,7 @@ class RunProgress:
                                  TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
                                  console=console, transient=True)
         self.task = self.progress.add_task("starting", total=total)
+        self.running: list[str] = []
 
     def __enter__(self) -> "RunProgress":
         self.progress.start()
@@ -48,11 +50,21 @@ class RunProgress:
         self.progress.stop()
 
     def start(self, index: int, total: int, key: str) -> None:
-        self.progress.update(self.task, description=key)
+        self.running.append(key)
+        self._describe()
+
+    def _describe(self) -> None:
+        more = f" +{len(self.running) - 1} running" if len(self.running) > 1 else ""
+        self.progress.update(self.task, description=(self.running[0] + more) if self.running else "")
 
     def done(self, row: dict[str, Any]) -> None:
         status = row["status"]
-        head = f" {row['cell_id']} r{row['repeat']}  "
+        key = f"{row['cell_id']}-r{row['repeat']}"
+        if key in self.running:
+            self.running.remove(key)
+            self._describe()
+        where = f" s{row['slot']}" if row.get("packing") not in (None, "solo") else ""
+        head = f" {row['cell_id']} r{row['repeat']}{where}  "
         detail = (f"{_fmt(row.get('throughput_img_per_s'), '.1f')} img/s  top1 {top1_text([row])}"
                   if status == "ok" else _first_line(row["reason"]))
         # one line per job whatever the width: a long reason ends at a whole word here, and the summary (or
@@ -212,12 +224,32 @@ def print_summary(console: Console, rows: list[dict[str, Any]], run_dir: Path, m
             for line in lines:
                 console.print(line, **whole)
     console.print()
+    for line in slot_lines(rows):
+        console.print(line, **fit)
     efficiency = manifest.get("matrix_efficiency")
     if isinstance(efficiency, (int, float)):
         console.print(f"matrix efficiency {efficiency:.2f} (measured window s / run wall s)", **fit)
     console.print(counts_line(rows), **fit)
     console.print(f"results: {run_dir}", soft_wrap=True, highlight=False)
     console.print(f"next:    nvbench report {run_dir}", soft_wrap=True, highlight=False)
+
+
+def slot_lines(rows: list[dict[str, Any]]) -> list[Text]:
+    """How the run used the machine's slots, and the rows whose numbers packing may carry: packed with no
+    calibration clearing their backend, or beside a foreign process on their GPU."""
+    packed = [r for r in rows if r.get("packing") in ("calibrated", "uncalibrated")]
+    lines = []
+    if packed:
+        slots = len({r["slot"] for r in packed})
+        unproven = sum(r["packing"] == "uncalibrated" for r in packed)
+        lines.append(Text(f"packed: {len(packed)} jobs on {slots} slots"
+                          + (f"; {unproven} packed uncalibrated (packing = uncalibrated)" if unproven else "")))
+    shared = [r for r in rows if r.get("gpu_shared")]
+    if shared:
+        names = ", ".join(f"{cell_label(r['cell_id'])} r{r['repeat']}" for r in shared[:4])
+        lines.append(Text(f"warning: {len(shared)} job(s) shared their GPU with a foreign process (gpu_shared): "
+                          f"{names}{' ...' if len(shared) > 4 else ''}", style="yellow"))
+    return lines
 
 
 def _cells_word(n: int) -> str:

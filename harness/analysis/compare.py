@@ -21,6 +21,7 @@ import numpy as np
 from harness.analysis import decide
 from harness.analysis.evidence import MetricSamples, PendingCell, tested_verdicts, untestable
 from harness.analysis.findings import accuracy_check, node_notes, phase_attribution
+from harness.analysis.packing import packing_notes
 from harness.analysis.repeats import (
     axes_of, by_cell, cv_of, drill_pct, env_difference, failure_verdict, noise_label, ok_rows, rerun_words, throughputs,
     usable_rows)
@@ -176,7 +177,7 @@ def compare_runs(candidate: RunData, baseline: RunData, thresholds: Thresholds |
     if short:
         notes = (f"warning: {len(short)} cell(s) have fewer usable repeats than a permutation test needs to reach "
                  f"p <= {th.level:.3g} ({reach} a side): they are inconclusive whatever their numbers",) + notes
-    notes += node_notes(cand_cells, base_cells)
+    notes += node_notes(cand_cells, base_cells) + packing_notes([*candidate.rows, *baseline.rows])
     return Comparison(
         mode=mode, candidate=candidate, baseline_label=baseline_label or f"run {baseline.run_id}",
         baseline_environment=baseline.environment, thresholds=th, verdicts=tuple(verdicts), notes=notes,
@@ -202,4 +203,5 @@ def describe_only(candidate: RunData, thresholds: Thresholds | None = None) -> C
             fire_drill_pct=max(map(drill_pct, rows)), is_smoke=bool(rows[0].get("is_smoke")),
             candidate_run_id=candidate.run_id))
     return Comparison(mode="none", candidate=candidate, baseline_label="nothing (no baseline given)",
-                      baseline_environment=None, thresholds=th, verdicts=tuple(verdicts))
+                      baseline_environment=None, thresholds=th, verdicts=tuple(verdicts),
+                      notes=packing_notes(candidate.rows))

@@ -21,8 +21,9 @@ def rank_loader(ctx: Context, split: str):
     spec = LoaderSpec(endless=split == "train",
         root=ctx.data_root, split=split, batch_size=c.benchmark.batch_size, image_size=c.benchmark.image_size,
         num_classes=c.benchmark.num_classes, memory_format=c.memory_format, device=str(ctx.device),
-        rank=ctx.rank, world_size=ctx.world_size, seed=c.benchmark.seed + ctx.rank, workers=c.data.workers,
-        prefetch_factor=c.data.prefetch_factor, dali_threads=c.data.dali_threads,
+        rank=ctx.rank, world_size=ctx.world_size, seed=c.benchmark.seed + ctx.rank,
+        workers=ctx.within_slot(c.data.workers), prefetch_factor=c.data.prefetch_factor,
+        dali_threads=ctx.within_slot(c.data.dali_threads),
         dali_prefetch_queue=c.data.dali_prefetch_queue)
     return build_loader(c.backend, spec, h2d=ctx.ranges(H2D))
 

@@ -37,6 +37,13 @@ class Context:
     """Extra work per measured step in % of the step's cost (nvbench run --fire-drill); 0 in real runs."""
     phases: PhaseClock | None = None
     """Marks of the step's phases (the ranges carry them); armed for the measured window only."""
+    slot_cores: int | None = None
+    """This process's share of its slot's cores (the job's slot cores / its ranks on the node) when the runner
+    pinned the job to a slot; None on the whole machine. Loader workers and threads keep within it."""
+
+    def within_slot(self, wanted: int) -> int:
+        """`wanted` workers or threads, no more than this process's share of its slot's cores (0 stays 0)."""
+        return wanted if self.slot_cores is None else min(wanted, self.slot_cores)
 
     @property
     def is_distributed(self) -> bool:

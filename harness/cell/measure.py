@@ -86,7 +86,8 @@ def train(ctx: Context, engine: Engine, loader) -> tuple[dict[str, Any], dict[st
         "is_steady": steady.is_steady, "steadiness": steady.reason,
         "start_transient_steps": start.num_steps,
         "train_loss": train_loss, "lr_final": engine.lr(), "loss_scale": engine.loss_scale(),
-    } | _phase_medians(phase_s, engine) | telemetry_columns(ctx, sampler.summary, images) | (probe.summary() if probe is not None else {})
+    } | _phase_medians(phase_s, engine) | telemetry_columns(ctx, sampler.summary, images, sampler.foreign_pids) \
+        | (probe.summary() if probe is not None else {})
     n = warm.steps + b.measure_steps
     local_images = ctx.cell.benchmark.batch_size * accum
     epoch, is_epoch_start = epoch_marks(n, local_images, loader.samples_per_epoch)

@@ -55,10 +55,12 @@ def non_finite_reason(train_loss: float, step_loss: np.ndarray, step_lr: np.ndar
     return reason + f"; first non-finite step loss at step {k} ({phase}), lr {step_lr[k]:.4g}"
 
 
-def telemetry_columns(ctx: Context, summary: TelemetrySummary, images: int) -> dict[str, Any]:
+def telemetry_columns(ctx: Context, summary: TelemetrySummary, images: int,
+                      foreign: tuple[int, ...] | None = None) -> dict[str, Any]:
     """The ranks' NVML summaries as one row: power and energy summed over the cell's GPUs, rates averaged,
-    memory at its highest, throttling on any GPU. A figure missing on some rank is null, never partial."""
-    mine = {"power_avg_w": summary.power_avg_w, "energy_j": summary.energy_j,
+    memory at its highest, throttling on any GPU, a foreign process on any GPU (`foreign`: this rank's, from
+    its sampler). A figure missing on some rank is null, never partial."""
+    mine = {"foreign_pids": foreign, "power_avg_w": summary.power_avg_w, "energy_j": summary.energy_j,
             "gpu_util_avg_pct": summary.gpu_util_avg_pct, "sm_clock_avg_mhz": summary.sm_clock_avg_mhz,
             "mem_clock_avg_mhz": summary.mem_clock_avg_mhz, "gpu_mem_used_peak_bytes": summary.mem_used_peak_bytes,
             "is_throttled": summary.is_throttled, "throttle_reasons": summary.throttle_reasons,
@@ -76,8 +78,10 @@ def telemetry_columns(ctx: Context, summary: TelemetrySummary, images: int) -> d
         values = every(key)
         return None if values is None else sum(values) / len(values)
 
-    energy, power, peak, throttled, reasons = map(
-        every, ("energy_j", "power_avg_w", "gpu_mem_used_peak_bytes", "is_throttled", "throttle_reasons"))
+    energy, power, peak, throttled, reasons, foreign_by_rank = map(
+        every, ("energy_j", "power_avg_w", "gpu_mem_used_peak_bytes", "is_throttled", "throttle_reasons",
+                "foreign_pids"))
+    foreign_all = sorted({pid for pids in foreign_by_rank or () for pid in pids})
     seen = {name for names in reasons or () for name in names}
     known = [name for _, name in THROTTLE_REASON_BITS]
     ordered = [name for name in known if name in seen] + sorted(seen.difference(known))
@@ -89,6 +93,8 @@ def telemetry_columns(ctx: Context, summary: TelemetrySummary, images: int) -> d
         "is_throttled": any(throttled) if throttled else None,
         "throttle_reasons": ",".join(ordered) if reasons is not None else None,
         "num_telemetry_samples": min(r["num_telemetry_samples"] for r in ranks),
+        "gpu_shared": bool(foreign_all) if foreign_by_rank is not None else None,
+        "gpu_foreign_pids": ",".join(map(str, foreign_all)) if foreign_by_rank is not None else None,
     }
 
 

@@ -8,6 +8,7 @@ no thread is started, and every measured column is None.
 from __future__ import annotations
 
 import math
+import os
 import threading
 import time
 from dataclasses import dataclass, field, fields
@@ -34,6 +35,8 @@ BENIGN_THROTTLE_MASK = 0x001 | 0x002
 
 # Stop waits this long for an NVML call stuck in the sampling thread, then gives up on it.
 _JOIN_TIMEOUT_S = 5.0
+PROCESS_READ_EVERY = 10
+"""The GPU's compute processes are read at the first poll and every this many polls after (~1 s)."""
 # Newest name first: the throttle spelling is deprecated and goes away with CUDA 14.
 _REASON_GETTERS = ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons")
 
@@ -93,6 +96,26 @@ class TelemetrySummary:
         has_energy = images is not None and self.energy_j is not None and self.energy_j > 0
         row["img_per_joule"] = images / self.energy_j if has_energy else None
         return row
+
+
+def foreign_pids(listed: Sequence[int], own_pid: int, group_of: Callable[[int], int | None]) -> tuple[int, ...]:
+    """The processes on this process's GPU that belong to no rank of its job (optimum-benchmark's device
+    isolation, as a record rather than an abort). Where NVML lists this process (one pid namespace), a pid
+    outside this process's group is foreign (`group_of`: a pid's process group, None when it cannot be seen:
+    foreign too); where it does not (a container without the host's pids), any other process on the GPU
+    means a neighbour, so every listed pid is named."""
+    pids = sorted(set(listed))
+    if own_pid in pids:
+        mine = group_of(own_pid)
+        return tuple(pid for pid in pids if pid != own_pid and group_of(pid) != mine)
+    return tuple(pids) if len(pids) > 1 else ()
+
+
+def process_group(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return None
 
 
 def summarize(samples: Sequence[TelemetrySample], *, energy_j: float | None) -> TelemetrySummary:
@@ -159,11 +182,17 @@ class TelemetrySampler:
         self._thread: threading.Thread | None = None
         self._is_started = False
         self._summary: TelemetrySummary | None = None
+        self._foreign: set[int] | None = None
 
     @property
     def summary(self) -> TelemetrySummary | None:
         """The result of stop(); None while running."""
         return self._summary
+
+    @property
+    def foreign_pids(self) -> tuple[int, ...] | None:
+        """Processes of no rank of this job seen on the GPU while sampling; None when NVML could not list them."""
+        return None if self._foreign is None else tuple(sorted(self._foreign))
 
     @property
     def samples(self) -> tuple[TelemetrySample, ...]:
@@ -235,8 +264,19 @@ class TelemetrySampler:
     def _run(self) -> None:
         # Event.wait blocks between polls and returns at once when stop() sets it.
         self._samples.append(self._read_sample())
+        self._read_processes()
         while not self._stop_event.wait(self._interval_s):
             self._samples.append(self._read_sample())
+            if len(self._samples) % PROCESS_READ_EVERY == 0:
+                self._read_processes()
+
+    def _read_processes(self) -> None:
+        read = getattr(self._nvml, "nvmlDeviceGetComputeRunningProcesses", None)
+        listed = call_or_none(read, self._handle) if read else None
+        if listed is None:  # an NVML that cannot list them: whether the GPU was shared stays unknown
+            return
+        found = foreign_pids([int(p.pid) for p in listed], os.getpid(), process_group)
+        self._foreign = (self._foreign or set()) | set(found)
 
     def _read_sample(self) -> TelemetrySample:
         nvml, h = self._nvml, self._handle

@@ -29,7 +29,7 @@ from harness.results import store
 from harness.results.env import usable_cpu_count
 from harness.results.schema import step_table
 from harness.spec.cells import Cell
-from harness.spec.job import LAUNCHED_AT_ENV
+from harness.spec.job import LAUNCHED_AT_ENV, cpu_list
 
 
 def _setup(job: dict[str, Any]) -> Context:
@@ -39,6 +39,10 @@ def _setup(job: dict[str, Any]) -> Context:
     rank = int(os.environ.get("RANK", 0))
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     world_size = int(os.environ.get("WORLD_SIZE", 1))
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+    slot_cores = _say_where(job.get("slot"), rank, local_world)
+    if slot_cores is not None:  # the slot's share of cores, whatever the device: torch's pool stays inside it
+        torch.set_num_threads(cell.run.threads_per_process or slot_cores)
     if job["device"] == "cuda":
         visible = torch.cuda.device_count()
         if local_rank >= visible:  # the runner skips such cells; never let two ranks share a GPU silently
@@ -48,9 +52,8 @@ def _setup(job: dict[str, Any]) -> Context:
         torch.backends.cudnn.benchmark = cell.recipe.cudnn_benchmark
     else:
         device = torch.device("cpu")
-        # The node's cores (as this process may use them) shared by its ranks.
-        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
-        torch.set_num_threads(cell.run.threads_per_process or max(1, usable_cpu_count() // local_world))
+        if slot_cores is None:  # the node's cores (as this process may use them) shared by its ranks
+            torch.set_num_threads(cell.run.threads_per_process or max(1, usable_cpu_count() // local_world))
     if world_size != cell.world_size * cell.launch.nnodes:  # images_per_step and every rate assume the cell's
         raise RuntimeError(f"WORLD_SIZE={world_size} but the cell runs world_size x nnodes = "
                            f"{cell.world_size} x {cell.launch.nnodes} processes; start it with nvbench run")
@@ -66,7 +69,20 @@ def _setup(job: dict[str, Any]) -> Context:
                    rank=rank, local_rank=local_rank, world_size=world_size, device=device,
                    ranges=make_ranges(nvtx_on, profiler=profiler_ranges, phases=phases), phases=phases,
                    profile=job.get("profile"),
-                   fire_drill_pct=float(job.get("fire_drill_pct") or 0.0), flops_cache=job.get("flops_cache"))
+                   fire_drill_pct=float(job.get("fire_drill_pct") or 0.0), flops_cache=job.get("flops_cache"),
+                   slot_cores=slot_cores)
+
+
+def _say_where(slot: dict[str, Any] | None, rank: int, local_world: int) -> int | None:
+    """One line in the job's log: the cores this process runs on and the GPUs it sees; returns its share of the
+    slot's cores when the runner pinned the job to a slot (None: the whole machine)."""
+    cores = cpu_list(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else "?"
+    where = f" (slot {slot['index']}, holding {slot['num_slots']}; packing {slot['packing']})" if slot else ""
+    print(f"nvbench: rank {rank} on cores {cores}{where}, CUDA_VISIBLE_DEVICES="
+          f"{os.environ.get('CUDA_VISIBLE_DEVICES', '(unset)')}", flush=True)
+    if not slot or not slot.get("cpus"):
+        return None
+    return max(1, len(slot["cpus"]) // max(1, local_world))
 
 
 def collector_on_after_build() -> None:

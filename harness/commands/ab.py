@@ -7,8 +7,18 @@ import dataclasses
 import sys
 from pathlib import Path
 
-from harness.commands.common import (EXIT_INTERRUPTED, add_threshold_flags, bad_input, fire_drill_problem,
-                                     knob_default, own_default, print_report, thresholds_from)
+from harness.commands.common import (
+    EXIT_INTERRUPTED,
+    add_slots_flag,
+    add_threshold_flags,
+    bad_input,
+    fire_drill_problem,
+    knob_default,
+    own_default,
+    print_report,
+    slot_packing,
+    thresholds_from,
+)
 from harness.spec.matrix import RunConfig
 from harness.spec.parse import MatrixError, load_matrix, with_repeats
 
@@ -22,13 +32,12 @@ def cmd_ab(args: argparse.Namespace) -> int:
     from datetime import datetime, timezone
 
     from harness.analysis import compare
+    from harness.analysis.decide import reach_problem
+    from harness.analysis.report import write_report
     from harness.analysis.runs import load_run
     from harness.analysis.verdict import INCONCLUSIVE, Comparison
-    from harness.analysis.report import write_report
     from harness.orchestrate import ab, ab_sides, capabilities, runfolder
     from harness.spec.cells import expand
-
-    from harness.analysis.decide import reach_problem
 
     try:
         matrix = with_repeats(load_matrix(args.matrix), args.repeats)
@@ -70,6 +79,14 @@ def cmd_ab(args: argparse.Namespace) -> int:
     if out.exists() and any(out.iterdir()):
         return bad_input([f"--out {out}: not empty"])
     caps = capabilities.probe_capabilities(matrix.run.device, {k: v for k, v in envs["a"].items() if k != "env_key"})
+    from harness.orchestrate.packing import CalibrationError
+    from harness.orchestrate.slots import SlotError
+
+    try:  # both sides of a pair run on the same slot; pairs run side by side, one per slot
+        packing = slot_packing(args.slots or matrix.run.slots, device=caps.device, env=envs["a"],
+                               key=envs["a"]["env_key"], backends={c.backend for c in cells})
+    except (SlotError, CalibrationError) as exc:
+        return bad_input([str(exc)])
     names = ab_sides.labels(envs, {"a": args.a_label, "b": args.b_label})
     sides = ab_sides.side_lines(names, {n: ab_sides.where(pythons[n], checkouts[n]) for n in ab.SIDES})
     ab.create_ab(matrix, cells, out_dir=out, pythons=pythons, envs=envs, smoke=args.smoke, only=args.only,
@@ -81,7 +98,8 @@ def cmd_ab(args: argparse.Namespace) -> int:
 
     def done(side: str, row: dict) -> None:
         detail = f"{row['throughput_img_per_s']:.1f} img/s" if row["status"] == "ok" else row["reason"]
-        print(f"{side.upper()} {row['status']:>8} {row['cell_id']} r{row['repeat']}  {detail}", file=sys.stderr)
+        where = f" s{row['slot']}" if row.get("packing") not in (None, "solo") else ""
+        print(f"{side.upper()} {row['status']:>8} {row['cell_id']} r{row['repeat']}{where}  {detail}", file=sys.stderr)
 
     def judge() -> Comparison:
         return compare.compare_runs(load_run(out / "b"), load_run(out / "a"), thresholds, require_same_env=False,
@@ -91,7 +109,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
         ab.run_adaptive(out, looks, judge=lambda: [v.cell_id for v in judge().verdicts
                                                     if v.verdict == INCONCLUSIVE],
                         caps=caps, envs=envs, pythons=pythons, seed=args.seed, checkouts=checkouts, on_done=done,
-                        notify=lambda m: print(m, file=sys.stderr))
+                        notify=lambda m: print(m, file=sys.stderr), packing=packing)
     except KeyboardInterrupt:
         print(f"interrupted; the rows so far are in {out}/a and {out}/b", file=sys.stderr)
         return EXIT_INTERRUPTED
@@ -132,5 +150,6 @@ def add_parser(subparsers) -> None:
     ab.add_argument("--seed", type=int, default=0, help="seed of the A/B order within each pair (default: %(default)s)")
     ab.add_argument("--out", metavar="DIR", help="A/B folder (default: REPORTS/<id>); holds a/, b/, report/")
     ab.add_argument("--reports", default="reports", metavar="DIR", help="where A/B folders go (default: %(default)s)")
+    add_slots_flag(ab)
     add_threshold_flags(ab, history=False)
     ab.set_defaults(func=cmd_ab)

@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from harness.commands.common import EXIT_INTERRUPTED, bad_input
+from harness.commands.common import EXIT_INTERRUPTED, add_slots_flag, bad_input
 from harness.spec.parse import MatrixError, load_matrix
 
 
@@ -42,7 +42,7 @@ def cmd_bisect(args: argparse.Namespace) -> int:
                                               "1 <= repeats <= max-repeats")
             matrix = str(Path(args.matrix).absolute())
             ab_args = ["--repeats", str(args.repeats), "--max-repeats", str(args.max_repeats),
-                       *[f"--only={o}" for o in args.only]]
+                       *[f"--only={o}" for o in args.only], *([f"--slots={args.slots}"] if args.slots else [])]
             out = Path(args.out) if args.out else Path(args.reports) / runfolder.new_run_id(
                 "bisect", datetime.now(timezone.utc))
             if out.exists() and any(out.iterdir()):
@@ -91,4 +91,5 @@ def add_parser(subparsers) -> None:
                     "(default: start a new one)")
     bi.add_argument("--reports", default="reports", metavar="DIR",
                     help="where bisect folders go (default: %(default)s)")
+    add_slots_flag(bi)  # each A/B's: its pairs side by side, one per slot
     bi.set_defaults(func=cmd_bisect)

@@ -158,3 +158,45 @@ def print_report(result, fail_on_regression: bool) -> int:
     if comparison.regressions or failed:
         return EXIT_FAILURES
     return EXIT_INCONCLUSIVE if open_ else EXIT_OK
+
+
+def add_slots_flag(p: argparse.ArgumentParser) -> None:
+    from harness.spec.matrix import RunConfig
+
+    own_default(p.add_argument(
+        "--slots", type=_slots_arg, metavar="N|auto",
+        help="jobs at once on this machine, one world-size-1 job per slot (a GPU and the cores near it; without "
+             "GPUs, a share of the cores); auto: one per GPU for the backends this machine's calibration cleared "
+             "(nvbench calibrate-slots), else one at a time (default: the matrix's [run] slots, itself "
+             "%(own_default)s when unset)"), knob_default(RunConfig, "slots"))
+
+
+def _slots_arg(text: str):
+    from harness.orchestrate.slots import parse_slots
+
+    try:
+        return parse_slots(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def slot_packing(requested, *, device: str, env: dict, key: str, backends, executor_kind: str = "local"):
+    """The run's Packing from `--slots` (or the matrix's [run] slots), this machine (`device`: the run's, as
+    probed: cuda or cpu) and its calibration, with its
+    lines said on stderr; None under SLURM (its scheduler places each job; a slot request is said and ignored).
+    Raises SlotError or CalibrationError (one line each) for the caller's bad_input."""
+    from harness.orchestrate import packing
+    from harness.orchestrate.machine import probe_machine
+
+    if executor_kind != "local":
+        if requested != "auto" and requested != 1:
+            print(f"note: --slots {requested}: slots are this machine's; SLURM places each job itself "
+                  "(executor.max_parallel, gpus_per_node): ignored", file=sys.stderr)
+        return None
+    path = packing.calibration_path(env, key)
+    how = f"measure it with `nvbench calibrate-slots MATRIX` (writes {path})"
+    chosen, lines = packing.decide(requested, probe_machine(device), calibration=packing.read_calibration(path),
+                                   backends=backends, how_to_calibrate=how)
+    for line in lines:
+        print(line, file=sys.stderr)
+    return chosen

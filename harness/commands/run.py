@@ -5,8 +5,19 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from harness.commands.common import (EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_OK, bad_input, env_and_caps,
-                                     fire_drill_problem, knob_default, own_default, reach_warning)
+from harness.commands.common import (
+    EXIT_BAD_INPUT,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    add_slots_flag,
+    bad_input,
+    env_and_caps,
+    fire_drill_problem,
+    knob_default,
+    own_default,
+    reach_warning,
+    slot_packing,
+)
 from harness.spec.executor import ExecutorConfig
 from harness.spec.matrix import RunConfig
 from harness.spec.parse import MatrixError, load_matrix, with_repeats
@@ -33,6 +44,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         except store.UnreadableFile as exc:
             return bad_input([f"{exc}; delete it to run that job again"])
         device = next(iter(cells.values())).run.device
+        slots = next(iter(cells.values())).run.slots
+        cell_list = list(cells.values())
         executor = runfolder.plan_executor(run_dir)
     else:
         if not args.matrix:
@@ -45,6 +58,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         if args.out and (Path(args.out) / runfolder.PLAN).exists():
             return bad_input([f"--out {args.out}: already holds a run; use --resume {args.out}"])
         device = matrix.run.device
+        slots = matrix.run.slots
         knob = f"--repeats {args.repeats}" if args.repeats is not None else f"run.repeats = {matrix.run.repeats}"
         reach_warning(matrix.run.repeats, smoke=args.smoke, what=knob)
         executor = _executor_config(matrix, args.executor)
@@ -56,18 +70,23 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"{len(cell_list)} cells, {len(cell_list) * matrix.run.repeats} jobs; nothing was run or written")
         return EXIT_OK
     from harness.orchestrate.executors import ExecutorUnavailable
+    from harness.orchestrate.packing import CalibrationError
     from harness.orchestrate.runner import executor_for
+    from harness.orchestrate.slots import SlotError
 
     where = executor_for(executor)
     try:
         where.check()  # before anything is written: sbatch missing or the controller down is one line, exit 2
-    except ExecutorUnavailable as exc:
+        packing = slot_packing(args.slots or slots, device=caps.device, env=env, key=key,
+                               backends={c.backend for c in cell_list}, executor_kind=where.kind)
+    except (ExecutorUnavailable, SlotError, CalibrationError) as exc:
         return bad_input([str(exc)])
     if not args.resume:
         run_dir = runfolder.create_run(matrix, cell_list, run_dir=Path(args.out) if args.out else None,
                                     reports_root=Path(args.reports), smoke=args.smoke, only=args.only, env=env,
                                     fire_drill_pct=args.fire_drill or 0.0, executor=executor)
-    return _execute(run_dir, caps, env, key, progress=not args.no_progress, verbose=args.verbose, executor=where)
+    return _execute(run_dir, caps, env, key, progress=not args.no_progress, verbose=args.verbose, executor=where,
+                    packing=packing)
 
 
 def _executor_config(matrix, flag: str | None):
@@ -77,7 +96,7 @@ def _executor_config(matrix, flag: str | None):
     return dataclasses.replace(matrix.executor, kind=flag) if flag else matrix.executor
 
 
-def _execute(run_dir: Path, caps, env, key, *, progress: bool, verbose: bool, executor=None) -> int:
+def _execute(run_dir: Path, caps, env, key, *, progress: bool, verbose: bool, executor=None, packing=None) -> int:
     from rich.console import Console
 
     from harness.console import RunProgress, detail_table, print_summary
@@ -95,7 +114,7 @@ def _execute(run_dir: Path, caps, env, key, *, progress: bool, verbose: bool, ex
         with RunProgress(console, len(todo)) as bar:
             runner.execute(run_dir, caps=caps, env=env, env_key=key, on_start=bar.start if progress else None,
                            on_done=bar.done, notify=lambda message: console.print(message, soft_wrap=True),
-                           executor=executor)
+                           executor=executor, packing=packing)
     except ExecutorUnavailable as exc:
         console.print(f"error: {exc}; the run is resumable: nvbench run --resume {run_dir}", soft_wrap=True)
         return EXIT_BAD_INPUT
@@ -134,6 +153,7 @@ def add_parser(subparsers) -> None:
                                     "[executor] kind, itself %(own_default)s when unset)"),
                 knob_default(ExecutorConfig, "kind"))
     r.add_argument("--reports", default="reports", metavar="DIR", help="where run folders go (default: %(default)s)")
+    add_slots_flag(r)
     r.add_argument("--no-progress", action="store_true", help="no progress bar (a line per cell is still printed)")
     r.add_argument("--verbose", action="store_true",
                    help="end with every (cell, repeat) row in full, before the summary (stdout)")

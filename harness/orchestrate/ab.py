@@ -9,6 +9,7 @@ alike instead of on whichever side ran later.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
@@ -20,7 +21,9 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import harness
-from harness.orchestrate import capabilities, derive, job, rerun, runfolder
+from harness.orchestrate import capabilities, derive, job, lanes, rerun, runfolder
+from harness.orchestrate.machine import probe_machine
+from harness.orchestrate.packing import Packing, solo_packing
 from harness.results import store
 from harness.spec.cells import Cell
 from harness.spec.job import FAULT_ENV
@@ -107,34 +110,54 @@ def side_for(run_dir: Path, *, caps: capabilities.Capabilities, env: dict[str, A
     return Side(name=run_dir.name, ctx=ctx, cells=cells, jobs=runfolder.pending(run_dir, jobs))
 
 
-def run_interleaved(sides: Sequence[Side], *, seed: int, on_done: Callable[[str, dict[str, Any]], None] | None = None,
-                    max_reruns: int = 0) -> list[tuple[str, str, int]]:
-    """Round k runs the k-th pending job of every side, the sides in a fresh random order each round.
-
-    Returns (side, cell_id, repeat) in the order run. Each side's manifest gets a session entry and its
-    twin columns are derived at the end, as `nvbench run` does; a side whose jobs are all done is skipped.
-    A job whose window opens in a start transient runs again at once, up to `max_reruns` per cell and side
-    (harness.orchestrate.rerun): it appears once more in the order, still beside its pair.
-    """
+def interleaved_rounds(sides: Sequence[Side], *, seed: int) -> list[list[tuple[Side, str, int]]]:
+    """Round k: the k-th pending job of every side that has one, the sides in a fresh random order each round
+    (seeded: the same sides and seed give the same order)."""
     rng = random.Random(seed)
-    order: list[tuple[str, str, int]] = []
-    sessions = {side.name: _open_session(side) for side in sides}
-    reruns = rerun.Reruns.of([side.ctx.run_dir for side in sides], max_reruns)
+    rounds = []
     for k in range(max((len(s.jobs) for s in sides), default=0)):
         round_ = [s for s in sides if k < len(s.jobs)]
         rng.shuffle(round_)
-        for side in round_:
-            cid, repeat = side.jobs[k]
-            for row in rerun.runs_of(side.cells[cid], repeat, side.ctx, reruns, side=side.name):
-                order.append((side.name, cid, repeat))
-                if on_done:
-                    on_done(side.name, row)
+        rounds.append([(side, *side.jobs[k]) for side in round_])
+    return rounds
+
+
+def run_interleaved(sides: Sequence[Side], *, seed: int,
+                    on_done: Callable[[str, dict[str, Any]], None] | None = None,
+                    packing: Packing | None = None, max_reruns: int = 0) -> list[tuple[str, str, int]]:
+    """Run the interleaved rounds (interleaved_rounds): each round's jobs one after another on the same slots, so
+    the sides of a pair meet the same GPU and cores (rows record the slot: the analysis can block on it); with
+    slots, as many rounds at once as they hold (`packing`; None: one job at a time on the whole machine).
+
+    Returns (side, cell_id, repeat) in the order started. Each side's manifest gets a session entry and its
+    twin columns are derived at the end, as `nvbench run` does; a side whose jobs are all done is skipped.
+    A job whose window opens in a start transient runs again at once on its slot, up to `max_reruns` per cell
+    and side (harness.orchestrate.rerun): it appears once more in the order, still beside its pair.
+    """
+    order: list[tuple[str, str, int]] = []
+    sessions = {side.name: _open_session(side) for side in sides}
+    reruns = rerun.Reruns.of([side.ctx.run_dir for side in sides], max_reruns)
+    chains = [[lanes.Link(cell=side.cells[cid], repeat=repeat, ctx=side.ctx, tag=side.name)
+               for side, cid, repeat in round_] for round_ in interleaved_rounds(sides, seed=seed)]
+    lanes.run_chains(chains, packing or solo_packing(probe_machine("cpu")),
+                     on_start=lambda link: order.append((link.tag, link.cell.cell_id, link.repeat)),
+                     on_done=(lambda link, row: on_done(link.tag, row)) if on_done else None,
+                     again=lambda link, row: _again(link, row, reruns))
     for side in sides:
         derive.derive_twin_columns(side.ctx.run_dir)
         _close_session(side, sessions[side.name])
         shutil.rmtree(side.ctx.run_dir / "work", ignore_errors=True)
     return order
 
+
+def _again(link: lanes.Link, row: dict[str, Any], reruns: rerun.Reruns) -> lanes.Link | None:
+    """The job once more, on the same slot, when its window opened in a start transient and the cell's re-run
+    budget lasts (its transient row kept as superseded first); else None. A re-run carries no injected fault."""
+    if not reruns.wanted(link.ctx.run_dir, row):
+        return None
+    reason = reruns.supersede(link.ctx.run_dir, row)
+    link.ctx.notify(f"{link.tag.upper()} r{link.repeat} {link.cell.cell_id}: {reason}")
+    return dataclasses.replace(link, ctx=dataclasses.replace(link.ctx, fault_spec=None))
 
 def _open_session(side: Side) -> dict[str, Any]:
     manifest = store.read_json(side.ctx.run_dir / runfolder.MANIFEST)
@@ -183,7 +206,7 @@ def create_ab(matrix: Matrix, cells: list[Cell], *, out_dir: Path, pythons: dict
 
 def run_ab(out_dir: Path, *, caps: capabilities.Capabilities, envs: dict[str, dict[str, Any]], pythons: dict[str, str],
            seed: int, checkouts: dict[str, Path | None] | None = None, notify: Callable[[str], None] = print,
-           on_done: Callable[[str, dict[str, Any]], None] | None = None) -> None:
+           on_done: Callable[[str, dict[str, Any]], None] | None = None, packing: Packing | None = None) -> None:
     """Run both sides interleaved, re-running start transients as ab.json allows; the order actually run is
     appended to ab.json."""
     checkouts = checkouts or {}
@@ -191,7 +214,7 @@ def run_ab(out_dir: Path, *, caps: capabilities.Capabilities, envs: dict[str, di
                       env_key=envs[name]["env_key"], python=pythons[name], checkout=checkouts.get(name),
                       notify=notify) for name in SIDES]
     max_reruns = int(store.read_json(out_dir / AB_FILE).get("max_reruns") or 0)
-    order = run_interleaved(sides, seed=seed, on_done=on_done, max_reruns=max_reruns)
+    order = run_interleaved(sides, seed=seed, on_done=on_done, packing=packing, max_reruns=max_reruns)
     meta = store.read_json(out_dir / AB_FILE)
     meta["order"] += [list(item) for item in order]
     store.write_json(out_dir / AB_FILE, meta)
@@ -262,14 +285,15 @@ def extend_plan(run_dir: Path, cell_ids: Sequence[str], repeats: int, *, seed: i
 def run_adaptive(out_dir: Path, looks: Sequence[int], *, judge: Callable[[], Sequence[str]],
                  caps: capabilities.Capabilities, envs: dict[str, dict[str, Any]], pythons: dict[str, str], seed: int,
                  checkouts: dict[str, Path | None] | None = None, notify: Callable[[str], None] = print,
-                 on_done: Callable[[str, dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
+                 on_done: Callable[[str, dict[str, Any]], None] | None = None,
+                 packing: Packing | None = None) -> list[dict[str, Any]]:
     """The looks of an adaptive A/B: run the first look's pairs, then, while `judge()` (the cells still
     inconclusive, judged at the design's split level) names any, extend those cells alone to the next
     look's pairs on both sides and run them interleaved. Returns one entry per look (pairs, cells run,
     cells left inconclusive), also kept in ab.json."""
     history: list[dict[str, Any]] = []
     run_ab(out_dir, caps=caps, envs=envs, pythons=pythons, seed=seed, checkouts=checkouts, notify=notify,
-           on_done=on_done)
+           on_done=on_done, packing=packing)
     for k, pairs in enumerate(looks):
         open_ = sorted(judge())
         history.append({"look": k + 1, "pairs": pairs, "inconclusive": open_})
@@ -283,5 +307,5 @@ def run_adaptive(out_dir: Path, looks: Sequence[int], *, judge: Callable[[], Seq
         for name in SIDES:
             extend_plan(out_dir / name, open_, looks[k + 1], seed=seed + k + 1)
         run_ab(out_dir, caps=caps, envs=envs, pythons=pythons, seed=seed + k + 1, checkouts=checkouts,
-               notify=notify, on_done=on_done)
+               notify=notify, on_done=on_done, packing=packing)
     return history

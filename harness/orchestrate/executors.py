@@ -3,7 +3,8 @@
 The runner speaks only to the small protocol below (submit, state, wait, cancel), as
 `concurrent.futures` executors do. An executor never decides what runs or in which order: the runner
 submits jobs in plan order, at most `max_parallel` in flight; the local executor (harness/orchestrate/local.py)
-runs one at a time, SLURM schedules its own (harness/orchestrate/slurm.py). Every executor starts the same argv,
+runs as many as the run's slots hold (harness/orchestrate/slots.py), SLURM schedules its own
+(harness/orchestrate/slurm.py). Every executor starts the same argv,
 the cell's `python -m harness.cell run JOB` (or its torchrun group), with output to the job's log in the run folder.
 """
 
@@ -33,6 +34,8 @@ class Launch:
     """The job's folder in the run folder (job.json, the ranks' files)."""
     timeout_s: float
     nnodes: int = 1
+    cpus: tuple[int, ...] | None = None
+    """The cores the job's processes are pinned to (its slots'); None: wherever this process may run."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

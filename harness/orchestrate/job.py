@@ -24,6 +24,7 @@ from harness.orchestrate.executors import Ended, Launch
 from harness.orchestrate.launch import launcher_for
 from harness.orchestrate.local import LocalExecutor
 from harness.orchestrate.runfolder import write_row
+from harness.orchestrate.slots import Grant
 from harness.results import store
 from harness.results.schema import CELL_SCHEMA
 from harness.spec.cells import Cell, job_key
@@ -105,14 +106,37 @@ def base_row(cell: Cell, repeat: int, ctx: JobContext, fault: str | None) -> dic
     }
 
 
-def run_job(cell: Cell, repeat: int, ctx: JobContext) -> dict[str, Any]:
+def run_job(cell: Cell, repeat: int, ctx: JobContext, placed: Placement | None = None) -> dict[str, Any]:
     """Run one (cell, repeat) on this machine to its terminal row, whatever the cell's processes do."""
-    prepared = prepare_job(cell, repeat, ctx)
+    prepared = prepare_job(cell, repeat, ctx, placed=placed)
     if isinstance(prepared, dict):
         return prepared
     executor = LocalExecutor()
     handle = executor.submit(prepared.launch)
-    return finish_job(prepared, executor.wait([handle])[handle], ctx)
+    try:
+        ended = executor.wait([handle])[handle]
+    except BaseException:  # interrupted: the cell goes down with the wait
+        executor.cancel([handle])
+        raise
+    return finish_job(prepared, ended, ctx)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Placement:
+    """Where a local job runs: the slots it holds, and what its row says about the packing."""
+
+    grant: Grant
+    packing: str
+    """solo, calibrated or uncalibrated (harness/orchestrate/packing.py)."""
+
+    def columns(self) -> dict[str, Any]:
+        return self.grant.columns() | {"packing": self.packing}
+
+    def job_section(self) -> dict[str, Any]:
+        """The job file's `slot`: what the cell sizes its threads and loader workers to (None: the machine)."""
+        return {"index": self.grant.slots[0].index, "num_slots": len(self.grant.slots),
+                "cpus": list(self.grant.pinned_cpus) if self.grant.pinned_cpus else None,
+                "packing": self.packing}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -127,8 +151,10 @@ class PreparedJob:
     """time.time() at the submission, for the row's duration."""
 
 
-def prepare_job(cell: Cell, repeat: int, ctx: JobContext, *, executor: str = "local") -> PreparedJob | dict[str, Any]:
-    """The job's folder, job file and argv; or its terminal row when it cannot run (skipped, no dataset)."""
+def prepare_job(cell: Cell, repeat: int, ctx: JobContext, *, executor: str = "local",
+                placed: Placement | None = None) -> PreparedJob | dict[str, Any]:
+    """The job's folder, job file and argv; or its terminal row when it cannot run (skipped, no dataset).
+    `placed`: the slots it runs on (local runs); None where a scheduler places it (SLURM) or nothing does."""
     key = job_key(cell.cell_id, repeat)
     fault = fault_for(cell, ctx.fault_spec, repeat=repeat, run=ctx.run_id)
     row = base_row(cell, repeat, ctx, fault)
@@ -153,7 +179,8 @@ def prepare_job(cell: Cell, repeat: int, ctx: JobContext, *, executor: str = "lo
     job = {"cell": cell.to_plain(), "run_id": ctx.run_id, "repeat": repeat, "device": ctx.caps.device,
            "data_root": str(data_root) if data_root else None, "out_dir": str(work), "fault": fault,
            "profile": ctx.profile.job_section(key) if ctx.profile else None,
-           "fire_drill_pct": ctx.fire_drill_pct, "flops_cache": str(ctx.run_dir / "flops.json")}
+           "fire_drill_pct": ctx.fire_drill_pct, "flops_cache": str(ctx.run_dir / "flops.json"),
+           "slot": placed.job_section() if placed else None}
     argv = launcher_for(cell).command(cell, work / "job.json", key)
     if ctx.python:  # every interpreter slot of the command (torchrun's agent and its ranks alike)
         argv = [ctx.python if arg == sys.executable else arg for arg in argv]
@@ -161,14 +188,17 @@ def prepare_job(cell: Cell, repeat: int, ctx: JobContext, *, executor: str = "lo
         argv = ctx.profile.command(argv, key)
     job["launched_at"] = time.time()  # the cell measures its startup_s from here
     store.write_json(work / "job.json", job)
-    env = _child_env(cell, ctx)
+    env = _child_env(cell, ctx, placed)
     if executor != "local":  # the runner may be gone while the job runs (kill -9, then --resume): no parent check
         env.pop(PARENT_PID_ENV, None)
     if ctx.profile and ctx.profile.tool == "nsys":  # nsys's launcher is the cell's parent, not this process
         env.pop(PARENT_PID_ENV, None)
     row |= {"started_at": started, "log_path": str(log_rel)}
+    if placed:  # a job that never started (skipped, no dataset) held no slot worth recording
+        row |= placed.columns() | {"cuda_visible_devices": env.get("CUDA_VISIBLE_DEVICES")}
     launch = Launch(key=key, argv=tuple(argv), env=env, log_path=log_path, work=work,
-                    timeout_s=cell.benchmark.timeout_s, nnodes=cell.launch.nnodes)
+                    timeout_s=cell.benchmark.timeout_s, nnodes=cell.launch.nnodes,
+                    cpus=placed.grant.pinned_cpus if placed else None)
     return PreparedJob(cell=cell, repeat=repeat, launch=launch, row=row, started_at=time.time())
 
 
@@ -219,8 +249,10 @@ def with_stable_malloc(inherited: str | None) -> str:
     return ":".join(items)
 
 
-def _child_env(cell: Cell, ctx: JobContext) -> dict[str, str]:
+def _child_env(cell: Cell, ctx: JobContext, placed: Placement | None = None) -> dict[str, str]:
     env = dict(os.environ)
+    if placed and placed.grant.cuda_visible_devices:  # its slots' GPUs, by UUID: cuda:0 is the first of them
+        env["CUDA_VISIBLE_DEVICES"] = placed.grant.cuda_visible_devices
     tunables = malloc_tunables(cell, env.get("GLIBC_TUNABLES"))
     if tunables:
         env["GLIBC_TUNABLES"] = tunables
@@ -239,7 +271,8 @@ def _child_env(cell: Cell, ctx: JobContext) -> dict[str, str]:
         # worker sets torch's intra-op threads itself either way. A single process gets no
         # OMP_NUM_THREADS at all: merely setting it to the core count made the same CPU training loop
         # ~20% slower here (benchmarks/overhead.py, docs/performance.md).
-        threads = cell.run.threads_per_process or max(1, ctx.caps.cpu_count // cell.world_size)
+        cores = len(placed.grant.cpus) if placed and not placed.grant.whole_machine else ctx.caps.cpu_count
+        threads = cell.run.threads_per_process or max(1, cores // cell.world_size)
         env.setdefault("OMP_NUM_THREADS", str(threads))
     return env
 

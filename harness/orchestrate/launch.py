@@ -69,7 +69,7 @@ def launcher_for(cell: Cell) -> Launcher:
     return TorchrunLauncher()
 
 
-def _signal_group(pgid: int, sig: int) -> None:
+def signal_group(pgid: int, sig: int) -> None:
     try:
         os.killpg(pgid, sig)
     except ProcessLookupError:
@@ -83,12 +83,21 @@ def run_process(argv: list[str], *, log_path: Path, timeout_s: float, env: dict[
 
 
 def start_process(argv: list[str], *, log_path: Path, env: dict[str, str] | None = None,
-                  cwd: Path | None = None) -> subprocess.Popen:
-    """Start argv in its own process group, its output appended to log_path."""
+                  cwd: Path | None = None, cpus: tuple[int, ...] | None = None) -> subprocess.Popen:
+    """Start argv in its own process group, its output appended to log_path; pinned to `cpus` when given.
+
+    The pin is set on the new process at once, while it is still the interpreter starting up with one thread:
+    every thread and process it makes later (torch's pool, DataLoader workers, torchrun's ranks) inherits it."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
-        return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True, env=env, cwd=cwd)
+    if cpus:
+        try:
+            os.sched_setaffinity(proc.pid, cpus)
+        except ProcessLookupError:  # already gone: its exit status says why
+            pass
+    return proc
 
 
 def wait_process(proc: subprocess.Popen, timeout_s: float) -> Outcome:
@@ -96,11 +105,11 @@ def wait_process(proc: subprocess.Popen, timeout_s: float) -> Outcome:
     try:
         return Outcome(proc.wait(timeout=timeout_s), False)
     except subprocess.TimeoutExpired:
-        _signal_group(proc.pid, signal.SIGTERM)
+        signal_group(proc.pid, signal.SIGTERM)
         try:
             proc.wait(timeout=TERM_GRACE_S)
         except subprocess.TimeoutExpired:
-            _signal_group(proc.pid, signal.SIGKILL)
+            signal_group(proc.pid, signal.SIGKILL)
             proc.wait()
         return Outcome(None, True)
     except BaseException:  # the runner is interrupted: take the cell down with it
@@ -108,10 +117,10 @@ def wait_process(proc: subprocess.Popen, timeout_s: float) -> Outcome:
         raise
     finally:
         # Stragglers of a finished cell (a DataLoader worker, a hung rank) must not outlive it.
-        _signal_group(proc.pid, signal.SIGKILL)
+        signal_group(proc.pid, signal.SIGKILL)
 
 
 def kill_process(proc: subprocess.Popen) -> None:
     """SIGKILL to `proc`'s whole process group, then reap it."""
-    _signal_group(proc.pid, signal.SIGKILL)
+    signal_group(proc.pid, signal.SIGKILL)
     proc.wait()

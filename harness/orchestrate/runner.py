@@ -1,5 +1,6 @@
-"""A session over a run folder: every pending (cell, repeat) job in plan order through the run's executor, at
-most its max_parallel in flight, each followed to its row; Ctrl-C cancels what this session started, and a
+"""A session over a run folder: every pending (cell, repeat) job in plan order through the run's executor, each
+followed to its row: locally as many at once as the run's slots hold (each job waits, in plan order, for the
+slots it takes), under SLURM at most its max_parallel in flight. Ctrl-C cancels what this session started, and a
 later session (`--resume`) follows the jobs an earlier one left in flight (inflight.json) instead of
 submitting them again.
 """
@@ -15,8 +16,10 @@ from typing import Any, Callable
 from harness.orchestrate.capabilities import Capabilities
 from harness.orchestrate.derive import derive_twin_columns, matrix_efficiency
 from harness.orchestrate.executors import Executor, Launch
-from harness.orchestrate.job import JobContext, PreparedJob, finish_job, prepare_job
+from harness.orchestrate.job import JobContext, Placement, PreparedJob, finish_job, prepare_job
 from harness.orchestrate.local import LocalExecutor
+from harness.orchestrate.machine import probe_machine
+from harness.orchestrate.packing import Packing, solo_packing
 from harness.orchestrate.runfolder import MANIFEST, load_plan, pending, plan_executor, plan_fire_drill
 from harness.orchestrate.slurm import SlurmExecutor
 from harness.results import store
@@ -46,9 +49,11 @@ def executor_for(config: ExecutorConfig, *, notify=print) -> Executor:
 def execute(run_dir: Path, *, caps: Capabilities, env: dict[str, Any], env_key: str,
             on_start: Callable[[int, int, str], None] | None = None,
             on_done: Callable[[dict[str, Any]], None] | None = None,
-            notify: Callable[[str], None] = print, executor: Executor | None = None) -> list[dict[str, Any]]:
-    """Run every pending job of the run folder in plan order through the run's executor (at most its
-    max_parallel in flight); return the rows written in this session.
+            notify: Callable[[str], None] = print, executor: Executor | None = None,
+            packing: Packing | None = None) -> list[dict[str, Any]]:
+    """Run every pending job of the run folder in plan order through the run's executor; return the rows
+    written in this session. Locally, `packing` says which slots each job takes (None: one job at a time on the
+    whole machine); SLURM ignores it and keeps at most its max_parallel in flight.
 
     Jobs an earlier session left in flight (inflight.json) are followed, not submitted again; Ctrl-C cancels
     the jobs this session has in flight, forgets them (a resume submits them again) and raises Interrupted.
@@ -65,6 +70,7 @@ def execute(run_dir: Path, *, caps: Capabilities, env: dict[str, Any], env_key: 
     manifest["sessions"].append(session)
     store.write_json(run_dir / MANIFEST, manifest)
     flight = _Flight(run_dir, executor)
+    seats = _Seats(executor, packing)
     rows = []
 
     def done(row: dict[str, Any]) -> None:
@@ -76,18 +82,23 @@ def execute(run_dir: Path, *, caps: Capabilities, env: dict[str, Any], env_key: 
         queue = flight.adopt(todo, cells, ctx)
         started = len(todo) - len(queue)
         while queue or flight.jobs:
-            while queue and len(flight.jobs) < executor.max_parallel:
+            # the next job in plan order takes its slots, or every job waits for it: nothing overtakes
+            while queue and (placed := seats.claim(cells[queue[0][0]], len(flight.jobs))) is not False:
                 cid, repeat = queue.pop(0)
                 if on_start:
                     on_start(started, len(todo), job_key(cid, repeat))
                 started += 1
-                prepared = prepare_job(cells[cid], repeat, ctx, executor=executor.kind)
+                prepared = prepare_job(cells[cid], repeat, ctx, executor=executor.kind, placed=placed)
                 if isinstance(prepared, dict):
+                    seats.release(placed)
                     done(prepared)
                 else:
                     flight.submit(prepared)
+                    seats.hold(prepared.launch.key, placed)
             for handle, ended in (executor.wait(list(flight.jobs)) if flight.jobs else {}).items():
-                done(finish_job(flight.pop(handle), ended, ctx))
+                prepared = flight.pop(handle)
+                seats.release(seats.held.pop(prepared.launch.key, None))
+                done(finish_job(prepared, ended, ctx))
     except KeyboardInterrupt:
         raise Interrupted(flight.cancel_all()) from None
     derive_twin_columns(run_dir)
@@ -98,6 +109,32 @@ def execute(run_dir: Path, *, caps: Capabilities, env: dict[str, Any], env_key: 
     shutil.rmtree(run_dir / "work", ignore_errors=True)
     (run_dir / INFLIGHT).unlink(missing_ok=True)
     return rows
+
+
+class _Seats:
+    """Room for the next job: locally the slots of the run's packing (one whole-machine slot without it), under
+    SLURM a place among its max_parallel jobs in flight."""
+
+    def __init__(self, executor: Executor, packing: Packing | None):
+        self.local = executor.kind == "local"
+        self.max_parallel = executor.max_parallel
+        self.packing = packing or (solo_packing(probe_machine("cpu")) if self.local else None)
+        self.pool = self.packing.pool() if self.local else None
+        self.held: dict[str, Placement | None] = {}
+
+    def claim(self, cell: Cell, in_flight: int) -> Placement | None | bool:
+        """The job's placement (None: SLURM places it), or False while it must wait."""
+        if self.pool is None:
+            return None if in_flight < self.max_parallel else False
+        grant = self.pool.claim(self.packing.needs(cell))
+        return False if grant is None else Placement(grant=grant, packing=self.packing.label(cell, grant))
+
+    def hold(self, key: str, placed: Placement | None) -> None:
+        self.held[key] = placed
+
+    def release(self, placed: Placement | None) -> None:
+        if placed is not None and self.pool is not None:
+            self.pool.release(placed.grant)
 
 
 class _Flight:

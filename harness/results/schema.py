@@ -17,10 +17,14 @@ Schema history (bump RESULT_SCHEMA_VERSION and teach store.migrate the step when
   4 (0.2.0): per-phase step timing: steps `phase_data_s`, `phase_h2d_s`, `phase_forward_s`,
      `phase_backward_s`, `phase_optimizer_s`, `phase_allreduce_s`; cells the medians `phase_<name>_median_s`
      and `phases_graphed`. Migrating version 3: the new columns read null (never measured).
-  5 (0.2.0): a transient at the window's start: `start_transient_steps` (the window's first steps still in
-     a start transient, harness.stats.settle; `is_steady` false and `steadiness` naming them when > 0);
-     status `superseded` (an A/B repeat whose window opened in a transient and was run again; the row kept
-     for the record, never compared). Migrating version 4: `start_transient_steps` reads null (never checked).
+  5 (0.2.0): slots, several jobs on one machine at once: `slot` (the first slot the job held), `num_slots`,
+     `gpu_index` (its first GPU, NVML's index), `cuda_visible_devices`, `cpu_affinity` (its cores, a cpu list
+     such as "0-21,88-109"), `packing` (solo, calibrated or uncalibrated), `gpu_shared` and `gpu_foreign_pids`
+     (a process of no job of the run on the job's GPU during its window). A transient at the window's start:
+     `start_transient_steps` (the window's first steps still in a start transient, harness.stats.settle;
+     `is_steady` false and `steadiness` naming them when > 0); status `superseded` (an A/B repeat whose window
+     opened in a transient and was run again; the row kept for the record, never compared). Migrating version
+     4: the new columns read null (jobs then ran one at a time, unpinned; never checked for a transient).
 """
 
 from __future__ import annotations
@@ -158,6 +162,20 @@ CELL_COLUMNS: tuple[Column, ...] = (
     _c("nodes", S, "", "Node(s) the job ran on, comma-separated: the runner's host for the local executor, the "
        "SLURM job's node list for the slurm executor; null for skipped rows."),
     _c("slurm_job_id", S, "", "SLURM job id of the job (executor slurm); null for local processes."),
+    _c("slot", I, "", "First slot the job held (local executor; harness/orchestrate/slots.py): slot 0 of 1 is the "
+       "whole machine; null where SLURM placed the job, and in skipped rows."),
+    _c("num_slots", I, "slots", "Slots the job held: its world size when packed; every slot of the run when it ran "
+       "alone on the whole machine."),
+    _c("gpu_index", I, "", "NVML index of the job's first GPU when packed (CUDA_VISIBLE_DEVICES names it by UUID); "
+       "null for the whole machine and on the CPU."),
+    _c("cuda_visible_devices", S, "", "CUDA_VISIBLE_DEVICES the job's processes started with (null: not set)."),
+    _c("cpu_affinity", S, "", "Cores the job's processes were pinned to (its slots'), as a cpu list "
+       "(\"0-21,88-109\"); for the whole machine, the cores the runner may use."),
+    _c("packing", S, "", "solo (no other job of the run beside it), calibrated (packed; this machine's slot "
+       "calibration cleared its backend) or uncalibrated (packed with no calibration clearing it: --slots N)."),
+    _c("gpu_shared", B, "", "A process of no rank of this job held a context on one of its GPUs during the "
+       "measured window (NVML compute processes): its numbers may carry that process's load. Null without NVML."),
+    _c("gpu_foreign_pids", S, "", "The pids of those processes, comma-separated (as NVML reports them)."),
     _c("glibc_tunables", S, "", "GLIBC_TUNABLES the cell's processes started with (run.malloc); empty: C library defaults."),
     _c("speed_probe_kind", S, "", "What the machine-speed probe computed (harness/cell/probe.py); null without a probe (CUDA, torchrun groups, run.speed_probe = false)."),
     _c("speed_probe_s", F, "s", "Median time of the machine-speed probe between measured steps (rank 0): how fast the host ran; nvbench report compares at equal values (--no-speed-adjust: not)."),

@@ -31,7 +31,9 @@ _ID_EXCLUDED = {"benchmark": {"name", "timeout_s"}, "data": {"cache_dir"},
                 # speed_probe: what the probe takes is kept out of step times and window, so it is how a
                 # cell is observed, not what it measures. phase_timing likewise (its marks cost what
                 # benchmarks/overhead.py --no-phase-timing shows), and ids recorded before it existed stay valid.
-                "run": {"repeats", "order", "shuffle_seed", "device", "speed_probe", "phase_timing"},
+                # slots: where a job runs on the machine, not what it measures (the calibration proves packing
+                # moves no number, and solo and packed rows of one cell must meet under one id).
+                "run": {"repeats", "order", "shuffle_seed", "device", "speed_probe", "phase_timing", "slots"},
                 # Where a node sits in its rendezvous, not what the group measures: all nodes share one id.
                 "launch": {"node_rank", "rdzv_endpoint", "rdzv_id", "rdzv_backend"}}
 

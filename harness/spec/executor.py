@@ -17,7 +17,8 @@ class ExecutorConfig:
     """Where a job runs: `local` processes on this machine, or one SLURM job per (cell, repeat)."""
 
     kind: Literal["local", "slurm"] = knob(
-        "local", "local: each job a process of this machine, one at a time; slurm: each job a SLURM batch job "
+        "local", "local: each job a process of this machine, one per slot ([run] slots); slurm: each job a SLURM "
+        "batch job "
         "(sbatch, then srun of the same cell command). `nvbench run --executor` wins over this key.")
     partition: str = knob("", "SLURM partition (sbatch --partition); empty = the cluster's default.")
     account: str = knob("", "SLURM account (sbatch --account); empty = the user's default.")
@@ -30,7 +31,7 @@ class ExecutorConfig:
     exclusive: bool = knob(True, "Whole nodes per job (sbatch --exclusive): no neighbour shares the node while "
                            "a cell is measured.")
     max_parallel: int = knob(8, "SLURM jobs of this run in flight (pending or running) at once; the local "
-                             "executor runs one.", min=1)
+                             "executor runs one per slot ([run] slots).", min=1)
     time_margin_s: float = knob(300.0, "Added to benchmark.timeout_s for the job's SLURM time limit (startup, "
                                 "queueing of the step, the row's files); rounded up to whole minutes.", min=0)
     poll_s: float = knob(5.0, "Seconds between reads of the jobs' states (one squeue for all of them).", gt=0)

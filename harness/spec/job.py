@@ -15,3 +15,26 @@ FAULT_ENV = "NVBENCH_FAULT"
 LAUNCHED_AT_ENV = "NVBENCH_LAUNCHED_AT"
 """Set by a SLURM job's script (epoch seconds) just before its srun: the cell's startup_s counts from there, not
 from the submission (the time a job waits in the queue is no part of its startup)."""
+
+
+def cpu_list(cpus) -> str:
+    """CPU ids as Linux writes a cpu list (taskset, /sys): sorted ranges, e.g. "0-21,88-109"."""
+    ids = sorted({int(c) for c in cpus})
+    ranges: list[list[int]] = []
+    for cpu in ids:
+        if ranges and cpu == ranges[-1][1] + 1:
+            ranges[-1][1] = cpu
+        else:
+            ranges.append([cpu, cpu])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in ranges)
+
+
+def parse_cpu_list(text: str) -> tuple[int, ...]:
+    """The inverse of cpu_list ("0-3,8" -> (0, 1, 2, 3, 8)); ValueError naming the text when it is not one."""
+    cpus: set[int] = set()
+    for part in filter(None, (p.strip() for p in text.strip().split(","))):
+        first, dash, last = part.partition("-")
+        if not first.isdigit() or (dash and not last.isdigit()):
+            raise ValueError(f"{text!r}: not a cpu list (e.g. 0-21,88-109)")
+        cpus.update(range(int(first), int(last if dash else first) + 1))
+    return tuple(sorted(cpus))

@@ -151,7 +151,16 @@ class RunConfig:
     shuffle_seed: int = knob(0, "Seed of the interleaved order (recorded in the manifest).", min=0)
     device: Literal["auto", "cuda", "cpu"] = knob("auto", "Where cells train; auto = CUDA when available.")
     nvtx: bool = knob(True, "Emit NVTX ranges (cheap; see docs/performance.md).")
-    threads_per_process: int = knob(0, "torch intra-op threads per CPU process; 0 = cores / processes.", min=0)
+    threads_per_process: int = knob(0, "torch intra-op threads per CPU process; 0 = cores / processes (a "
+                                    "slot's cores when the run packs jobs into slots).", min=0)
+    slots: int | Literal["auto"] = knob(
+        "auto", "Jobs at once on this machine (local executor): a slot is one GPU and a disjoint share of the "
+        "cores near it (on a machine without GPUs, a share of the cores), one world-size-1 job each; a "
+        "world-size-k job takes k slots. auto = one slot per visible GPU for the backends this machine's "
+        "calibration (nvbench calibrate-slots) cleared, the rest alone; 1 without GPUs or without a "
+        "calibration. A number packs every backend (rows then say `uncalibrated` where no calibration cleared "
+        "it). `nvbench run --slots` wins; SLURM places jobs itself and ignores it (docs/distributed.md).",
+        min=1)
     malloc: Literal["stable", "system"] = knob(
         "stable", "stable: cell processes start with GLIBC_TUNABLES that make glibc malloc keep freed memory "
         "(mmap_threshold 32 MiB, trim_threshold 4 GiB) instead of returning it and faulting it in again every "

@@ -26,29 +26,27 @@ from hypothesis import strategies as st
 from harness.analysis.evidence import permutations_for
 from harness.analysis.verdict import Thresholds
 from harness.analysis.decide import smallest_permutation_p
-from harness.orchestrate import ab, derive, job
+from harness.orchestrate import ab, job
 
 
-def test_run_interleaved_pairs_every_job_and_shuffles_the_order_within_rounds(monkeypatch, tmp_path):
-    ran = []
-    monkeypatch.setattr(job, "run_job", lambda cell, repeat, ctx: ran.append((ctx.run_id, cell, repeat)) or {})
-    monkeypatch.setattr(derive, "derive_twin_columns", lambda run_dir: 0)
-    monkeypatch.setattr(ab, "_open_session", lambda side: {})
-    monkeypatch.setattr(ab, "_close_session", lambda side, session: None)
-
+def test_interleaved_rounds_pair_every_job_and_shuffle_the_order_within_rounds(tmp_path):
     def side(name, n):
         ctx = job.JobContext(run_dir=tmp_path / name, run_id=name, caps=None, env={}, env_key="k",
                              fault_spec=None)
         return ab.Side(name=name, ctx=ctx, cells={"c": "cell"}, jobs=[("c", r) for r in range(n)])
 
-    order = ab.run_interleaved([side("a", 20), side("b", 20), side("x", 3)], seed=7)
-    assert len(order) == len(ran) == 43
-    rounds = [order[i:i + 3] for i in range(0, 9, 3)] + [order[9 + i:11 + i] for i in range(0, 34, 2)]
+    def order(seed):
+        sides = [side("a", 20), side("b", 20), side("x", 3)]
+        return [(s.name, cid, r) for round_ in ab.interleaved_rounds(sides, seed=seed) for s, cid, r in round_]
+
+    ran = order(7)
+    assert len(ran) == 43
+    rounds = [ran[i:i + 3] for i in range(0, 9, 3)] + [ran[9 + i:11 + i] for i in range(0, 34, 2)]
     for k, round_ in enumerate(rounds):  # round k holds repeat k of every side that still has one
         assert {r for _, _, r in round_} == {k} and len({s for s, _, _ in round_}) == len(round_)
     firsts = [round_[0][0] for round_ in rounds]
     assert {"a", "b"} <= set(firsts)  # the order within a round is drawn, not fixed
-    assert order == ab.run_interleaved([side("a", 20), side("b", 20), side("x", 3)], seed=7)  # reproducible
+    assert ran == order(7)  # reproducible
 
 
 def _wrapper(path: Path, log: Path) -> Path:

@@ -1,0 +1,137 @@
+"""`nvbench calibrate-slots`: does packing jobs into slots move a backend's numbers on this machine? An
+interleaved A/A (each cell alone vs with every other slot busy), judged as a report judges, written per backend
+where packed runs find it."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+from harness.commands.common import (
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    add_slots_flag,
+    bad_input,
+    env_and_caps,
+    print_report,
+    reach_warning,
+    thresholds_from,
+)
+from harness.spec.parse import MatrixError, load_matrix, with_repeats
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from harness.orchestrate import calibrate, runfolder
+    from harness.orchestrate.machine import probe_machine
+    from harness.orchestrate.packing import Packing
+    from harness.orchestrate.slots import SlotError, plan_slots
+    from harness.spec.cells import expand
+
+    try:
+        matrix = with_repeats(load_matrix(args.matrix), args.repeats)
+        cells = calibrate.calibration_cells(expand(matrix, smoke=args.smoke, only=args.only))
+    except MatrixError as exc:
+        return bad_input(exc.problems)
+    if not cells:
+        return bad_input([f"{args.matrix}: no world-size-1 cell (after --only) to calibrate: slots pack those"])
+    env, key, caps = env_and_caps(matrix.run.device)
+    machine = probe_machine(caps.device)
+    requested = args.slots or matrix.run.slots
+    count = len(machine.gpus) if requested == "auto" else requested
+    if count < 2:
+        return bad_input([(f"--slots {requested}: a calibration needs 2 or more slots to pack ({len(machine.gpus)} "
+                           "GPUs visible); give --slots N (without GPUs, slots share out the cores)")])
+    try:
+        packing = Packing(slots=plan_slots(machine, count), machine_cpus=machine.cpus)
+    except SlotError as exc:
+        return bad_input([str(exc)])
+    reach_warning(matrix.run.repeats, smoke=args.smoke, what=f"--repeats {matrix.run.repeats}")
+    out = Path(args.out) if args.out else Path(args.reports) / runfolder.new_run_id(
+        f"{matrix.benchmark.name}-slots", datetime.now(UTC))
+    if out.exists() and any(out.iterdir()):
+        return bad_input([f"--out {out}: not empty"])
+    calibrate.create_calibration(matrix, cells, out_dir=out, env=env, smoke=args.smoke, only=args.only, slots=count)
+    print(f"calibration folder: {out}  ({len(cells)} cells x {matrix.run.repeats} pairs on {count} slots; "
+          f"machine load {_load()})", file=sys.stderr)
+
+    def done(side: str, row: dict) -> None:
+        detail = f"{row['throughput_img_per_s']:.1f} img/s" if row["status"] == "ok" else row["reason"]
+        print(f"{side:>6} {row['status']:>8} {row['cell_id']} r{row['repeat']} s{row.get('slot')}  {detail}",
+              file=sys.stderr)
+
+    try:
+        calibrate.run_calibration(out, packing, caps=caps, env=env, env_key=key, seed=args.seed,
+                                  notify=lambda m: print(m, file=sys.stderr), on_done=done)
+    except KeyboardInterrupt:
+        print(f"interrupted; nothing written to this machine's calibration (rows so far in {out})", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    return _judge(out, args, env, key, count, smoke=args.smoke)
+
+
+def _judge(out: Path, args: argparse.Namespace, env: dict, key: str, slots: int, *, smoke: bool) -> int:
+    """Packed against solo, as a report compares; the verdict per backend into OUT/calibration.json and (not
+    under --smoke) this machine's calibration file."""
+    from harness.analysis import compare
+    from harness.analysis.packing import UNCALIBRATED_NOTE, backend_verdicts
+    from harness.analysis.report import write_report
+    from harness.analysis.runs import load_run
+    from harness.orchestrate import calibrate, packing
+    from harness.results import store
+
+    # No speed adjustment: the probe would take the neighbours' load for a slower machine and adjust away the
+    # very change being measured.
+    thresholds = dataclasses.replace(thresholds_from(args), speed_adjust=False)
+    comparison = compare.compare_runs(load_run(out / "packed"), load_run(out / "solo"), thresholds,
+                                      require_same_env=False, mode="ab",
+                                      baseline_label="solo (alone on the same slot)")
+    comparison = dataclasses.replace(comparison, notes=tuple(n for n in comparison.notes if UNCALIBRATED_NOTE not in n))
+    result = write_report(comparison, out / "report")
+    backends = backend_verdicts(comparison.verdicts)
+    record = store.read_json(out / calibrate.RECORD) | {"backends": backends, "floor_pct": thresholds.floor_pct}
+    store.write_json(out / calibrate.RECORD, record)
+    for backend, b in backends.items():
+        then = "cleared: packed under --slots auto" if b["cleared"] else "runs solo under --slots auto"
+        print(f"{backend}: {b['verdict']} {b['change']}  ({then})", file=sys.stderr)
+    if smoke:
+        print("--smoke: a shrunk calibration says nothing of full cells; this machine's calibration is unchanged",
+              file=sys.stderr)
+    else:
+        path = packing.calibration_path(env, key)
+        packing.write_calibration(path, slots=slots, created_at=record["created_at"], backends=backends,
+                                  source=str(out.absolute()))
+        print(f"calibration: {path}", file=sys.stderr)
+    print_report(result, fail_on_regression=False)
+    return EXIT_OK
+
+
+def _load() -> str:
+    """The 1-minute load average against the cores: a calibration on a busy machine says so."""
+    import os
+
+    try:
+        return f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
+    except OSError:
+        return "unknown"
+
+
+def add_parser(subparsers) -> None:
+    c = subparsers.add_parser(
+        "calibrate-slots", help="measure whether packing jobs into slots moves each backend's numbers here")
+    c.add_argument("matrix")
+    c.add_argument("--only", action="append", default=[], metavar="AXIS=VALUE", help="filter cells as in run")
+    c.add_argument("--smoke", action="store_true", help="shrink every cell (tries the command; writes no calibration)")
+    c.add_argument("--repeats", type=int, metavar="N",
+                   help="pairs per cell (overrides run.repeats; 5 or more to decide)")
+    c.add_argument("--seed", type=int, default=0, help="seed of the order within each pair (default: 0)")
+    c.add_argument("--out", metavar="DIR", help="calibration folder (default: REPORTS/<id>): solo/, packed/, report/")
+    c.add_argument("--reports", default="reports", metavar="DIR",
+                   help="where calibration folders go (default: reports)")
+    add_slots_flag(c)
+    c.add_argument("--floor", dest="floor_pct", type=float, metavar="PCT",
+                   help="what packing may move a number by and still clear a backend (the report's floor: 3)")
+    c.add_argument("--fdr", dest="fdr_q", type=float, metavar="Q", help="Benjamini-Hochberg FDR across cells (0.01)")
+    c.add_argument("--min-repeats", type=int, metavar="N", help="fewest usable pairs per cell (5)")
+    c.set_defaults(func=cmd_calibrate)
