@@ -16,10 +16,14 @@ from harness.commands.common import (
     add_slots_flag,
     bad_input,
     env_and_caps,
+    knob_default,
+    own_default,
     print_report,
     reach_warning,
+    threshold_default,
     thresholds_from,
 )
+from harness.spec.matrix import RunConfig
 from harness.spec.parse import MatrixError, load_matrix, with_repeats
 
 
@@ -121,17 +125,23 @@ def add_parser(subparsers) -> None:
     c = subparsers.add_parser(
         "calibrate-slots", help="measure whether packing jobs into slots moves each backend's numbers here")
     c.add_argument("matrix")
-    c.add_argument("--only", action="append", default=[], metavar="AXIS=VALUE", help="filter cells as in run")
+    c.add_argument("--only", action="append", default=[], metavar="AXIS=VALUE", help="filter cells as in run (default: every cell)")
     c.add_argument("--smoke", action="store_true", help="shrink every cell (tries the command; writes no calibration)")
-    c.add_argument("--repeats", type=int, metavar="N",
-                   help="pairs per cell (overrides run.repeats; 5 or more to decide)")
-    c.add_argument("--seed", type=int, default=0, help="seed of the order within each pair (default: 0)")
+    own_default(c.add_argument("--repeats", type=int, metavar="N",
+                               help="pairs per cell, 5 or more to decide (default: the matrix's run.repeats, itself "
+                                    "%(own_default)s when unset)"), knob_default(RunConfig, "repeats"))
+    c.add_argument("--seed", type=int, default=0, help="seed of the order within each pair (default: %(default)s)")
     c.add_argument("--out", metavar="DIR", help="calibration folder (default: REPORTS/<id>): solo/, packed/, report/")
     c.add_argument("--reports", default="reports", metavar="DIR",
-                   help="where calibration folders go (default: reports)")
+                   help="where calibration folders go (default: %(default)s)")
     add_slots_flag(c)
-    c.add_argument("--floor", dest="floor_pct", type=float, metavar="PCT",
-                   help="what packing may move a number by and still clear a backend (the report's floor: 3)")
-    c.add_argument("--fdr", dest="fdr_q", type=float, metavar="Q", help="Benjamini-Hochberg FDR across cells (0.01)")
-    c.add_argument("--min-repeats", type=int, metavar="N", help="fewest usable pairs per cell (5)")
+    own_default(c.add_argument("--floor", dest="floor_pct", type=float, metavar="PCT",
+                               help="what packing may move a number by and still clear a backend (default: the "
+                                    "report's floor, %(own_default)s %%)"), threshold_default("floor_pct"))
+    own_default(c.add_argument("--fdr", dest="fdr_q", type=float, metavar="Q",
+                               help="Benjamini-Hochberg FDR across cells (default: %(own_default)s)"),
+                threshold_default("fdr_q"))
+    own_default(c.add_argument("--min-repeats", type=int, metavar="N",
+                               help="fewest usable pairs per cell (default: %(own_default)s)"),
+                threshold_default("min_repeats"))
     c.set_defaults(func=cmd_calibrate)
