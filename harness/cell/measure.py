@@ -3,8 +3,9 @@ and what it yields: the cell's metrics and this rank's step rows."""
 
 from __future__ import annotations
 
+import itertools
 import math
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 import torch
@@ -28,14 +29,14 @@ class NonFiniteLoss(RuntimeError):
     """Training diverged: the measured window's loss is NaN or infinite."""
 
 
-def train(ctx: Context, engine: Engine, loader) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    """Compile or capture, warm up, run the measured window; return the cell's metrics (all-reduced) and
-    this rank's step rows."""
+def train(ctx: Context, engine: Engine, loader,
+          batches: Iterator | None = None) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """Autotune, compile or capture, warm up, run the measured window; return the cell's metrics (all-reduced)
+    and this rank's step rows. `batches`: the loader's stream, where the caller started it already."""
     b, accum = ctx.cell.benchmark, ctx.cell.grad_accum
-    batches = iter(loader)
+    batches = iter(loader) if batches is None else batches
     engine.train()
-    # Compile or capture on a real batch, then undo that step: before any window (eager: nothing to do).
-    compile_s = engine.prepare(*next(batches)) if ctx.cell.compile != "eager" else 0.0
+    autotune_s, compile_s, batches = first_steps(ctx, engine, batches)
     warm = warm_up(ctx, engine, batches)
     meas = StepClock(b.measure_steps, ctx.device, accum)
     engine.pop_train_loss()  # warmup loss is not the measured loss
@@ -71,7 +72,7 @@ def train(ctx: Context, engine: Engine, loader) -> tuple[dict[str, Any], dict[st
     fast = window.fast_step_rate(step_times, ctx.cell.images_per_step)
     metrics = {
         "warmup_steps_used": warm.steps, "num_measure_steps": b.measure_steps, "images_measured": images,
-        "window_s": window_s, "warmup_window_s": warm.wall_s, "compile_s": compile_s,
+        "window_s": window_s, "warmup_window_s": warm.wall_s, "compile_s": compile_s, "autotune_s": autotune_s,
         "throughput_img_per_s": interval.estimate,
         "throughput_ci_low_img_per_s": interval.low, "throughput_ci_high_img_per_s": interval.high,
         "throughput_per_process_img_per_s": images / window_s / ctx.world_size,  # all ranks of all nodes
@@ -100,6 +101,20 @@ def train(ctx: Context, engine: Engine, loader) -> tuple[dict[str, Any], dict[st
         ran = np.concatenate([np.full(warm.steps, np.nan), probe.per_step])
         steps["speed_probe_s"] = _nulls_where_nan(ran)  # null where none ran
     return metrics, steps
+
+
+def first_steps(ctx: Context, engine: Engine, batches: Iterator) -> tuple[float, float, Iterator]:
+    """(autotune_s, compile_s, the batches warmup starts from): on CUDA the first step of the cell's shapes
+    (cuDNN's autotuning) and then the compile or capture, each on the first batch and undone, so neither is
+    counted in warmup. The batch goes back in front of the stream where only autotuning read it: warmup
+    trains on the batches it trained on before (a compile consumes its batch, as it always has)."""
+    if ctx.device.type != "cuda" and ctx.cell.compile == "eager":
+        return 0.0, 0.0, batches
+    first = next(batches)
+    autotune_s = engine.autotune(*first)
+    if ctx.cell.compile != "eager":
+        return autotune_s, engine.prepare(*first), batches
+    return autotune_s, 0.0, itertools.chain([first], batches)
 
 
 def _phase_times(ctx: Context, engine: Engine, step_times: np.ndarray) -> np.ndarray:

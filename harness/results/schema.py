@@ -17,6 +17,10 @@ Schema history (bump RESULT_SCHEMA_VERSION and teach store.migrate the step when
   4 (0.2.0): per-phase step timing: steps `phase_data_s`, `phase_h2d_s`, `phase_forward_s`,
      `phase_backward_s`, `phase_optimizer_s`, `phase_allreduce_s`; cells the medians `phase_<name>_median_s`
      and `phases_graphed`. Migrating version 3: the new columns read null (never measured).
+  5 (0.2.0): where a process's time goes, cut further (issue 38): `autotune_s` (the first training step of the
+     cell's shapes on CUDA, timed apart from warmup and compile: cuDNN's autotuning; 0 on CPU) and the cuDNN
+     knobs the cell ran with, `cudnn_benchmark` and `cudnn_benchmark_limit` (null on CPU). Migrating version 4:
+     the new columns read null (never measured).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from typing import Any, Iterable
 
 import pyarrow as pa
 
-RESULT_SCHEMA_VERSION = 4
+RESULT_SCHEMA_VERSION = 5
 METADATA_VERSION_KEY = b"nvbench.schema_version"
 METADATA_KIND_KEY = b"nvbench.table"
 
@@ -136,6 +140,9 @@ CELL_COLUMNS: tuple[Column, ...] = (
     _c("startup_s", F, "s", "From the runner launching the cell's process to its first line of nvbench code: "
        "interpreter, imports, torchrun's rendezvous."),
     _c("build_s", F, "s", "Model, engine and training loader setup inside the cell (rank 0)."),
+    _c("autotune_s", F, "s", "CUDA: the first training step of the cell's shapes, run and undone before compile and "
+       "warmup (rank 0): cuDNN's autotuning of each convolution (cudnn_benchmark), with its kernels' first loads; "
+       "0 on CPU."),
     _c("compile_s", F, "s", "torch.compile's compilation or the CUDA graph's capture (rank 0), outside the measured "
        "window, before warmup; 0 for eager."),
     _c("val_s", F, "s", "Wall time of validation."),
@@ -146,6 +153,9 @@ CELL_COLUMNS: tuple[Column, ...] = (
     _c("nodes", S, "", "Node(s) the job ran on, comma-separated: the runner's host for the local executor, the "
        "SLURM job's node list for the slurm executor; null for skipped rows."),
     _c("slurm_job_id", S, "", "SLURM job id of the job (executor slurm); null for local processes."),
+    _c("cudnn_benchmark", B, "", "torch.backends.cudnn.benchmark as the cell trained (recipe.cudnn_benchmark); null on CPU."),
+    _c("cudnn_benchmark_limit", I, "algorithms", "torch.backends.cudnn.benchmark_limit as the cell trained: the "
+       "algorithms cuDNN tries per convolution when it autotunes (0: all); null on CPU."),
     _c("glibc_tunables", S, "", "GLIBC_TUNABLES the cell's processes started with (run.malloc); empty: C library defaults."),
     _c("speed_probe_kind", S, "", "What the machine-speed probe computed (harness/cell/probe.py); null without a probe (CUDA, torchrun groups, run.speed_probe = false)."),
     _c("speed_probe_s", F, "s", "Median time of the machine-speed probe between measured steps (rank 0): how fast the host ran; nvbench report compares at equal values (--no-speed-adjust: not)."),
