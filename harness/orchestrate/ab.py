@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import harness
-from harness.orchestrate import capabilities, derive, job, runfolder
+from harness.orchestrate import capabilities, compile_cache, derive, job, runfolder
 from harness.results import store
 from harness.spec.cells import Cell
 from harness.spec.job import FAULT_ENV
@@ -117,6 +117,8 @@ def run_interleaved(sides: Sequence[Side], *, seed: int,
     rng = random.Random(seed)
     order: list[tuple[str, str, int]] = []
     sessions = {side.name: _open_session(side) for side in sides}
+    for side in sides:  # each side compiles into its own run folder's cache, before any timed pair
+        compile_cache.warm_compile_caches(side.jobs, side.cells, side.ctx)
     for k in range(max((len(s.jobs) for s in sides), default=0)):
         round_ = [s for s in sides if k < len(s.jobs)]
         rng.shuffle(round_)
