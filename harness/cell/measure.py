@@ -11,7 +11,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from harness.cell import capture
+from harness.cell import capture, vec_isa
 from harness.cell.context import Context, all_reduce
 from harness.cell.engine import Engine
 from harness.cell.faults import FireDrill, inject_fault
@@ -112,6 +112,8 @@ def first_steps(ctx: Context, engine: Engine, batches: Iterator) -> tuple[float,
         return 0.0, 0.0, batches
     first = next(batches)
     autotune_s = engine.autotune(*first)
+    if ctx.cell.compile == "inductor" and ctx.device.type == "cpu":
+        vec_isa.reuse_probe()  # what the run's compile-cache warm-up probed: no probe processes here
     if ctx.cell.compile != "eager":
         return autotune_s, engine.prepare(*first), batches
     return autotune_s, 0.0, itertools.chain([first], batches)
