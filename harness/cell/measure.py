@@ -17,7 +17,7 @@ from harness.cell.engine import Engine
 from harness.cell.faults import FireDrill, inject_fault
 from harness.cell.loop import run_window
 from harness.cell.metrics import non_finite_reason, telemetry_columns
-from harness.cell.probe import SpeedProbe, probe_every
+from harness.cell.probe import MIN_PROBES, SpeedProbe, probe_every
 from harness.cell.probe import run_once as probe_run_once
 from harness.cell.telemetry import TelemetrySampler
 from harness.cell.timing import DATA, FORWARD, MEASURE, PHASES, StepClock
@@ -163,7 +163,9 @@ def _speed_probe(ctx: Context, warm: Warmup) -> SpeedProbe | None:
     the probe into their step times."""
     if not ctx.cell.run.speed_probe or ctx.device.type != "cpu" or ctx.profile or ctx.is_distributed:
         return None
+    steps = ctx.cell.benchmark.measure_steps
+    if steps < 2 * MIN_PROBES:  # probe_every gives 1 whatever a probe costs: timing five of them would be waste
+        return SpeedProbe(steps, 1)
     step_s = float(np.median(warm.step_times_s)) if warm.steps else 0.0
     cost_s = min(probe_run_once()[1] for _ in range(5))  # the first run also allocates the flush buffer
-    steps = ctx.cell.benchmark.measure_steps
     return SpeedProbe(steps, probe_every(step_s, cost_s, steps))
