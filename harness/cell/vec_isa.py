@@ -8,6 +8,7 @@ folder; a repeat that finds it sets what the probes established instead of probi
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 from harness.results import store
@@ -33,7 +34,7 @@ def probe_once() -> None:
         probed = [str(isa) for isa in cpu_vec_isa.valid_vec_isa_list()]
         config.cpp.vec_isa_ok = True
         trusted = [str(isa) for isa in cpu_vec_isa.valid_vec_isa_list.__wrapped__()]
-    except Exception:
+    except (ImportError, AttributeError, OSError, RuntimeError, subprocess.SubprocessError):
         return
     if probed != trusted:  # a flag the compiler cannot honour here: keep probing in every process
         config.cpp.vec_isa_ok = None
@@ -54,7 +55,7 @@ def reuse_probe() -> bool:
         return False
     try:
         from torch._inductor import config
-    except Exception:
+    except ImportError:
         return False
     config.cpp.vec_isa_ok = True
     return True

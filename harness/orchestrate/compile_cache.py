@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import shutil
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from harness.orchestrate.classify import classify
 from harness.orchestrate.executors import Executor

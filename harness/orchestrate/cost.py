@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import statistics
 import sys
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from harness.orchestrate.capabilities import Capabilities, skip_reason
@@ -89,13 +91,18 @@ def _rows(run_dir: Path, cell_ids: Sequence[str]) -> list[dict[str, Any]]:
     rows = []
     for cid in cell_ids:
         for path in sorted((run_dir / "cells").glob(f"{cid}-r*.parquet")):
-            try:
-                row = pq.read_table(path, columns=["cell_id", "status", "duration_s", "profile_tool"]).to_pylist()[0]
-            except Exception:  # an unreadable or foreign file says nothing about cost
-                continue
-            if row["status"] == "ok" and row["duration_s"] and not row["profile_tool"]:
+            row = _cost_row(path)
+            if row is not None and row["status"] == "ok" and row["duration_s"] and not row["profile_tool"]:
                 rows.append(row)
     return rows
+
+
+def _cost_row(path: Path) -> dict[str, Any] | None:
+    """The columns the estimate reads, or None: an unreadable or foreign file says nothing about cost."""
+    try:
+        return pq.read_table(path, columns=["cell_id", "status", "duration_s", "profile_tool"]).to_pylist()[0]
+    except (OSError, ValueError, KeyError, IndexError, pa.ArrowException):
+        return None
 
 
 def _between_per_job(run_dir: Path, manifest: dict[str, Any]) -> float | None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import heapq
 import statistics
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
 
 DEFAULT_JOB_S: Mapping[str, float] = {"synthetic": 17.0, "pytorch": 30.0, "dali-cpu": 30.0, "dali-gpu": 20.0}
 """Seconds of one eager job by data backend where no past row says better: one process of the mission's cell

@@ -7,8 +7,16 @@ import json
 
 import pytest
 
-from harness.orchestrate.estimate import (DEFAULT_BETWEEN_JOBS_S, DEFAULT_JOB_S, DEFAULT_WARMUP_S, Past, PlannedJob,
-                                          duration_text, estimate, in_sequence)
+from harness.orchestrate.estimate import (
+    DEFAULT_BETWEEN_JOBS_S,
+    DEFAULT_JOB_S,
+    DEFAULT_WARMUP_S,
+    Past,
+    PlannedJob,
+    duration_text,
+    estimate,
+    in_sequence,
+)
 from tests.conftest import nvbench
 
 
