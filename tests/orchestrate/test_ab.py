@@ -26,13 +26,14 @@ from hypothesis import strategies as st
 from harness.analysis.evidence import permutations_for
 from harness.analysis.verdict import Thresholds
 from harness.analysis.decide import smallest_permutation_p
-from harness.orchestrate import ab, derive, job
+from harness.orchestrate import ab, compile_cache, derive, job
 
 
 def test_run_interleaved_pairs_every_job_and_shuffles_the_order_within_rounds(monkeypatch, tmp_path):
     ran = []
     monkeypatch.setattr(job, "run_job", lambda cell, repeat, ctx: ran.append((ctx.run_id, cell, repeat)) or {})
     monkeypatch.setattr(derive, "derive_twin_columns", lambda run_dir: 0)
+    monkeypatch.setattr(compile_cache, "warm_compile_caches", lambda todo, cells, ctx: [])  # eager stand-ins
     monkeypatch.setattr(ab, "_open_session", lambda side: {})
     monkeypatch.setattr(ab, "_close_session", lambda side, session: None)
 
