@@ -126,9 +126,13 @@ if [ -n "$REPEATS" ]; then RUN_ARGS="--repeats $REPEATS $RUN_ARGS"; fi
 if [ -n "$SLOTS" ]; then RUN_ARGS="--slots $SLOTS $RUN_ARGS"; fi  # the run, its rerun and its A/B alike
 
 log "run $RUN_ID: $MATRIX${REPEATS:+ x$REPEATS repeats}"
+# What the run will cost (its estimate is the dry run's last line) and, once it ran, beside what it took.
 # shellcheck disable=SC2086  # RUN_ARGS is a list of flags
-child nvbench run "$MATRIX" --out "$RUN" --no-progress $RUN_ARGS
+log "$(nvbench run "$MATRIX" --dry-run --reports "$REPORTS" $RUN_ARGS 2>&1 | tail -n 1)"
+# shellcheck disable=SC2086  # RUN_ARGS is a list of flags
+child nvbench run "$MATRIX" --out "$RUN" --reports "$REPORTS" --no-progress $RUN_ARGS
 run_rc=$?
+if [ -f "$RUN/manifest.json" ]; then log "$(python -m harness.orchestrate.cost "$RUN")"; fi
 if [ "$run_rc" -ge 2 ]; then log "nvbench run exited $run_rc"; exit "$run_rc"; fi
 
 report_rc=0

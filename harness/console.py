@@ -226,9 +226,8 @@ def print_summary(console: Console, rows: list[dict[str, Any]], run_dir: Path, m
     console.print()
     for line in slot_lines(rows):
         console.print(line, **fit)
-    efficiency = manifest.get("matrix_efficiency")
-    if isinstance(efficiency, (int, float)):
-        console.print(f"matrix efficiency {efficiency:.2f} (measured window s / run wall s)", **fit)
+    for line in cost_lines(manifest):  # wrapped, not cut: where an estimate came from is part of it
+        console.print(line, highlight=False)
     console.print(counts_line(rows), **fit)
     console.print(f"results: {run_dir}", soft_wrap=True, highlight=False)
     console.print(f"next:    nvbench report {run_dir}", soft_wrap=True, highlight=False)
@@ -250,6 +249,23 @@ def slot_lines(rows: list[dict[str, Any]]) -> list[Text]:
         lines.append(Text(f"warning: {len(shared)} job(s) shared their GPU with a foreign process (gpu_shared): "
                           f"{names}{' ...' if len(shared) > 4 else ''}", style="yellow"))
     return lines
+
+
+def cost_lines(manifest: Mapping[str, Any]) -> list[str]:
+    """The run's matrix efficiency with the largest part of its wall time that was not measuring (the next cut),
+    and its estimate beside what it took, where the manifest records them."""
+    from harness.analysis.runs import largest_cut
+    from harness.orchestrate.cost import took_line
+
+    lines = []
+    efficiency = manifest.get("matrix_efficiency")
+    if isinstance(efficiency, (int, float)):
+        lines.append(f"matrix efficiency {efficiency:.2f} (measured window s / run wall s)")
+        cut, wall = largest_cut(manifest.get("time_breakdown_s")), manifest.get("wall_s")
+        if cut is not None and isinstance(wall, (int, float)) and wall > 0:
+            lines.append(f"largest other part: {cut[0]} {cut[1]:.1f} s, {cut[1] / wall:.0%} of the wall (the next cut)")
+    took = took_line(manifest)
+    return lines + ([took] if took else [])
 
 
 def _cells_word(n: int) -> str:

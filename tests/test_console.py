@@ -119,6 +119,24 @@ def test_matrix_efficiency_shows_where_the_manifest_records_it():
     assert "matrix efficiency 0.83 (measured window s / run wall s)" in summary(rows, {"matrix_efficiency": 0.8312})
 
 
+def test_the_summary_names_the_largest_part_that_was_not_measuring_and_the_estimate_beside_what_it_took():
+    """The next cut is obvious (the largest non-window part of the wall, with its share), and the cost known
+    before the run is printed beside what the run took, with where the estimate came from."""
+    rows = smoke_like_rows()[:2]
+    breakdown = {"startup_s": 40.0, "build_s": 30.0, "window_s": 25.0, "val_s": 55.0, "rest_of_jobs_s": 10.0,
+                 "between_jobs_s": 5.0}
+    estimate = {"wall_s": 150.0, "slots": 1, "source": "2 job(s); every job from past rows (run r1)"}
+    session = {"started_at": "2026-11-25T10:00:00+00:00", "finished_at": "2026-11-25T10:03:00+00:00",
+               "estimate": estimate}
+    lines = summary(rows, {"matrix_efficiency": 0.151, "wall_s": 165.0, "time_breakdown_s": breakdown,
+                           "sessions": [session]})
+    assert "matrix efficiency 0.15 (measured window s / run wall s)" in lines
+    assert "largest other part: val_s 55.0 s, 33% of the wall (the next cut)" in lines
+    assert ("took 3m00s; estimated 2m30s (+20 %) with 1 slot: 2 job(s); every job from past rows (run r1)"
+            in " ".join(" ".join(lines).split())) and max(map(len, lines)) <= 80  # wrapped, not cut
+    assert not any(line.startswith(("largest", "took")) for line in summary(rows, {"matrix_efficiency": 0.5}))
+
+
 def test_several_repeats_show_their_mean_with_the_t_interval_and_a_partial_cell_both_ways():
     base = {"cell_id": "pytorch_nchw_fp32_ws1_ga1_0123456789", "reason": "", "top1": 0.5, "num_val_images": 500,
             "exposed_data_wait_frac": 0.1}

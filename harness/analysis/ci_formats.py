@@ -59,6 +59,8 @@ def render_markdown(comparison: Comparison) -> str:
     lines += [f"**{esc_md(headline_words(comparison))}**" + (" \u2014 no confirmed regression." if not regs else ""),
               ""]
     lines += [f"- {esc_md(n)}" for n in comparison.notes]
+    if cand.cost_text():  # where this run's time went, so that the next cut is obvious
+        lines += ["", f"Time: {esc_md(cand.cost_text())} (matrix efficiency: measured window s / run wall s)."]
     attention = [v for v in sorted_verdicts(comparison)
                  if v.verdict not in (UNCHANGED, NO_BASELINE, INCONCLUSIVE) or v.is_regression]
     if attention:

@@ -180,6 +180,10 @@ def _setup(comparison: Comparison) -> str:
     if any(eff is not None for _, _, eff in sides):
         rows.append('<tr><th title="measured window seconds / run wall seconds">matrix efficiency</th>'
                     + "".join(f"<td>{esc(num_text(eff, '.2f'))}</td>" for _, _, eff in sides) + "</tr>")
+        runs = [comparison.candidate] + ([comparison.baseline] if len(sides) > 1 else [])
+        rows.append('<tr><th title="the largest part of the run\'s wall time that was not measuring: the next cut">'
+                    "largest other part</th>" + "".join(f"<td>{esc((run.cut_text() if run else None) or '-')}</td>"
+                                                      for run in runs) + "</tr>")
     table = f'<table class="setup"><thead><tr><th></th>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
     # folded under the heatmap: one line says where this run ran and whether the baseline ran alike
     same = "" if len(sides) == 1 else "; the baseline the same" if all(len(set(row)) == 1 for row in values) \

@@ -27,6 +27,37 @@ class RunData:
     rows: tuple[Mapping[str, Any], ...]
     matrix_efficiency: float | None = None
     """manifest.json's matrix_efficiency (measured window seconds / run wall seconds), where the run records it."""
+    time_breakdown_s: Mapping[str, float] | None = None
+    """manifest.json's time_breakdown_s: where the run's wall time went (harness/orchestrate/derive.py)."""
+    wall_s: float | None = None
+    """manifest.json's wall_s: the wall time of every session of the run."""
+
+    def cut_text(self) -> str | None:
+        """'val_s 120.3 s (31% of the wall)': the largest part of the run's time that was not measuring."""
+        cut = largest_cut(self.time_breakdown_s)
+        if cut is None or not self.wall_s:
+            return None
+        return f"{cut[0]} {cut[1]:.1f} s ({cut[1] / self.wall_s:.0%} of the wall)"
+
+    def cost_text(self) -> str | None:
+        """'matrix efficiency 0.25; largest other part: val_s 120.3 s (31% of the wall)', where recorded."""
+        if self.matrix_efficiency is None:
+            return None
+        cut = self.cut_text()
+        return f"matrix efficiency {self.matrix_efficiency:.2f}" + (f"; largest other part: {cut}" if cut else "")
+
+
+NON_WINDOW = ("startup_s", "build_s", "autotune_s", "compile_s", "warmup_window_s", "val_s", "rest_of_jobs_s",
+              "compile_warmups_s", "between_jobs_s")
+"""The parts of a run's time breakdown that are not measuring."""
+
+
+def largest_cut(breakdown: Mapping[str, Any] | None) -> tuple[str, float] | None:
+    """The largest part of a run's time breakdown that is not the measured window, as (name, seconds): where
+    the next cut is. None without a breakdown (a manifest written before breakdowns)."""
+    parts = [(name, float(breakdown[name])) for name in NON_WINDOW
+             if isinstance((breakdown or {}).get(name), (int, float))]
+    return max(parts, key=lambda part: part[1]) if parts else None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -51,9 +82,12 @@ def load_run(path: Path | str) -> RunData:
     if not rows:
         raise RunInputError([f"{run_dir / 'cells'}: no result rows (the run has not finished a job)"])
     efficiency = manifest.get("matrix_efficiency")
+    breakdown = manifest.get("time_breakdown_s")
     return RunData(path=str(run_dir), run_id=str(manifest.get("run_id") or run_dir.name),
                    created_at=str(manifest.get("created_at") or ""), environment=manifest.get("environment") or {},
-                   rows=rows, matrix_efficiency=float(efficiency) if isinstance(efficiency, (int, float)) else None)
+                   rows=rows, matrix_efficiency=float(efficiency) if isinstance(efficiency, (int, float)) else None,
+                   time_breakdown_s=breakdown if isinstance(breakdown, dict) else None,
+                   wall_s=float(manifest["wall_s"]) if isinstance(manifest.get("wall_s"), (int, float)) else None)
 
 
 def resolve_pointer(path: Path) -> Path:

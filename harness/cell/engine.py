@@ -123,6 +123,23 @@ class Engine:
         """Put the model in eval mode (validate_batch also ensures it)."""
         self.model.eval()
 
+    def autotune(self, images: Tensor, labels: Tensor) -> float:
+        """One eager training step on a batch like the ones to come, undone; return the seconds it took.
+
+        On CUDA the first step of a shape is not a training step like the others: with cudnn.benchmark, cuDNN
+        times every algorithm of each new convolution shape and keeps the fastest (autotuning), and each kernel
+        is loaded on its first launch. Run here, apart, that cost is named (autotune_s) instead of hiding in
+        warmup or compile. Trains nothing (prepare's undo). Off CUDA nothing autotunes: 0.0, nothing runs.
+        Synchronises the device: call it before any window.
+        """
+        if self.device.type != "cuda":
+            return 0.0
+        compiled, self.model = self.model, self._module  # the eager module: compiling is prepare's to time
+        try:
+            return self._undone(lambda: self._one_step(images, labels))
+        finally:
+            self.model = compiled
+
     def prepare(self, images: Tensor, labels: Tensor) -> float:
         """Compile or capture the training step on a batch like the ones to come; return the seconds it took.
 
@@ -133,22 +150,31 @@ class Engine:
         """
         if self.opts.compile == "eager":
             return 0.0
+        if self.opts.compile == "inductor":
+            return self._undone(lambda: self._one_step(images, labels))
+        return self._undone(lambda: self._capture(images, labels))
+
+    def _one_step(self, images: Tensor, labels: Tensor) -> None:
+        for micro in range(self.opts.grad_accum):
+            self.micro_step(images, labels, sync_grads=micro == self.opts.grad_accum - 1)
+        self.update()
+
+    def _capture(self, images: Tensor, labels: Tensor) -> None:
+        self._graph = GraphedStep(self, images, labels)
+        self._graph.capture(CAPTURE_WARMUP_ITERS)
+
+    def _undone(self, work: Callable[[], None]) -> float:
+        """Seconds `work` took, device work included, with every tensor a step changes restored after it."""
         t0 = time.perf_counter()
         if self.scaler is not None:
             self.scaler.scale(torch.zeros((), device=self.device))  # creates its scale now, so it is saved too
         saved = snapshot(self._state_tensors())
         self.train()
-        if self.opts.compile == "inductor":
-            for micro in range(self.opts.grad_accum):
-                self.micro_step(images, labels, sync_grads=micro == self.opts.grad_accum - 1)
-            self.update()
-        else:
-            self._graph = GraphedStep(self, images, labels)
-            self._graph.capture(CAPTURE_WARMUP_ITERS)
+        work()
         self.optimizer.zero_grad(set_to_none=self._graph is None)  # a graph keeps its gradient buffers
         restore(saved)
         if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)  # sync: compile_s must include the queued work
+            torch.cuda.synchronize(self.device)  # sync: the time must include the queued work
         return time.perf_counter() - t0
 
     def forward_backward(self, images: Tensor, labels: Tensor, *, sync_grads: bool = True) -> None:

@@ -3,20 +3,22 @@ and what it yields: the cell's metrics and this rank's step rows."""
 
 from __future__ import annotations
 
+import itertools
 import math
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
-from harness.cell import capture
+from harness.cell import capture, vec_isa
 from harness.cell.context import Context, all_reduce
 from harness.cell.engine import Engine
 from harness.cell.faults import FireDrill, inject_fault, slow_start_for
 from harness.cell.loop import run_window
 from harness.cell.metrics import non_finite_reason, telemetry_columns
-from harness.cell.probe import SpeedProbe, probe_every
+from harness.cell.probe import MIN_PROBES, SpeedProbe, probe_every
 from harness.cell.probe import run_once as probe_run_once
 from harness.cell.telemetry import TelemetrySampler
 from harness.cell.timing import DATA, FORWARD, MEASURE, PHASES, StepClock
@@ -28,14 +30,14 @@ class NonFiniteLoss(RuntimeError):
     """Training diverged: the measured window's loss is NaN or infinite."""
 
 
-def train(ctx: Context, engine: Engine, loader) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    """Compile or capture, warm up, run the measured window; return the cell's metrics (all-reduced) and
-    this rank's step rows."""
+def train(ctx: Context, engine: Engine, loader,
+          batches: Iterator | None = None) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """Autotune, compile or capture, warm up, run the measured window; return the cell's metrics (all-reduced)
+    and this rank's step rows. `batches`: the loader's stream, where the caller started it already."""
     b, accum = ctx.cell.benchmark, ctx.cell.grad_accum
-    batches = iter(loader)
+    batches = iter(loader) if batches is None else batches
     engine.train()
-    # Compile or capture on a real batch, then undo that step: before any window (eager: nothing to do).
-    compile_s = engine.prepare(*next(batches)) if ctx.cell.compile != "eager" else 0.0
+    autotune_s, compile_s, batches = first_steps(ctx, engine, batches)
     warm = warm_up(ctx, engine, batches)
     meas = StepClock(b.measure_steps, ctx.device, accum)
     engine.pop_train_loss()  # warmup loss is not the measured loss
@@ -73,7 +75,7 @@ def train(ctx: Context, engine: Engine, loader) -> tuple[dict[str, Any], dict[st
     fast = window.fast_step_rate(step_times, ctx.cell.images_per_step)
     metrics = {
         "warmup_steps_used": warm.steps, "num_measure_steps": b.measure_steps, "images_measured": images,
-        "window_s": window_s, "warmup_window_s": warm.wall_s, "compile_s": compile_s,
+        "window_s": window_s, "warmup_window_s": warm.wall_s, "compile_s": compile_s, "autotune_s": autotune_s,
         "throughput_img_per_s": interval.estimate,
         "throughput_ci_low_img_per_s": interval.low, "throughput_ci_high_img_per_s": interval.high,
         "throughput_per_process_img_per_s": images / window_s / ctx.world_size,  # all ranks of all nodes
@@ -104,6 +106,22 @@ def train(ctx: Context, engine: Engine, loader) -> tuple[dict[str, Any], dict[st
         ran = np.concatenate([np.full(warm.steps, np.nan), probe.per_step])
         steps["speed_probe_s"] = _nulls_where_nan(ran)  # null where none ran
     return metrics, steps
+
+
+def first_steps(ctx: Context, engine: Engine, batches: Iterator) -> tuple[float, float, Iterator]:
+    """(autotune_s, compile_s, the batches warmup starts from): on CUDA the first step of the cell's shapes
+    (cuDNN's autotuning) and then the compile or capture, each on the first batch and undone, so neither is
+    counted in warmup. The batch goes back in front of the stream where only autotuning read it: warmup
+    trains on the batches it trained on before (a compile consumes its batch, as it always has)."""
+    if ctx.device.type != "cuda" and ctx.cell.compile == "eager":
+        return 0.0, 0.0, batches
+    first = next(batches)
+    autotune_s = engine.autotune(*first)
+    if ctx.cell.compile == "inductor" and ctx.device.type == "cpu":
+        vec_isa.reuse_probe()  # what the run's compile-cache warm-up probed: no probe processes here
+    if ctx.cell.compile != "eager":
+        return autotune_s, engine.prepare(*first), batches
+    return autotune_s, 0.0, itertools.chain([first], batches)
 
 
 def _phase_times(ctx: Context, engine: Engine, step_times: np.ndarray) -> np.ndarray:
@@ -150,7 +168,9 @@ def _speed_probe(ctx: Context, warm: Warmup) -> SpeedProbe | None:
     the probe into their step times."""
     if not ctx.cell.run.speed_probe or ctx.device.type != "cpu" or ctx.profile or ctx.is_distributed:
         return None
+    steps = ctx.cell.benchmark.measure_steps
+    if steps < 2 * MIN_PROBES:  # probe_every gives 1 whatever a probe costs: timing five of them would be waste
+        return SpeedProbe(steps, 1)
     step_s = float(np.median(warm.step_times_s)) if warm.steps else 0.0
     cost_s = min(probe_run_once()[1] for _ in range(5))  # the first run also allocates the flush buffer
-    steps = ctx.cell.benchmark.measure_steps
     return SpeedProbe(steps, probe_every(step_s, cost_s, steps))

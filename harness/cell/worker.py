@@ -19,14 +19,14 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from harness.cell import capture
+from harness.cell import capture, vec_isa
 from harness.cell.build import rank_engine, rank_loader
 from harness.cell.context import Context
 from harness.cell.measure import train
 from harness.cell.metrics import NO_VALIDATION, count_flops, memory_columns, mfu_columns, validate
 from harness.cell.timing import CELL, PhaseClock, make_ranges
 from harness.results import store
-from harness.results.env import usable_cpu_count
+from harness.results.env import cudnn_knobs, usable_cpu_count
 from harness.results.schema import step_table
 from harness.spec.cells import Cell
 from harness.spec.job import LAUNCHED_AT_ENV, cpu_list
@@ -104,11 +104,12 @@ def run_cell(ctx: Context) -> dict[str, Any]:
     with ctx.ranges(CELL):
         t0 = time.perf_counter()
         loader = rank_loader(ctx, "train")  # first: the LR timeline's epoch may be the dataset's size
+        batches = iter(loader)  # before the model: the loader's workers load while it builds
         engine = rank_engine(ctx, dataset_images=loader.num_images)
         build_s = time.perf_counter() - t0
         collector_on_after_build()
         flops_per_image = count_flops(ctx) if ctx.local_rank == 0 else None  # each node's result writer
-        metrics, steps = train(ctx, engine, loader)
+        metrics, steps = train(ctx, engine, loader, batches)
         # Synthetic labels are random: validation would cost time and mean nothing.
         metrics |= validate(ctx, engine) if ctx.cell.backend != "synthetic" else NO_VALIDATION
     n = len(steps["step"])
@@ -118,8 +119,28 @@ def run_cell(ctx: Context) -> dict[str, Any]:
     tf32 = ctx.device.type == "cuda" and ctx.cell.recipe.allow_tf32
     mfu = mfu_columns(ctx, flops_per_image, metrics, tf32) if ctx.local_rank == 0 else {}
     # what this process really started with (the runner sets it from run.malloc): the row shows the fact
-    return metrics | mfu | memory_columns(ctx) | {"build_s": build_s, "tf32_allowed": tf32,
-                                                  "glibc_tunables": os.environ.get("GLIBC_TUNABLES", "")}
+    # cuDNN's knobs as this process trained (null on CPU, where no convolution goes through cuDNN)
+    cudnn = cudnn_knobs() if ctx.device.type == "cuda" else {}
+    return metrics | mfu | memory_columns(ctx) | cudnn | {"build_s": build_s, "tf32_allowed": tf32,
+                                                          "glibc_tunables": os.environ.get("GLIBC_TUNABLES", "")}
+
+
+def warm_compile_cache(ctx: Context) -> dict[str, Any]:
+    """A compiled cell's untimed warm-up (the runner's compile_cache.py): build as a repeat does, compile the
+    step on the first batch (undone), and leave. The run's compile cache (TORCHINDUCTOR_CACHE_DIR) then holds
+    what every timed repeat of the cell reads instead of compiling."""
+    with ctx.ranges(CELL):
+        t0 = time.perf_counter()
+        loader = rank_loader(ctx, "train")
+        batches = iter(loader)
+        engine = rank_engine(ctx, dataset_images=loader.num_images)
+        build_s = time.perf_counter() - t0
+        engine.train()
+        if ctx.device.type == "cpu":
+            vec_isa.probe_once()  # once for the run: its repeats reuse the answer
+        compile_s = engine.prepare(*next(batches))
+        loader.close()
+    return {"build_s": build_s, "compile_s": compile_s}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -135,7 +156,8 @@ def main(argv: list[str] | None = None) -> int:
     _stack_on_sigterm(out_dir / f"stack-rank{rank}.txt")
     try:
         ctx = _setup(job)
-        result = run_cell(ctx) | {"startup_s": startup_s}
+        work = warm_compile_cache if job.get("compile_warmup") else run_cell
+        result = work(ctx) | {"startup_s": startup_s}
         # The metrics are all-reduced, so every node's local rank 0 holds the global figures: each node's
         # runner (out_dir is node-local) gets a full row. Per-rank extras (step times, memory) are its own.
         if ctx.local_rank == 0:

@@ -95,6 +95,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
     adaptive = f"; more pairs of inconclusive cells up to {looks[-1]} a side, looks at {looks}" if len(looks) > 1 else ""
     print(f"A/B folder: {out}  ({2 * len(cells) * matrix.run.repeats} jobs{adaptive}; a repeat whose window opens "
           f"in a start transient runs again, at most {args.max_reruns} per cell and side)", *sides, sep="\n", file=sys.stderr)
+    print(_estimate_line(cells, looks, caps, envs, Path(args.reports)), file=sys.stderr)
 
     def done(side: str, row: dict) -> None:
         detail = f"{row['throughput_img_per_s']:.1f} img/s" if row["status"] == "ok" else row["reason"]
@@ -114,6 +115,17 @@ def cmd_ab(args: argparse.Namespace) -> int:
         print(f"interrupted; the rows so far are in {out}/a and {out}/b", file=sys.stderr)
         return EXIT_INTERRUPTED
     return print_report(write_report(judge(), out / "report"), args.fail_on_regression)
+
+
+def _estimate_line(cells, looks: list[int], caps, envs: dict, reports: Path) -> str:
+    """The A/B's estimated wall time at its first look's pairs and, adaptive, at its last, from past rows in
+    --reports measured in each side's environment."""
+    from harness.orchestrate import cost
+
+    keys = [envs[side]["env_key"] for side in ("a", "b")]
+    first = cost.ab_estimate(cells, looks[0], caps, roots=[reports], keys=keys)
+    last = cost.ab_estimate(cells, looks[-1], caps, roots=[reports], keys=keys) if len(looks) > 1 else None
+    return cost.ab_line(first, last, looks)
 
 
 def add_parser(subparsers) -> None:

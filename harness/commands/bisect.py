@@ -59,6 +59,7 @@ def cmd_bisect(args: argparse.Namespace) -> int:
         bisector.load()
     print(f"bisect folder: {out} ({len(points)} {kind}, good {bisector.name(0)}, bad {bisector.name(len(points) - 1)})",
           file=sys.stderr)
+    print(_estimate_line(matrix, ab_args, bisector, [Path(args.reports), out]), file=sys.stderr)
     try:
         code, _ = bisector.run()
     except KeyboardInterrupt:
@@ -69,6 +70,29 @@ def cmd_bisect(args: argparse.Namespace) -> int:
         bisector.cleanup()
     print(out / bisect.LOG)
     return code
+
+
+def _estimate_line(matrix_path: str, ab_args: list[str], bisector, roots: list[Path]) -> str:
+    """The bisect's estimated wall time: the A/Bs it has left (the confirmation, then about one per step of the
+    bisection), each estimated as `nvbench ab` estimates itself, from past rows under `roots`."""
+    from harness.analysis.verdict import Thresholds
+    from harness.commands.common import env_and_caps
+    from harness.orchestrate import ab, cost
+    from harness.orchestrate.estimate import duration_text
+    from harness.spec.cells import expand
+    from harness.spec.parse import with_repeats
+
+    value = {flag: int(ab_args[ab_args.index(flag) + 1]) for flag in ("--repeats", "--max-repeats")}
+    only = [arg.removeprefix("--only=") for arg in ab_args if arg.startswith("--only=")]
+    looks = ab.decisive_looks(ab.look_schedule(value["--repeats"], value["--max-repeats"]), Thresholds().fdr_q)
+    matrix = load_matrix(matrix_path)
+    cells = expand(with_repeats(matrix, looks[0]), only=only)
+    _, key, caps = env_and_caps(matrix.run.device)
+    first, last = (cost.ab_estimate(cells, n, caps, roots=roots, keys=[key, key]) for n in (looks[0], looks[-1]))
+    left = (0 if bisector.comparisons else 1) + bisector.search.steps_left()
+    return (f"estimated {duration_text(left * first.wall_s)} for ~{left} A/B(s) left at {looks[0]} pairs a side "
+            f"(up to {duration_text(left * last.wall_s)} at {looks[-1]}), {duration_text(first.wall_s)} each: "
+            f"{first.source_text()}")
 
 
 def add_parser(subparsers) -> None:

@@ -63,30 +63,52 @@ def cmd_run(args: argparse.Namespace) -> int:
         reach_warning(matrix.run.repeats, smoke=args.smoke, what=knob)
         executor = _executor_config(matrix, args.executor)
     env, key, caps = env_and_caps(device)
-    if args.dry_run:
-        for cell in cell_list:
-            reason = capabilities.skip_reason(cell, caps)
-            print(f"{cell.cell_id}  x{matrix.run.repeats}  " + (f"skip: {reason}" if reason else "run"))
-        print(f"{len(cell_list)} cells, {len(cell_list) * matrix.run.repeats} jobs; nothing was run or written")
-        return EXIT_OK
-    from harness.orchestrate.executors import ExecutorUnavailable
     from harness.orchestrate.packing import CalibrationError
     from harness.orchestrate.runner import executor_for
     from harness.orchestrate.slots import SlotError
 
     where = executor_for(executor)
     try:
-        where.check()  # before anything is written: sbatch missing or the controller down is one line, exit 2
         packing = slot_packing(args.slots or slots, device=caps.device, env=env, key=key,
                                backends={c.backend for c in cell_list}, executor_kind=where.kind)
-    except (ExecutorUnavailable, SlotError, CalibrationError) as exc:
+    except (SlotError, CalibrationError) as exc:
+        return bad_input([str(exc)])
+    at_once = len(packing.slots) if packing is not None else where.max_parallel
+    cost = _estimate(args, run_dir if args.resume else None, cells if args.resume else
+                     {c.cell_id: c for c in cell_list}, None if args.resume else matrix, caps, key, at_once)
+    if args.dry_run:
+        for cell in cell_list:
+            reason = capabilities.skip_reason(cell, caps)
+            print(f"{cell.cell_id}  x{matrix.run.repeats}  " + (f"skip: {reason}" if reason else "run"))
+        print(f"{len(cell_list)} cells, {len(cell_list) * matrix.run.repeats} jobs; nothing was run or written")
+        print(cost.text())
+        return EXIT_OK
+    from harness.orchestrate.executors import ExecutorUnavailable
+
+    try:
+        where.check()  # before anything is written: sbatch missing or the controller down is one line, exit 2
+    except ExecutorUnavailable as exc:
         return bad_input([str(exc)])
     if not args.resume:
         run_dir = runfolder.create_run(matrix, cell_list, run_dir=Path(args.out) if args.out else None,
                                     reports_root=Path(args.reports), smoke=args.smoke, only=args.only, env=env,
                                     fire_drill_pct=args.fire_drill or 0.0, executor=executor)
     return _execute(run_dir, caps, env, key, progress=not args.no_progress, verbose=args.verbose, executor=where,
-                    packing=packing)
+                    packing=packing, estimate=cost)
+
+
+def _estimate(args, run_dir: Path | None, cells: dict, matrix, caps, key: str, slots: int):
+    """The run's estimate (its pending jobs on a resume) from past runs in --reports (and the run folder itself)."""
+    from harness.orchestrate import cost, runfolder
+    from harness.spec.cells import schedule
+
+    if run_dir is not None:
+        _, jobs, _ = runfolder.load_plan(run_dir)
+        jobs = runfolder.pending(run_dir, jobs)
+    else:
+        jobs = schedule(list(cells), matrix.run.repeats, matrix.run.order, matrix.run.shuffle_seed)
+    roots = [Path(args.reports)] + ([run_dir] if run_dir is not None else [])
+    return cost.estimate_jobs(cells, jobs, caps, roots=roots, key=key, slots=slots)
 
 
 def _executor_config(matrix, flag: str | None):
@@ -96,7 +118,8 @@ def _executor_config(matrix, flag: str | None):
     return dataclasses.replace(matrix.executor, kind=flag) if flag else matrix.executor
 
 
-def _execute(run_dir: Path, caps, env, key, *, progress: bool, verbose: bool, executor=None, packing=None) -> int:
+def _execute(run_dir: Path, caps, env, key, *, progress: bool, verbose: bool, executor=None, packing=None,
+             estimate=None) -> int:
     from rich.console import Console
 
     from harness.console import RunProgress, detail_table, print_summary
@@ -108,13 +131,16 @@ def _execute(run_dir: Path, caps, env, key, *, progress: bool, verbose: bool, ex
     todo = runfolder.pending(run_dir, jobs)
     # soft_wrap: a path must stay one copyable line whatever the terminal's width
     console.print(f"run folder: {run_dir}  ({len(todo)} of {len(jobs)} jobs to run)", soft_wrap=True)
+    if estimate is not None:
+        console.print(estimate.text(), soft_wrap=True, highlight=False)
     from harness.orchestrate.executors import ExecutorUnavailable
 
     try:
         with RunProgress(console, len(todo)) as bar:
             runner.execute(run_dir, caps=caps, env=env, env_key=key, on_start=bar.start if progress else None,
                            on_done=bar.done, notify=lambda message: console.print(message, soft_wrap=True),
-                           executor=executor, packing=packing)
+                           executor=executor, packing=packing,
+                           estimate=estimate.to_plain() if estimate is not None else None)
     except ExecutorUnavailable as exc:
         console.print(f"error: {exc}; the run is resumable: nvbench run --resume {run_dir}", soft_wrap=True)
         return EXIT_BAD_INPUT
@@ -145,7 +171,7 @@ def add_parser(subparsers) -> None:
     own_default(r.add_argument("--repeats", type=int, metavar="N",
                                help="run every cell N times (default: the matrix's run.repeats, itself "
                                     "%(own_default)s when unset)"), knob_default(RunConfig, "repeats"))
-    r.add_argument("--dry-run", action="store_true", help="list the cells and what would be skipped")
+    r.add_argument("--dry-run", action="store_true", help="list the cells and what would be skipped, and the run's estimated wall time here")
     r.add_argument("--resume", metavar="RUN_DIR", help="finish an interrupted run (default: start a new one)")
     r.add_argument("--out", metavar="DIR", help="run folder (default: REPORTS/<run_id>)")
     own_default(r.add_argument("--executor", choices=("local", "slurm"),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 import itertools
 import math
 import random
@@ -68,6 +69,9 @@ class ImageFolderDataset(Dataset):
 
 
 def _seed_worker(base_seed: int, worker_id: int) -> None:
+    # A worker collects its own garbage whatever its parent's collector was doing when it forked (a cell's
+    # process starts its loader's workers with the collector still off, before building its model).
+    gc.enable()
     seed = base_seed + worker_id
     random.seed(seed)
     np.random.seed(seed % 2**32)
@@ -173,16 +177,19 @@ class PytorchLoader:
         return x.sub_(self._mean).div_(self._std)
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        # The DataLoader's iterator now, not at the first batch: its workers start loading at once, so a
+        # caller that takes the iterator before building its model overlaps the two (as DALI's pipeline,
+        # started when its loader is built, already does).
+        batches = iter(self._dataloader)
         if self._stream is None:
-            return self._iter_inline()
-        return self._iter_prefetch()
+            return self._iter_inline(batches)
+        return self._iter_prefetch(batches)
 
-    def _iter_inline(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        for images, labels in self._dataloader:
+    def _iter_inline(self, batches: Iterator) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        for images, labels in batches:
             yield self._normalise(images.to(self.device)), labels.to(self.device)
 
-    def _iter_prefetch(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        batches = iter(self._dataloader)
+    def _iter_prefetch(self, batches: Iterator) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         # Order the side stream after everything already queued on the consumer stream (the mean/std
         # constants included); a device-side dependency, once per epoch, not a host sync.
         self._stream.wait_stream(torch.cuda.current_stream(self.device))

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import harness
-from harness.orchestrate import capabilities, derive, job, lanes, rerun, runfolder
+from harness.orchestrate import capabilities, compile_cache, derive, job, lanes, rerun, runfolder
 from harness.orchestrate.machine import probe_machine
 from harness.orchestrate.packing import Packing, solo_packing
 from harness.results import store
@@ -136,6 +136,8 @@ def run_interleaved(sides: Sequence[Side], *, seed: int,
     """
     order: list[tuple[str, str, int]] = []
     sessions = {side.name: _open_session(side) for side in sides}
+    for side in sides:  # each side compiles into its own run folder's cache, before any timed pair
+        compile_cache.warm_compile_caches(side.jobs, side.cells, side.ctx)
     reruns = rerun.Reruns.of([side.ctx.run_dir for side in sides], max_reruns)
     chains = [[lanes.Link(cell=side.cells[cid], repeat=repeat, ctx=side.ctx, tag=side.name)
                for side, cid, repeat in round_] for round_ in interleaved_rounds(sides, seed=seed)]

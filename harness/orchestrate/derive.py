@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -14,20 +15,25 @@ from harness.spec.matrix import AXES, Axes
 
 AXIS_DEFAULTS = {axis: getattr(Axes(), axis)[0] for axis in AXES}
 """Each axis's value in rows written before the axis existed (compile: eager)."""
-PHASES = ("startup_s", "build_s", "compile_s", "warmup_window_s", "window_s", "val_s")
+PHASES = ("startup_s", "build_s", "autotune_s", "compile_s", "warmup_window_s", "window_s", "val_s")
 """Where a job's time goes, in the order it goes there (the rest of a job is its process's exit and the
 runner's own work between launch and row)."""
 
 
-def matrix_efficiency(sessions: list[dict[str, Any]], rows: list[dict[str, Any]]) -> dict[str, Any]:
+def matrix_efficiency(sessions: list[dict[str, Any]], rows: list[dict[str, Any]],
+                      warmups: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
     """The run's measured share of its wall time: the measured windows of its ok rows over the wall time of
-    every session that ran it (a resumed run counts each session), with where the rest went."""
+    every session that ran it (a resumed run counts each session), with where the rest went: each phase of
+    the ok rows, the rest of the jobs, the compile-cache warm-ups (`warmups`, compile_cache.py) and the
+    runner between them."""
     wall = sum((datetime.fromisoformat(s["finished_at"]) - datetime.fromisoformat(s["started_at"])).total_seconds()
                for s in sessions if s.get("finished_at"))
     ok = [r for r in rows if r["status"] == "ok"]
     phases = {name: sum(r.get(name) or 0.0 for r in ok) for name in PHASES}
     jobs_s = sum(r.get("duration_s") or 0.0 for r in rows)
-    breakdown = phases | {"rest_of_jobs_s": jobs_s - sum(phases.values()), "between_jobs_s": wall - jobs_s}
+    warm_s = sum(w.get("duration_s") or 0.0 for w in warmups)
+    breakdown = phases | {"rest_of_jobs_s": jobs_s - sum(phases.values()), "compile_warmups_s": warm_s,
+                          "between_jobs_s": wall - jobs_s - warm_s}
     return {"wall_s": wall, "window_s_total": phases["window_s"],
             "matrix_efficiency": phases["window_s"] / wall if wall > 0 else None,
             "time_breakdown_s": {k: round(v, 3) for k, v in breakdown.items()}}

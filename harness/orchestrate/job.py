@@ -23,7 +23,7 @@ from harness.orchestrate.classify import classify, timeout_reason
 from harness.orchestrate.executors import Ended, Launch
 from harness.orchestrate.launch import launcher_for
 from harness.orchestrate.local import LocalExecutor
-from harness.orchestrate.runfolder import write_row
+from harness.orchestrate.runfolder import compile_cache_dir, write_row
 from harness.orchestrate.slots import Grant
 from harness.results import store
 from harness.results.schema import CELL_SCHEMA
@@ -152,17 +152,22 @@ class PreparedJob:
 
 
 def prepare_job(cell: Cell, repeat: int, ctx: JobContext, *, executor: str = "local",
-                placed: Placement | None = None) -> PreparedJob | dict[str, Any]:
+                placed: Placement | None = None, key: str | None = None,
+                compile_warmup: bool = False) -> PreparedJob | dict[str, Any]:
     """The job's folder, job file and argv; or its terminal row when it cannot run (skipped, no dataset).
-    `placed`: the slots it runs on (local runs); None where a scheduler places it (SLURM) or nothing does."""
-    key = job_key(cell.cell_id, repeat)
+    `placed`: the slots it runs on (local runs); None where a scheduler places it (SLURM) or nothing does.
+
+    `compile_warmup`: the cell's untimed compile-cache warm-up under `key` (harness/orchestrate/compile_cache.py):
+    its process compiles and leaves, and no row is written for it, not even a terminal one."""
+    key = key or job_key(cell.cell_id, repeat)
     fault = fault_for(cell, ctx.fault_spec, repeat=repeat, run=ctx.run_id)
     row = base_row(cell, repeat, ctx, fault)
     started = datetime.now(timezone.utc)
     reason = skip_reason(cell, ctx.caps)
     if reason:
         row |= {"status": "skipped", "reason": reason, "started_at": started, "duration_s": 0.0}
-        write_row(ctx.run_dir, key, row)
+        if not compile_warmup:
+            write_row(ctx.run_dir, key, row)
         return row
     work = ctx.run_dir / "work" / key
     shutil.rmtree(work, ignore_errors=True)  # leftovers of an interrupted attempt
@@ -174,13 +179,14 @@ def prepare_job(cell: Cell, repeat: int, ctx: JobContext, *, executor: str = "lo
         data_root = _data_root(cell, ctx)
     except Exception as exc:  # a dataset that cannot be made is this cell's failure, not the matrix's
         row |= {"status": "failed", "reason": f"dataset: {exc}", "started_at": started, "duration_s": 0.0}
-        write_row(ctx.run_dir, key, row)
+        if not compile_warmup:
+            write_row(ctx.run_dir, key, row)
         return row
     job = {"cell": cell.to_plain(), "run_id": ctx.run_id, "repeat": repeat, "device": ctx.caps.device,
            "data_root": str(data_root) if data_root else None, "out_dir": str(work), "fault": fault,
            "profile": ctx.profile.job_section(key) if ctx.profile else None,
            "fire_drill_pct": ctx.fire_drill_pct, "flops_cache": str(ctx.run_dir / "flops.json"),
-           "slot": placed.job_section() if placed else None}
+           "slot": placed.job_section() if placed else None, "compile_warmup": compile_warmup}
     argv = launcher_for(cell).command(cell, work / "job.json", key)
     if ctx.python:  # every interpreter slot of the command (torchrun's agent and its ranks alike)
         argv = [ctx.python if arg == sys.executable else arg for arg in argv]
@@ -259,6 +265,8 @@ def _child_env(cell: Cell, ctx: JobContext, placed: Placement | None = None) -> 
     env.pop(FAULT_ENV, None)  # the job file carries the matched fault; ranks must not re-match it
     env.pop(LAUNCHED_AT_ENV, None)  # only a SLURM job's own script sets it, just before its srun
     env.setdefault("PYTHONUNBUFFERED", "1")
+    # The run's own compile cache, warmed before the timed repeats (compile_cache.py): never another run's
+    env["TORCHINDUCTOR_CACHE_DIR"] = str(compile_cache_dir(ctx.run_dir))
     env[PARENT_PID_ENV] = str(os.getpid())  # lets the child notice a runner that died as it started
     if ctx.python or ctx.checkout:  # nvbench ab: the side's harness comes first, not the interpreter's own copy
         checkout = str(ctx.checkout or Path(harness.__file__).resolve().parents[1])

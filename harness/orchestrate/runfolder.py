@@ -1,6 +1,7 @@
 """The run folder: its plan.json and manifest.json, written before anything runs, and read back on resume.
 
-A run folder holds plan.json (the resolved cells and the job order), manifest.json, logs/, steps/ and cells/.
+A run folder holds plan.json (the resolved cells and the job order), manifest.json, logs/, steps/ and cells/
+(and, for compiled cells, compile-cache/ and warmups/).
 A job is done exactly when cells/<job>.parquet exists; that file is written last and atomically, so a runner
 killed at any moment resumes without duplicates.
 """
@@ -22,6 +23,10 @@ from harness.spec.matrix import Matrix, from_plain, to_plain
 
 PLAN = "plan.json"
 MANIFEST = "manifest.json"
+COMPILE_CACHE = "compile-cache"
+"""The run's compile cache (TORCHINDUCTOR_CACHE_DIR of every job), warmed before the timed repeats."""
+WARMUPS = "warmups"
+"""One record per compiled cell's compile-cache warm-up: <cell_id>.json (never a result row)."""
 
 
 def new_run_id(name: str, now: datetime) -> str:
@@ -113,6 +118,11 @@ def plan_executor(run_dir: Path) -> ExecutorConfig:
 def pending(run_dir: Path, jobs: list[tuple[str, int]]) -> list[tuple[str, int]]:
     """Jobs without a terminal row."""
     return [(cid, r) for cid, r in jobs if not (run_dir / "cells" / f"{job_key(cid, r)}.parquet").exists()]
+
+
+def compile_cache_dir(run_dir: Path) -> Path:
+    """Where every job of the run compiles into and reads from (absolute: the cells' working folder differs)."""
+    return (Path(run_dir) / COMPILE_CACHE).absolute()
 
 
 def write_row(run_dir: Path, key: str, row: dict[str, Any]) -> None:

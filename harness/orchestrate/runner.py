@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from harness.orchestrate.capabilities import Capabilities
+from harness.orchestrate.compile_cache import read_records, warm_compile_caches
 from harness.orchestrate.derive import derive_twin_columns, matrix_efficiency
 from harness.orchestrate.executors import Executor, Launch
 from harness.orchestrate.job import JobContext, Placement, PreparedJob, finish_job, prepare_job
@@ -50,13 +51,14 @@ def execute(run_dir: Path, *, caps: Capabilities, env: dict[str, Any], env_key: 
             on_start: Callable[[int, int, str], None] | None = None,
             on_done: Callable[[dict[str, Any]], None] | None = None,
             notify: Callable[[str], None] = print, executor: Executor | None = None,
-            packing: Packing | None = None) -> list[dict[str, Any]]:
+            packing: Packing | None = None, estimate: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """Run every pending job of the run folder in plan order through the run's executor; return the rows
     written in this session. Locally, `packing` says which slots each job takes (None: one job at a time on the
     whole machine); SLURM ignores it and keeps at most its max_parallel in flight.
 
     Jobs an earlier session left in flight (inflight.json) are followed, not submitted again; Ctrl-C cancels
     the jobs this session has in flight, forgets them (a resume submits them again) and raises Interrupted.
+    `estimate` (estimate.Estimate.to_plain) is kept with the session, beside what it took.
     """
     run_id, jobs, cells = load_plan(run_dir)
     todo = pending(run_dir, jobs)
@@ -66,7 +68,7 @@ def execute(run_dir: Path, *, caps: Capabilities, env: dict[str, Any], env_key: 
                      fire_drill_pct=plan_fire_drill(run_dir))
     manifest = store.read_json(run_dir / MANIFEST)
     session = {"started_at": datetime.now(timezone.utc).isoformat(), "pending_at_start": len(todo),
-               "executor": executor.kind}
+               "executor": executor.kind} | ({"estimate": estimate} if estimate else {})
     manifest["sessions"].append(session)
     store.write_json(run_dir / MANIFEST, manifest)
     flight = _Flight(run_dir, executor)
@@ -80,6 +82,7 @@ def execute(run_dir: Path, *, caps: Capabilities, env: dict[str, Any], env_key: 
 
     try:
         queue = flight.adopt(todo, cells, ctx)
+        warm_compile_caches(queue, cells, ctx, executor=executor)  # before any timed repeat: they only read it
         started = len(todo) - len(queue)
         while queue or flight.jobs:
             # the next job in plan order takes its slots, or every job waits for it: nothing overtakes
@@ -104,7 +107,7 @@ def execute(run_dir: Path, *, caps: Capabilities, env: dict[str, Any], env_key: 
     derive_twin_columns(run_dir)
     session["finished_at"] = datetime.now(timezone.utc).isoformat()
     manifest["finished_at"] = session["finished_at"]
-    manifest |= matrix_efficiency(manifest["sessions"], store.read_cells(run_dir).to_pylist())
+    manifest |= matrix_efficiency(manifest["sessions"], store.read_cells(run_dir).to_pylist(), read_records(run_dir))
     store.write_json(run_dir / MANIFEST, manifest)
     shutil.rmtree(run_dir / "work", ignore_errors=True)
     (run_dir / INFLIGHT).unlink(missing_ok=True)

@@ -50,6 +50,9 @@ ENV_KEY_VERSION = 1
 #                                 must still compare.
 #   persistence_mode              affects driver start-up latency, which no measured window contains.
 #   os                            kernel patch levels churn without moving GPU throughput.
+#   cudnn_benchmark/_limit        the runner's torch defaults: a cell's autotuning is its recipe's
+#                                 (recipe.cudnn_benchmark, in its cell id) and the limit is torch's
+#                                 (torch_version); each row records both as its cell trained.
 ENV_KEY_FIELDS: tuple[str, ...] = (
     "device_kind",
     "gpu_name",
@@ -244,7 +247,8 @@ def _torch_facts() -> dict[str, object]:
     # Only version queries: none of these loads a CUDA context or calls cuInit. torch.cuda.is_available()
     # is deliberately avoided: by default it calls cudaGetDeviceCount, which runs cuInit.
     facts: dict[str, object] = dict.fromkeys(
-        ("cuda_runtime", "cudnn_version", "nccl_version", "torch_version", "torch_git")
+        ("cuda_runtime", "cudnn_version", "nccl_version", "torch_version", "torch_git", "cudnn_benchmark",
+         "cudnn_benchmark_limit")
     )
     try:
         import torch
@@ -255,7 +259,22 @@ def _torch_facts() -> dict[str, object]:
     facts["nccl_version"] = call_or_none(_nccl_version)
     facts["torch_version"] = call_or_none(lambda: str(torch.__version__))
     facts["torch_git"] = call_or_none(lambda: torch.version.git_version)
+    facts |= cudnn_knobs()
     return facts
+
+
+def cudnn_knobs() -> dict[str, object]:
+    """torch.backends.cudnn's `benchmark` and `benchmark_limit` in this process, as `cudnn_benchmark` and
+    `cudnn_benchmark_limit`: whether cuDNN autotunes each new convolution shape, and how many algorithms it
+    tries (0: all). None where torch has no cuDNN. Reading them initialises no CUDA (host-side flags). In the
+    runner's fingerprint they are torch's process defaults; a cell sets `benchmark` from recipe.cudnn_benchmark
+    and records both as it trained (its row's columns of the same names)."""
+    import torch
+
+    cudnn = torch.backends.cudnn
+    if not cudnn.is_available():
+        return {"cudnn_benchmark": None, "cudnn_benchmark_limit": None}
+    return {"cudnn_benchmark": bool(cudnn.benchmark), "cudnn_benchmark_limit": call_or_none(lambda: int(cudnn.benchmark_limit))}
 
 
 def _cudnn_version() -> int | None:

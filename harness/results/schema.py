@@ -23,8 +23,11 @@ Schema history (bump RESULT_SCHEMA_VERSION and teach store.migrate the step when
      (a process of no job of the run on the job's GPU during its window). A transient at the window's start:
      `start_transient_steps` (the window's first steps still in a start transient, harness.stats.settle;
      `is_steady` false and `steadiness` naming them when > 0); status `superseded` (an A/B repeat whose window
-     opened in a transient and was run again; the row kept for the record, never compared). Migrating version
-     4: the new columns read null (jobs then ran one at a time, unpinned; never checked for a transient).
+     opened in a transient and was run again; the row kept for the record, never compared). Where a process's
+     time goes, cut further: `autotune_s` (the first training step of the cell's shapes on CUDA, timed apart
+     from warmup and compile: cuDNN's autotuning; 0 on CPU) and the cuDNN knobs the cell ran with,
+     `cudnn_benchmark` and `cudnn_benchmark_limit` (null on CPU). Migrating version 4: the new columns read
+     null (jobs then ran one at a time, unpinned; never checked for a transient; autotuning never timed apart).
 """
 
 from __future__ import annotations
@@ -152,6 +155,9 @@ CELL_COLUMNS: tuple[Column, ...] = (
     _c("startup_s", F, "s", "From the runner launching the cell's process to its first line of nvbench code: "
        "interpreter, imports, torchrun's rendezvous."),
     _c("build_s", F, "s", "Model, engine and training loader setup inside the cell (rank 0)."),
+    _c("autotune_s", F, "s", "CUDA: the first training step of the cell's shapes, run and undone before compile and "
+       "warmup (rank 0): cuDNN's autotuning of each convolution (cudnn_benchmark), with its kernels' first loads; "
+       "0 on CPU."),
     _c("compile_s", F, "s", "torch.compile's compilation or the CUDA graph's capture (rank 0), outside the measured "
        "window, before warmup; 0 for eager."),
     _c("val_s", F, "s", "Wall time of validation."),
@@ -176,6 +182,9 @@ CELL_COLUMNS: tuple[Column, ...] = (
     _c("gpu_shared", B, "", "A process of no rank of this job held a context on one of its GPUs during the "
        "measured window (NVML compute processes): its numbers may carry that process's load. Null without NVML."),
     _c("gpu_foreign_pids", S, "", "The pids of those processes, comma-separated (as NVML reports them)."),
+    _c("cudnn_benchmark", B, "", "torch.backends.cudnn.benchmark as the cell trained (recipe.cudnn_benchmark); null on CPU."),
+    _c("cudnn_benchmark_limit", I, "algorithms", "torch.backends.cudnn.benchmark_limit as the cell trained: the "
+       "algorithms cuDNN tries per convolution when it autotunes (0: all); null on CPU."),
     _c("glibc_tunables", S, "", "GLIBC_TUNABLES the cell's processes started with (run.malloc); empty: C library defaults."),
     _c("speed_probe_kind", S, "", "What the machine-speed probe computed (harness/cell/probe.py); null without a probe (CUDA, torchrun groups, run.speed_probe = false)."),
     _c("speed_probe_s", F, "s", "Median time of the machine-speed probe between measured steps (rank 0): how fast the host ran; nvbench report compares at equal values (--no-speed-adjust: not)."),

@@ -35,6 +35,31 @@ def test_the_cells_entry_runs_the_worker_with_the_collector_off_and_freezes_the_
     assert out.stdout.split() == ["['job.json']", "False", "3", "True"]
 
 
+EXIT = """
+import atexit, json, sys, types
+fake = types.ModuleType("harness.cell.worker")
+def main(argv):
+    atexit.register(lambda: print("teardown ran", flush=True))
+    print("cell done", flush=True)  # flushed before the process ends either way
+    return 3
+fake.main = main
+sys.modules["harness.cell.worker"] = fake
+json.dump({"profile": sys.argv[1] == "profiled" or None}, open("job.json", "w"))
+from harness.cell.__main__ import main as entry
+sys.exit(entry(["run", "job.json"]))
+"""
+
+
+@pytest.mark.parametrize("profiled", [False, True])
+def test_a_cell_ends_without_the_interpreters_teardown_unless_a_profiler_collects_at_its_exit(profiled, tmp_path):
+    """The row is written before the exit, so the interpreter's teardown (every module, atexit hooks: ~1 s) is
+    skipped; under nsys the process exits the ordinary way, as nsys collects its data then."""
+    out = subprocess.run([sys.executable, "-c", EXIT, "profiled" if profiled else "timed"], check=False,
+                         capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert out.returncode == 3, out.stderr
+    assert out.stdout.split("\n")[:1] == ["cell done"] and ("teardown ran" in out.stdout) == profiled
+
+
 @pytest.fixture
 def collector_restored():
     was_on = gc.isenabled()
@@ -71,11 +96,19 @@ def test_run_cell_turns_the_collector_on_after_the_build_and_before_anything_els
         order.append("flops")
         raise Stop
 
-    monkeypatch.setattr(worker, "rank_loader", lambda ctx, split: order.append("loader") or SimpleNamespace(num_images=8))
+    class Loader:
+        num_images = 8
+
+        def __iter__(self):
+            order.append("loader started")
+            return iter(())
+
+    monkeypatch.setattr(worker, "rank_loader", lambda ctx, split: order.append("loader") or Loader())
     monkeypatch.setattr(worker, "rank_engine", build_engine)
     monkeypatch.setattr(worker, "collector_on_after_build", lambda: order.append("collector"))
     monkeypatch.setattr(worker, "count_flops", count_flops)
     ctx = SimpleNamespace(ranges=lambda name: contextlib.nullcontext(), local_rank=0)
     with pytest.raises(Stop):
         worker.run_cell(ctx)
-    assert order == ["loader", "engine", "collector", "flops"]
+    # the loader's stream starts before the model builds: its workers load meanwhile
+    assert order == ["loader", "loader started", "engine", "collector", "flops"]

@@ -473,6 +473,38 @@ def test_cudagraph_needs_cuda_and_a_single_process():
     assert Engine(tiny_net(), options()).prepare(*batch(2)) == 0.0  # eager: nothing to prepare
 
 
+def test_nothing_autotunes_on_the_cpu():
+    engine = Engine(tiny_net(norm=True), options(grad_accum=2))
+    before = params_of(engine)
+    assert engine.autotune(*batch(4)) == 0.0  # no step is run: the CPU has no cuDNN to autotune
+    assert all(torch.equal(a, b) for a, b in zip(before, params_of(engine), strict=True))
+    assert engine.steps_taken == 0 and engine.pop_train_loss().tolist() == [0.0, 0.0]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("compile", ["eager", "inductor"])
+def test_the_autotuning_step_is_timed_and_trains_nothing(compile):
+    """On CUDA the first step of the shapes (cuDNN's autotuning) runs apart and is undone: the engine then
+    trains the steps it would have trained without it, and an inductor cell still compiles in prepare."""
+    torch.backends.cudnn.benchmark = True
+    opts = options(device="cuda", precision="fp16", memory_format="nhwc", grad_accum=2, compile=compile)
+    tuned, plain = (Engine(tiny_net(norm=True), opts) for _ in range(2))
+    images, labels = (t.cuda() for t in batch(4))
+    graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    assert tuned.autotune(images, labels) > 0
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == graphs  # the eager module: nothing compiled
+    assert tuned.steps_taken == 0 and tuned.pop_train_loss().tolist() == [0.0, 0.0]
+    for engine in (tuned, plain):
+        engine.prepare(images, labels)
+        for step in range(2):
+            for micro in range(2):
+                engine.forward_backward(*(t.cuda() for t in batch(4, seed=10 * step + micro)), sync_grads=micro == 1)
+            engine.optimizer_step()
+    for a, b in zip(params_of(tuned), params_of(plain), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-4)  # cuDNN may pick other algorithms: not bitwise
+
+
 GRAPHED_RECIPE = dict(memory_format="nhwc", grad_accum=2, total_steps=8, lr_timeline="compressed",
                       lr_warmup_epochs=45)
 """The cudagraph test's recipe: a warmup over 4 of its 8 steps (45 of 90 epochs, compressed), so the LR of each

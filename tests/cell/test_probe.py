@@ -22,6 +22,13 @@ def test_probe_every_keeps_overhead_and_count(step_s, probe_s, steps, every):
     assert probe.probe_every(step_s, probe_s, steps) == every
 
 
+@pytest.mark.parametrize("steps", [1, 3, 30, 2 * probe.MIN_PROBES - 1])
+def test_a_window_under_two_minimum_counts_probes_every_step_whatever_a_probe_costs(steps):
+    """Why the cell does not time probes before such a window (harness/cell/measure.py: _speed_probe)."""
+    assert {probe.probe_every(step_s, probe_s, steps) for step_s in (0.0, 1e-4, 0.08, 5.0)
+            for probe_s in (1e-5, 4e-4, 0.5)} == {1}
+
+
 def test_speed_probe_times_every_kth_step_and_sums_what_it_took():
     p = probe.SpeedProbe(10, every=3)
     for i in range(10):

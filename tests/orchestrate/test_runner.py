@@ -237,6 +237,8 @@ def test_unrunnable_cells_are_skipped_and_a_run_says_where_its_time_went(shared_
     for skipped in (big, gpu, graph):  # nothing was launched for them
         assert skipped["duration_s"] == 0.0 and skipped["log_path"] is None
     assert eager["status"] == "ok" and eager["compile_s"] == 0.0
+    # nothing autotunes on the CPU: no first step is run apart, and cuDNN's knobs are not the cell's
+    assert eager["autotune_s"] == 0.0 and eager["cudnn_benchmark"] is None and eager["cudnn_benchmark_limit"] is None
     # 2 steps, then one chunk of 10: two chunks are needed to judge steadiness, so the maximum ends it
     assert eager["warmup_steps_used"] == 12
     steps = pq.read_table(out / "steps").to_pylist()
@@ -248,6 +250,7 @@ def test_unrunnable_cells_are_skipped_and_a_run_says_where_its_time_went(shared_
     assert manifest["matrix_efficiency"] == pytest.approx(eager["window_s"] / manifest["wall_s"])
     assert 0 < manifest["matrix_efficiency"] < 1
     spent = manifest["time_breakdown_s"]
-    assert set(spent) == {"startup_s", "build_s", "compile_s", "warmup_window_s", "window_s", "val_s",
-                          "rest_of_jobs_s", "between_jobs_s"}
+    assert set(spent) == {"startup_s", "build_s", "autotune_s", "compile_s", "warmup_window_s", "window_s", "val_s",
+                          "rest_of_jobs_s", "compile_warmups_s", "between_jobs_s"}
+    assert spent["compile_warmups_s"] == 0 and not (out / "warmups").exists()  # an eager run warms no cache
     assert sum(spent.values()) == pytest.approx(manifest["wall_s"], abs=0.01)

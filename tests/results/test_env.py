@@ -33,7 +33,7 @@ EXPECTED_FIELDS = {
     "nccl_version", "torch_version", "torch_git", "dali_version", "python_version", "cpu_model",
     "cpu_count", "persistence_mode", "ecc_mode", "mig_mode", "power_limit_w", "app_clock_sm_mhz",
     "app_clock_mem_mhz", "hostname", "container_image", "nvbench_version", "nvbench_git_sha",
-    "nvbench_git_dirty", "os", "device_kind",
+    "nvbench_git_dirty", "os", "device_kind", "cudnn_benchmark", "cudnn_benchmark_limit",
 }  # fmt: skip
 
 

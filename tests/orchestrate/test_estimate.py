@@ -1,0 +1,92 @@
+"""A run's cost before it is paid: the estimate's arithmetic (pure), and a second run of a tiny matrix whose
+estimate, from the first run's rows, comes within 25 % of what it took."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from harness.orchestrate.estimate import (
+    DEFAULT_BETWEEN_JOBS_S,
+    DEFAULT_JOB_S,
+    DEFAULT_WARMUP_S,
+    Past,
+    PlannedJob,
+    duration_text,
+    estimate,
+    in_sequence,
+)
+from tests.conftest import nvbench
+
+
+def job(cid: str, backend: str = "synthetic", compile: str = "eager", runs: bool = True) -> PlannedJob:
+    return PlannedJob(cell_id=cid, backend=backend, compile=compile, runs=runs)
+
+
+def test_without_a_past_every_job_takes_its_backends_stated_default():
+    jobs = [job("a"), job("b", backend="pytorch"), job("c", runs=False)]
+    got = estimate(jobs, Past())
+    between = DEFAULT_BETWEEN_JOBS_S
+    assert got.wall_s == pytest.approx(DEFAULT_JOB_S["synthetic"] + DEFAULT_JOB_S["pytorch"] + 3 * between)
+    assert (got.jobs, got.from_past, got.warmups) == (2, 0, 0)
+    assert "every job from the defaults per backend and compile mode" in got.text()
+    assert got.text().startswith(f"estimated {duration_text(got.wall_s)} on this machine with 1 slot: 2 job(s)")
+
+
+def test_past_rows_win_over_defaults_and_say_which_runs_they_came_from():
+    past = Past(job_s={"a": [10.0, 30.0, 12.0]}, between_jobs_s=1.0, runs=("run-2", "run-1"))
+    got = estimate([job("a"), job("a"), job("b")], past)
+    assert got.wall_s == pytest.approx(12.0 + 1 + 12.0 + 1 + DEFAULT_JOB_S["synthetic"] + 1)  # the median, 12
+    assert got.from_past == 2
+    assert "2 from past rows (2 runs: run-2, run-1), 1 from the defaults" in got.text()
+
+
+def test_an_inductor_cell_adds_one_compile_warm_up_before_its_repeats():
+    jobs = [job("i", compile="inductor"), job("i", compile="inductor"), job("e")]
+    assert estimate(jobs, Past(job_s={"i": [20.0], "e": [5.0]}, between_jobs_s=0.0)).wall_s == \
+        pytest.approx(DEFAULT_WARMUP_S + 45.0)
+    past = Past(job_s={"i": [20.0], "e": [5.0]}, warmup_s={"i": [60.0]}, between_jobs_s=0.0)
+    got = estimate(jobs, past)
+    assert got.wall_s == pytest.approx(60.0 + 45.0) and got.warmups == 1
+
+
+def test_slots_run_jobs_side_by_side_in_plan_order():
+    past = Past(job_s={"a": [10.0], "b": [4.0]}, between_jobs_s=0.0)
+    jobs = [job("a"), job("b"), job("b"), job("b")]
+    assert estimate(jobs, past, slots=1).wall_s == pytest.approx(22.0)
+    # two slots: a on one; b, b, b on the other (each starts on the slot that frees first): 12 s
+    assert estimate(jobs, past, slots=2).wall_s == pytest.approx(12.0)
+    assert estimate(jobs, past, slots=8).wall_s == pytest.approx(10.0)
+    with pytest.raises(ValueError, match="slots 0"):
+        estimate(jobs, past, slots=0)
+
+
+def test_estimates_in_sequence_add_up():
+    one = estimate([job("a")], Past(job_s={"a": [10.0]}, between_jobs_s=0.0, runs=("r1",)))
+    two = in_sequence([one, one])
+    assert two.wall_s == pytest.approx(20.0) and two.jobs == 2 and two.runs == ("r1",)
+    assert duration_text(12.4) == "12 s" and duration_text(185) == "3m05s" and duration_text(7620) == "2h07m"
+
+
+@pytest.mark.slow
+def test_a_second_run_is_estimated_from_the_first_within_a_quarter(tiny_matrix, tmp_path):
+    """The first run has no past: its estimate says it used the defaults. The second run (same matrix, same
+    reports folder) is estimated from the first's rows, says so, and takes within 25 % of that estimate; its
+    summary prints the two side by side, and --dry-run prints the same estimate before anything runs."""
+    matrix = tiny_matrix(repeats=2)
+    reports = tmp_path / "reports"
+    first = nvbench("run", str(matrix), "--reports", str(reports), "--no-progress")
+    assert first.returncode == 0, first.stderr
+    assert "every job from the defaults per backend and compile mode" in first.stderr
+    dry = nvbench("run", str(matrix), "--reports", str(reports), "--dry-run")
+    assert dry.returncode == 0 and "every job from past rows (run " in dry.stdout.splitlines()[-1]
+    second = nvbench("run", str(matrix), "--reports", str(reports), "--no-progress", "--out", str(tmp_path / "two"))
+    assert second.returncode == 0, second.stderr
+    session = json.loads((tmp_path / "two" / "manifest.json").read_text())["sessions"][-1]
+    from datetime import datetime
+
+    took = (datetime.fromisoformat(session["finished_at"]) - datetime.fromisoformat(session["started_at"])).total_seconds()
+    assert session["estimate"]["from_past"] == 2 and session["estimate"]["jobs"] == 2
+    assert took == pytest.approx(session["estimate"]["wall_s"], rel=0.25), (took, session["estimate"])
+    assert "took " in second.stderr and "; estimated " in second.stderr
