@@ -132,7 +132,7 @@ def _execute(run_dir: Path, caps, env, key, *, progress: bool, verbose: bool, ex
     # soft_wrap: a path must stay one copyable line whatever the terminal's width
     console.print(f"run folder: {run_dir}  ({len(todo)} of {len(jobs)} jobs to run)", soft_wrap=True)
     if estimate is not None:
-        console.print(estimate.text(), soft_wrap=True, highlight=False)
+        console.print(estimate.text(), highlight=False)  # wrapped at whole words to the terminal
     from harness.orchestrate.executors import ExecutorUnavailable
 
     try:

@@ -46,6 +46,7 @@ def test_a_summary_becomes_the_row_columns():
         "power_avg_w": 650.0, "energy_j": 130.0, "img_per_joule": 20.0, "gpu_util_avg_pct": 95.0,
         "sm_clock_avg_mhz": 1980.0, "mem_clock_avg_mhz": 2619.0, "gpu_mem_used_peak_bytes": 30,
         "is_throttled": True, "throttle_reasons": "gpu_idle,sw_power_cap", "num_telemetry_samples": 2,
+        "gpu_shared": None, "gpu_foreign_pids": None,  # no foreign-process watch in this summary
     }
     nothing = telemetry_columns(ctx, summarize([], energy_j=None), images=2600)
     assert nothing == dict.fromkeys(cols) | {"num_telemetry_samples": 0}
