@@ -216,7 +216,7 @@ def decisive_looks(looks: Sequence[int], fdr_q: float) -> list[int]:
     kept = list(looks)
     while True:
         split = fdr_q / len(kept)
-        fewer = [n for n in looks[:-1] if smallest_permutation_p(n, n) <= split] + [looks[-1]]
+        fewer = [n for n in kept[:-1] if smallest_permutation_p(n, n) <= split] + [kept[-1]]  # only ever fewer
         if len(fewer) == len(kept):
             return fewer
         kept = fewer

@@ -124,6 +124,8 @@ def test_looks_double_to_the_budget_and_drop_the_ones_too_small_to_decide():
     # 3 + 3 cannot (0.1); 6 + 6 (2/924 = 0.0022) can once the level is split three ways, not four
     assert ab.decisive_looks([3, 6, 12, 24], 0.01) == [6, 12, 24]
     assert ab.decisive_looks([2, 4], 0.01) == [4]  # the last look stays: whether it can reach is the CLI's check
+    # 5 + 5 pairs cannot decide at 0.01 / 2 but can at 0.01: dropping it must not bring it back (this looped)
+    assert ab.decisive_looks([5, 10], 0.01) == [10]
 
 
 def test_more_pairs_go_to_the_inconclusive_cells_only_until_none_is_left_or_the_budget_is_spent(monkeypatch, tmp_path):
