@@ -17,9 +17,11 @@ from scipy import special as _special
 from harness.stats import nightsplit
 from harness.stats.core import Interval, as_array, check_open_unit
 
-DEFAULT_MIN_SEGMENT = 3
-"""Fewest nights on each side of a change: a level must hold three nights to be a level (one odd night is
-an outlier, which the nightly's screen and its confirmation rerun handle)."""
+DEFAULT_MIN_SEGMENT = 2
+"""Fewest nights on each side of a change: a level must hold two nights to be a level (one odd night is an
+outlier, which the nightly's screen handles), so a step shows on its second night, and the A/B of its
+commits confirms it or not; with 3, recall in the middle of 8 nights is a few points higher, but a step shows
+a night later, and never within two nights of either end (docs/performance.md, "Change points over nights")."""
 DEFAULT_ALPHA = 0.01
 """Level of each divisive step's test: the share of no-change series in which a change point is named (the
 maximum over every split and segment is what is tested, so the choice of the split is paid for);
