@@ -542,8 +542,8 @@ def _add_history_parser(sub) -> None:
                    "(default: HISTORY_DIR/trend)")
     h.add_argument("--floor", dest="floor_pct", type=float, metavar="PCT",
                    help="practical floor of throughput and fast-step changes in %% (default 3)")
-    h.add_argument("--min-segment", type=int, metavar="N", help="fewest nights on each side of a change (3)")
-    h.add_argument("--alpha", type=float, metavar="A", help="permutation test level of each change point (0.05)")
+    h.add_argument("--min-segment", type=int, metavar="N", help="fewest nights on each side of a change (2)")
+    h.add_argument("--alpha", type=float, metavar="A", help="test level of each change point (0.01)")
     h.add_argument("--drift-nights", type=int, metavar="K", help="a drift is a slope over the last K nights (14)")
     h.add_argument("--summary", metavar="FILE", action="append", default=[],
                    help="append tonight's new change points to this Markdown file (repeatable)")
