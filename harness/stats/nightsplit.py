@@ -102,29 +102,49 @@ def _layout(counts: np.ndarray, cuts: Sequence[int], m: int) -> _Layout:
                    balanced=bool(np.all(counts == counts[0])))
 
 
-def _residual_ss(means: np.ndarray, masks: np.ndarray) -> np.ndarray:
-    """Sum of squares of each row of means around its mean within each mask: (B, n) x (M, n) -> (B, M)."""
-    size = masks.sum(axis=1)
-    total = means @ masks.T
-    return (means ** 2) @ masks.T - total ** 2 / size
+def _residual_ss(means: np.ndarray, masks: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
+    """Weighted sum of squares of each row of means around its weighted mean within each mask:
+    (B, n) x (M, n) -> (B, M) (weights: one per night, default 1)."""
+    w = masks.astype(float) if weights is None else masks * weights[None, :]
+    total = means @ w.T
+    return (means ** 2) @ w.T - total ** 2 / w.sum(axis=1)
 
 
-def _z(lay: _Layout, means: np.ndarray, s2: np.ndarray, eps: float) -> np.ndarray:
+def _components(q: np.ndarray, q_repeats: np.ndarray, s2: np.ndarray, expected: np.ndarray | float, df: int,
+                within_df: int) -> tuple[np.ndarray, np.ndarray]:
+    """(tau^2, sigma^2) of the two-level model, given the nights' residual sum of squares around their
+    segments' levels, unweighted (q) and weighted by their repeats (q_repeats), and the pooled within-night
+    variance s2 on within_df degrees of freedom. tau^2 is the moment estimate (Searle, Casella & McCulloch,
+    Variance Components, 1992, sec. 3.5); when the nights scatter no more than their repeats predict it is 0,
+    and sigma^2 is then estimated from both sources pooled, as restricted maximum likelihood does on that
+    boundary: every repeat independent around its segment's level."""
+    tau2 = (q - s2 * expected) / df
+    pooled = (s2 * within_df + q_repeats) / (within_df + df)
+    at_zero = tau2 <= 0
+    return np.where(at_zero, 0.0, tau2), np.where(at_zero, pooled, s2)
+
+
+def _z(lay: _Layout, means: np.ndarray, s2: np.ndarray, within_df: int, eps: float) -> np.ndarray:
     """The standardized step of every candidate split (B, K): the difference of the two sides' weighted
-    means over its standard error, each night weighted by 1 / (tau^2 + s2 / r), tau^2 the night-to-night
-    variance left once the split is made (moment estimate, never below 0)."""
+    means over its standard error, each night weighted by 1 / (tau^2 + sigma^2 / r), the variance components
+    those left once the split is made (_components)."""
     n, num_segments = means.shape[1], lay.segment.shape[0]
-    q_seg = _residual_ss(means, lay.segment)  # (B, G)
-    q = q_seg.sum(axis=1, keepdims=True) - q_seg[:, lay.seg_of] \
-        + _residual_ss(means, lay.left) + _residual_ss(means, lay.right)  # (B, K)
-    df = n - num_segments - 1
-    tau2 = np.maximum((q - s2[:, None] * lay.expected[None, :]) / df, 0.0)
+    counts = 1.0 / lay.inv_counts
+
+    def residual(weights: np.ndarray | None) -> np.ndarray:  # (B, K): every segment, the split one cut in two
+        q_seg = _residual_ss(means, lay.segment, weights)
+        return q_seg.sum(axis=1, keepdims=True) - q_seg[:, lay.seg_of] \
+            + _residual_ss(means, lay.left, weights) + _residual_ss(means, lay.right, weights)
+
+    q = residual(None)
+    q_repeats = q * counts[0] if lay.balanced else residual(counts)
+    tau2, sigma2 = _components(q, q_repeats, s2[:, None], lay.expected[None, :], n - num_segments - 1, within_df)
     if lay.balanced:  # every night weighs the same: plain means, one variance
-        var = tau2 + s2[:, None] * lay.inv_counts[0] + eps
+        var = tau2 + sigma2 * lay.inv_counts[0] + eps
         nl, nr = lay.left.sum(axis=1), lay.right.sum(axis=1)
         diff = (means @ lay.right.T) / nr - (means @ lay.left.T) / nl
         return diff / np.sqrt(var * (1.0 / nl + 1.0 / nr))
-    var = tau2[:, :, None] + s2[:, None, None] * lay.inv_counts[None, None, :] + eps  # (B, K, n)
+    var = tau2[:, :, None] + sigma2[:, :, None] * lay.inv_counts[None, None, :] + eps  # (B, K, n)
     w = 1.0 / var
     wl, wr = (w * lay.left).sum(-1), (w * lay.right).sum(-1)
     ml = (w * lay.left * means[:, None, :]).sum(-1) / wl
@@ -132,10 +152,14 @@ def _z(lay: _Layout, means: np.ndarray, s2: np.ndarray, eps: float) -> np.ndarra
     return (mr - ml) / np.sqrt(1.0 / wl + 1.0 / wr)
 
 
-def _null_tau2(lay: _Layout, nights: Nights) -> float:
-    q = float(_residual_ss(nights.means[None, :], lay.segment).sum())
-    df = nights.means.size - lay.segment.shape[0]
-    return max((q - nights.within_var * lay.expected_null) / df, 0.0)
+def _fit(lay: _Layout, nights: Nights) -> tuple[float, float]:
+    """(tau^2, sigma^2) of the segmentation itself, no split added."""
+    means = nights.means[None, :]
+    q = float(_residual_ss(means, lay.segment).sum())
+    q_repeats = float(_residual_ss(means, lay.segment, nights.counts.astype(float)).sum())
+    tau2, sigma2 = _components(np.array(q), np.array(q_repeats), np.array(nights.within_var), lay.expected_null,
+                               nights.means.size - lay.segment.shape[0], nights.within_df)
+    return float(tau2), float(sigma2)
 
 
 def _eps(nights: Nights) -> float:
@@ -146,19 +170,20 @@ def _eps(nights: Nights) -> float:
 def _p_value(lay: _Layout, nights: Nights, observed: float, alpha: float, num_simulations: int,
              rng: np.random.Generator) -> float:
     """(1 + #{T* >= T}) / (1 + B), T* the largest |z| over every split of series simulated from the no-change
-    model fitted to this segmentation (normal night effects of variance tau0^2, normal repeats of the pooled
-    within-night variance, each night's count of repeats kept; the pooled variance drawn as its scaled
+    model fitted to this segmentation (_fit: normal night effects of variance tau^2, normal repeats of variance
+    sigma^2, each night's count of repeats kept; the pooled within-night variance drawn as its scaled
     chi-square). The statistic does not see the segments' levels, so they are simulated at 0. Stops early
     once the answer exceeds alpha."""
-    sd = np.sqrt(_null_tau2(lay, nights) + nights.within_var * lay.inv_counts)
+    tau2, sigma2 = _fit(lay, nights)
+    sd = np.sqrt(tau2 + sigma2 * lay.inv_counts)
     limit = alpha * (num_simulations + 1) - 1
     exceed, done, eps = 0, 0, _eps(nights)
     while done < num_simulations:
         size = min(_CHUNK, num_simulations - done)
         means = rng.standard_normal((size, sd.size)) * sd
         df = nights.within_df
-        s2 = nights.within_var * rng.chisquare(df, size) / df if df else np.zeros(size)
-        null = np.abs(_z(lay, means, s2, eps)).max(axis=1)
+        s2 = sigma2 * rng.chisquare(df, size) / df if df else np.zeros(size)
+        null = np.abs(_z(lay, means, s2, df, eps)).max(axis=1)
         exceed += int(np.count_nonzero(null >= observed * (1 - 1e-9)))
         done += size
         if exceed > limit:
@@ -183,7 +208,7 @@ def split_test(nights: Nights, *, min_segment: int, alpha: float, num_simulation
         lay = _layout(nights.counts, sorted(i for i, _ in found), min_segment)
         if lay.splits.size == 0:
             break
-        z = np.abs(_z(lay, nights.means[None, :], np.array([nights.within_var]), eps))[0]
+        z = np.abs(_z(lay, nights.means[None, :], np.array([nights.within_var]), nights.within_df, eps))[0]
         best = int(np.argmax(z))
         p = _p_value(lay, nights, float(z[best]), alpha, num_simulations, rng)
         if p > alpha:
@@ -197,7 +222,7 @@ class Levels:
     """The two-level model fitted to a segmentation: each segment's level and the step between neighbours."""
 
     levels: tuple[float, ...]
-    """Weighted mean of each segment's nights (weights 1 / (tau^2 + within_var / r))."""
+    """Weighted mean of each segment's nights (weights 1 / (tau^2 + sigma^2 / r))."""
     steps: tuple[Interval, ...]
     """levels[g + 1] - levels[g], t interval on nights - segments degrees of freedom."""
     tau2: float
@@ -209,8 +234,8 @@ def fit_levels(nights: Nights, cuts: Sequence[int], *, confidence: float = 0.95)
     the night-to-night variance: Searle, Casella & McCulloch, Variance Components, 1992, sec. 3.5 (one-way
     classification, unbalanced: the unweighted sum of squares)."""
     lay = _layout(nights.counts, sorted(cuts), nights.means.size)
-    tau2 = _null_tau2(lay, nights)
-    w = 1.0 / (tau2 + nights.within_var / nights.counts + _eps(nights))
+    tau2, sigma2 = _fit(lay, nights)
+    w = 1.0 / (tau2 + sigma2 / nights.counts + _eps(nights))
     weight = lay.segment @ w
     levels = (lay.segment @ (w * nights.means)) / weight
     df = nights.means.size - len(lay.bounds)
