@@ -106,8 +106,9 @@ def _residual_ss(means: np.ndarray, masks: np.ndarray, weights: np.ndarray | Non
     """Weighted sum of squares of each row of means around its weighted mean within each mask:
     (B, n) x (M, n) -> (B, M) (weights: one per night, default 1)."""
     w = masks.astype(float) if weights is None else masks * weights[None, :]
-    total = means @ w.T
-    return (means ** 2) @ w.T - total ** 2 / w.sum(axis=1)
+    centred = means - means.mean(axis=1, keepdims=True)  # log throughput sits near 7: spare the subtraction
+    total = centred @ w.T
+    return np.maximum((centred ** 2) @ w.T - total ** 2 / w.sum(axis=1), 0.0)
 
 
 def _components(q: np.ndarray, q_repeats: np.ndarray, s2: np.ndarray, expected: np.ndarray | float, df: int,
