@@ -36,17 +36,17 @@ import math
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from harness.analysis import history  # noqa: E402
-from harness.stats import changepoint, nightsplit  # noqa: E402
+from harness.analysis import history
+from harness.stats import changepoint, nightsplit
 
 OTAVA_DIR = Path(__file__).resolve().parent / ".otava"
 FLOOR_PCT = 3.0

@@ -59,8 +59,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from harness.analysis import compare
-from harness.analysis.compare import RunData, Thresholds  # noqa: E402
-from harness.orchestrate import runner  # noqa: E402
+from harness.analysis.evidence import holm_within  # noqa: E402
+from harness.analysis.runs import RunData, load_run  # noqa: E402
+from harness.analysis.verdict import Thresholds  # noqa: E402
+from harness.orchestrate import capabilities, runfolder  # noqa: E402
 from harness.orchestrate.nightly import SCREEN_P  # noqa: E402  the nightly's loose screen
 from harness.stats import window
 
@@ -104,7 +106,7 @@ def collect(out: Path, *, repeats: int, drills: list[float], measure_steps: int,
     from harness.orchestrate import ab
     from harness.results.env import collect_env, env_key
     from harness.spec.cells import expand
-    from harness.spec.matrix import load_matrix
+    from harness.spec.parse import load_matrix
 
     out.mkdir(parents=True, exist_ok=True)
     matrix_path = out / "detector.toml"
@@ -114,12 +116,12 @@ def collect(out: Path, *, repeats: int, drills: list[float], measure_steps: int,
     cells = expand(matrix)
     env = collect_env()
     key = env_key(env)
-    caps = runner.probe_capabilities(matrix.run.device, env)
+    caps = capabilities.probe_capabilities(matrix.run.device, env)
     sides = []
     for name, pct in _pools(drills).items():
-        if not (out / name / runner.PLAN).exists():
-            runner.create_run(matrix, cells, run_dir=out / name, reports_root=out, smoke=False, only=[], env=env,
-                              fire_drill_pct=pct)
+        if not (out / name / runfolder.PLAN).exists():
+            runfolder.create_run(matrix, cells, run_dir=out / name, reports_root=out, smoke=False, only=[], env=env,
+                                 fire_drill_pct=pct)
         sides.append(ab.side_for(out / name, caps=caps, env=env, env_key=key, notify=_log))
     total = sum(len(s.jobs) for s in sides)
     started, done = time.monotonic(), [0]
@@ -167,14 +169,14 @@ TRIAL = ("throughput change %", "throughput significant", "fast-step change %", 
 
 def _trial(base_rows: list[dict], cand_rows: list[dict], env: dict, th: Thresholds) -> tuple[float, ...]:
     """One comparison judged by compare.compare_runs, as TRIAL. A metric is significant as in
-    compare._decide (Holm within the cell at the level of a one-cell family, fdr_q) with its interval
+    evidence._decide (Holm within the cell at the level of a one-cell family, fdr_q) with its interval
     excluding 0, so one set of trials serves every floor: `regression` at floor F = some metric
-    significant with change <= -F, exactly the rule of compare._decide."""
+    significant with change <= -F, exactly the rule of evidence._decide."""
     comparison = compare.compare_runs(_as_run(cand_rows, "cand", env), _as_run(base_rows, "base", env),
                                       dataclasses.replace(th, floor_pct=0.0))
     (v,) = comparison.verdicts
     metrics = [m for m in (v.throughput, v.fast_step) if m is not None and m.p_value is not None]
-    held = compare.holm_within([m.p_value for m in metrics], th.fdr_q)
+    held = holm_within([m.p_value for m in metrics], th.fdr_q)
     sig = [h and (m.ci_high_pct < 0 or m.ci_low_pct > 0) for h, m in zip(held, metrics)]
     fast = (metrics[1].effect_pct, sig[1]) if len(metrics) > 1 else (np.nan, False)
     return v.throughput.effect_pct, sig[0], *fast, v.p_value, v.decided_effect_pct
@@ -340,7 +342,7 @@ def analyze(out: Path, *, sizes: list[int], trials: int, seed: int, th: Threshol
     pools = {p.name: p for p in (out.iterdir() if out.is_dir() else []) if (p / "manifest.json").exists()}
     if not all(name in pools for name in BASE_POOLS):
         raise SystemExit(f"{out}: no collection here (expected {', '.join(BASE_POOLS)} pools); run without --analyze")
-    runs = {name: compare.load_run(path) for name, path in sorted(pools.items())}
+    runs = {name: load_run(path) for name, path in sorted(pools.items())}
     env = runs["a1"].environment
     a_rows = [r for name in BASE_POOLS for r in _rows(runs[name])]
     if th.exclude_unsteady:

@@ -22,7 +22,7 @@ with the log median probe and the CV left after regressing it out, which is what
 repeats gains; within processes (25-step chunks), the same correlation.
 
 --drill-check asks whether a change to the step can move the probe, which would make an adjustment for it
-unsound. One process runs the fire drill of `nvbench run --fire-drill 10` (harness.cell.worker.FireDrill) after
+unsound. One process runs the fire drill of `nvbench run --fire-drill 10` (harness.cell.faults.FireDrill) after
 every other step, and after each step times one candidate in rotation, so each candidate is timed right
 after a drilled step and right after the plain step before it: harness.cell.probe's probe as it is (flush,
 then the timed computation), the flush read itself, the computation without a flush (probe version /1),
@@ -45,7 +45,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from harness.orchestrate.runner import with_stable_malloc  # noqa: E402
+from harness.orchestrate.job import with_stable_malloc  # noqa: E402
 
 WINDOWS = (20, 100, 300)
 
@@ -100,7 +100,7 @@ def drill_child(steps: int, out: str) -> None:
     import torch
 
     from harness.cell import probe
-    from harness.cell.worker import FireDrill
+    from harness.cell.faults import FireDrill
     from harness.models import build_model
 
     torch.set_num_threads(1)

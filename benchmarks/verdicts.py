@@ -49,13 +49,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from harness.analysis import compare  # noqa: E402
-from harness.analysis.compare import RunData, Thresholds  # noqa: E402
+from harness.analysis.runs import RunData, load_run  # noqa: E402
+from harness.analysis.verdict import IMPROVEMENT, INCONCLUSIVE, REGRESSION, UNCHANGED, Thresholds  # noqa: E402
 from harness.orchestrate.ab import decisive_looks, look_schedule  # noqa: E402
 
 COLUMNS = ("pool", "repeat", "throughput_img_per_s", "fast_step_img_per_s", "speed_probe_s", "speed_probe_kind",
            "is_steady")
 """What the simulation needs of a repeat, as exported."""
-WORDS = (compare.REGRESSION, compare.IMPROVEMENT, compare.UNCHANGED, compare.INCONCLUSIVE)
+WORDS = (REGRESSION, IMPROVEMENT, UNCHANGED, INCONCLUSIVE)
 CELL = "synthetic_nchw_fp32_ws1_ga1_0000000000"
 
 
@@ -73,7 +74,7 @@ def collect(out: Path, repeats: int, measure_steps: int, seed: int) -> None:
 def load_pool(path: Path) -> list[dict]:
     """The ok repeats of a collection folder (its a1/ and a2/ run folders) or an exported CSV."""
     if path.is_dir():
-        rows = [r | {"pool": name} for name in ("a1", "a2") for r in compare.load_run(path / name).rows]
+        rows = [r | {"pool": name} for name in ("a1", "a2") for r in load_run(path / name).rows]
     else:
         with path.open(newline="") as f:
             rows = [_typed(r) for r in csv.DictReader(f)]
@@ -138,7 +139,7 @@ def trial(pool: list[dict], seed: int, slowdown: float, looks: list[int], th: Th
     base, cand = [pool[i] for i in order[:m]], [pool[i] for i in order[m:2 * m]]
     for n in looks:
         verdict = judge(base[:n], cand[:n], slowdown, th)
-        if verdict != compare.INCONCLUSIVE:
+        if verdict != INCONCLUSIVE:
             return verdict, n
     return verdict, looks[-1]
 

@@ -16,7 +16,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from harness import __version__
-from harness.analysis.compare import RunData, RunInputError, load_run
+from harness.analysis.runs import RunData, RunInputError, load_run
 from harness.spec.matrix import AXES
 
 FORMATS = ("pytest-benchmark",)

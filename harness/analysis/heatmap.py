@@ -14,8 +14,9 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
-from harness.analysis import compare
-from harness.analysis.compare import CellVerdict, Comparison
+from harness.analysis.verdict import (
+    FAILED, IMPROVEMENT, INCONCLUSIVE, INSUFFICIENT, METRIC_ATTRIBUTES, NO_BASELINE, NOT_COMPARABLE, REGRESSION,
+    SKIPPED, SUSPECT_IMPROVEMENT, SUSPECT_REGRESSION, UNCHANGED, CellVerdict, Comparison, MetricVerdict)
 from harness.spec.matrix import AXES, AXIS_CHOICES
 
 MAX_COLUMNS = 8
@@ -33,11 +34,10 @@ TILE_KINDS = (
 """(css kind, symbol, legend words) in the legend's order; the palette (report.css, --hm-*) is Okabe-Ito's
 vermillion, yellow, grey, blue and black: told apart under the common colour-vision deficiencies."""
 
-_KIND = {compare.REGRESSION: "regression", compare.SUSPECT_REGRESSION: "regression",
-         compare.IMPROVEMENT: "improvement", compare.SUSPECT_IMPROVEMENT: "improvement",
-         compare.INCONCLUSIVE: "inconclusive", compare.INSUFFICIENT: "inconclusive",
-         compare.NOT_COMPARABLE: "inconclusive", compare.UNCHANGED: "unchanged", compare.FAILED: "failed",
-         compare.SKIPPED: "skipped", compare.NO_BASELINE: "ran"}
+_KIND = {REGRESSION: "regression", SUSPECT_REGRESSION: "regression", IMPROVEMENT: "improvement",
+         SUSPECT_IMPROVEMENT: "improvement", INCONCLUSIVE: "inconclusive", INSUFFICIENT: "inconclusive",
+         NOT_COMPARABLE: "inconclusive", UNCHANGED: "unchanged", FAILED: "failed", SKIPPED: "skipped",
+         NO_BASELINE: "ran"}
 _SYMBOL = {kind: symbol for kind, symbol, _ in TILE_KINDS}
 
 
@@ -46,10 +46,10 @@ def tile_kind(verdict: str) -> str:
     return _KIND.get(verdict, "inconclusive")
 
 
-def shown_metric(v: CellVerdict) -> compare.MetricVerdict:
+def shown_metric(v: CellVerdict) -> MetricVerdict:
     """The metric a tile and the table show: the one that made a regression or improvement call (throughput or
     the fast-step rate), else throughput."""
-    if v.verdict in (compare.REGRESSION, compare.IMPROVEMENT) and v.decided_by in compare.METRIC_ATTRIBUTES:
+    if v.verdict in (REGRESSION, IMPROVEMENT) and v.decided_by in METRIC_ATTRIBUTES:
         m = v.metric(v.decided_by)
         if m is not None and m.effect_pct is not None:
             return m

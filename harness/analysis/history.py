@@ -17,7 +17,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from harness.analysis.compare import DEFAULT_FLOOR_PCT, RunData, RunInputError, load_run, resolve_pointer
+from harness.analysis.runs import RunData, RunInputError, load_run, resolve_pointer
+from harness.analysis.verdict import DEFAULT_FLOOR_PCT
 from harness.spec.matrix import AXES
 from harness.stats import changepoint
 from harness.stats.inference import mean_interval, to_percent

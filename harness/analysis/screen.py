@@ -7,11 +7,13 @@ from __future__ import annotations
 import math
 from typing import Any, Sequence, Mapping
 
-from harness.analysis.compare import (
-    INSUFFICIENT, NO_BASELINE, NOT_COMPARABLE, SUSPECT_IMPROVEMENT, SUSPECT_REGRESSION, UNCHANGED, CellVerdict,
-    Comparison, Thresholds, _axes, _build, _by_cell, _cv, _drill, _env_difference, _failure, _format_diff, _merge,
-    _ok, _throughputs, _usable, noise_label)
+from harness.analysis.repeats import (
+    axes_of, by_cell, cv_of, drill_pct, env_difference, failure_verdict, format_diff, noise_label, ok_rows, throughputs,
+    usable_rows)
 from harness.analysis.runs import RunData
+from harness.analysis.verdict import (
+    INSUFFICIENT, NO_BASELINE, NOT_COMPARABLE, SUSPECT_IMPROVEMENT, SUSPECT_REGRESSION, UNCHANGED, CellVerdict,
+    Comparison, Thresholds, build_verdict, merge_fields)
 from harness.results.env import cell_env_fields, env_diff
 from harness.stats import inference
 
@@ -23,16 +25,16 @@ def _history_values(cid: str, cand_ok: Sequence[Mapping[str, Any]], candidate: R
     values, newest, drills = [], None, 0
     is_smoke = bool(cand_ok[0].get("is_smoke"))
     for run in history:
-        rows = _by_cell(run.rows).get(cid)
+        rows = by_cell(run.rows).get(cid)
         if not rows:
             continue
         newest = run
-        ok = [r for r in _usable(rows, th) if bool(r.get("is_smoke")) == is_smoke]
-        if any(_drill(r) for r in rows):
+        ok = [r for r in usable_rows(rows, th) if bool(r.get("is_smoke")) == is_smoke]
+        if any(drill_pct(r) for r in rows):
             drills += 1
             continue
-        if ok and not _env_difference(cand_ok, ok, candidate.environment, run.environment, subset=True):
-            values.append(float(_throughputs(ok).mean()))
+        if ok and not env_difference(cand_ok, ok, candidate.environment, run.environment, subset=True):
+            values.append(float(throughputs(ok).mean()))
     return values[-th.history_runs:], newest, drills
 
 
@@ -44,21 +46,21 @@ def screen_history(candidate: RunData, history: Sequence[RunData], thresholds: T
     are what a confirmation rerun should target, not confirmed regressions."""
     th = thresholds or Thresholds()
     verdicts, suspects = [], []
-    for cid, rows in sorted(_by_cell(candidate.rows).items()):
-        common = {"cell_id": cid, **_axes(rows), "floor_pct": th.floor_pct, "fdr_q": th.fdr_q,
-                  "accuracy_tolerance": th.accuracy_tolerance, "fire_drill_pct": max(map(_drill, rows)),
+    for cid, rows in sorted(by_cell(candidate.rows).items()):
+        common = {"cell_id": cid, **axes_of(rows), "floor_pct": th.floor_pct, "fdr_q": th.fdr_q,
+                  "accuracy_tolerance": th.accuracy_tolerance, "fire_drill_pct": max(map(drill_pct, rows)),
                   "is_smoke": bool(rows[0].get("is_smoke")), "candidate_run_id": candidate.run_id,
                   "baseline_run_id": label, "method": "history_median_mad"}
-        ok = _usable(rows, th)
-        if not _ok(rows):
-            verdict, reason = _failure(rows)
+        ok = usable_rows(rows, th)
+        if not ok_rows(rows):
+            verdict, reason = failure_verdict(rows)
             verdicts.append(CellVerdict(**common, verdict=verdict, reason=reason))
             continue
-        x = float(_throughputs(ok).mean()) if ok else float(_throughputs(_ok(rows)).mean())
-        values, newest, drills = _history_values(cid, _ok(rows), candidate, history, th)
+        x = float(throughputs(ok).mean()) if ok else float(throughputs(ok_rows(rows)).mean())
+        values, newest, drills = _history_values(cid, ok_rows(rows), candidate, history, th)
         common |= {"num_candidate": len(ok), "num_history_runs": len(values),
-                   "throughput": {"candidate_img_per_s": x, "candidate_cv": _cv(_throughputs(ok)) if ok else None}}
-        verdicts.append(_build(_merge(common, _screen(x, values, newest, drills, rows, candidate, th))))
+                   "throughput": {"candidate_img_per_s": x, "candidate_cv": cv_of(throughputs(ok)) if ok else None}}
+        verdicts.append(build_verdict(merge_fields(common, _screen(x, values, newest, drills, rows, candidate, th))))
         if verdicts[-1].verdict in (SUSPECT_REGRESSION, SUSPECT_IMPROVEMENT):
             suspects.append(cid)
     return Comparison(mode="history", candidate=candidate, baseline_label=label, baseline_environment=None,
@@ -72,7 +74,7 @@ def _screen(x: float, values: list[float], newest: RunData | None, drills: int, 
     if not values:
         fields_ = cell_env_fields(backend=str(rows[0].get("backend")), device=rows[0].get("device"),
                                   world_size=int(rows[0].get("world_size") or 1))
-        diff = _format_diff(env_diff(newest.environment, candidate.environment, fields=fields_))
+        diff = format_diff(env_diff(newest.environment, candidate.environment, fields=fields_))
         why = f"environment differs from the newest past run {newest.run_id}: {diff}" if diff else \
             f"no past run with the same environment and smoke setting ({drills} fire drill(s) left out)"
         return {"verdict": NOT_COMPARABLE, "reason": why, "env_diff": diff}

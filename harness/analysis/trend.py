@@ -1,6 +1,6 @@
 """Rendering of a history (harness.analysis.history) into history.html (self-contained: inline CSS and SVG, no
 script, no network), changes.md and changes.parquet. No statistics here: every number comes from history.
-Every string from results is escaped (html.escape; report._md for Markdown) before it is written.
+Every string from results is escaped (wording.esc; wording.esc_md for Markdown) before it is written.
 """
 
 from __future__ import annotations
@@ -8,17 +8,18 @@ from __future__ import annotations
 import json
 import math
 import string
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
-from typing import Any, Sequence
 
 import pyarrow as pa
 
-from harness.analysis.runs import RunInputError
 from harness.analysis.history import CHANGE_COLUMNS, CHANGES_VERSION, METRICS, Change, History, Series
-from harness.analysis.report import _e, _md, _ticks
+from harness.analysis.report_plots import ticks
+from harness.analysis.runs import RunInputError
+from harness.analysis.wording import esc, esc_md
 from harness.results import store
 from harness.stats import changepoint
 
@@ -172,10 +173,10 @@ def trend_plot(history: History, series: Series) -> str:
 
     unit = next(m.unit for m in METRICS if m.name == series.metric)
     parts = [f'<svg class="trend" viewBox="0 0 {_W} {_H}" width="{_W}" height="{_H}" role="img" '
-             f'aria-label="{_e(series.metric)} of {_e(series.cell_id)} over {num_nights} nights">']
-    for tick in _ticks(lo, hi, 4):
+             f'aria-label="{esc(series.metric)} of {esc(series.cell_id)} over {num_nights} nights">']
+    for tick in ticks(lo, hi, 4):
         parts.append(f'<line class="axis" x1="{_LEFT}" y1="{sy(tick):.1f}" x2="{_W - _RIGHT}" y2="{sy(tick):.1f}"/>'
-                     f'<text x="{_LEFT - 5}" y="{sy(tick) + 4:.1f}" text-anchor="end">{_e(f"{tick:.4g}")}</text>')
+                     f'<text x="{_LEFT - 5}" y="{sy(tick) + 4:.1f}" text-anchor="end">{esc(f"{tick:.4g}")}</text>')
     every = max(1, math.ceil(num_nights / 12))
     for night in range(0, num_nights, every):
         parts.append(f'<text x="{sx(night):.1f}" y="{bottom + 14}" text-anchor="middle">{night + 1}</text>')
@@ -192,7 +193,7 @@ def trend_plot(history: History, series: Series) -> str:
             parts.append(f'<line class="ci" x1="{sx(p.night):.1f}" y1="{sy(p.low):.1f}" x2="{sx(p.night):.1f}" '
                          f'y2="{sy(p.high):.1f}"/>')
         parts.append(f'<circle class="{css}" cx="{sx(p.night):.1f}" cy="{sy(p.value):.1f}" r="3.5">'
-                     f'<title>{_e(tip)}</title></circle>')
+                     f'<title>{esc(tip)}</title></circle>')
     for k, c in enumerate(changes, start=1):
         parts.append(_mark(c, k, sx, sy, bottom))
     parts.append("</svg>")
@@ -229,19 +230,19 @@ def _mark(c: Change, k: int, sx, sy, bottom: float) -> str:
     if c.kind == "drift":
         x1, x2 = sx(c.night - 1), sx(c.night - 1 + c.nights_after - 1)
         return (f'<g class="drift {css}"><line x1="{x1:.1f}" y1="{sy(c.before):.1f}" x2="{x2:.1f}" y2="{sy(c.after):.1f}"/>'
-                f'<text x="{x2:.1f}" y="{y_text}" text-anchor="end">{_e(short)} drift</text><title>{_e(tip)}</title></g>')
+                f'<text x="{x2:.1f}" y="{y_text}" text-anchor="end">{esc(short)} drift</text><title>{esc(tip)}</title></g>')
     x = sx(c.night - 1.5)  # between the night before and the night it starts
     anchor, dx = ("start", 3) if x < _W / 2 else ("end", -3)
     return (f'<g class="cp {css}"><line x1="{x:.1f}" y1="{_TOP - 4}" x2="{x:.1f}" y2="{bottom}"/>'
-            f'<text x="{x + dx:.1f}" y="{y_text}" text-anchor="{anchor}">{_e(short)}</text><title>{_e(tip)}</title></g>')
+            f'<text x="{x + dx:.1f}" y="{y_text}" text-anchor="{anchor}">{esc(short)}</text><title>{esc(tip)}</title></g>')
 
 
 def legend(changes: Sequence[Change]) -> str:
     """The plot's changes in words: number, kind, night, change with its interval, commit range, significance."""
-    items = "".join(f'<li class="{"down" if c.change < 0 else "up"}">{k}: {_e(c.kind)} at night {c.night} '
-                    f'(<code>{_e(c.run_id)}</code>): <b>{_e(change_text(c))}</b>, commits <code>{_e(commit_range(c))}'
-                    f'</code>, {_e(significance_text(c))}'
-                    + (f"; A/B: {_e(confirmation_text(c))}" if c.confirmation else "") + "</li>"
+    items = "".join(f'<li class="{"down" if c.change < 0 else "up"}">{k}: {esc(c.kind)} at night {c.night} '
+                    f'(<code>{esc(c.run_id)}</code>): <b>{esc(change_text(c))}</b>, commits <code>{esc(commit_range(c))}'
+                    f'</code>, {esc(significance_text(c))}'
+                    + (f"; A/B: {esc(confirmation_text(c))}" if c.confirmation else "") + "</li>"
                     for k, c in enumerate(changes, start=1))
     return f'<ol class="legend">{items}</ol>' if items else ""
 
@@ -259,11 +260,11 @@ def _changes_table(history: History) -> str:
         tags = "".join([' <span class="tag">new tonight</span>' if c.is_new else "",
                         f' <span class="tag">FIRE DRILL +{c.fire_drill_pct:g}%</span>' if c.fire_drill_pct else ""])
         rows.append(
-            f'<tr><td class="num">{c.night}</td><td><code>{_e(c.run_id)}</code>{tags}</td>'
-            f'<td><a href="#cell-{_e(c.cell_id)}"><code>{_e(c.cell_id)}</code></a></td><td>{_e(c.metric)}</td>'
-            f'<td>{_e(c.kind)}</td><td class="num {css}">{_e(change_text(c))}</td>'
-            f'<td class="num">{_e(f"{c.before:.4g} -> {c.after:.4g}")}</td><td>{_e(significance_text(c))}</td>'
-            f'<td><code>{_e(commit_range(c))}</code></td>{_confirmation_cell(c, css)}</tr>')
+            f'<tr><td class="num">{c.night}</td><td><code>{esc(c.run_id)}</code>{tags}</td>'
+            f'<td><a href="#cell-{esc(c.cell_id)}"><code>{esc(c.cell_id)}</code></a></td><td>{esc(c.metric)}</td>'
+            f'<td>{esc(c.kind)}</td><td class="num {css}">{esc(change_text(c))}</td>'
+            f'<td class="num">{esc(f"{c.before:.4g} -> {c.after:.4g}")}</td><td>{esc(significance_text(c))}</td>'
+            f'<td><code>{esc(commit_range(c))}</code></td>{_confirmation_cell(c, css)}</tr>')
     return ('<table id="changes-table"><thead><tr><th>night</th><th>run</th><th>cell</th><th>metric</th><th>kind</th>'
             f'<th>change [{history.settings.confidence:.0%}]</th><th>level</th><th>significance</th><th>commits</th>'
             f"<th>A/B of the commits</th></tr></thead><tbody>{''.join(rows)}</tbody></table>")
@@ -276,9 +277,9 @@ def _confirmation_cell(c: Change, direction: str) -> str:
     """The A/B's word in bold (a confirmed change in the colour of its direction), its note under it."""
     if c.confirmation is None:
         return f'<td class="confirmation">{"" if c.kind == "drift" else "not asked"}</td>'
-    note = f'<br><span class="reason">{_e(c.confirmation_note)}</span>' if c.confirmation_note else ""
+    note = f'<br><span class="reason">{esc(c.confirmation_note)}</span>' if c.confirmation_note else ""
     css = _CONFIRMATION_CSS.get(c.confirmation, "") + (f" {direction}" if c.confirmation == "confirmed" else "")
-    return f'<td class="confirmation {css}"><b>{_e(c.confirmation)}</b>{note}</td>'
+    return f'<td class="confirmation {css}"><b>{esc(c.confirmation)}</b>{note}</td>'
 
 
 def _cell_figures(history: History) -> str:
@@ -289,12 +290,12 @@ def _cell_figures(history: History) -> str:
     for cid in sorted_cells(history):
         changed = {c.metric for c in history.changes if c.cell_id == cid}
         shown = [s for s in by_cell[cid] if s.metric == "throughput" or s.metric in changed]
-        plots = "".join(f'<div class="metric"><span class="mname">{_e(s.metric)} ({_e(_unit(s))})</span>'
+        plots = "".join(f'<div class="metric"><span class="mname">{esc(s.metric)} ({esc(_unit(s))})</span>'
                         f'{trend_plot(history, s)}{legend(plot_changes(history, s))}</div>' for s in shown)
         rel, pts = _cell_magnitude(history, cid)
         note = f"largest change {rel:.1f}%" if rel else (f"largest change {pts:.1f} pt" if pts else "no change")
-        figures.append(f'<figure id="cell-{_e(cid)}"><figcaption><code>{_e(cid)}</code> '
-                       f'<span class="reason">{_e(note)}</span></figcaption><div class="metrics">{plots}</div></figure>')
+        figures.append(f'<figure id="cell-{esc(cid)}"><figcaption><code>{esc(cid)}</code> '
+                       f'<span class="reason">{esc(note)}</span></figcaption><div class="metrics">{plots}</div></figure>')
     return "\n".join(figures) or "<p>No cell has an ok night.</p>"
 
 
@@ -303,8 +304,8 @@ def _unit(series: Series) -> str:
 
 
 def _nights_table(history: History) -> str:
-    rows = "".join(f'<tr><td class="num">{i + 1}</td><td><code>{_e(n.run_id)}</code></td><td>{_e(n.run.created_at)}</td>'
-                   f'<td><code>{_e(n.commit)}</code></td><td>{_e(f"+{n.fire_drill_pct:g}% fire drill" if n.fire_drill_pct else "")}</td></tr>'
+    rows = "".join(f'<tr><td class="num">{i + 1}</td><td><code>{esc(n.run_id)}</code></td><td>{esc(n.run.created_at)}</td>'
+                   f'<td><code>{esc(n.commit)}</code></td><td>{esc(f"+{n.fire_drill_pct:g}% fire drill" if n.fire_drill_pct else "")}</td></tr>'
                    for i, n in enumerate(history.nights))
     return ('<table><thead><tr><th>night</th><th>run</th><th>created</th><th>commit</th><th></th></tr></thead>'
             f"<tbody>{rows}</tbody></table>")
@@ -313,7 +314,7 @@ def _nights_table(history: History) -> str:
 def _skipped(history: History) -> str:
     if not history.skipped:
         return "<p>None: every run folder was read.</p>"
-    return "<ul>" + "".join(f"<li><code>{_e(path)}</code>: {_e(why)}</li>" for path, why in history.skipped) + "</ul>"
+    return "<ul>" + "".join(f"<li><code>{esc(path)}</code>: {esc(why)}</li>" for path, why in history.skipped) + "</ul>"
 
 
 def method_text(history: History) -> str:
@@ -347,10 +348,10 @@ def render_html(history: History) -> str:
                 f"{new} new tonight, {confirmed} confirmed by A/B \u00b7 {len(history.skipped)} run(s) skipped"
                 + (f" \u00b7 {history.drift_note()}" if history.drift_note() else ""))
     return string.Template(_template("history.html")).substitute(
-        title=_e("nvbench history"), css=_template("report.css") + _template("history.css"), subtitle=_e(subtitle),
+        title=esc("nvbench history"), css=_template("report.css") + _template("history.css"), subtitle=esc(subtitle),
         changes=_changes_table(history), cells=_cell_figures(history), nights=_nights_table(history),
         skipped=_skipped(history),
-        method=_e(f"{method_text(history)} Written {datetime.now(timezone.utc).isoformat(timespec='seconds')}."))
+        method=esc(f"{method_text(history)} Written {datetime.now(UTC).isoformat(timespec='seconds')}."))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -360,9 +361,9 @@ def render_html(history: History) -> str:
 def _md_row(c: Change) -> str:
     tags = (" **new**" if c.is_new else "") + (f" FIRE DRILL +{c.fire_drill_pct:g}%" if c.fire_drill_pct else "")
     ab = confirmation_text(c) or ("" if c.kind == "drift" else "not asked")
-    ab = f"**{_md(ab)}**" if c.confirmation == "confirmed" else _md(ab)
-    return (f"| {c.night} | {_md(c.run_id)}{tags} | {_md(c.cell_id)} | {_md(c.metric)} | {c.kind} | "
-            f"{_md(change_text(c))} | {_md(significance_text(c))} | {_md(commit_range(c))} | {ab} |")
+    ab = f"**{esc_md(ab)}**" if c.confirmation == "confirmed" else esc_md(ab)
+    return (f"| {c.night} | {esc_md(c.run_id)}{tags} | {esc_md(c.cell_id)} | {esc_md(c.metric)} | {c.kind} | "
+            f"{esc_md(change_text(c))} | {esc_md(significance_text(c))} | {esc_md(commit_range(c))} | {ab} |")
 
 
 _HEADER = ["| night | run | cell | metric | kind | change | significance | commits | A/B of the commits |",
@@ -385,8 +386,8 @@ def render_markdown(history: History) -> str:
     else:
         lines.append("No change point and no drift in any series.")
     if note := history.drift_note():
-        lines += ["", f"**{_md(note[0].upper() + note[1:])}.**"]
+        lines += ["", f"**{esc_md(note[0].upper() + note[1:])}.**"]
     if history.skipped:
-        lines += ["", "**Skipped runs:**", ""] + [f"- {_md(path)}: {_md(why)}" for path, why in history.skipped]
-    lines += ["", f"_{_md(method_text(history))}_", ""]
+        lines += ["", "**Skipped runs:**", ""] + [f"- {esc_md(path)}: {esc_md(why)}" for path, why in history.skipped]
+    lines += ["", f"_{esc_md(method_text(history))}_", ""]
     return "\n".join(lines)

@@ -1,5 +1,6 @@
-"""Model FLOPs utilisation: the FLOPs of one training image (counted once per cell on the meta device) and
-the dense peak TFLOP/s of each GPU model and precision, from the vendor datasheets.
+"""Model FLOPs utilisation: the FLOPs of one training image (counted once per cell on the meta device by
+harness.models.flops, the registry's counter) and the dense peak TFLOP/s of each GPU model and precision, from
+the vendor datasheets.
 
 FLOPs count a multiply-add as 2, as the datasheet peaks do (torch.utils.flop_counter). Only matrix
 multiplications and convolutions are counted (forward and backward); normalisation, activations, the
@@ -15,6 +16,7 @@ from typing import Callable
 import torch
 
 from harness.models import build_model
+from harness.models.flops import count_flops
 
 # Dense peaks (no structured sparsity) in TFLOP/s. Datasheets print sparse figures with an asterisk:
 # the dense figure is half of it. fp32 is the CUDA-core (non-tensor) rate; tf32, fp16 and bf16 are
@@ -106,24 +108,10 @@ def peak_tflops(device_name: str | None, precision: str, *, tf32_allowed: bool) 
 
 def training_flops_per_image(model: str, *, num_classes: int, image_size: int, batch_size: int = 2,
                              builder: Callable[..., torch.nn.Module] = build_model) -> float:
-    """FLOPs of forward + backward of one image of a training step, counted on the meta device.
-
-    A fresh model is built on the meta device (no memory, no kernels, no RNG draws), so the real run's
-    weights, BN statistics, optimizer state and random streams are untouched. The input does not
-    require grad, as in training, so the first layer computes no input gradient. `batch_size` only needs
-    to be >= 2 (BatchNorm in training mode needs two values per channel); the count is per image.
-    """
-    from torch.utils.flop_counter import FlopCounterMode
-
-    with torch.device("meta"):
-        net = builder(model, num_classes=num_classes)
-    net.train()
-    images = torch.empty(batch_size, 3, image_size, image_size, device="meta")
-    labels = torch.zeros(batch_size, dtype=torch.int64, device="meta")
-    with FlopCounterMode(display=False) as counter:
-        loss = torch.nn.functional.cross_entropy(net(images), labels)
-        loss.backward()
-    return counter.get_total_flops() / batch_size
+    """FLOPs of forward + backward of one image of a training step: harness.models.flops.count_flops, the
+    counter the registry's figures come from (see there for how it counts)."""
+    return count_flops(model, num_classes=num_classes, image_size=image_size, training=True,
+                       batch_size=batch_size, builder=builder)
 
 
 def mfu_columns(*, flops_per_image: float | None, throughput_img_per_s: float,

@@ -1,32 +1,30 @@
-"""The model registry for `benchmark.model`: one builder per name. A new model is a module, one line here
-and its name in harness.spec.matrix.MODEL_NAMES (validation reads that list without torch; a test keeps both equal)."""
+"""The models: the registry (registry.py, plain data, no torch), the user's own model by import path (user.py), and
+the networks with their builders (build.py and one module per family). A new model is a module and one entry in
+registry.ENTRIES, plus its name in harness.spec.matrix.MODEL_NAMES (a test keeps the two equal).
+
+Importing this package imports no torch: `build_model` and `build_user_model` load build.py on first use.
+"""
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import TYPE_CHECKING, Any
 
-from torch import nn
+from harness.models.registry import ENTRIES, MODELS, ModelEntry, Recipe, entry, model_names
+from harness.models.user import UserModelError, import_path_hash, import_path_problem, is_import_path, model_token
 
-from harness.models.resnet import resnet18, resnet34, resnet50, resnet101
+if TYPE_CHECKING:
+    from harness.models.build import build_model, build_user_model
 
-# Builders take (*, num_classes, zero_init_residual) and return a freshly initialised model on the CPU.
-MODELS: dict[str, Callable[..., nn.Module]] = {
-    "resnet18": resnet18,
-    "resnet34": resnet34,
-    "resnet50": resnet50,
-    "resnet101": resnet101,
-}
+__all__ = ["ENTRIES", "MODELS", "ModelEntry", "Recipe", "UserModelError", "build_model", "build_user_model",
+           "entry", "import_path_hash", "import_path_problem", "is_import_path", "model_names", "model_token"]
 
-
-def model_names() -> tuple[str, ...]:
-    """Registered model names, in registry order (smallest network first)."""
-    return tuple(MODELS)
+_LAZY = {"build_model", "build_user_model"}
 
 
-def build_model(name: str, *, num_classes: int, zero_init_residual: bool = False) -> nn.Module:
-    """Build the registered model `name`; unknown names raise ValueError listing the known ones."""
-    try:
-        builder = MODELS[name]
-    except KeyError:
-        raise ValueError(f"unknown model {name!r}; known models: {', '.join(model_names())}") from None
-    return builder(num_classes=num_classes, zero_init_residual=zero_init_residual)
+def __getattr__(name: str) -> Any:
+    # PEP 562: the torch side loads only when a builder is asked for, so the validator can import the registry.
+    if name in _LAZY:
+        from harness.models import build
+
+        return getattr(build, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

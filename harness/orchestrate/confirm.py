@@ -12,18 +12,32 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from harness.analysis import decide
 from harness.analysis.history import CONFIRMED, COULD_NOT_CONFIRM, NOT_CONFIRMED, Change, History
+from harness.analysis.runs import load_run
 from harness.spec.matrix import AXES
 
 Confirmation = tuple[str, str]
 """(confirmed | not confirmed | could not confirm, the note that says why)."""
 RATES = ("throughput", "fast steps")
 """The metrics an A/B judges (its verdict rests on one of them)."""
+
+
+def unusable_side(ab_dir: Path) -> str | None:
+    """Why an A/B run confirms nothing (a side with a cell that has no ok repeat), or None. Cells skipped
+    on this machine (a GPU cell on a CPU box, caught by the widened --only filters) do not count."""
+    runs = {side: load_run(ab_dir / side) for side in ("a", "b")}
+    cells = {row["cell_id"] for run in runs.values() for row in run.rows if row["status"] != "skipped"}
+    for side, run in runs.items():
+        ok = {row["cell_id"] for row in run.rows if row["status"] == "ok"}
+        if missing := sorted(cells - ok):
+            return f"{ab_dir / side}: no ok repeat of {', '.join(missing)} (see its logs/)"
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,8 +75,8 @@ def plan(history: History, wanted: Sequence[int]) -> tuple[list[Pair], dict[int,
         if a is None or b is None:
             known[i] = (COULD_NOT_CONFIRM, why_a or why_b)
         elif a == b:
-            known[i] = (COULD_NOT_CONFIRM, f"both nights ran commit {a[:12]}: no change of the code to test (the "
-                                           "machine or its environment changed)")
+            known[i] = (COULD_NOT_CONFIRM, (f"both nights ran commit {a[:12]}: no change of the code to test "
+                                            "(the machine or its environment changed)"))
         else:
             pairs.setdefault((a, b), []).append(i)
     return [Pair(a, b, tuple(ix)) for (a, b), ix in pairs.items()], known
@@ -124,14 +138,14 @@ class Confirmer:
         t0 = time.monotonic()
         argv = [sys.executable, "-m", "harness", "ab", str(self.matrix), "--out", str(folder), "--a-checkout",
                 str(checkouts["a"]), "--b-checkout", str(checkouts["b"]), *only_flags(changes), *self.ab_args]
-        proc = subprocess.run(argv, capture_output=True, text=True)
+        proc = subprocess.run(argv, capture_output=True, text=True, check=False)
         why = self._unusable(folder, proc)
         if why:
             self.notify(f"  could not confirm: {why}")
             return [(COULD_NOT_CONFIRM, why)] * len(changes)
-        from harness.analysis import report
+        from harness.analysis import verdicts_file
 
-        verdicts = {v.cell_id: v for v in report.read_verdicts(folder / "report" / "verdicts.parquet")}
+        verdicts = {v.cell_id: v for v in verdicts_file.read_verdicts(folder / "report" / "verdicts.parquet")}
         answers = [judge(c, verdicts) for c in changes]
         for c, (word, note) in zip(changes, answers):
             self.notify(f"  {c.cell_id} {c.metric} {c.change:+.1f}{'%' if c.unit == '%' else ' pt'}: {word} ({note})")
@@ -141,8 +155,6 @@ class Confirmer:
     @staticmethod
     def _unusable(folder: Path, proc: subprocess.CompletedProcess) -> str:
         """Why an A/B confirms nothing ("" when it can be read)."""
-        from harness.orchestrate.nightly import unusable_side
-
         if not (folder / "report" / "verdicts.parquet").is_file():
             tail = [line for line in proc.stderr.strip().splitlines() if line.strip()][-1:] or ["no output"]
             return f"the A/B did not run (exit {proc.returncode}: {tail[0]})"
@@ -160,7 +172,7 @@ class Confirmer:
         shutil.rmtree(path, ignore_errors=True)
         path.parent.mkdir(parents=True, exist_ok=True)
         proc = subprocess.run(["git", "-C", str(self.repo), "worktree", "add", "--detach", "--force", str(path), sha],
-                              capture_output=True, text=True)
+                              capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             last = [line for line in proc.stderr.strip().splitlines() if line.strip()][-1:] or ["git failed"]
             return None, f"commit {sha[:12]} cannot be checked out in {self.repo} ({last[0]})"
@@ -173,9 +185,9 @@ class Confirmer:
             return
         for path in folder.iterdir():
             subprocess.run(["git", "-C", str(self.repo), "worktree", "remove", "--force", str(path)],
-                           capture_output=True)
+                           capture_output=True, check=False)
         shutil.rmtree(folder, ignore_errors=True)
-        subprocess.run(["git", "-C", str(self.repo), "worktree", "prune"], capture_output=True)
+        subprocess.run(["git", "-C", str(self.repo), "worktree", "prune"], capture_output=True, check=False)
 
 
 def carried(history: History, earlier: Sequence[Change]) -> dict[int, Confirmation]:

@@ -30,7 +30,10 @@ import sys
 from pathlib import Path
 
 import harness
-from harness.analysis import compare, report
+from harness.analysis import verdicts_file
+from harness.analysis.runs import load_run
+from harness.analysis.verdict import INCONCLUSIVE, REGRESSION, CellVerdict
+from harness.orchestrate.confirm import unusable_side
 from harness.results import store
 from harness.results.env import git_state
 
@@ -43,13 +46,13 @@ def targets(report_dir: Path) -> list[str]:
     if (report_dir / "suspects.json").is_file():
         flags = {f for s in store.read_json(report_dir / "suspects.json") for f in s["only"]}
     else:
-        verdicts = report.read_verdicts(report_dir / "verdicts.parquet")
+        verdicts = verdicts_file.read_verdicts(report_dir / "verdicts.parquet")
         flags = {f for v in verdicts if _screened(v) for f in v.axis_filters()}
     return [arg for flag in sorted(flags) for arg in ("--only", flag)]
 
 
-def _screened(v: compare.CellVerdict) -> bool:
-    if v.verdict in (compare.REGRESSION, compare.INCONCLUSIVE):  # the A/B decides what one night could not
+def _screened(v: CellVerdict) -> bool:
+    if v.verdict in (REGRESSION, INCONCLUSIVE):  # the A/B decides what one night could not
         return True
     effect, p = v.decided_effect_pct, v.p_value  # the deciding metric's change, the cell's p
     return effect is not None and p is not None and effect < 0 and p <= SCREEN_P
@@ -60,27 +63,15 @@ def recorded_code(run_dir: Path | None) -> str | None:
     if run_dir is None:
         sha, dirty = git_state(Path(harness.__file__).resolve().parent)  # the package, as collect_env reads it
     else:
-        env = compare.load_run(run_dir).environment
+        env = load_run(run_dir).environment
         sha, dirty = env.get("nvbench_git_sha"), env.get("nvbench_git_dirty")
     return sha if sha and dirty is False else None
 
 
-def unusable_side(ab_dir: Path) -> str | None:
-    """Why an A/B run confirms nothing (a side with a cell that has no ok repeat), or None. Cells skipped
-    on this machine (a GPU cell on a CPU box, caught by the widened --only filters) do not count."""
-    runs = {side: compare.load_run(ab_dir / side) for side in ("a", "b")}
-    cells = {row["cell_id"] for run in runs.values() for row in run.rows if row["status"] != "skipped"}
-    for side, run in runs.items():
-        ok = {row["cell_id"] for row in run.rows if row["status"] == "ok"}
-        if missing := sorted(cells - ok):
-            return f"{ab_dir / side}: no ok repeat of {', '.join(missing)} (see its logs/)"
-    return None
-
-
 def inconclusive_lines(report_dir: Path) -> list[str]:
     """`INCONCLUSIVE cell: reason` for every inconclusive cell of a report's verdicts.parquet."""
-    verdicts = report.read_verdicts(report_dir / "verdicts.parquet")
-    return [f"  INCONCLUSIVE {v.cell_id}: {v.reason}" for v in verdicts if v.verdict == compare.INCONCLUSIVE]
+    verdicts = verdicts_file.read_verdicts(report_dir / "verdicts.parquet")
+    return [f"  INCONCLUSIVE {v.cell_id}: {v.reason}" for v in verdicts if v.verdict == INCONCLUSIVE]
 
 
 def history_step(argv: list[str]) -> int:

@@ -27,8 +27,8 @@ from pathlib import Path
 
 from harness.orchestrate.executors import Ended, ExecutorUnavailable, Launch
 from harness.orchestrate.launch import Outcome
+from harness.spec.executor import ExecutorConfig
 from harness.spec.job import LAUNCHED_AT_ENV
-from harness.spec.matrix import ExecutorConfig
 
 ACTIVE = frozenset({"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "REQUEUE_HOLD",
                     "REQUEUE_FED", "RESIZING", "STOPPED", "SIGNALING", "STAGE_OUT", "RESV_DEL_HOLD"})

@@ -10,6 +10,7 @@ import random
 from dataclasses import dataclass
 from typing import Any, Iterable
 
+from harness.spec.knobs import suggest
 from harness.spec.matrix import (
     AXES,
     AXIS_CHOICES,
@@ -17,14 +18,12 @@ from harness.spec.matrix import (
     DataConfig,
     LaunchConfig,
     Matrix,
-    MatrixError,
     RecipeConfig,
     RunConfig,
-    _parse_axis_value,
-    _suggest,
     from_plain,
     to_plain,
 )
+from harness.spec.parse import MatrixError, parse_axis_value
 
 # Knobs that change how a cell is run or kept, not what it measures: left out of the cell id so that
 # ids stay comparable across runs, machines and timeouts.
@@ -107,11 +106,11 @@ def parse_only(filters: Iterable[str], source: str) -> dict[str, set[Any]]:
             problems.append(f"--only {text!r}: expected axis=value, e.g. backend=synthetic")
             continue
         if axis not in AXIS_CHOICES:
-            problems.append(f"--only {text!r}: unknown axis{_suggest(axis, AXES)}")
+            problems.append(f"--only {text!r}: unknown axis{suggest(axis, AXES)}")
             continue
         if AXIS_CHOICES[axis] is None:
             value = _as_int(value)
-        conv, problem = _parse_axis_value(axis, value)
+        conv, problem = parse_axis_value(axis, value)
         if problem:
             problems.append(f"--only {axis}: {problem}")
         else:

@@ -242,7 +242,7 @@ def permutation_p_value(
 
 
 PERMUTATION_CHUNK = 50_000
-"""Random splits drawn at a time: a wide matrix asks for hundreds of thousands (compare.permutations_for), and
+"""Random splits drawn at a time: a wide matrix asks for hundreds of thousands (evidence.permutations_for), and
 their index arrays stay tens of MB this way. One chunk below it, so results there are as before chunking."""
 
 

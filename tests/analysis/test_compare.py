@@ -9,9 +9,15 @@ import numpy as np
 import pytest
 
 from harness.analysis import compare
+from harness.analysis.evidence import holm_within, permutations_for
+from harness.analysis.findings import PHASE_NAMES
+from harness.analysis.repeats import noise_label
+from harness.analysis.runs import RunData, RunInputError, load_run, resolve_pointer
 from harness.analysis.screen import screen_history
-from harness.analysis.compare import (
+from harness.analysis.verdict import (
+    DEFAULT_FLOOR_PCT,
     FAILED,
+    FAST_STEPS,
     IMPROVEMENT,
     INCONCLUSIVE,
     INSUFFICIENT,
@@ -21,8 +27,10 @@ from harness.analysis.compare import (
     SKIPPED,
     SUSPECT_IMPROVEMENT,
     SUSPECT_REGRESSION,
+    THROUGHPUT,
     UNCHANGED,
-    RunData,
+    VERDICT_COLUMNS,
+    CellVerdict,
     Thresholds,
 )
 
@@ -256,21 +264,21 @@ def test_thresholds_report_every_problem_at_once():
 
 
 def test_load_run_rejects_a_folder_that_is_not_a_run_and_follows_pointers(tmp_path):
-    with pytest.raises(compare.RunInputError, match="not an nvbench run folder"):
-        compare.load_run(tmp_path)
+    with pytest.raises(RunInputError, match="not an nvbench run folder"):
+        load_run(tmp_path)
     pointer = tmp_path / "current.txt"
     pointer.write_text("# promoted 2026-01-01\n\nsome-run\n")
-    assert compare.resolve_pointer(pointer) == tmp_path / "some-run"
+    assert resolve_pointer(pointer) == tmp_path / "some-run"
     (tmp_path / "empty.txt").write_text("# nothing\n")
-    with pytest.raises(compare.RunInputError, match="pointer file names no run folder"):
-        compare.resolve_pointer(tmp_path / "empty.txt")
+    with pytest.raises(RunInputError, match="pointer file names no run folder"):
+        resolve_pointer(tmp_path / "empty.txt")
 
 
 def test_noise_labels():
-    assert compare.noise_label(0.005, 0) == "quiet"
-    assert compare.noise_label(0.02, 1) == "moderate, 1 unsteady"
-    assert compare.noise_label(0.2, 0) == "very noisy"
-    assert math.isclose(compare.DEFAULT_FLOOR_PCT, Thresholds().floor_pct)
+    assert noise_label(0.005, 0) == "quiet"
+    assert noise_label(0.02, 1) == "moderate, 1 unsteady"
+    assert noise_label(0.2, 0) == "very noisy"
+    assert math.isclose(DEFAULT_FLOOR_PCT, Thresholds().floor_pct)
 
 
 # --- two metrics: throughput and the fast-step rate -----------------------------------------------
@@ -295,7 +303,7 @@ def two(rng, n, th=None, **cand):
 
 def test_fast_steps_find_a_slowdown_that_throughput_noise_hides():
     v = two(np.random.default_rng(3), 10, slow=0.05)
-    assert v.verdict == REGRESSION and v.decided_by == compare.FAST_STEPS
+    assert v.verdict == REGRESSION and v.decided_by == FAST_STEPS
     assert v.decided_effect_pct == v.fast_step.effect_pct
     assert v.fast_step.effect_pct == pytest.approx(-5.0, abs=1.0) and v.fast_step.ci_high_pct < 0
     assert v.p_value == pytest.approx(2 * v.fast_step.p_value) and v.throughput.p_value > v.fast_step.p_value
@@ -303,7 +311,7 @@ def test_fast_steps_find_a_slowdown_that_throughput_noise_hides():
     assert "fast steps slower beyond the 3% floor" in v.reason and v.reason.startswith("throughput ")
     assert v.mdc_pct < 3  # the fast-step rate's reach, not throughput's (~15 % at 8 %)
     alone = two(np.random.default_rng(3), 10, Thresholds(fast_steps=False), slow=0.05)  # --no-fast-steps
-    assert alone.verdict == INCONCLUSIVE and alone.fast_step is None and alone.decided_by == compare.THROUGHPUT
+    assert alone.verdict == INCONCLUSIVE and alone.fast_step is None and alone.decided_by == THROUGHPUT
 
 
 def test_a_slowdown_of_a_few_steps_is_left_to_throughput():
@@ -311,7 +319,7 @@ def test_a_slowdown_of_a_few_steps_is_left_to_throughput():
     cand = with_fast(rows([x * 0.9 for x in BASE * 2]), [120.0 + 0.1 * i for i in range(10)])
     base = with_fast(rows(BASE * 2), [120.0 + 0.1 * i for i in range(10)][::-1])
     v = one(cand, base)
-    assert v.verdict == REGRESSION and v.decided_by == compare.THROUGHPUT and abs(v.fast_step.effect_pct) < 1e-9
+    assert v.verdict == REGRESSION and v.decided_by == THROUGHPUT and abs(v.fast_step.effect_pct) < 1e-9
     assert "throughput slower" in v.reason
     assert two(rng, 10).verdict == INCONCLUSIVE  # unchanged code: neither metric calls it, and throughput's
     # 8 % noise is too wide to show it inside the floor
@@ -321,7 +329,7 @@ def test_a_regression_of_one_metric_is_never_hidden_by_an_improvement_of_the_oth
     cand = with_fast(rows([x * 0.9 for x in BASE * 2]), [132.0 + 0.1 * i for i in range(10)])  # fast steps +10 %
     base = with_fast(rows(BASE * 2), [120.0 + 0.1 * i for i in range(10)])
     v = one(cand, base)
-    assert v.verdict == REGRESSION and v.decided_by == compare.THROUGHPUT and v.fast_step.effect_pct > 9
+    assert v.verdict == REGRESSION and v.decided_by == THROUGHPUT and v.fast_step.effect_pct > 9
 
 
 def test_fast_steps_need_repeats_enough_for_two_tests_and_a_value_in_every_row():
@@ -344,7 +352,7 @@ def test_fast_steps_need_repeats_enough_for_two_tests_and_a_value_in_every_row()
     ([0.2, 0.01], 0.0, [False, False]),
 ])
 def test_holm_within_a_cell(p_values, alpha, expected):
-    assert compare.holm_within(p_values, alpha) == expected
+    assert holm_within(p_values, alpha) == expected
 
 
 # --- speed-adjusted comparisons (CPU cells with a machine-speed probe) -----------------------------
@@ -425,14 +433,14 @@ def test_a_verdict_holds_one_metric_verdict_per_metric_and_its_row_keeps_the_ver
     cand, base = with_fast(probed(yc * 0.95, pc), yc * 1.2), with_fast(probed(yb, pb), yb * 1.2)
     v = one(cand, base, ADJUST)
     assert v.fast_step is not None and v.throughput.speed_slope is not None  # both metrics, speed-adjusted
-    assert v.metric(compare.FAST_STEPS) is v.fast_step and v.metric(compare.THROUGHPUT) is v.throughput
+    assert v.metric(FAST_STEPS) is v.fast_step and v.metric(THROUGHPUT) is v.throughput
     row = v.to_row()
-    assert tuple(row) == compare.VERDICT_COLUMNS and len(row) == 62
+    assert tuple(row) == VERDICT_COLUMNS and len(row) == 62
     assert (row["effect_pct"], row["throughput_p_value"], row["fast_effect_pct"], row["candidate_fast_img_per_s"]) \
         == (v.throughput.effect_pct, v.throughput.p_value, v.fast_step.effect_pct, v.fast_step.candidate_img_per_s)
-    assert compare.CellVerdict.from_row(row) == v
+    assert CellVerdict.from_row(row) == v
     untested = one(rows(BASE[:2]), rows(BASE))  # insufficient data: no fast-step rate, no change
-    assert untested.fast_step is None and compare.CellVerdict.from_row(untested.to_row()) == untested
+    assert untested.fast_step is None and CellVerdict.from_row(untested.to_row()) == untested
 
 
 # --- comparability per cell: only the environment fields that can move the cell ---------------------
@@ -522,7 +530,7 @@ def test_a_regression_names_the_phase_whose_time_changed_with_its_interval():
     assert v.verdict == REGRESSION and v.phase == "optimizer"
     assert v.phase_change_low_ms < 15.0 < v.phase_change_high_ms and v.phase_change_low_ms > 10
     assert v.attribution.startswith(f"optimizer {v.phase_change_ms:+.1f} ms [") and "ms per step" in v.attribution
-    from harness.analysis.report import change_text
+    from harness.analysis.wording import change_text
     assert change_text(v).endswith(v.attribution)  # console, summary.md, report and JUnit show it
     assert one(rows([x * 0.8 for x in BASE]), rows(BASE)).phase is None  # no phase times: no attribution
 
@@ -532,9 +540,9 @@ def test_a_wide_matrix_draws_enough_permutations_that_a_clear_change_can_reject(
     above BH's first step (0.01 / 36), so nothing could ever reject; the comparison draws more."""
     from harness.stats import inference
 
-    th = compare.Thresholds()
-    splits = compare.permutations_for(th, 36, 2)
-    assert splits >= 10 * 36 * 2 / th.level and compare.permutations_for(th, 2, 2) == th.num_resamples
+    th = Thresholds()
+    splits = permutations_for(th, 36, 2)
+    assert splits >= 10 * 36 * 2 / th.level and permutations_for(th, 2, 2) == th.num_resamples
     cand, base = np.linspace(60, 61, 10), np.linspace(100, 101, 10)  # 10 vs 10, cleanly apart
     p = 2 * inference.permutation_p_value(cand, base, num_permutations=splits)
     assert p <= th.level / 36  # BH rejects it even as the only change among 36 cells
@@ -543,4 +551,4 @@ def test_a_wide_matrix_draws_enough_permutations_that_a_clear_change_can_reject(
 def test_the_phases_compare_reads_are_the_phases_cells_record():
     from harness.cell.timing import PHASES
 
-    assert compare.PHASE_NAMES == PHASES  # the analysis keeps its own copy so as not to import torch
+    assert PHASE_NAMES == PHASES  # the analysis keeps its own copy so as not to import torch

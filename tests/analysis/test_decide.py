@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from harness.analysis import compare, decide
-from harness.analysis.compare import RunData, Thresholds
+from harness.analysis.runs import RunData
 from harness.analysis.decide import INCONCLUSIVE, REGRESSION, UNCHANGED, Evidence
+from harness.analysis.verdict import Thresholds
 
 
 def ev(effect, low, high, *, significant=None, log_sd=0.03, name="throughput"):

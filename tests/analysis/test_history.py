@@ -16,8 +16,8 @@ import pytest
 
 from harness import cli
 from harness.analysis import history, trend
-from harness.analysis.report import _md
 from harness.analysis.runs import RunInputError
+from harness.analysis.wording import esc_md
 from harness.results import store
 from harness.results.schema import CELL_SCHEMA, RESULT_SCHEMA_VERSION, cell_table
 
@@ -93,7 +93,7 @@ def test_a_5pct_step_at_night_12_of_30_is_found_at_night_12_with_its_commit_rang
     assert not step["is_new"]  # found without the newest night too
     assert [c for c in changes if c["cell_id"] == OTHER] == []
     md = (tmp_path / "out" / "changes.md").read_text()
-    assert _md(CELL) in md and f"{sha(night - 1)[:12]}..{sha(night)[:12]}" in md
+    assert esc_md(CELL) in md and f"{sha(night - 1)[:12]}..{sha(night)[:12]}" in md
 
 
 def test_a_a_nights_give_no_change_point_and_no_drift(tmp_path, capsys):
@@ -271,7 +271,7 @@ def test_the_page_and_changes_md_say_which_change_the_ab_confirmed(tmp_path):
     trend.write_history(confirmed, tmp_path / "out")
     md = (tmp_path / "out" / "changes.md").read_text()
     assert "| A/B of the commits |" in md
-    assert f"**{_md('confirmed (A/B: regression -5.1% [-6.0, -4.2] in 10 pairs)')}**" in md
+    assert f"**{esc_md('confirmed (A/B: regression -5.1% [-6.0, -4.2] in 10 pairs)')}**" in md
     assert "could not confirm (commit 0123 cannot be checked out)" in md
     page = (tmp_path / "out" / "history.html").read_text()
     assert '<td class="confirmation confirmed bad"><b>confirmed</b>' in page and "1 confirmed by A/B" in page

@@ -19,7 +19,8 @@ import pytest
 from browser import Browser, chromium_path
 from conftest import TINY, nvbench
 
-from harness.analysis import compare, report
+from harness.analysis import report, report_plots, verdicts_file, wording
+from harness.analysis.verdict import DEFAULT_FLOOR_PCT, CellVerdict, MetricVerdict, Thresholds
 from harness.results import store
 from harness.results.accuracy import top1_text
 from harness.results.schema import cell_table
@@ -178,10 +179,12 @@ def test_a_run_ends_with_a_summary_that_fits_80_columns(runs):
     assert summary[-3:] == ["2 rows: 2 ok", "results: A", "next:    nvbench report A"]
 
 
-def test_report_of_a_run_against_itself(runs):
+@pytest.mark.documented("nvbench report reports/<run_id> --baseline reports/baselines/current --fail-on-regression",
+                        bound_s=180)
+def test_report_of_a_run_against_itself(runs, documented_run):
     root, a, _ = runs
     out = root / "self"
-    proc = nvbench("report", str(a), "--baseline", str(a), "--out", str(out), "--fail-on-regression")
+    proc = documented_run(["report", str(a), "--baseline", str(a), "--out", str(out), "--fail-on-regression"])
     assert proc.returncode == 3, proc.stderr  # nothing regressed, nothing was shown unchanged either
     assert proc.stdout.split() == [str(out / name) for name in report.REPORT_FILES]
     assert "2 inconclusive" in proc.stderr  # one repeat a side
@@ -221,7 +224,7 @@ def test_report_of_a_run_against_itself(runs):
     assert all(v.throughput.effect_pct == pytest.approx(0.0, abs=1e-9) for v in result.comparison.verdicts)
     assert all(v.fast_step.effect_pct == pytest.approx(0.0, abs=1e-9) for v in result.comparison.verdicts)
     check_html(result.out_dir / "report.html")
-    assert report.read_verdicts(result.out_dir / "verdicts.parquet") == list(result.comparison.verdicts)
+    assert verdicts_file.read_verdicts(result.out_dir / "verdicts.parquet") == list(result.comparison.verdicts)
 
 
 def test_a_confirmed_regression_fails_junit_and_the_exit_code(runs):
@@ -242,7 +245,7 @@ def test_a_confirmed_regression_fails_junit_and_the_exit_code(runs):
     assert "**2 regressions**" in md and "| **regression** | -90.0% \\[" in md
     rows = pq.read_table(out / "verdicts.parquet").to_pylist()
     assert {r["verdict"] for r in rows} == {"regression"}
-    assert all(r["ci_high_pct"] < 0 and r["floor_pct"] == compare.DEFAULT_FLOOR_PCT for r in rows)
+    assert all(r["ci_high_pct"] < 0 and r["floor_pct"] == DEFAULT_FLOOR_PCT for r in rows)
     # both metrics were tested on the real rows' fast-step rates, and both fell by the constructed 90 %
     assert all(r["fast_effect_pct"] == pytest.approx(-90.0, abs=0.5) and r["fast_ci_high_pct"] < 0 for r in rows)
     assert all(r["decided_by"] in ("throughput", "fast steps") for r in rows)
@@ -276,7 +279,7 @@ def test_every_string_from_results_is_escaped(runs):
     manifest["environment"]["hostname"] = "<img src=x onerror=alert(1)>"
     store.write_json(hostile / "manifest.json", manifest)
     result = report.make_report(hostile, baseline=a, out_dir=root / "hostile-report",
-                                thresholds=compare.Thresholds(min_repeats=2))
+                                thresholds=Thresholds(min_repeats=2))
     text = check_html(result.out_dir / "report.html")
     assert text.count("<script>") == 1 and "<script>alert" not in text  # the page's own script, no other
     assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in text
@@ -315,7 +318,7 @@ def test_cpu_fire_drill_adds_its_share_of_each_step():
 
     import torch
 
-    from harness.cell.worker import FireDrill
+    from harness.cell.faults import FireDrill
 
     drill = FireDrill(torch.device("cpu"), 20.0, np.array([]))  # CPU needs no warm-up calibration
     own = extra = 0.0
@@ -329,7 +332,8 @@ def test_cpu_fire_drill_adds_its_share_of_each_step():
     assert extra / own == pytest.approx(0.2, abs=0.04)
 
 
-def test_history_screening_names_suspects_but_does_not_fail(runs):
+@pytest.mark.documented("nvbench report reports/<run_id> --history reports/history", bound_s=180)
+def test_history_screening_names_suspects_but_does_not_fail(runs, documented_run):
     root, a, _ = runs
     hist = root / "history"
     hist.mkdir()
@@ -337,7 +341,7 @@ def test_history_screening_names_suspects_but_does_not_fail(runs):
         copy_run(a, hist / f"past{i}", scale=float(scale), created_at=f"2026-01-0{i + 1}T00:00:00+00:00")
     slow = copy_run(a, root / "slow", scale=0.7)
     out = root / "history-report"
-    proc = nvbench("report", str(slow), "--history", str(hist), "--out", str(out), "--fail-on-regression")
+    proc = documented_run(["report", str(slow), "--history", str(hist), "--out", str(out), "--fail-on-regression"])
     assert proc.returncode == 0, proc.stderr  # suspects are not confirmed regressions
     assert "2 suspect regressions" in proc.stderr
     suspects = json.loads((out / "suspects.json").read_text())
@@ -351,15 +355,15 @@ def test_history_screening_names_suspects_but_does_not_fail(runs):
 
 def test_change_text_shows_the_fast_step_rate_and_marks_the_metric_that_decided():
     common = dict(cell_id="c", floor_pct=3.0, fdr_q=0.01, accuracy_tolerance=0.01,
-                  throughput=compare.MetricVerdict(effect_pct=-1.0, ci_low_pct=-9.0, ci_high_pct=7.0))
-    fast = dict(fast_step=compare.MetricVerdict(effect_pct=-5.2, ci_low_pct=-6.9, ci_high_pct=-3.5))
-    regressed = compare.CellVerdict(verdict="regression", reason="", decided_by="fast steps", **common, **fast)
-    assert report.change_text(regressed) == "-1.0% [-9.0, +7.0]; fast steps -5.2% [-6.9, -3.5]*"
+                  throughput=MetricVerdict(effect_pct=-1.0, ci_low_pct=-9.0, ci_high_pct=7.0))
+    fast = dict(fast_step=MetricVerdict(effect_pct=-5.2, ci_low_pct=-6.9, ci_high_pct=-3.5))
+    regressed = CellVerdict(verdict="regression", reason="", decided_by="fast steps", **common, **fast)
+    assert wording.change_text(regressed) == "-1.0% [-9.0, +7.0]; fast steps -5.2% [-6.9, -3.5]*"
     assert regressed.decided_effect_pct == -5.2
-    same = compare.CellVerdict(verdict="unchanged", reason="", decided_by="fast steps", **common, **fast)
-    assert report.change_text(same) == "-1.0% [-9.0, +7.0]; fast steps -5.2% [-6.9, -3.5]"  # nothing decided
-    alone = compare.CellVerdict(verdict="regression", reason="", decided_by="throughput", **common)
-    assert report.change_text(alone) == "-1.0% [-9.0, +7.0]" and alone.decided_effect_pct == -1.0
+    same = CellVerdict(verdict="unchanged", reason="", decided_by="fast steps", **common, **fast)
+    assert wording.change_text(same) == "-1.0% [-9.0, +7.0]; fast steps -5.2% [-6.9, -3.5]"  # nothing decided
+    alone = CellVerdict(verdict="regression", reason="", decided_by="throughput", **common)
+    assert wording.change_text(alone) == "-1.0% [-9.0, +7.0]" and alone.decided_effect_pct == -1.0
 
 
 def test_the_report_names_both_sides_offers_the_gpu_columns_and_every_plot_has_units_and_a_good_value(runs):
@@ -415,8 +419,8 @@ def test_a_long_window_is_thinned_to_its_fastest_and_slowest_steps_so_a_stall_st
     steps = np.arange(10_000, dtype=float)
     times = 0.050 + 0.001 * np.sin(steps / 50)
     times[7_777] = 0.400  # one stall among 10,000 steps
-    x, y = report._thin(steps, times)
-    assert len(x) <= report.MAX_POINTS and np.all(np.diff(x) > 0)  # in step order
+    x, y = report_plots._thin(steps, times)
+    assert len(x) <= report_plots.MAX_POINTS and np.all(np.diff(x) > 0)  # in step order
     assert 7_777 in x and y.max() == 0.400 and y.min() == times.min()
 
 
@@ -428,9 +432,9 @@ def mission_smoke_like(a: Path, dst: Path, *, repeats: int, factor) -> tuple[Pat
     (96 cells: dali-gpu and world size 8 skipped with the runner's own reasons), each cell that runs dealt the
     real rows of A's cell of its loader (synthetic, else pytorch) into `repeats` repeats 0.5 % apart, times
     `factor(index)` (a number, or None: the cell failed). Returns the folder and how many cells ran."""
-    from harness.orchestrate.runner import Capabilities, skip_reason
+    from harness.orchestrate.capabilities import Capabilities, skip_reason
     from harness.spec.cells import expand
-    from harness.spec.matrix import load_matrix
+    from harness.spec.parse import load_matrix
 
     shutil.copytree(a, dst)
     shutil.rmtree(dst / "cells")

@@ -11,7 +11,7 @@ import torch
 from conftest import ROOT
 
 from harness.spec.cells import expand
-from harness.spec.matrix import load_matrix
+from harness.spec.parse import load_matrix
 
 
 @pytest.fixture(scope="module")
@@ -47,14 +47,15 @@ def _what_trains(engine, images: torch.Tensor) -> dict:
 
 def _harness_side(matrix_path: Path):
     """The engine and batch of the cell that `nvbench run` would make of the same matrix, built as its worker does."""
-    from harness.cell import worker
+    from harness.cell.build import rank_engine, rank_loader
+    from harness.cell.context import Context
     from harness.cell.timing import make_ranges
 
     (cell,) = expand(load_matrix(matrix_path))
-    ctx = worker.Context(cell=cell, run_id="r", repeat=0, out_dir=Path("."), data_root=None, fault=None, rank=0,
-                         local_rank=0, world_size=1, device=torch.device("cpu"), ranges=make_ranges(False))
-    loader = worker._loader(ctx, "train")
-    engine = worker._engine(ctx, dataset_images=loader.num_images)
+    ctx = Context(cell=cell, run_id="r", repeat=0, out_dir=Path("."), data_root=None, fault=None, rank=0,
+                  local_rank=0, world_size=1, device=torch.device("cpu"), ranges=make_ranges(False))
+    loader = rank_loader(ctx, "train")
+    engine = rank_engine(ctx, dataset_images=loader.num_images)
     images, _ = next(iter(loader))
     return cell, engine, images
 

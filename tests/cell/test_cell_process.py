@@ -71,10 +71,10 @@ def test_run_cell_turns_the_collector_on_after_the_build_and_before_anything_els
         order.append("flops")
         raise Stop
 
-    monkeypatch.setattr(worker, "_loader", lambda ctx, split: order.append("loader") or SimpleNamespace(num_images=8))
-    monkeypatch.setattr(worker, "_engine", build_engine)
+    monkeypatch.setattr(worker, "rank_loader", lambda ctx, split: order.append("loader") or SimpleNamespace(num_images=8))
+    monkeypatch.setattr(worker, "rank_engine", build_engine)
     monkeypatch.setattr(worker, "collector_on_after_build", lambda: order.append("collector"))
-    monkeypatch.setattr(worker, "_count_flops", count_flops)
+    monkeypatch.setattr(worker, "count_flops", count_flops)
     ctx = SimpleNamespace(ranges=lambda name: contextlib.nullcontext(), local_rank=0)
     with pytest.raises(Stop):
         worker.run_cell(ctx)

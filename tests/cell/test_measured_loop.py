@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 import torch
 
-from harness.cell import worker
+from harness.cell import loop, measure, metrics, warmup, worker
 from harness.cell.timing import PHASES, PhaseClock, StepClock, make_ranges
 from harness.spec.cells import expand
-from harness.spec.matrix import parse_matrix
+from harness.spec.parse import parse_matrix
 
 
 class SimulatedStream:
@@ -70,7 +70,7 @@ def context(accum: int) -> SimpleNamespace:
 def simulated_window(*, fetch_s: float, compute_s: float, steps: int = 5, accum: int = 2) -> np.ndarray:
     stream = SimulatedStream()
     clock = StepClock(steps, torch.device("cuda"), accum, make_event=lambda: FakeEvent(stream))
-    worker._window(context(accum), SimulatedEngine(stream, compute_s), batches(stream, fetch_s), clock, "measure")
+    loop.run_window(context(accum), SimulatedEngine(stream, compute_s), batches(stream, fetch_s), clock, "measure")
     return clock.resolve_exposed_data_wait()
 
 
@@ -95,7 +95,7 @@ def test_every_event_exists_before_the_window_opens():
     assert made == 2 * 4 + 2 * 4 * 3
     events = [*clock._start, *clock._end, *clock._fetch_start, *clock._fetch_end]
     assert all(e.records == 1 for e in events)  # recorded once: torch creates a CUDA event on its first record
-    worker._window(context(3), SimulatedEngine(stream, 0.01), batches(stream, 0.0), clock, "measure")
+    loop.run_window(context(3), SimulatedEngine(stream, 0.01), batches(stream, 0.0), clock, "measure")
     assert FakeEvent.created == made
 
 
@@ -107,14 +107,14 @@ def test_on_cpu_the_exposed_wait_is_the_host_wait():
             time.sleep(0.01)
             yield None, None
 
-    worker._window(context(1), SimulatedEngine(SimulatedStream(), 0.0), slow(), clock, "measure")
+    loop.run_window(context(1), SimulatedEngine(SimulatedStream(), 0.0), slow(), clock, "measure")
     assert (clock.resolve_exposed_data_wait() == clock.host_data_wait_s).all()
     assert (clock.host_data_wait_s >= 0.01).all()
 
 
 def test_instruments_start_before_the_opening_fence_and_stop_after_the_closing_one(monkeypatch):
     log: list[str] = []
-    monkeypatch.setattr(worker, "_fence", lambda ctx: log.append("fence"))
+    monkeypatch.setattr(loop, "_fence", lambda ctx: log.append("fence"))
 
     class Instrument:
         def __init__(self, name: str) -> None:
@@ -128,25 +128,25 @@ def test_instruments_start_before_the_opening_fence_and_stop_after_the_closing_o
 
     stream = SimulatedStream()
     clock = StepClock(2, torch.device("cpu"))
-    worker._window(context(1), SimulatedEngine(stream, 0.0), batches(stream, 0.0), clock, "measure",
-                   instruments=[Instrument("profiler"), Instrument("nvml")])
+    loop.run_window(context(1), SimulatedEngine(stream, 0.0), batches(stream, 0.0), clock, "measure",
+                    instruments=[Instrument("profiler"), Instrument("nvml")])
     assert log == ["start profiler", "start nvml", "fence", "fence", "stop nvml", "stop profiler"]
 
 
 def test_epoch_marks_follow_the_stream_of_images():
-    epoch, starts = worker.epoch_marks(6, 4, 10)  # steps of 4 images, epochs of 10
+    epoch, starts = measure.epoch_marks(6, 4, 10)  # steps of 4 images, epochs of 10
     assert epoch == [0, 0, 0, 1, 1, 2]
     assert starts == [True, False, True, False, False, True]  # images 0, 10 and 20 open epochs
-    assert worker.epoch_marks(3, 4, None) == ([None] * 3, [None] * 3)
+    assert measure.epoch_marks(3, 4, None) == ([None] * 3, [None] * 3)
 
 
 def test_a_diverged_cell_names_its_first_non_finite_step_and_lr():
     loss = np.array([2.3, 2.2, np.inf, np.nan])
     lr = np.array([0.1, 0.2, 0.3, 0.4])
-    reason = worker.non_finite_reason(float("nan"), loss, lr, warmup_steps=3)
+    reason = metrics.non_finite_reason(float("nan"), loss, lr, warmup_steps=3)
     assert reason == ("non-finite training loss (nan) in the measured window; "
                       "first non-finite step loss at step 2 (warmup), lr 0.3")
-    assert "another rank diverged" in worker.non_finite_reason(float("nan"), loss[:2], lr[:2], warmup_steps=1)
+    assert "another rank diverged" in metrics.non_finite_reason(float("nan"), loss[:2], lr[:2], warmup_steps=1)
 
 
 def test_a_local_rank_without_its_own_gpu_is_refused(monkeypatch):
@@ -203,7 +203,7 @@ def test_the_exposed_wait_is_what_a_real_stream_waited(host_ms, gpu_ms, exposed_
                           device=torch.device("cuda", 0), is_distributed=False)
     engine = SleepEngine(int(gpu_ms / 1e3 * _cycles_per_s()))
     clock = StepClock(8, ctx.device)
-    worker._window(ctx, engine, iter(SlowLoader(host_ms / 1e3)), clock, "measure")
+    loop.run_window(ctx, engine, iter(SlowLoader(host_ms / 1e3)), clock, "measure")
     exposed, host = clock.resolve_exposed_data_wait()[1:] * 1e3, clock.host_data_wait_s[1:] * 1e3
     assert np.median(host) == pytest.approx(host_ms, abs=3)  # the host waited either way
     assert np.median(exposed) == pytest.approx(exposed_ms, abs=3)
@@ -213,12 +213,12 @@ def test_the_exposed_wait_is_what_a_real_stream_waited(host_ms, gpu_ms, exposed_
 
 
 def test_steady_means_the_last_chunk_is_within_two_percent_of_the_one_before():
-    assert worker.is_steady(np.r_[np.full(10, 1.0), np.full(10, 1.019)])
-    assert not worker.is_steady(np.r_[np.full(10, 1.0), np.full(10, 1.03)])
-    assert not worker.is_steady(np.full(19, 1.0))  # two chunks are needed to judge
+    assert warmup.is_steady(np.r_[np.full(10, 1.0), np.full(10, 1.019)])
+    assert not warmup.is_steady(np.r_[np.full(10, 1.0), np.full(10, 1.03)])
+    assert not warmup.is_steady(np.full(19, 1.0))  # two chunks are needed to judge
     # medians: a single stall in a chunk does not keep warmup going
-    assert worker.is_steady(np.r_[np.full(10, 1.0), np.full(9, 1.0), [5.0]])
-    assert worker.is_steady(np.r_[np.full(30, 3.0), np.full(10, 1.0), np.full(10, 1.01)])  # only the last two
+    assert warmup.is_steady(np.r_[np.full(10, 1.0), np.full(9, 1.0), [5.0]])
+    assert warmup.is_steady(np.r_[np.full(30, 3.0), np.full(10, 1.0), np.full(10, 1.01)])  # only the last two
 
 
 class SettlingEngine(SimulatedEngine):
@@ -234,13 +234,13 @@ class SettlingEngine(SimulatedEngine):
         self.device_s = self.times(self.steps)
 
 
-def auto_warmup(times, *, min_steps: int = 10, max_steps: int = 200) -> worker.Warmup:
+def auto_warmup(times, *, min_steps: int = 10, max_steps: int = 200) -> warmup.Warmup:
     stream = SimulatedStream()
     bench = SimpleNamespace(warmup_steps="auto", warmup_min_steps=min_steps, warmup_max_steps=max_steps)
     ctx = SimpleNamespace(cell=SimpleNamespace(grad_accum=1, benchmark=bench), ranges=make_ranges(False), phases=None,
                           device=torch.device("cpu"), is_distributed=False)
     clock = lambda n: StepClock(n, torch.device("cuda"), 1, make_event=lambda: FakeEvent(stream))  # noqa: E731
-    return worker._warm_up(ctx, SettlingEngine(stream, times), batches(stream, 0.0), clock=clock)
+    return warmup.warm_up(ctx, SettlingEngine(stream, times), batches(stream, 0.0), clock=clock)
 
 
 def test_auto_warmup_ends_at_the_first_steady_chunk_and_says_how_many_steps_it_took():
@@ -294,7 +294,7 @@ def test_each_measured_step_records_its_phases_on_cuda_events_made_before_the_wi
     phases.arm(steps, torch.device("cuda"), accum, make_event=make)
     created = FakeEvent.created
     engine = PhasedEngine(ctx.ranges, stream.queue, 0.010, 0.020, 0.005)
-    worker._window(ctx, engine, batches(stream, 0.001), clock, "measure")
+    loop.run_window(ctx, engine, batches(stream, 0.001), clock, "measure")
     assert FakeEvent.created == created  # nothing created inside the window
     got = phases.resolve()
     assert got.shape == (steps, len(PHASES))
@@ -329,8 +329,8 @@ def test_on_cpu_the_phases_are_host_clock_sums_and_a_drill_lands_in_the_optimize
         def __call__(self) -> None:
             spend(0.030)
 
-    worker._window(ctx, PhasedEngine(ctx.ranges, spend, 0.010, 0.020, 0.005), fed(), clock, "measure",
-                   drill=Drill())
+    loop.run_window(ctx, PhasedEngine(ctx.ranges, spend, 0.010, 0.020, 0.005), fed(), clock, "measure",
+                    drill=Drill())
     got = phases.resolve()
     col = {name: got[:, PHASES.index(name)] for name in PHASES}
     assert np.allclose(col["data"], accum * 0.004) and np.allclose(col["forward"], accum * 0.010)
@@ -383,7 +383,7 @@ def test_a_ddp_steps_allreduce_wait_is_its_own_phase_from_the_last_gradient_to_b
     clock = StepClock(steps, torch.device("cpu"), accum)
     phases.arm(steps, torch.device("cpu"), accum)
     assert len(phases._hooks) == 1  # one hook left for the measured window, on the gradient written last
-    worker._window(ctx, engine, fed(), clock, "measure")
+    loop.run_window(ctx, engine, fed(), clock, "measure")
     got = phases.resolve()
     col = {name: got[:, PHASES.index(name)] for name in PHASES}
     assert np.allclose(col["allreduce"], 0.007)  # once per step: the micro-batch before it did not sync

@@ -11,9 +11,10 @@ from conftest import ROOT
 from torch import nn
 
 from harness.cell.engine import Engine
-from harness.cell.worker import engine_options, epoch_images
+from harness.cell.build import engine_options, epoch_images
 from harness.spec.cells import expand
-from harness.spec.matrix import IMAGENET_TRAIN_IMAGES, load_matrix
+from harness.spec.matrix import IMAGENET_TRAIN_IMAGES
+from harness.spec.parse import load_matrix
 
 MISSION = ROOT / "matrices" / "resnet50.toml"
 GENERATED_IMAGES = 6400

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from harness.cell.telemetry import TelemetrySample, summarize
-from harness.cell.worker import _telemetry_columns
+from harness.cell.metrics import telemetry_columns
 from harness.results.env import collect_env, env_key
 
 TELEMETRY = ("power_avg_w", "energy_j", "img_per_joule", "gpu_util_avg_pct", "sm_clock_avg_mhz",
@@ -41,11 +41,11 @@ def test_a_summary_becomes_the_row_columns():
                                mem_clock_mhz=2619, throttle_mask=mask)
                for i, (u, m, p, mask) in enumerate([(90, 10, 600.0, 0x0), (100, 30, 700.0, 0x4 | 0x1)])]
     ctx = SimpleNamespace(is_distributed=False, world_size=1)
-    cols = _telemetry_columns(ctx, summarize(samples, energy_j=130.0), images=2600)
+    cols = telemetry_columns(ctx, summarize(samples, energy_j=130.0), images=2600)
     assert cols == {
         "power_avg_w": 650.0, "energy_j": 130.0, "img_per_joule": 20.0, "gpu_util_avg_pct": 95.0,
         "sm_clock_avg_mhz": 1980.0, "mem_clock_avg_mhz": 2619.0, "gpu_mem_used_peak_bytes": 30,
         "is_throttled": True, "throttle_reasons": "gpu_idle,sw_power_cap", "num_telemetry_samples": 2,
     }
-    nothing = _telemetry_columns(ctx, summarize([], energy_j=None), images=2600)
+    nothing = telemetry_columns(ctx, summarize([], energy_j=None), images=2600)
     assert nothing == dict.fromkeys(cols) | {"num_telemetry_samples": 0}

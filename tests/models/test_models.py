@@ -108,7 +108,8 @@ def test_unknown_model_name_lists_the_known_ones():
 
 
 def test_registry_names():
-    assert model_names() == tuple(MODELS) == ("resnet18", "resnet34", "resnet50", "resnet101")
+    assert model_names() == tuple(MODELS) == ("resnet18", "resnet34", "resnet50", "resnet101", "resnext101-32x4d",
+                                              "se-resnext101-32x4d", "efficientnet-b0", "efficientnet-b4")
 
 
 def test_bad_num_classes_is_rejected():

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from harness.analysis import report
+from harness.analysis import ci_formats, report
 from harness.cli import main
-from harness.orchestrate import runner
+from harness.orchestrate import runfolder
 from harness.results import store
 from harness.spec.cells import expand, job_key
-from harness.spec.matrix import load_matrix
+from harness.spec.parse import load_matrix
 
 
 @pytest.fixture
@@ -21,11 +21,11 @@ def run_folder(tiny_matrix, tmp_path) -> Path:
     """A run folder as `nvbench run` leaves it, with a skipped row for every job (no cell is trained)."""
     matrix = load_matrix(tiny_matrix('backend = ["synthetic", "pytorch"]'))
     cells = expand(matrix)
-    run_dir = runner.create_run(matrix, cells, run_dir=tmp_path / "run", reports_root=tmp_path, smoke=False,
+    run_dir = runfolder.create_run(matrix, cells, run_dir=tmp_path / "run", reports_root=tmp_path, smoke=False,
                                 only=[], env={})
-    run_id, jobs, by_id = runner.load_plan(run_dir)
+    run_id, jobs, by_id = runfolder.load_plan(run_dir)
     for cid, repeat in jobs:
-        runner.write_row(run_dir, job_key(cid, repeat), {"run_id": run_id, "cell_id": cid, "repeat": repeat,
+        runfolder.write_row(run_dir, job_key(cid, repeat), {"run_id": run_id, "cell_id": cid, "repeat": repeat,
                                                           **by_id[cid].axes, "status": "skipped", "reason": "test"})
     return run_dir
 
@@ -131,7 +131,7 @@ def test_a_baseline_pointer_that_is_not_text(run_folder, tmp_path, capsys):
 
 
 def test_a_report_that_fails_to_render_writes_nothing(run_folder, capsys, monkeypatch):
-    from harness.analysis.compare import Thresholds
+    from harness.analysis.verdict import Thresholds
 
     assert main(["report", str(run_folder)]) == 0
     capsys.readouterr()
@@ -142,7 +142,7 @@ def test_a_report_that_fails_to_render_writes_nothing(run_folder, capsys, monkey
     def broken(comparison):
         raise RuntimeError("rendering failed")
 
-    monkeypatch.setattr(report, "render_junit", broken)  # the last file rendered
+    monkeypatch.setattr(ci_formats, "render_junit", broken)  # the last file rendered
     with pytest.raises(RuntimeError, match="rendering failed"):
         report.make_report(run_folder, thresholds=Thresholds(floor_pct=7))
     assert _tree(run_folder / "report") == last

@@ -25,7 +25,6 @@ from harness.results.schema import cell_table
 from harness.spec.cells import expand
 from harness.spec.matrix import AXES, load_matrix
 
-
 SLEEP = SLOW_OPTIMIZER[1].replace("time.sleep(0.04)", "time.sleep(0.2)")
 """200 ms in every optimizer step: several times the tiny cell's step on a quiet machine, and still about half
 of it when other jobs slow this 2-core machine several fold (40 ms then read as -15 % [-30, +2] in 10 pairs)."""
@@ -81,7 +80,7 @@ def history_step(folder: Path, out: Path, matrix: Path, repo: Path, *extra: str)
     at 0.01 split over two looks, 5 + 5 pairs could never decide and the A/B would start at 10)."""
     argv = [sys.executable, "-m", "harness.orchestrate.nightly", "history", str(folder), str(out), "--matrix",
             str(matrix), "--repo", str(repo), *extra, "--", "--repeats", "5", "--max-repeats", "10", "--fdr", "0.05"]
-    return subprocess.run(argv, capture_output=True, text=True, timeout=1200)
+    return subprocess.run(argv, capture_output=True, text=True, timeout=1200, check=False)
 
 
 def throughput_step(out: Path) -> history.Change:
@@ -105,7 +104,8 @@ def test_a_step_between_the_commit_before_and_the_slower_commit_is_confirmed_and
     assert "confirmed (A/B: regression" in proc.stderr
     assert "**confirmed (A/B: regression" in (out / "changes.md").read_text()
     assert '<td class="confirmation confirmed bad"><b>confirmed</b>' in (out / "history.html").read_text()
-    worktrees = subprocess.run(["git", "-C", str(repo), "worktree", "list"], capture_output=True, text=True).stdout
+    worktrees = subprocess.run(["git", "-C", str(repo), "worktree", "list"], capture_output=True, text=True,
+                               check=False).stdout
     assert str(out) not in worktrees and not (out / "worktrees").exists()
     # the next night: the step is no longer new, its confirmation is carried from last night's page, no A/B runs
     write_nights(folder, matrix, [(commits[2], 700.0)], first=9)
@@ -151,7 +151,8 @@ def test_commits_that_cannot_be_checked_out_could_not_confirm_and_say_why(reposi
     proc = history_step(tmp_path / "same", tmp_path / "off", matrix, repo, "--no-ab", "NVBENCH_CONFIRM=sequential")
     assert proc.returncode == 0 and throughput_step(tmp_path / "off").confirmation_note == "NVBENCH_CONFIRM=sequential"
     assert subprocess.run([sys.executable, "-m", "harness.orchestrate.nightly", "history", str(tmp_path / "none"),
-                           str(tmp_path / "x"), "--matrix", str(matrix)], capture_output=True, text=True).returncode == 2
+                           str(tmp_path / "x"), "--matrix", str(matrix)], capture_output=True, text=True,
+                          check=False).returncode == 2
 
 
 def test_an_ab_verdict_confirms_only_a_change_the_same_way():

@@ -19,10 +19,11 @@ import pytest
 import torch
 from conftest import ROOT, nvbench
 
+from harness.orchestrate.capabilities import Capabilities, skip_reason
+from harness.orchestrate.classify import classify
 from harness.orchestrate.launch import Outcome, ProcessLauncher, TorchrunLauncher, launcher_for
-from harness.orchestrate.runner import Capabilities, classify, skip_reason
 from harness.spec.cells import Cell, expand
-from harness.spec.matrix import parse_matrix
+from harness.spec.parse import parse_matrix
 
 MEASURE_STEPS, BATCH, VAL_STEPS = 3, 4, 1
 """What the conftest's tiny matrix runs per cell."""
@@ -237,7 +238,7 @@ def test_a_failing_rank_ends_its_cell_within_the_timeout_and_leaves_no_process(t
     assert hung["status"] == "timeout" and f"timeout_s = {timeout} s" in hung["reason"]
     assert timeout <= hung["duration_s"] < timeout + 20
     # Where each rank was when the timeout struck: the hung one, and its peer blocked in the window's barrier.
-    assert "rank 0 waiting for its peers in _fence (harness/cell/worker.py:" in hung["reason"]
+    assert "rank 0 waiting for its peers in _fence (harness/cell/loop.py:" in hung["reason"]
     assert "rank 1 in inject_fault (harness/cell/faults.py:" in hung["reason"]
     assert {r["injected_fault"] for r in rows.values()} == {"raise@1", "segv@1", "hang@1"}
     _no_process_left(out)
@@ -336,29 +337,29 @@ def one_image_per_class(tmp_path_factory) -> Path:
 
 
 def _rank_context(backend: str, root: Path | None, rank: int):
-    from harness.cell import worker
+    from harness.cell.context import Context
     from harness.cell.timing import make_ranges
 
     matrix = parse_matrix({"version": 1,
                            "benchmark": {"num_classes": 16, "image_size": 16, "batch_size": 2, "seed": 5},
                            "data": {"workers": 0, "dali_threads": 1}, "axes": {"backend": [backend],
                                                                                "world_size": [2]}}, "m.toml")
-    return worker.Context(cell=expand(matrix)[0], run_id="r", repeat=0, out_dir=Path("."), data_root=root,
-                          fault=None, rank=rank, local_rank=rank, world_size=2, device=torch.device("cpu"),
-                          ranges=make_ranges(False))
+    return Context(cell=expand(matrix)[0], run_id="r", repeat=0, out_dir=Path("."), data_root=root,
+                   fault=None, rank=rank, local_rank=rank, world_size=2, device=torch.device("cpu"),
+                   ranges=make_ranges(False))
 
 
 @pytest.mark.parametrize("backend", ["pytorch", "dali-cpu"])
 def test_each_rank_reads_its_own_shard_every_epoch(one_image_per_class, backend):
-    """The worker's own _loader(ctx), an endless stream, for ranks 0 and 1 of 2: per epoch the ranks' samples
+    """The cell's own rank_loader(ctx), an endless stream, for ranks 0 and 1 of 2: per epoch the ranks' samples
     are disjoint and together the whole training set (DistributedSampler's split or DALI's shard_id), and
     each epoch is reshuffled. A run's step rows show each process carried its own rank (test above)."""
-    from harness.cell import worker
+    from harness.cell.build import rank_loader
     from harness.data import unavailable_reason
 
     if unavailable_reason(backend, "cpu"):
         pytest.skip(unavailable_reason(backend, "cpu"))
-    loaders = [worker._loader(_rank_context(backend, one_image_per_class, r), "train") for r in range(2)]
+    loaders = [rank_loader(_rank_context(backend, one_image_per_class, r), "train") for r in range(2)]
     try:
         assert [len(loader) for loader in loaders] == [4, 4]  # 16 samples / 2 ranks / batch 2
         streams = [iter(loader) for loader in loaders]
@@ -375,11 +376,11 @@ def test_each_rank_reads_its_own_shard_every_epoch(one_image_per_class, backend)
 
 
 def test_synthetic_ranks_draw_different_batches_from_their_seeds():
-    from harness.cell import worker
+    from harness.cell.build import rank_loader
 
-    batches = [next(iter(worker._loader(_rank_context("synthetic", None, r), "train"))) for r in range(2)]
+    batches = [next(iter(rank_loader(_rank_context("synthetic", None, r), "train"))) for r in range(2)]
     assert not torch.equal(batches[0][0], batches[1][0])
-    again = next(iter(worker._loader(_rank_context("synthetic", None, 0), "train")))
+    again = next(iter(rank_loader(_rank_context("synthetic", None, 0), "train")))
     assert torch.equal(batches[0][0], again[0])
 
 

@@ -1,5 +1,6 @@
-"""ci/nightly.sh end to end with real cells: a night without a baseline only describes and joins the
-history; a fire drill against a promoted baseline fails the job with a confirmed regression and stays
+"""ci/nightly.sh end to end with real cells: a first night on the script's own defaults, and a night without a
+baseline, only describe and join the history; a night stopped by a signal leaves no process and a resumable
+run; a fire drill against a promoted baseline fails the job with a confirmed regression and stays
 out of the history, confirmed sequentially and by an interleaved A/B against a worktree of the
 baseline's commit (on a screen's targets, or on every cell); plus harness.orchestrate.nightly, the helper that
 picks the targets and the baseline's code."""
@@ -9,8 +10,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 import xml.etree.ElementTree as ET
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -18,10 +21,12 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import ROOT
+from conftest import ROOT, first_cell, kill_plan, stop_and_check, wait_for
 
-from harness.analysis import compare, report
-from harness.orchestrate import nightly, runner
+from harness.analysis import verdicts_file
+from harness.analysis.runs import RunData
+from harness.analysis.verdict import CellVerdict, Comparison, MetricVerdict, Thresholds
+from harness.orchestrate import nightly, runfolder
 from harness.results import store
 
 
@@ -112,12 +117,64 @@ def test_nightly_describes_then_fails_on_a_fire_drill(tmp_path, tiny_matrix):
     assert (reports / "history" / "night5").is_symlink()
 
 
+def _user_env(matrix: Path, **extra: str) -> dict:
+    """The environment of a user who sets only the matrix: nvbench on PATH, none of the night's other knobs."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NVBENCH_", "GITHUB_"))}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    return env | {"NVBENCH_MATRIX": str(matrix)} | extra
+
+
+@pytest.mark.slow
+@pytest.mark.documented("NVBENCH_MATRIX=matrices/resnet50.toml bash ci/nightly.sh", bound_s=900)
+def test_a_first_night_on_the_nightlys_own_defaults(tiny_matrix, tmp_path):
+    """As a user first runs it: only the matrix set (10 repeats, no baseline, no history yet): the night
+    describes the run, joins the history and draws its trend, exit 0."""
+    try:
+        proc = subprocess.run(["bash", str(ROOT / "ci" / "nightly.sh")], capture_output=True, text=True,
+                              env=_user_env(tiny_matrix()), cwd=tmp_path, timeout=900)
+    except subprocess.TimeoutExpired:
+        pytest.fail("`NVBENCH_MATRIX=... bash ci/nightly.sh` did not finish within 900 s")
+    assert proc.returncode == 0, proc.stderr
+    (run,) = [p for p in (tmp_path / "reports").iterdir() if p.name.startswith("nightly-")]
+    assert len(list((run / "cells").glob("*.parquet"))) == 10 and "describing the run only" in proc.stderr
+    assert (run / "report" / "report.html").is_file() and (run / "history" / "history.html").is_file()
+    assert (tmp_path / "reports" / "history" / run.name).resolve() == run.resolve()
+
+
+def test_a_stopped_night_leaves_no_process_and_its_run_resumes(tiny_matrix, tmp_path, tagged):
+    sig, moment = kill_plan("ci/nightly.sh")
+    env = _user_env(tiny_matrix(), NVBENCH_REPORTS=str(tmp_path / "reports"), NVBENCH_RUN_ID="night1",
+                    NVBENCH_REPEATS="1")
+    proc, tag = tagged(["bash", str(ROOT / "ci" / "nightly.sh")], env=env, cwd=tmp_path)
+    wait_for("the night's first cell", lambda: first_cell(tag), timeout_s=60, proc=proc)
+    time.sleep(moment)
+    code, err = stop_and_check(proc, tag, sig)
+    run = tmp_path / "reports" / "night1"
+    assert code == 130, (sig, moment, err)
+    assert f"nightly: stopped by {sig.name}; finish the run with: nvbench run --resume {run}" in err
+    resumed = subprocess.run([sys.executable, "-m", "harness", "run", "--resume", str(run), "--no-progress"],
+                             capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    assert len(pq.read_table(run / "cells").to_pylist()) == 1
+
+
+def test_a_sigkilled_night_takes_its_commands_with_it(tiny_matrix, tmp_path, tagged):
+    """The script cannot clean up after SIGKILL; each command it started asked for SIGTERM at its death
+    (setpriv --pdeathsig) and stops as on Ctrl-C."""
+    env = _user_env(tiny_matrix(), NVBENCH_REPORTS=str(tmp_path / "reports"), NVBENCH_RUN_ID="night1",
+                    NVBENCH_REPEATS="1", NVBENCH_FAULT="*:hang")  # the cell hangs: the run would outlive 10 s
+    proc, tag = tagged(["bash", str(ROOT / "ci" / "nightly.sh")], env=env, cwd=tmp_path)
+    wait_for("the night's first cell", lambda: first_cell(tag), timeout_s=60, proc=proc)
+    code, _ = stop_and_check(proc, tag, signal.SIGKILL)
+    assert code == -signal.SIGKILL
+
+
 def _run_folder(path: Path, environment: dict, rows: list[dict]) -> Path:
     path.mkdir(parents=True)
     store.write_json(path / "manifest.json", {"run_id": path.name, "environment": environment})
     (path / "cells").mkdir()
     for k, row in enumerate(rows):
-        runner.write_row(path, f"row{k}", row)
+        runfolder.write_row(path, f"row{k}", row)
     return path
 
 
@@ -127,15 +184,15 @@ def _verdicts(folder: Path, *rows: dict) -> None:
     defaults = {"memory_format": "nchw", "precision": "fp32", "world_size": 1, "grad_accum": 1, "compile": "eager",
                 "reason": "",
                 "floor_pct": 3.0, "fdr_q": 0.01, "accuracy_tolerance": 0.01}
-    verdicts = [compare.CellVerdict(cell_id=f"c{i}", **defaults | row) for i, row in enumerate(rows)]
-    run = compare.RunData(path="r", run_id="r", created_at="", environment={}, rows=())
-    comparison = compare.Comparison(mode="baseline", candidate=run, baseline_label="b", baseline_environment={},
-                                    thresholds=compare.Thresholds(), verdicts=tuple(verdicts))
-    store.write_table(folder / "verdicts.parquet", report.verdict_table(comparison))
+    verdicts = [CellVerdict(cell_id=f"c{i}", **defaults | row) for i, row in enumerate(rows)]
+    run = RunData(path="r", run_id="r", created_at="", environment={}, rows=())
+    comparison = Comparison(mode="baseline", candidate=run, baseline_label="b", baseline_environment={},
+                                    thresholds=Thresholds(), verdicts=tuple(verdicts))
+    store.write_table(folder / "verdicts.parquet", verdicts_file.verdict_table(comparison))
 
 
 def _change(effect_pct: float, p_value: float) -> dict:
-    return {"throughput": compare.MetricVerdict(effect_pct=effect_pct), "p_value": p_value}
+    return {"throughput": MetricVerdict(effect_pct=effect_pct), "p_value": p_value}
 
 
 def test_targets_are_the_regressions_and_inconclusive_cells_of_a_baseline_report_or_the_suspects_of_a_screen(tmp_path):
@@ -154,8 +211,8 @@ def test_targets_are_the_regressions_and_inconclusive_cells_of_a_baseline_report
 
 
 def test_the_loose_screen_reads_the_change_of_the_metric_the_verdict_rests_on(tmp_path):
-    changes = {"verdict": "unchanged", "throughput": compare.MetricVerdict(effect_pct=1.0),
-               "fast_step": compare.MetricVerdict(effect_pct=-3.0), "p_value": 0.1}
+    changes = {"verdict": "unchanged", "throughput": MetricVerdict(effect_pct=1.0),
+               "fast_step": MetricVerdict(effect_pct=-3.0), "p_value": 0.1}
     _verdicts(tmp_path, {"backend": "pytorch", "decided_by": "fast steps", **changes},  # fast steps slower
               {"backend": "synthetic", "decided_by": "throughput", **changes})  # throughput faster
     assert ["--only", "backend=pytorch"] == nightly.targets(tmp_path)[:2]
@@ -183,7 +240,7 @@ def test_code_is_the_recorded_commit_only_when_clean_and_ran_needs_an_ok_repeat_
     _run_folder(tmp_path / "ab" / "b", {}, [crashed, crashed, skipped])
     assert nightly.unusable_side(tmp_path / "ab").endswith("no ok repeat of c1 (see its logs/)")
     assert nightly.main(["ran", str(tmp_path / "ab")]) == 1
-    runner.write_row(tmp_path / "ab" / "b", "row9", ok)
+    runfolder.write_row(tmp_path / "ab" / "b", "row9", ok)
     assert nightly.unusable_side(tmp_path / "ab") is None and nightly.main(["ran", str(tmp_path / "ab")]) == 0
     assert nightly.main(["code", str(tmp_path / "nowhere")]) == 2
     assert nightly.main(["sideways"]) == 2
@@ -195,6 +252,6 @@ def test_a_version_3_verdicts_table_reads_with_no_compile_axis_and_targets_name_
     meta = {**table.schema.metadata, b"nvbench.verdicts_version": b"3"}
     old = table.drop_columns(["compile"]).replace_schema_metadata(meta)  # as a release before the axis wrote it
     store.write_table(tmp_path / "verdicts.parquet", old)
-    assert [v.compile for v in report.read_verdicts(tmp_path / "verdicts.parquet")] == [None]
+    assert [v.compile for v in verdicts_file.read_verdicts(tmp_path / "verdicts.parquet")] == [None]
     assert nightly.targets(tmp_path) == ["--only", "backend=pytorch", "--only", "grad_accum=1", "--only",
                                          "memory_format=nchw", "--only", "precision=fp32", "--only", "world_size=1"]

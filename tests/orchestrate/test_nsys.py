@@ -13,7 +13,7 @@ from conftest import nvbench
 
 from harness.analysis import timeline
 from harness.spec.cells import expand, job_key
-from harness.spec.matrix import load_matrix
+from harness.spec.parse import load_matrix
 
 needs_nsys = pytest.mark.skipif(shutil.which("nsys") is None,
                                 reason="no nsys on PATH: ci/system-deps.sh installs Debian's nsight-systems where "

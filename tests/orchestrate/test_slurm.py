@@ -222,7 +222,7 @@ def test_the_job_script_runs_the_cells_argv_through_srun_across_nodes():
     job's first node (a cluster of one node cannot run it)."""
     from harness.orchestrate.executors import Launch
     from harness.orchestrate.slurm import job_script, sbatch_args
-    from harness.spec.matrix import ExecutorConfig
+    from harness.spec.executor import ExecutorConfig
 
     argv = ("python", "-m", "harness.cell", "exec", "python", "-m", "torch.distributed.run", "--nproc_per_node=8",
             "--nnodes=2", "--rdzv_backend=c10d", "--rdzv_endpoint=placeholder:0", "--rdzv_id=x",

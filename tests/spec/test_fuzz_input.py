@@ -186,12 +186,12 @@ def _assert_refused_plainly(code: int, out: str, err: str, path: Path) -> None:
 
 def _assert_runnable(path: Path) -> None:
     """What each cell's process builds from the plan also accepts it: the file told no lie."""
-    from harness.cell.worker import engine_options
+    from harness.cell.build import engine_options
     from harness.data import LoaderSpec
     from harness.data.generate import DatasetParams
     from harness.models import MODELS
     from harness.spec.cells import expand
-    from harness.spec.matrix import load_matrix
+    from harness.spec.parse import load_matrix
 
     for smoke in (False, True):
         for c in expand(load_matrix(path), smoke=smoke):

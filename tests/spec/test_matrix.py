@@ -8,7 +8,8 @@ import pytest
 from conftest import ROOT  # noqa: E402
 
 from harness.spec.cells import Cell, expand, parse_only, schedule
-from harness.spec.matrix import MatrixError, load_matrix, markdown_reference, parse_matrix
+from harness.spec.parse import MatrixError, load_matrix, parse_matrix
+from harness.spec.reference import markdown_reference
 
 HEAD = {"version": 1, "benchmark": {}}
 """What every matrix states; tests add the keys they are about."""
@@ -171,7 +172,7 @@ def test_interleaved_schedule_is_seeded():
 
 def test_docs_list_every_knob():
     doc = (ROOT / "docs" / "matrix.md").read_text()
-    assert markdown_reference() in doc, "docs/matrix.md is stale: python -m harness.spec.matrix --markdown"
+    assert markdown_reference() in doc, "docs/matrix.md is stale: python -m harness.spec.reference --markdown"
 
 
 def test_docs_list_every_column():
@@ -234,7 +235,8 @@ def test_registry_values_are_checked_with_a_suggestion():
     probs = problems_of({"benchmark": {"model": "resnet5"}, "recipe": {"schedule": "cosin"},
                          "data": {"generate": {"kind": "digit"}}, "run": {"device": "cdua"}})
     assert ("m.toml: benchmark.model: unknown value 'resnet5' (did you mean 'resnet50'?); choose from "
-            "resnet18, resnet34, resnet50, resnet101") in probs
+            "resnet18, resnet34, resnet50, resnet101, resnext101-32x4d, se-resnext101-32x4d, efficientnet-b0, "
+            "efficientnet-b4") in probs
     assert any(p.startswith("m.toml: recipe.schedule: unknown value 'cosin' (did you mean 'cosine'?)")
                for p in probs)
     assert any(p.startswith("m.toml: data.generate.kind: unknown value 'digit' (did you mean 'digits'?)")
@@ -246,7 +248,7 @@ def test_the_spec_names_what_the_code_registers():
     import typing
 
     from harness import data, models
-    from harness.cell import engine
+    from harness.cell import recipe
     from harness.data.generate import DatasetParams
     from harness.spec.matrix import BACKENDS, MEMORY_FORMATS, MODEL_NAMES, PRECISIONS, GenerateConfig, RecipeConfig
 
@@ -255,8 +257,8 @@ def test_the_spec_names_what_the_code_registers():
 
     assert MODEL_NAMES == models.model_names()
     assert set(BACKENDS) == set(data.BACKENDS)
-    assert (PRECISIONS, MEMORY_FORMATS) == (engine.PRECISIONS, engine.MEMORY_FORMATS)
-    assert literal(RecipeConfig, "schedule") == engine.SCHEDULES
+    assert (PRECISIONS, MEMORY_FORMATS) == (recipe.PRECISIONS, recipe.MEMORY_FORMATS)
+    assert literal(RecipeConfig, "schedule") == recipe.SCHEDULES
     assert literal(GenerateConfig, "kind") == literal(DatasetParams, "kind")
 
 
@@ -323,7 +325,7 @@ def test_digits_without_scikit_learn_is_refused_at_validate_time(monkeypatch):
 
 
 def test_every_cell_of_a_valid_matrix_builds_what_its_process_builds():
-    from harness.cell.worker import engine_options
+    from harness.cell.build import engine_options
     from harness.data import LoaderSpec
     from harness.data.generate import DatasetParams
     from harness.models import MODELS

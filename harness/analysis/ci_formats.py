@@ -1,0 +1,137 @@
+"""A comparison in the two forms CI reads: summary.md (a pull-request comment or job summary) and junit.xml (a
+confirmed regression is a failed test). Strings are escaped (wording.esc_md, ElementTree) before they are written."""
+
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+from dataclasses import asdict
+from typing import Any
+
+from harness.analysis.verdict import (
+    FAILED,
+    INCONCLUSIVE,
+    INSUFFICIENT,
+    NOT_COMPARABLE,
+    NO_BASELINE,
+    REGRESSION,
+    SKIPPED,
+    UNCHANGED,
+    CellVerdict,
+    Comparison,
+)
+from harness.analysis.wording import (
+    cell_means,
+    change_text,
+    drill_banner,
+    field_scope,
+    headline_words,
+    esc_md,
+    method_text,
+    num_text,
+    sorted_verdicts,
+)
+from harness.results.env import ENV_KEY_FIELDS
+from harness.spec.cells import cell_label as label
+
+
+# ---------------------------------------------------------------------------------------------
+# Markdown
+
+
+def _md_row(v: CellVerdict) -> str:
+    drill = f" (fire drill +{v.fire_drill_pct:g}%)" if v.fire_drill_pct or v.baseline_fire_drill_pct else ""
+    return (f"| {esc_md(label(v.cell_id))}{esc_md(drill)} | **{esc_md(v.verdict)}** | {esc_md(change_text(v))} | "
+            f"{esc_md(num_text(v.mdc_pct, '.1f', '%'))} | {esc_md(v.noise or '-')} | {esc_md(v.reason)} |")
+
+
+def render_markdown(comparison: Comparison) -> str:
+    cand = comparison.candidate
+    head = "| cell | verdict | change [interval] | MDC | noise | reason |\n|---|---|---|---|---|---|"
+    lines = [f"## nvbench: {esc_md(cand.run_id)} vs {esc_md(comparison.baseline_label)}", ""]
+    banner = drill_banner(comparison)
+    if banner:
+        lines += [f"> **{esc_md(banner)}**", ""]
+    regs = comparison.regressions
+    lines += [f"**{esc_md(headline_words(comparison))}**" + (" \u2014 no confirmed regression." if not regs else ""),
+              ""]
+    lines += [f"- {esc_md(n)}" for n in comparison.notes]
+    attention = [v for v in sorted_verdicts(comparison)
+                 if v.verdict not in (UNCHANGED, NO_BASELINE, INCONCLUSIVE) or v.is_regression]
+    if attention:
+        lines += ["", head, *(_md_row(v) for v in attention)]
+    open_ = [v for v in sorted_verdicts(comparison) if v.verdict == INCONCLUSIVE and not v.is_regression]
+    if open_:
+        lines += ["", f"**Inconclusive: {len(open_)} cell(s) neither shown changed nor shown inside the "
+                      f"{comparison.thresholds.floor_pct:g}% floor** (more repeats would likely decide them):", "",
+                  head, *(_md_row(v) for v in open_)]
+    lines += ["", f"<details><summary>All {len(comparison.verdicts)} cells</summary>", "", head,
+              *(_md_row(v) for v in sorted_verdicts(comparison)), "", "</details>"]
+    bad = [r for r in cand.rows if r["status"] != "ok"]
+    if bad:
+        lines += ["", "**Failed and skipped:**", ""]
+        lines += [f"- {esc_md(r['cell_id'])} r{r['repeat']}: {esc_md(r['status'])}: {esc_md(r.get('reason'))}"
+                  for r in bad]
+    if comparison.environment_diff:
+        lines += ["", "**Environment differences** (baseline -> this run):", ""]
+        lines += [f"- {esc_md(name)} (must match for {esc_md(field_scope(name))}): {esc_md(a)} -> {esc_md(b)}"
+                  if name in ENV_KEY_FIELDS else f"- {esc_md(name)}: {esc_md(a)} -> {esc_md(b)}"
+                  for name, a, b in comparison.environment_diff]
+    if comparison.suspects:
+        lines += ["", "**Suspects for a confirmation rerun:** " + ", ".join(esc_md(s) for s in comparison.suspects)]
+    lines += ["", f"<sub>{esc_md(method_text(comparison))}</sub>", ""]
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------
+# JUnit XML
+
+
+_XML_BAD = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
+
+
+def _x(value: Any) -> str:
+    """ElementTree escapes markup but not characters XML 1.0 forbids (terminal escapes in a log line)."""
+    return _XML_BAD.sub("\ufffd", "" if value is None else str(value))
+
+
+def render_junit(comparison: Comparison) -> bytes:
+    """One <testcase> per cell: a confirmed regression is a <failure>, a failed cell an <error>, and cells
+    that were not decided (inconclusive) or could not be judged (skipped, not comparable, insufficient data,
+    no baseline) are <skipped> with the verdict and its reason as the message: never a pass."""
+    cand = comparison.candidate
+    suite = ET.Element("testsuite", name=_x(f"nvbench.{cand.run_id}"),
+                       timestamp=_x(cand.created_at), hostname=_x(cand.environment.get("hostname") or ""))
+    props = ET.SubElement(suite, "properties")
+    th = asdict(comparison.thresholds)
+    for name, value in [("baseline", comparison.baseline_label), ("mode", comparison.mode),
+                        ("fire_drill_pct", comparison.fire_drill_pct), *th.items()]:
+        ET.SubElement(props, "property", name=_x(name), value=_x(value))
+    counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+    durations = cell_means(cand.rows, "duration_s")
+    for v in sorted(comparison.verdicts, key=lambda v: v.cell_id):
+        counts["tests"] += 1
+        drill = f" [FIRE DRILL +{v.fire_drill_pct:g}%]" if v.fire_drill_pct or v.baseline_fire_drill_pct else ""
+        case = ET.SubElement(suite, "testcase", classname=_x(f"nvbench.{v.backend}.{v.precision}"),
+                             name=_x(v.cell_id + drill), time=f"{durations.get(v.cell_id, 0.0):.3f}")
+        message = _x(f"{v.verdict}: {change_text(v)}")
+        if v.is_regression:
+            counts["failures"] += 1
+            what = "throughput" if v.verdict == REGRESSION else "accuracy"
+            if v.verdict != REGRESSION:
+                message = _x(f"top-1 {v.accuracy_verdict}: {v.top1_change:+.4f} "
+                             f"[{v.top1_ci_low:+.4f}, {v.top1_ci_high:+.4f}]")
+            ET.SubElement(case, "failure", message=message, type=f"{what}-regression").text = _x(v.reason)
+        elif v.verdict == FAILED:
+            counts["errors"] += 1
+            ET.SubElement(case, "error", message=_x(v.reason), type="cell-failed").text = _x(v.reason)
+        elif v.verdict in (INCONCLUSIVE, SKIPPED, NOT_COMPARABLE, INSUFFICIENT, NO_BASELINE):
+            counts["skipped"] += 1
+            ET.SubElement(case, "skipped", message=_x(f"{v.verdict}: {v.reason}"))
+        ET.SubElement(case, "system-out").text = _x(f"{v.verdict}: {v.reason}")
+    for key, value in counts.items():
+        suite.set(key, str(value))
+    root = ET.Element("testsuites", name="nvbench", **{k: str(v) for k, v in counts.items()})
+    root.append(suite)
+    ET.indent(root)
+    return ET.tostring(root, encoding="utf-8", xml_declaration=True) + b"\n"

@@ -1,0 +1,95 @@
+"""A cell's repeats as the comparisons read them: rows grouped by cell, the usable ones, their throughputs and
+spread, the verdict of a cell without a usable repeat, and whether two sides' environments let them be compared."""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from harness.analysis.verdict import FAILED, INSUFFICIENT, SKIPPED, Thresholds
+from harness.results.env import ENV_KEY_FIELDS, cell_env_fields, env_diff, env_key
+from harness.spec.matrix import AXES
+
+BAD_STATUSES = ("failed", "timeout", "crashed", "cancelled")
+
+
+def drill_pct(row: Mapping[str, Any]) -> float:
+    return float(row.get("fire_drill_pct") or 0.0)
+
+
+def by_cell(rows: Iterable[Mapping[str, Any]]) -> dict[str, list[Mapping[str, Any]]]:
+    out: dict[str, list[Mapping[str, Any]]] = {}
+    for row in rows:
+        out.setdefault(row["cell_id"], []).append(row)
+    for cell_rows in out.values():
+        cell_rows.sort(key=lambda r: r["repeat"])
+    return out
+
+
+def ok_rows(rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    return [r for r in rows if r["status"] == "ok" and (r.get("throughput_img_per_s") or 0) > 0]
+
+
+def usable_rows(rows: Sequence[Mapping[str, Any]], th: Thresholds) -> list[Mapping[str, Any]]:
+    ok = ok_rows(rows)
+    return [r for r in ok if r.get("is_steady") is not False] if th.exclude_unsteady else ok
+
+
+def throughputs(rows: Sequence[Mapping[str, Any]]) -> np.ndarray:
+    return np.array([r["throughput_img_per_s"] for r in rows], dtype=float)
+
+
+def cv_of(x: np.ndarray) -> float | None:
+    return float(x.std(ddof=1) / x.mean()) if x.size >= 2 else None
+
+
+def noise_label(cv: float | None, num_unsteady: int) -> str:
+    """quiet (< 1 %), moderate (< 3 %), noisy (< 10 %), very noisy: spread of throughput across repeats."""
+    if cv is None:
+        label = "unknown (one repeat)"
+    else:
+        label = "quiet" if cv < 0.01 else "moderate" if cv < 0.03 else "noisy" if cv < 0.10 else "very noisy"
+    return label + (f", {num_unsteady} unsteady" if num_unsteady else "")
+
+
+def axes_of(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    return {axis: rows[0].get(axis) for axis in AXES}
+
+
+def failure_verdict(rows: Sequence[Mapping[str, Any]]) -> tuple[str, str]:
+    """(verdict, reason) for a cell without a usable repeat in the candidate."""
+    bad = [r for r in rows if r["status"] in BAD_STATUSES]
+    if bad:
+        return FAILED, f"{len(bad)} of {len(rows)} repeats {bad[0]['status']}: {bad[0]['reason']}"
+    skipped = [r for r in rows if r["status"] == "skipped"]
+    if skipped:
+        return SKIPPED, skipped[0]["reason"] or "skipped"
+    return INSUFFICIENT, "no repeat with a throughput"
+
+
+def format_diff(diff: Sequence[tuple[str, Any, Any]]) -> str:
+    return "; ".join(f"{name}: {a} -> {b}" for name, a, b in diff)
+
+
+def _keys(rows: Sequence[Mapping[str, Any]]) -> set:
+    return {r.get("env_key") for r in rows}
+
+
+def env_difference(cand_rows: Sequence[Mapping[str, Any]], base_rows: Sequence[Mapping[str, Any]],
+                   cand_env: Mapping[str, Any], base_env: Mapping[str, Any], *, subset: bool = False) -> str:
+    """What in the two sides' environments keeps this cell from being judged, in words; '' when nothing does.
+    Only the fields that can move this cell count (env.cell_env_fields: DALI's version for dali-* cells, the
+    GPU stack for GPU cells) where each manifest is the environment its rows ran in; where it is not (a run
+    resumed elsewhere), the rows' env_key decides, over every key field. `subset`: the baseline's keys need
+    only be among the candidate's (history runs)."""
+    cand_keys, base_keys = _keys(cand_rows), _keys(base_rows)
+    if base_keys <= cand_keys if subset else base_keys == cand_keys:
+        return ""
+    if {env_key(cand_env)} == cand_keys and {env_key(base_env)} == base_keys:
+        first = cand_rows[0]
+        relevant = cell_env_fields(backend=str(first.get("backend")), device=first.get("device"),
+                                   world_size=int(first.get("world_size") or 1))
+        return format_diff(env_diff(base_env, cand_env, fields=relevant))
+    return format_diff(env_diff(base_env, cand_env, fields=ENV_KEY_FIELDS)) or \
+        f"env_key {sorted(map(str, base_keys))} -> {sorted(map(str, cand_keys))}"

@@ -1,0 +1,1 @@
+"""The `nvbench` commands: one module per command, each adding its own flags and calling the library."""

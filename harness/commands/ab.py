@@ -1,0 +1,115 @@
+"""`nvbench ab`: run a matrix under two interpreters or checkouts, interleaved, and compare B with A."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from pathlib import Path
+
+from harness.commands.common import (EXIT_INTERRUPTED, add_threshold_flags, bad_input, fire_drill_problem,
+                                     print_report, thresholds_from)
+from harness.spec.parse import MatrixError, load_matrix, with_repeats
+
+
+def cmd_ab(args: argparse.Namespace) -> int:
+    from datetime import datetime, timezone
+
+    from harness.analysis import compare
+    from harness.analysis.runs import load_run
+    from harness.analysis.verdict import INCONCLUSIVE, Comparison
+    from harness.analysis.report import write_report
+    from harness.orchestrate import ab, capabilities, runfolder
+    from harness.spec.cells import expand
+
+    from harness.analysis.decide import reach_problem
+
+    try:
+        matrix = with_repeats(load_matrix(args.matrix), args.repeats)
+        looks = ab.look_schedule(matrix.run.repeats, args.max_repeats or matrix.run.repeats)
+        thresholds = thresholds_from(args)
+        note = None
+        if (decisive := ab.decisive_looks(looks, thresholds.fdr_q)) != looks:
+            note = (f"note: {looks[0]} + {looks[0]} pairs cannot decide at the level split over the looks "
+                    f"{looks}: the A/B starts at {decisive[0]} pairs (looks {decisive})")
+            looks, matrix = decisive, with_repeats(matrix, decisive[0])
+        thresholds = dataclasses.replace(thresholds, looks=len(looks))
+        knob = f"--max-repeats {looks[-1]}" if args.max_repeats else f"--repeats {looks[-1]}" \
+            if args.repeats is not None else f"run.repeats = {looks[-1]}"
+        if problem := reach_problem(looks[-1], thresholds.level, what=knob):
+            problem += f" (the level {thresholds.fdr_q:g} split over {len(looks)} looks)" if len(looks) > 1 else ""
+            if args.repeats is None and args.max_repeats is None:  # the matrix's own repeats: say so, run
+                print(f"warning: {problem}: every cell will be inconclusive", file=sys.stderr)
+            else:  # flags that ask for an A/B that can never decide
+                raise ValueError(problem)
+        if note:  # after the check: an A/B that can never decide says so in one line
+            print(note, file=sys.stderr)
+        cells = expand(matrix, smoke=args.smoke, only=args.only)
+        if problem := fire_drill_problem(args.fire_drill):
+            raise ValueError(problem)
+        pythons = {"a": ab.resolve_python(args.a), "b": ab.resolve_python(args.b)}
+        checkouts = {name: ab.resolve_checkout(path) if path else None
+                     for name, path in (("a", args.a_checkout), ("b", args.b_checkout))}
+        envs = {name: ab.collect_env_under(py, checkout=checkouts[name]) for name, py in pythons.items()}
+    except MatrixError as exc:
+        return bad_input(exc.problems)
+    except ab.AbInputError as exc:
+        return bad_input(exc.problems)
+    except ValueError as exc:
+        return bad_input([str(exc)])
+    out = Path(args.out) if args.out else Path(args.reports) / runfolder.new_run_id(
+        f"{matrix.benchmark.name}-ab", datetime.now(timezone.utc))
+    if out.exists() and any(out.iterdir()):
+        return bad_input([f"--out {out}: not empty"])
+    caps = capabilities.probe_capabilities(matrix.run.device, {k: v for k, v in envs["a"].items() if k != "env_key"})
+    ab.create_ab(matrix, cells, out_dir=out, pythons=pythons, envs=envs, smoke=args.smoke, only=args.only,
+                 seed=args.seed, checkouts=checkouts, fire_drill_pct=args.fire_drill or 0.0)
+    label = {n: pythons[n] + (f" in {checkouts[n]}" if checkouts[n] else "") for n in ab.SIDES}
+    adaptive = f"; more pairs of inconclusive cells up to {looks[-1]} a side, looks at {looks}" if len(looks) > 1 else ""
+    print(f"A/B folder: {out}  (A = {label['a']}, B = {label['b']}; "
+          f"{2 * len(cells) * matrix.run.repeats} jobs{adaptive})", file=sys.stderr)
+
+    def done(side: str, row: dict) -> None:
+        detail = f"{row['throughput_img_per_s']:.1f} img/s" if row["status"] == "ok" else row["reason"]
+        print(f"{side.upper()} {row['status']:>8} {row['cell_id']} r{row['repeat']}  {detail}", file=sys.stderr)
+
+    def judge() -> Comparison:
+        return compare.compare_runs(load_run(out / "b"), load_run(out / "a"), thresholds,
+                                    require_same_env=False, mode="ab", baseline_label=f"A ({label['a']})")
+
+    try:
+        ab.run_adaptive(out, looks, judge=lambda: [v.cell_id for v in judge().verdicts
+                                                    if v.verdict == INCONCLUSIVE],
+                        caps=caps, envs=envs, pythons=pythons, seed=args.seed, checkouts=checkouts, on_done=done,
+                        notify=lambda m: print(m, file=sys.stderr))
+    except KeyboardInterrupt:
+        print(f"interrupted; the rows so far are in {out}/a and {out}/b", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    return print_report(write_report(judge(), out / "report"), args.fail_on_regression)
+
+
+def add_parser(subparsers) -> None:
+    ab = subparsers.add_parser(
+        "ab", help="run a matrix under two interpreters or checkouts, interleaved; compare B with A")
+    ab.add_argument("matrix")
+    ab.add_argument("--a", default=sys.executable, metavar="PYTHON",
+                    help="interpreter of side A, the baseline (default: this one)")
+    ab.add_argument("--b", default=sys.executable, metavar="PYTHON",
+                    help="interpreter of side B, the candidate (default: this one)")
+    ab.add_argument("--a-checkout", metavar="DIR", help="checkout whose harness side A runs, e.g. a git worktree "
+                    "of the baseline's commit (default: this one)")
+    ab.add_argument("--b-checkout", metavar="DIR", help="checkout whose harness side B runs (default: this one)")
+    ab.add_argument("--fire-drill", type=float, metavar="PCT",
+                    help="slow side B by PCT %% of each measured step (proves an A/B confirmation still rings)")
+    ab.add_argument("--only", action="append", default=[], metavar="AXIS=VALUE", help="filter cells as in run")
+    ab.add_argument("--smoke", action="store_true", help="shrink every cell as `run --smoke` does")
+    ab.add_argument("--repeats", type=int, metavar="N", help="repeats per side (overrides run.repeats)")
+    ab.add_argument("--max-repeats", type=int, metavar="M",
+                    help="while a cell is inconclusive, run more interleaved pairs of it, up to M a side (looks at "
+                         "N, 2N, 4N, ..., M, leaving out looks too small to decide at the split level; the level is split "
+                         "over the looks). Default: N, no more pairs")
+    ab.add_argument("--seed", type=int, default=0, help="seed of the A/B order within each pair (default: 0)")
+    ab.add_argument("--out", metavar="DIR", help="A/B folder (default: REPORTS/<id>); holds a/, b/, report/")
+    ab.add_argument("--reports", default="reports", metavar="DIR", help="where A/B folders go (default: reports)")
+    add_threshold_flags(ab, history=False)
+    ab.set_defaults(func=cmd_ab)

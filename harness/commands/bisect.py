@@ -1,0 +1,88 @@
+"""`nvbench bisect`: find the first commit (or interpreter) that made a matrix slower, by A/B."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from harness.commands.common import EXIT_INTERRUPTED, bad_input
+from harness.spec.parse import MatrixError, load_matrix
+
+
+def cmd_bisect(args: argparse.Namespace) -> int:
+    from datetime import datetime, timezone
+
+    from harness.orchestrate import bisect, runfolder
+
+    try:
+        if args.resume:
+            out = Path(args.resume)
+            if not (out / bisect.STATE).is_file():
+                raise bisect.BisectInputError(f"--resume {out}: no {bisect.STATE} there")
+            state = json.loads((out / bisect.STATE).read_text())
+            matrix, points, labels, kind = state["matrix"], state["points"], state["labels"], state["kind"]
+            ab_args = state["ab_args"]
+            repo = Path(bisect.git(Path.cwd(), "rev-parse", "--show-toplevel")) if kind == "commits" else None
+        else:
+            if not args.matrix:
+                raise bisect.BisectInputError("nvbench bisect needs a MATRIX file (or --resume DIR)")
+            load_matrix(args.matrix)  # bad input is said now, not by the first A/B
+            if args.pythons:
+                points, labels, kind, repo = bisect.python_points(Path(args.pythons)), {}, "pythons", None
+            else:
+                if not args.good:
+                    raise bisect.BisectInputError("nvbench bisect needs --good REV (or --pythons FILE)")
+                points, labels = bisect.commit_points(Path.cwd(), args.good, args.bad or "HEAD")
+                kind = "commits"
+                repo = Path(bisect.git(Path.cwd(), "rev-parse", "--show-toplevel"))
+            if args.repeats < 1 or args.max_repeats < args.repeats:
+                raise bisect.BisectInputError(f"--repeats {args.repeats} --max-repeats {args.max_repeats}: need "
+                                              "1 <= repeats <= max-repeats")
+            matrix = str(Path(args.matrix).absolute())
+            ab_args = ["--repeats", str(args.repeats), "--max-repeats", str(args.max_repeats),
+                       *[f"--only={o}" for o in args.only]]
+            out = Path(args.out) if args.out else Path(args.reports) / runfolder.new_run_id(
+                "bisect", datetime.now(timezone.utc))
+            if out.exists() and any(out.iterdir()):
+                raise bisect.BisectInputError(f"--out {out}: not empty (continue one with --resume {out})")
+            out.mkdir(parents=True, exist_ok=True)
+    except MatrixError as exc:
+        return bad_input(exc.problems)
+    except bisect.BisectInputError as exc:
+        return bad_input([str(exc)])
+    out = out.absolute()
+    bisector = bisect.Bisector(matrix=matrix, points=points, labels=labels, kind=kind, out=out, ab_args=ab_args,
+                               repo=repo, notify=lambda m: print(m, file=sys.stderr))
+    if args.resume:
+        bisector.load()
+    print(f"bisect folder: {out} ({len(points)} {kind}, good {bisector.name(0)}, bad {bisector.name(len(points) - 1)})",
+          file=sys.stderr)
+    try:
+        code, _ = bisector.run()
+    except KeyboardInterrupt:
+        bisector.save()
+        print(f"interrupted; continue with: nvbench bisect --resume {out}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    finally:
+        bisector.cleanup()
+    print(out / bisect.LOG)
+    return code
+
+
+def add_parser(subparsers) -> None:
+    bi = subparsers.add_parser(
+        "bisect", help="find the first commit (or interpreter) that made a matrix slower, by A/B")
+    bi.add_argument("matrix", nargs="?")
+    bi.add_argument("--good", metavar="REV", help="a commit known fast (bisect runs in the repository under test)")
+    bi.add_argument("--bad", metavar="REV", help="a later commit known slower (default: HEAD)")
+    bi.add_argument("--pythons", metavar="FILE", help="bisect interpreters instead: one per line, good first, bad last")
+    bi.add_argument("--only", action="append", default=[], metavar="AXIS=VALUE", help="filter cells as in run")
+    bi.add_argument("--repeats", type=int, default=5, metavar="N", help="first pairs of each A/B (default: 5)")
+    bi.add_argument("--max-repeats", type=int, default=10, metavar="M",
+                    help="pairs an inconclusive cell may grow to in each A/B (default: 10)")
+    bi.add_argument("--out", metavar="DIR", help="bisect folder (default: REPORTS/<id>): bisect.md, bisect.json")
+    bi.add_argument("--resume", metavar="DIR", help="continue an interrupted bisect without redoing its comparisons")
+    bi.add_argument("--reports", default="reports", metavar="DIR", help="where bisect folders go (default: reports)")
+    bi.set_defaults(func=cmd_bisect)

@@ -1,0 +1,84 @@
+"""`nvbench history` (change points and drifts over nightly runs) and `nvbench export` (a run in another
+tool's format)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from harness.commands.common import EXIT_OK, bad_input
+
+
+def cmd_history(args: argparse.Namespace) -> int:
+    """Change points and drifts of every cell over a folder of nightly runs: history.html, changes.md,
+    changes.parquet (harness.analysis.history)."""
+    from harness.analysis import history, trend
+    from harness.analysis.runs import RunInputError
+
+    folder = Path(args.history_dir)
+    out = Path(args.out) if args.out else folder / "trend"
+    given = {name: getattr(args, name) for name in ("floor_pct", "min_segment", "alpha", "drift_nights")
+             if getattr(args, name) is not None}
+    try:
+        result = trend.write_history(history.load_history(folder, history.HistorySettings(**given)), out)
+        for summary in map(Path, args.summary):
+            from harness.results import store
+
+            before = summary.read_text(encoding="utf-8") if summary.is_file() else ""
+            store.write_bytes(summary, (before + trend.new_changes_markdown(result.history)).encode())
+    except RunInputError as exc:
+        return bad_input(exc.problems)
+    except ValueError as exc:
+        return bad_input([str(exc)])
+    except OSError as exc:
+        return bad_input([f"{exc.filename or out}: cannot write the history: {exc.strerror}"])
+    for path, why in result.history.skipped:
+        print(f"skipped {path}: {why}", file=sys.stderr)
+    for path in result.files:
+        print(path)
+    h = result.history
+    print(f"{len(h.nights)} night(s), {len(h.series)} series: {len(h.changes)} change(s), "
+          f"{sum(c.is_new for c in h.changes)} new tonight", file=sys.stderr)
+    for c in h.changes:
+        if c.is_new:
+            print(f"new {c.kind}: {c.cell_id} {c.metric} {trend.change_text(c)} at night {c.night} ({c.run_id}), "
+                  f"commits {trend.commit_range(c)}", file=sys.stderr)
+    return EXIT_OK
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    """A run's cells in another tool's format (harness.analysis.export)."""
+    from harness.analysis.runs import RunInputError
+    from harness.analysis.export import export_run
+
+    try:
+        count = export_run(Path(args.run_dir), args.format, Path(args.out))
+    except RunInputError as exc:
+        return bad_input(exc.problems)
+    except OSError as exc:
+        return bad_input([f"{exc.filename or args.out}: cannot write the export: {exc.strerror}"])
+    print(args.out)
+    print(f"{count} benchmark(s) in {args.format} format", file=sys.stderr)
+    return EXIT_OK
+
+
+def add_parser(subparsers) -> None:
+    h = subparsers.add_parser("history", help="change points and drifts per cell over a folder of nightly runs")
+    h.add_argument("history_dir", metavar="HISTORY_DIR")
+    h.add_argument("--out", metavar="DIR", help="where history.html, changes.md, changes.parquet go "
+                   "(default: HISTORY_DIR/trend)")
+    h.add_argument("--floor", dest="floor_pct", type=float, metavar="PCT",
+                   help="practical floor of throughput and fast-step changes in %% (default 3)")
+    h.add_argument("--min-segment", type=int, metavar="N", help="fewest nights on each side of a change (2)")
+    h.add_argument("--alpha", type=float, metavar="A", help="test level of each change point (0.01)")
+    h.add_argument("--drift-nights", type=int, metavar="K", help="a drift is a slope over the last K nights (14)")
+    h.add_argument("--summary", metavar="FILE", action="append", default=[],
+                   help="append tonight's new change points to this Markdown file (repeatable)")
+    h.set_defaults(func=cmd_history)
+    x = subparsers.add_parser("export", help="a run's cells in another tool's format (pytest-benchmark JSON)")
+    x.add_argument("run_dir", metavar="RUN")
+    x.add_argument("--format", required=True, choices=("pytest-benchmark",),
+                   help="pytest-benchmark: one benchmark per cell, img/s as ops, step times as stats")
+    x.add_argument("--out", required=True, metavar="FILE", help="the JSON file to write")
+    x.set_defaults(func=cmd_export)

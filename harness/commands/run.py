@@ -1,0 +1,136 @@
+"""`nvbench run`: plan or resume a run folder, execute its jobs, print the summary."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from harness.commands.common import (EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_OK, bad_input, env_and_caps,
+                                     fire_drill_problem, reach_warning)
+from harness.spec.parse import MatrixError, load_matrix, with_repeats
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from harness.orchestrate import capabilities, runfolder
+    from harness.results import store
+    from harness.spec.cells import expand
+
+    if args.resume and (args.matrix or args.only or args.smoke or args.out or args.dry_run or args.fire_drill
+                        or args.repeats is not None or args.executor):
+        return bad_input(["--resume takes the run folder alone (its plan fixes matrix, filters, --smoke, "
+                          "--repeats, --fire-drill and --executor)"])
+    if problem := fire_drill_problem(args.fire_drill):
+        return bad_input([problem])
+    if args.resume:
+        run_dir = Path(args.resume)
+        try:
+            _, _, cells = runfolder.load_plan(run_dir)
+            store.read_cells(run_dir)  # a finished job's row must read back, or the summary fails at the end
+        except runfolder.RunFolderError as exc:
+            return bad_input([str(exc)])
+        except store.UnreadableFile as exc:
+            return bad_input([f"{exc}; delete it to run that job again"])
+        device = next(iter(cells.values())).run.device
+        executor = runfolder.plan_executor(run_dir)
+    else:
+        if not args.matrix:
+            return bad_input(["nvbench run needs a MATRIX file or --resume RUN_DIR"])
+        try:
+            matrix = with_repeats(load_matrix(args.matrix), args.repeats)
+            cell_list = expand(matrix, smoke=args.smoke, only=args.only)
+        except MatrixError as exc:
+            return bad_input(exc.problems)
+        if args.out and (Path(args.out) / runfolder.PLAN).exists():
+            return bad_input([f"--out {args.out}: already holds a run; use --resume {args.out}"])
+        device = matrix.run.device
+        knob = f"--repeats {args.repeats}" if args.repeats is not None else f"run.repeats = {matrix.run.repeats}"
+        reach_warning(matrix.run.repeats, smoke=args.smoke, what=knob)
+        executor = _executor_config(matrix, args.executor)
+    env, key, caps = env_and_caps(device)
+    if args.dry_run:
+        for cell in cell_list:
+            reason = capabilities.skip_reason(cell, caps)
+            print(f"{cell.cell_id}  x{matrix.run.repeats}  " + (f"skip: {reason}" if reason else "run"))
+        print(f"{len(cell_list)} cells, {len(cell_list) * matrix.run.repeats} jobs; nothing was run or written")
+        return EXIT_OK
+    from harness.orchestrate.executors import ExecutorUnavailable
+    from harness.orchestrate.runner import executor_for
+
+    where = executor_for(executor)
+    try:
+        where.check()  # before anything is written: sbatch missing or the controller down is one line, exit 2
+    except ExecutorUnavailable as exc:
+        return bad_input([str(exc)])
+    if not args.resume:
+        run_dir = runfolder.create_run(matrix, cell_list, run_dir=Path(args.out) if args.out else None,
+                                    reports_root=Path(args.reports), smoke=args.smoke, only=args.only, env=env,
+                                    fire_drill_pct=args.fire_drill or 0.0, executor=executor)
+    return _execute(run_dir, caps, env, key, progress=not args.no_progress, verbose=args.verbose, executor=where)
+
+
+def _executor_config(matrix, flag: str | None):
+    """The matrix's [executor], its kind replaced by `--executor` when given (the flag wins over the file)."""
+    import dataclasses
+
+    return dataclasses.replace(matrix.executor, kind=flag) if flag else matrix.executor
+
+
+def _execute(run_dir: Path, caps, env, key, *, progress: bool, verbose: bool, executor=None) -> int:
+    from rich.console import Console
+
+    from harness.console import RunProgress, detail_table, print_summary
+    from harness.orchestrate import derive, runfolder, runner
+    from harness.results import store
+
+    console = Console(stderr=True)
+    _, jobs, _ = runfolder.load_plan(run_dir)
+    todo = runfolder.pending(run_dir, jobs)
+    # soft_wrap: a path must stay one copyable line whatever the terminal's width
+    console.print(f"run folder: {run_dir}  ({len(todo)} of {len(jobs)} jobs to run)", soft_wrap=True)
+    from harness.orchestrate.executors import ExecutorUnavailable
+
+    try:
+        with RunProgress(console, len(todo)) as bar:
+            runner.execute(run_dir, caps=caps, env=env, env_key=key, on_start=bar.start if progress else None,
+                           on_done=bar.done, notify=lambda message: console.print(message, soft_wrap=True),
+                           executor=executor)
+    except ExecutorUnavailable as exc:
+        console.print(f"error: {exc}; the run is resumable: nvbench run --resume {run_dir}", soft_wrap=True)
+        return EXIT_BAD_INPUT
+    except runner.Interrupted as exc:
+        if exc.cancelled:
+            console.print(f"interrupted; cancelled SLURM job(s) {', '.join(exc.cancelled)} (scancel); finish with: "
+                          f"nvbench run --resume {run_dir}", soft_wrap=True)
+        else:
+            console.print(f"interrupted; finish with: nvbench run --resume {run_dir}", soft_wrap=True)
+        return EXIT_INTERRUPTED
+    except KeyboardInterrupt:
+        console.print(f"interrupted; finish with: nvbench run --resume {run_dir}", soft_wrap=True)
+        return EXIT_INTERRUPTED
+    rows = store.read_cells(run_dir).to_pylist()
+    if verbose:
+        Console().print(detail_table(rows))
+    print_summary(console, rows, run_dir, store.read_json(run_dir / runfolder.MANIFEST))
+    return derive.exit_code(rows)
+
+
+def add_parser(subparsers) -> None:
+    r = subparsers.add_parser("run", help="run a matrix, one isolated process per cell")
+    r.add_argument("matrix", nargs="?")
+    r.add_argument("--smoke", action="store_true", help="shrink every cell to run anywhere in minutes")
+    r.add_argument("--only", action="append", default=[], metavar="AXIS=VALUE",
+                   help="keep cells with this axis value (repeat: same axis widens, other axes narrow)")
+    r.add_argument("--repeats", type=int, metavar="N", help="run every cell N times (overrides run.repeats)")
+    r.add_argument("--dry-run", action="store_true", help="list the cells and what would be skipped")
+    r.add_argument("--resume", metavar="RUN_DIR", help="finish an interrupted run")
+    r.add_argument("--out", metavar="DIR", help="run folder (default: REPORTS/<run_id>)")
+    r.add_argument("--executor", choices=("local", "slurm"),
+                   help="where jobs run: this machine, or one SLURM job each (wins over the matrix's [executor] kind)")
+    r.add_argument("--reports", default="reports", metavar="DIR", help="where run folders go (default: reports)")
+    r.add_argument("--no-progress", action="store_true", help="no progress bar (a line per cell is still printed)")
+    r.add_argument("--verbose", action="store_true",
+                   help="end with every (cell, repeat) row in full, before the summary (stdout)")
+    r.add_argument("--fire-drill", type=float, metavar="PCT",
+                   help="add calibrated extra work of PCT %% of each measured step (tests the regression detector; "
+                        "every row is flagged)")
+    r.set_defaults(func=cmd_run)
