@@ -23,7 +23,8 @@ from harness.orchestrate import confirm
 from harness.results import store
 from harness.results.schema import cell_table
 from harness.spec.cells import expand
-from harness.spec.matrix import AXES, load_matrix
+from harness.spec.matrix import AXES
+from harness.spec.parse import load_matrix
 
 SLEEP = SLOW_OPTIMIZER[1].replace("time.sleep(0.04)", "time.sleep(0.2)")
 """200 ms in every optimizer step: several times the tiny cell's step on a quiet machine, and still about half
