@@ -20,6 +20,7 @@ from typing import Any
 from harness.analysis import decide
 from harness.analysis.history import CONFIRMED, COULD_NOT_CONFIRM, NOT_CONFIRMED, Change, History
 from harness.analysis.runs import load_run
+from harness.orchestrate import stopping
 from harness.spec.matrix import AXES
 
 Confirmation = tuple[str, str]
@@ -138,7 +139,7 @@ class Confirmer:
         t0 = time.monotonic()
         argv = [sys.executable, "-m", "harness", "ab", str(self.matrix), "--out", str(folder), "--a-checkout",
                 str(checkouts["a"]), "--b-checkout", str(checkouts["b"]), *only_flags(changes), *self.ab_args]
-        proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+        proc = stopping.run_child(argv)  # stopped with this process, never left running on its own
         why = self._unusable(folder, proc)
         if why:
             self.notify(f"  could not confirm: {why}")

@@ -143,8 +143,10 @@ def _earlier(h, trend) -> list:
 
 
 def main(argv: list[str]) -> int:
-    if argv[:1] == ["history"]:
-        return history_step(argv[1:])
+    if argv[:1] == ["history"]:  # SIGTERM from ci/nightly.sh stops it as Ctrl-C does: no worktree left behind
+        from harness.orchestrate import stopping
+
+        return stopping.run(lambda: history_step(argv[1:]))
     try:
         if argv[:1] == ["targets"] and len(argv) == 2:
             print(" ".join(targets(Path(argv[1]))))
