@@ -24,10 +24,14 @@
 # baseline's commit (twice the night's cost, the A/B's full reach); `sequential` never uses A/B.
 # An A/B starts with $NVBENCH_CONFIRM_REPEATS pairs and adds pairs of the cells still inconclusive, up to
 # $NVBENCH_CONFIRM_MAX_REPEATS a side (`nvbench ab --max-repeats`).
-# Tonight's run is then linked into the history and `nvbench history` draws the trend. Exit: 0 ok (every
-# judged cell unchanged or improved); 1 confirmed regression or failed cells; 3 nothing regressed but some
-# cell stayed inconclusive (the night could not tell: the cells are printed last); 2 bad input;
-# 130 interrupted.
+# Tonight's run is then linked into the history and its trend drawn ($RUN/history). A change point new
+# tonight is confirmed before it alarms: its cells run again as an interleaved A/B of the commit of the night
+# before the step and the commit of its first night (worktrees of this repository; the same A/B repeats as
+# above); the page says confirmed, not confirmed or could not confirm (why), and only a confirmed slowdown
+# fails the job (NVBENCH_CONFIRM=sequential: no A/B, nothing confirmed). Exit: 0 ok (every judged cell
+# unchanged or improved); 1 confirmed regression, confirmed change point or failed cells; 3 nothing
+# regressed but some cell stayed inconclusive (the night could not tell: the cells are printed last);
+# 2 bad input; 130 interrupted.
 set -uo pipefail
 
 MATRIX=${NVBENCH_MATRIX:-matrices/resnet50.toml}
@@ -202,19 +206,31 @@ else
 fi
 
 # Tonight joins the history (a link, not a copy); fire drills never do.
+history_rc=0
 case " $RUN_ARGS " in
   *" --fire-drill "*) log "fire drill: not added to the history" ;;
   *) mkdir -p "$HISTORY" && ln -sfn "$(cd "$RUN" && pwd)" "$HISTORY/$RUN_ID"
      # The trend over the history, tonight included: $RUN/history/history.html, changes.parquet, changes.md;
-     # tonight's new change points and drifts join the summary. It informs; it never fails the job.
-     if ! child nvbench history "$HISTORY" --out "$RUN/history" --summary "$RUN/report/summary.md" \
-          ${GITHUB_STEP_SUMMARY:+--summary "$GITHUB_STEP_SUMMARY"}; then
-       log "nvbench history failed: no trend page tonight"
-     fi ;;
+     # tonight's new change points join the summary, each with what the A/B of its commits said.
+     no_ab=""
+     if [ "$CONFIRM" = sequential ]; then no_ab="NVBENCH_CONFIRM=sequential: no A/B"; fi
+     # shellcheck disable=SC2086  # REPORT_ARGS is a list of flags
+     child python -m harness.orchestrate.nightly history "$HISTORY" "$RUN/history" --matrix "$MATRIX" --repo "$ROOT" \
+       --summary "$RUN/report/summary.md" ${GITHUB_STEP_SUMMARY:+--summary "$GITHUB_STEP_SUMMARY"} \
+       ${no_ab:+--no-ab "$no_ab"} -- ${CONFIRM_REPEATS:+--repeats "$CONFIRM_REPEATS"} \
+       ${CONFIRM_MAX_REPEATS:+--max-repeats "$CONFIRM_MAX_REPEATS"} $REPORT_ARGS
+     history_rc=$?
+     case "$history_rc" in
+       0) ;;
+       1) log "a change point new tonight is confirmed by A/B of its commits (see $RUN/history/changes.md)" ;;
+       130) log "interrupted during the history's A/B confirmation"; exit 130 ;;
+       *) log "the history step failed (exit $history_rc): no trend page tonight"; history_rc=0 ;;
+     esac ;;
 esac
 
 if [ "$report_rc" -eq 2 ] || [ "$report_rc" -gt 3 ]; then exit "$report_rc"; fi
 if [ "$report_rc" -eq 1 ]; then log "confirmed regression"; exit 1; fi
+if [ "$history_rc" -eq 1 ]; then log "confirmed change point"; exit 1; fi
 if [ "$run_rc" -eq 1 ]; then log "cells failed (see the report's failed and skipped cells)"; exit 1; fi
 if [ "$report_rc" -eq 3 ]; then
   # Last and loud: the night could not tell for these cells; absence of evidence is not a pass.

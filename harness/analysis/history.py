@@ -23,8 +23,13 @@ from harness.spec.matrix import AXES
 from harness.stats import changepoint
 from harness.stats.inference import mean_interval, to_percent
 
-CHANGES_VERSION = 1
-"""Version of changes.parquet (schema metadata nvbench.changes_version). 1: first release."""
+CHANGES_VERSION = 2
+"""Version of changes.parquet (schema metadata nvbench.changes_version). 1: first release. 2: p_floor, the
+smallest p the test could report; confirmation and confirmation_note, what the nightly's A/B of the change's
+commits said (trend.read_changes migrates 1: all three null)."""
+
+CONFIRMED, NOT_CONFIRMED, COULD_NOT_CONFIRM = "confirmed", "not confirmed", "could not confirm"
+"""What a confirmation can say (Change.confirmation); null: none was asked (a drift, `nvbench history` alone)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -64,15 +69,15 @@ class HistorySettings:
     min_segment: int = changepoint.DEFAULT_MIN_SEGMENT
     """Fewest nights on each side of a change point."""
     alpha: float = changepoint.DEFAULT_ALPHA
-    """Significance level of each divisive step's permutation test."""
-    num_permutations: int = changepoint.DEFAULT_PERMUTATIONS
-    """Permutations per test."""
+    """Significance level of each divisive step's test (the share of no-change series given a change point)."""
+    num_simulations: int | None = None
+    """Simulated series per test (None: enough for a p floor twenty times below alpha)."""
     drift_nights: int = changepoint.DEFAULT_DRIFT_NIGHTS
-    """A drift is a slope over the last K nights."""
+    """A drift is a slope over the last K nights; a series of fewer nights is not assessed for one."""
     confidence: float = 0.95
     """Level of every interval (a change's, a drift's slope)."""
     seed: int = 0
-    """Permutation seed (mixed with the cell and metric): the same history always gives the same answer."""
+    """Simulation seed (mixed with the cell and metric): the same history always gives the same answer."""
 
     def __post_init__(self) -> None:
         problems = []
@@ -85,8 +90,9 @@ class HistorySettings:
             problems.append(f"min_segment={self.min_segment}: must be >= 2")
         if not 0 < self.alpha < 1:
             problems.append(f"alpha={self.alpha}: must be strictly between 0 and 1")
-        elif (self.num_permutations + 1) * self.alpha < 1:
-            problems.append(f"num_permutations={self.num_permutations}: too few to reject at alpha={self.alpha}")
+        elif self.num_simulations is not None and (self.num_simulations + 1) * self.alpha < 1:
+            problems.append(f"num_simulations={self.num_simulations}: its p floor 1/{self.num_simulations + 1} lies "
+                            f"above alpha={self.alpha}")
         if self.drift_nights < 4:
             problems.append(f"drift_nights={self.drift_nights}: must be >= 4")
         if not 0 < self.confidence < 1:
@@ -128,6 +134,8 @@ class Point:
     """Interval of the night's estimate (t over repeats; one repeat: its within-run interval); NaN unknown."""
     high: float
     num_repeats: int
+    repeats: tuple[float, ...] = ()
+    """The night's ok repeats' values: the change-point test weighs each night by its repeats' spread."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -176,7 +184,10 @@ class Change:
     ci_high: float | None = None
     confidence: float
     p_value: float | None = None
-    """A step's permutation p-value; null for a drift (its interval excludes 0 at `confidence`)."""
+    """A step's p-value (the best split over the series, its choice paid for); null for a drift (its interval
+    excludes 0 at `confidence`)."""
+    p_floor: float | None = None
+    """The smallest p the step's test could report (p at the floor reads `p <= floor`); null for a drift."""
     nights_before: int
     """Nights in the level before (a drift: 0)."""
     nights_after: int
@@ -185,6 +196,11 @@ class Change:
     """Fire drill of the night the change starts (a drill night is a calibration, never a result)."""
     is_new: bool = False
     """Not found without the newest night: what tonight's history added."""
+    confirmation: str | None = None
+    """confirmed, not confirmed or could not confirm: what an interleaved A/B of commit_from and commit_to said
+    (harness.orchestrate.confirm); null when none was asked."""
+    confirmation_note: str | None = None
+    """The A/B's verdict behind it, or why there could be none."""
 
 
 CHANGE_COLUMNS = tuple(f.name for f in fields(Change))
@@ -280,7 +296,8 @@ def _point(night: int, rows: Sequence[Mapping[str, Any]], metric: Metric) -> Poi
     if len(values) == 1 and metric.column == "throughput_img_per_s":  # one repeat: its own window's interval
         low = rows[0].get("throughput_ci_low_img_per_s") or math.nan
         high = rows[0].get("throughput_ci_high_img_per_s") or math.nan
-    return Point(night=night, value=ci.estimate, low=float(low), high=float(high), num_repeats=len(values))
+    return Point(night=night, value=ci.estimate, low=float(low), high=float(high), num_repeats=len(values),
+                 repeats=tuple(values))
 
 
 def build_series(nights: Sequence[Night]) -> list[Series]:
@@ -323,18 +340,22 @@ def _seed(settings: HistorySettings, series: Series) -> int:
     return settings.seed + zlib.crc32(f"{series.cell_id}/{series.metric}".encode())
 
 
+def _nights_of(series: Series, metric: Metric) -> list[np.ndarray]:
+    """Each night's repeats in the unit detection works in (a point without them: its value, one repeat)."""
+    return [_scaled(metric, np.array(p.repeats or (p.value,))) for p in series.points]
+
+
 def _detect(series: Series, settings: HistorySettings) -> tuple[list[changepoint.ChangePoint], changepoint.Trend | None]:
     metric = METRIC_BY_NAME[series.metric]
     y = _scaled(metric, np.array([p.value for p in series.points]))
     steps: list[changepoint.ChangePoint] = []
     if y.size >= 2 * settings.min_segment:
         steps = list(changepoint.change_points(
-            y, min_segment=settings.min_segment, min_magnitude=settings.floor(metric), alpha=settings.alpha,
-            num_permutations=settings.num_permutations, confidence=settings.confidence, seed=_seed(settings, series)))
-    trend = None
-    if y.size >= 4:
-        trend = changepoint.drift(y, last=settings.drift_nights, breaks=[s.index for s in steps],
-                                  min_total=settings.floor(metric), confidence=settings.confidence)
+            _nights_of(series, metric), min_segment=settings.min_segment, min_magnitude=settings.floor(metric),
+            alpha=settings.alpha, num_simulations=settings.num_simulations, confidence=settings.confidence,
+            seed=_seed(settings, series)))
+    trend = changepoint.drift(y, last=settings.drift_nights, breaks=[s.index for s in steps],
+                              min_total=settings.floor(metric), confidence=settings.confidence)
     return steps, trend
 
 
@@ -353,8 +374,8 @@ def _step_change(series: Series, step: changepoint.ChangePoint, nights: Sequence
                   unit="%" if metric.relative else "points", before=_level(metric, step.before),
                   after=_level(metric, step.after), change=_change_units(metric, step.change.estimate),
                   ci_low=_change_units(metric, step.change.low), ci_high=_change_units(metric, step.change.high),
-                  confidence=settings.confidence, p_value=step.p_value, nights_before=step.num_before,
-                  nights_after=step.num_after)
+                  confidence=settings.confidence, p_value=step.p_value, p_floor=step.p_floor,
+                  nights_before=step.num_before, nights_after=step.num_after)
 
 
 def _drift_change(series: Series, trend: changepoint.Trend, nights: Sequence[Night],
@@ -400,6 +421,19 @@ class History:
     """Newest first, then the largest change first."""
     settings: HistorySettings = field(default_factory=HistorySettings)
 
+    def drift_note(self) -> str | None:
+        """Why some series were not assessed for a drift (fewer nights than its window), or None."""
+        short = [s for s in self.series if not changepoint.drift_assessed(len(s.points), self.settings.drift_nights)]
+        if not short:
+            return None
+        fewest, window = min(len(s.points) for s in short), self.settings.drift_nights
+        if len(short) == len(self.series):
+            longest = max(len(s.points) for s in short)
+            return (f"drift not assessed: a drift is a slope over the last {window} nights, and no series has that "
+                    f"many (at most {longest})")
+        return (f"drift not assessed for {len(short)} of {len(self.series)} series: a drift is a slope over the last "
+                f"{window} nights, and they have as few as {fewest}")
+
 
 def analyse(folder: str, nights: Sequence[Night], skipped: Sequence[tuple[str, str]],
             settings: HistorySettings | None = None) -> History:
@@ -422,8 +456,20 @@ def analyse(folder: str, nights: Sequence[Night], skipped: Sequence[tuple[str, s
 
 
 def _replace_new(change: Change) -> Change:
-    values = {f.name: getattr(change, f.name) for f in fields(Change)}
-    return Change(**values | {"is_new": True})
+    return replace_change(change, is_new=True)
+
+
+def replace_change(change: Change, **values: Any) -> Change:
+    """The change with some fields replaced (dataclasses.replace, spelled out for slots)."""
+    return Change(**{f.name: getattr(change, f.name) for f in fields(Change)} | values)
+
+
+def with_confirmations(history: History, confirmations: Mapping[int, tuple[str, str]]) -> History:
+    """The history with changes[i] confirmed as confirmations[i] = (confirmation, note)."""
+    changes = tuple(replace_change(c, confirmation=confirmations[i][0], confirmation_note=confirmations[i][1])
+                    if i in confirmations else c for i, c in enumerate(history.changes))
+    return History(folder=history.folder, nights=history.nights, skipped=history.skipped, series=history.series,
+                   changes=changes, settings=history.settings)
 
 
 def load_history(folder: Path | str, settings: HistorySettings | None = None) -> History:

@@ -8,18 +8,20 @@ from __future__ import annotations
 import json
 import math
 import string
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
-from typing import Any, Sequence
 
 import pyarrow as pa
 
 from harness.analysis.history import CHANGE_COLUMNS, CHANGES_VERSION, METRICS, Change, History, Series
 from harness.analysis.report_plots import ticks
+from harness.analysis.runs import RunInputError
 from harness.analysis.wording import esc, esc_md
 from harness.results import store
+from harness.stats import changepoint
 
 HISTORY_FILES = ("history.html", "changes.md", "changes.parquet")
 VERSION_KEY = b"nvbench.changes_version"
@@ -63,6 +65,36 @@ def change_table(history: History) -> pa.Table:
     return pa.Table.from_arrays([pa.array([r[f.name] for r in rows], type=f.type) for f in schema], schema=schema)
 
 
+_ADDED_IN_2 = ("p_floor", "confirmation", "confirmation_note")
+
+
+def migrate_changes(table: pa.Table, version: int) -> pa.Table:
+    """A changes table of an older version as the current one: version 1 had no p_floor and no confirmation
+    (null: not known, not asked)."""
+    if version < 2:
+        for name in _ADDED_IN_2:
+            table = table.append_column(change_schema().field(name), pa.nulls(table.num_rows,
+                                                                               change_schema().field(name).type))
+    return table.select(list(CHANGE_COLUMNS))
+
+
+def read_changes(path: Path) -> list[Change]:
+    """The changes of a changes.parquet this nvbench or an older one wrote. RunInputError (one line) when it
+    is unreadable, no changes table, or of a newer nvbench."""
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.read_table(path)
+    except (OSError, pa.ArrowException) as exc:
+        raise RunInputError([f"{path}: not a readable changes table ({exc})".splitlines()[0]]) from None
+    raw = (table.schema.metadata or {}).get(VERSION_KEY)
+    if raw is None or not raw.isdigit():
+        raise RunInputError([f"{path}: not a changes table (no {VERSION_KEY.decode()} in its metadata)"])
+    if int(raw) > CHANGES_VERSION:
+        raise RunInputError([f"{path}: written by a newer nvbench (changes version {int(raw)} > {CHANGES_VERSION})"])
+    return [Change(**row) for row in migrate_changes(table, int(raw)).to_pylist()]
+
+
 # ---------------------------------------------------------------------------------------------
 # words shared by the page and the Markdown
 
@@ -80,7 +112,18 @@ def commit_range(c: Change) -> str:
 def significance_text(c: Change) -> str:
     if c.kind == "drift":
         return f"slope's {c.confidence:.0%} interval excludes 0"
-    return f"p = {c.p_value:.3g}"
+    if c.p_floor is None:
+        return f"p = {c.p_value:.3g}"
+    if c.p_value <= c.p_floor:
+        return f"p <= {c.p_floor:.2g} (the test's floor)"
+    return f"p = {c.p_value:.3g} (floor {c.p_floor:.2g})"
+
+
+def confirmation_text(c: Change) -> str:
+    """`confirmed`, `not confirmed` or `could not confirm`, with its note in parentheses; "" when none was asked."""
+    if c.confirmation is None:
+        return ""
+    return c.confirmation + (f" ({c.confirmation_note})" if c.confirmation_note else "")
 
 
 def _cell_magnitude(history: History, cell_id: str) -> tuple[float, float]:
@@ -198,7 +241,9 @@ def legend(changes: Sequence[Change]) -> str:
     """The plot's changes in words: number, kind, night, change with its interval, commit range, significance."""
     items = "".join(f'<li class="{"down" if c.change < 0 else "up"}">{k}: {esc(c.kind)} at night {c.night} '
                     f'(<code>{esc(c.run_id)}</code>): <b>{esc(change_text(c))}</b>, commits <code>{esc(commit_range(c))}'
-                    f'</code>, {esc(significance_text(c))}</li>' for k, c in enumerate(changes, start=1))
+                    f'</code>, {esc(significance_text(c))}'
+                    + (f"; A/B: {esc(confirmation_text(c))}" if c.confirmation else "") + "</li>"
+                    for k, c in enumerate(changes, start=1))
     return f'<ol class="legend">{items}</ol>' if items else ""
 
 
@@ -219,10 +264,22 @@ def _changes_table(history: History) -> str:
             f'<td><a href="#cell-{esc(c.cell_id)}"><code>{esc(c.cell_id)}</code></a></td><td>{esc(c.metric)}</td>'
             f'<td>{esc(c.kind)}</td><td class="num {css}">{esc(change_text(c))}</td>'
             f'<td class="num">{esc(f"{c.before:.4g} -> {c.after:.4g}")}</td><td>{esc(significance_text(c))}</td>'
-            f'<td><code>{esc(commit_range(c))}</code></td></tr>')
+            f'<td><code>{esc(commit_range(c))}</code></td>{_confirmation_cell(c, css)}</tr>')
     return ('<table id="changes-table"><thead><tr><th>night</th><th>run</th><th>cell</th><th>metric</th><th>kind</th>'
             f'<th>change [{history.settings.confidence:.0%}]</th><th>level</th><th>significance</th><th>commits</th>'
-            f"</tr></thead><tbody>{''.join(rows)}</tbody></table>")
+            f"<th>A/B of the commits</th></tr></thead><tbody>{''.join(rows)}</tbody></table>")
+
+
+_CONFIRMATION_CSS = {"confirmed": "confirmed", "not confirmed": "unconfirmed", "could not confirm": "unknown"}
+
+
+def _confirmation_cell(c: Change, direction: str) -> str:
+    """The A/B's word in bold (a confirmed change in the colour of its direction), its note under it."""
+    if c.confirmation is None:
+        return f'<td class="confirmation">{"" if c.kind == "drift" else "not asked"}</td>'
+    note = f'<br><span class="reason">{esc(c.confirmation_note)}</span>' if c.confirmation_note else ""
+    css = _CONFIRMATION_CSS.get(c.confirmation, "") + (f" {direction}" if c.confirmation == "confirmed" else "")
+    return f'<td class="confirmation {css}"><b>{esc(c.confirmation)}</b>{note}</td>'
 
 
 def _cell_figures(history: History) -> str:
@@ -262,15 +319,20 @@ def _skipped(history: History) -> str:
 
 def method_text(history: History) -> str:
     s = history.settings
+    sims = s.num_simulations or changepoint.nightsplit.simulations_for(s.alpha)
     return (f"One point per night and cell: the mean over the run's ok repeats (interval: t over repeats; one "
-            f"repeat: its window's own). Change points: E-divisive means (Matteson & James 2014) on log rates and "
-            f"on fractions as they are, each divisive step kept when its permutation p-value ({s.num_permutations} "
-            f"permutations) is at most {s.alpha:g}, at least {s.min_segment} nights a side; then steps smaller than "
-            f"the practical floor ({s.floor_pct:g}% for rates, {100 * s.top1_floor:g} pt top-1, "
-            f"{100 * s.data_wait_floor:g} pt data wait) are merged away. Change: Welch interval at {s.confidence:.0%} "
-            f"between the two levels. Drift: a slope over the last {s.drift_nights} nights (levels step at the "
-            f"change points) whose {s.confidence:.0%} interval excludes 0 and whose total exceeds the floor. "
-            f"Fire-drill nights are shown and marked, never left out.")
+            f"repeat: its window's own). Change points, on log rates and on fractions as they are: each night is "
+            f"its repeats, around a level shared by its segment plus a night effect of its own (a two-level model); "
+            f"the best split of every segment is tested by its standardized step, the p-value being the share of "
+            f"{sims} series simulated from the fitted no-change model whose best split is as extreme, so the choice "
+            f"of the split is paid for (p floor 1/{sims + 1}); a split is kept when p <= {s.alpha:g}, at least "
+            f"{s.min_segment} nights a side; then steps smaller than the practical floor ({s.floor_pct:g}% for "
+            f"rates, {100 * s.top1_floor:g} pt top-1, {100 * s.data_wait_floor:g} pt data wait) are merged away. "
+            f"Change: t interval at {s.confidence:.0%} between the two levels. Drift: a slope over the last "
+            f"{s.drift_nights} nights (levels step at the change points) whose {s.confidence:.0%} interval excludes 0 "
+            f"and whose total exceeds the floor; a series of fewer nights is not assessed. A/B of the commits: the "
+            f"nightly reruns a new step's cells interleaved under the commit before and the commit after it; only "
+            f"a confirmed slowdown fails the night. Fire-drill nights are shown and marked, never left out.")
 
 
 def _template(name: str) -> str:
@@ -281,13 +343,15 @@ def render_html(history: History) -> str:
     nights = history.nights
     span = f"{nights[0].run_id} .. {nights[-1].run_id}" if nights else "no nights"
     new = sum(c.is_new for c in history.changes)
+    confirmed = sum(c.confirmation == "confirmed" for c in history.changes)
     subtitle = (f"{len(nights)} night(s) in {history.folder} ({span}) \u00b7 {len(history.changes)} change(s), "
-                f"{new} new tonight \u00b7 {len(history.skipped)} run(s) skipped")
+                f"{new} new tonight, {confirmed} confirmed by A/B \u00b7 {len(history.skipped)} run(s) skipped"
+                + (f" \u00b7 {history.drift_note()}" if history.drift_note() else ""))
     return string.Template(_template("history.html")).substitute(
         title=esc("nvbench history"), css=_template("report.css") + _template("history.css"), subtitle=esc(subtitle),
         changes=_changes_table(history), cells=_cell_figures(history), nights=_nights_table(history),
         skipped=_skipped(history),
-        method=esc(f"{method_text(history)} Written {datetime.now(timezone.utc).isoformat(timespec='seconds')}."))
+        method=esc(f"{method_text(history)} Written {datetime.now(UTC).isoformat(timespec='seconds')}."))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -296,11 +360,14 @@ def render_html(history: History) -> str:
 
 def _md_row(c: Change) -> str:
     tags = (" **new**" if c.is_new else "") + (f" FIRE DRILL +{c.fire_drill_pct:g}%" if c.fire_drill_pct else "")
+    ab = confirmation_text(c) or ("" if c.kind == "drift" else "not asked")
+    ab = f"**{esc_md(ab)}**" if c.confirmation == "confirmed" else esc_md(ab)
     return (f"| {c.night} | {esc_md(c.run_id)}{tags} | {esc_md(c.cell_id)} | {esc_md(c.metric)} | {c.kind} | "
-            f"{esc_md(change_text(c))} | {esc_md(significance_text(c))} | {esc_md(commit_range(c))} |")
+            f"{esc_md(change_text(c))} | {esc_md(significance_text(c))} | {esc_md(commit_range(c))} | {ab} |")
 
 
-_HEADER = ["| night | run | cell | metric | kind | change | significance | commits |", "|---|---|---|---|---|---|---|---|"]
+_HEADER = ["| night | run | cell | metric | kind | change | significance | commits | A/B of the commits |",
+           "|---|---|---|---|---|---|---|---|---|"]
 
 
 def new_changes_markdown(history: History) -> str:
@@ -318,6 +385,8 @@ def render_markdown(history: History) -> str:
         lines += _HEADER + [_md_row(c) for c in history.changes]
     else:
         lines.append("No change point and no drift in any series.")
+    if note := history.drift_note():
+        lines += ["", f"**{esc_md(note[0].upper() + note[1:])}.**"]
     if history.skipped:
         lines += ["", "**Skipped runs:**", ""] + [f"- {esc_md(path)}: {esc_md(why)}" for path, why in history.skipped]
     lines += ["", f"_{esc_md(method_text(history))}_", ""]

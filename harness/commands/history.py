@@ -83,7 +83,7 @@ def add_parser(subparsers) -> None:
             (("--min-segment",), {"type": int, "metavar": "N"},
              "fewest nights on each side of a change (default: %(own_default)s)"),
             (("--alpha",), {"type": float, "metavar": "A"},
-             "permutation test level of each change point (default: %(own_default)s)"),
+             "test level of each change point (default: %(own_default)s)"),
             (("--drift-nights",), {"type": int, "metavar": "K"},
              "a drift is a slope over the last K nights (default: %(own_default)s)")):
         action = h.add_argument(*names, help=words, **kwargs)

@@ -7,6 +7,10 @@
                                                    # cell without one ok repeat: no confirmation then
     python -m harness.orchestrate.nightly inconclusive REPORT_DIR  # one line per inconclusive cell, with the
                                                    # repeats it needs (the night's last, loud words)
+    python -m harness.orchestrate.nightly history HISTORY_DIR OUT_DIR --matrix MATRIX [--repo DIR]
+        [--summary FILE]... [--no-ab WHY] [-- AB_FLAGS...]     # the trend, its new steps confirmed by A/B of
+                                                   # their commits (harness.orchestrate.confirm); exit 1 when
+                                                   # one is a confirmed slowdown
 
 A confirmation targets the suspects of a history screen (suspects.json) or, in a baseline comparison
 (verdicts.parquet), every regression, every inconclusive cell and every slowdown with p <= SCREEN_P: the A/B decides, so the
@@ -21,6 +25,7 @@ commit whose harness no longer runs under tonight's runner fails every repeat).
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -28,6 +33,7 @@ import harness
 from harness.analysis import verdicts_file
 from harness.analysis.runs import load_run
 from harness.analysis.verdict import INCONCLUSIVE, REGRESSION, CellVerdict
+from harness.orchestrate.confirm import unusable_side
 from harness.results import store
 from harness.results.env import git_state
 
@@ -62,25 +68,85 @@ def recorded_code(run_dir: Path | None) -> str | None:
     return sha if sha and dirty is False else None
 
 
-def unusable_side(ab_dir: Path) -> str | None:
-    """Why an A/B run confirms nothing (a side with a cell that has no ok repeat), or None. Cells skipped
-    on this machine (a GPU cell on a CPU box, caught by the widened --only filters) do not count."""
-    runs = {side: load_run(ab_dir / side) for side in ("a", "b")}
-    cells = {row["cell_id"] for run in runs.values() for row in run.rows if row["status"] != "skipped"}
-    for side, run in runs.items():
-        ok = {row["cell_id"] for row in run.rows if row["status"] == "ok"}
-        if missing := sorted(cells - ok):
-            return f"{ab_dir / side}: no ok repeat of {', '.join(missing)} (see its logs/)"
-    return None
-
-
 def inconclusive_lines(report_dir: Path) -> list[str]:
     """`INCONCLUSIVE cell: reason` for every inconclusive cell of a report's verdicts.parquet."""
     verdicts = verdicts_file.read_verdicts(report_dir / "verdicts.parquet")
     return [f"  INCONCLUSIVE {v.cell_id}: {v.reason}" for v in verdicts if v.verdict == INCONCLUSIVE]
 
 
+def history_step(argv: list[str]) -> int:
+    """The nightly's history step: the trend page of HISTORY_DIR into OUT_DIR, tonight's new steps confirmed by
+    A/B (or each `could not confirm (WHY)` under --no-ab), the earlier nights' confirmations carried from the
+    night before's OUT_DIR (RUN/history, where the nightly writes it). Exit 1 when a new step is a confirmed
+    slowdown, 0 otherwise, 2 bad input."""
+    from harness.analysis import history, trend
+    from harness.analysis.runs import RunInputError
+    from harness.orchestrate import ab, confirm
+
+    p = argparse.ArgumentParser(prog="python -m harness.orchestrate.nightly history")
+    p.add_argument("history_dir")
+    p.add_argument("out")
+    p.add_argument("--matrix", required=True, help="the matrix whose cells the A/B runs")
+    p.add_argument("--repo", help="the git repository of the nights' commits (default: this harness's checkout)")
+    p.add_argument("--summary", action="append", default=[], help="append tonight's new change points here")
+    p.add_argument("--no-ab", metavar="WHY", help="run no A/B: every new step could not be confirmed, for WHY")
+    cut = argv.index("--") if "--" in argv else len(argv)  # after --: flags for nvbench ab (--repeats ...)
+    args, ab_args = p.parse_args(argv[:cut]), argv[cut + 1:]
+    out = Path(args.out)
+    try:
+        h = history.load_history(args.history_dir)
+        answers = {i: a for i, a in confirm.carried(h, _earlier(h, trend)).items() if not h.changes[i].is_new}
+        wanted = [i for i, c in enumerate(h.changes) if c.is_new and c.kind == "step"]
+        if args.no_ab:
+            answers |= {i: (history.COULD_NOT_CONFIRM, args.no_ab) for i in wanted}
+        elif wanted:
+            repo = Path(args.repo) if args.repo else ab.checkout_root()
+            answers |= confirm.Confirmer(repo=repo, matrix=Path(args.matrix), out=out, ab_args=ab_args,
+                                         notify=lambda line: print(line, file=sys.stderr)).run(h, wanted)
+        result = trend.write_history(history.with_confirmations(h, answers), out)
+        for summary in map(Path, args.summary):
+            from harness.results import store
+
+            before = summary.read_text(encoding="utf-8") if summary.is_file() else ""
+            store.write_bytes(summary, (before + trend.new_changes_markdown(result.history)).encode())
+    except RunInputError as exc:
+        print(f"nightly history: {exc.problems[0]}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"nightly history: {exc.filename or out}: cannot write the history: {exc.strerror}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:  # the worktrees are gone again (Confirmer.run's finally); no page half-written
+        print("nightly history: interrupted during the A/B confirmation", file=sys.stderr)
+        return 130
+    h = result.history
+    print(f"{len(h.nights)} night(s): {len(h.changes)} change(s), {sum(c.is_new for c in h.changes)} new tonight; "
+          f"trend in {out}", file=sys.stderr)
+    failing = [c for c in h.changes if c.is_new and confirm.fails_the_night(c)]
+    for c in h.changes:
+        if c.is_new:
+            print(f"new {c.kind}: {c.cell_id} {c.metric} {trend.change_text(c)} at night {c.night} ({c.run_id}), "
+                  f"commits {trend.commit_range(c)}" + (f": {trend.confirmation_text(c)}" if c.confirmation else ""),
+                  file=sys.stderr)
+    return 1 if failing else 0
+
+
+def _earlier(h, trend) -> list:
+    """The changes the night before's page showed (its RUN/history/changes.parquet), or none."""
+    if len(h.nights) < 2:
+        return []
+    path = Path(h.nights[-2].run.path) / "history" / "changes.parquet"
+    try:
+        return trend.read_changes(path) if path.is_file() else []
+    except ValueError as exc:  # an unreadable page of the night before: tonight's stands without its words
+        print(f"nightly history: {exc} (its confirmations are not carried)".splitlines()[0], file=sys.stderr)
+        return []
+
+
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["history"]:  # SIGTERM from ci/nightly.sh stops it as Ctrl-C does: no worktree left behind
+        from harness.orchestrate import stopping
+
+        return stopping.run(lambda: history_step(argv[1:]))
     try:
         if argv[:1] == ["targets"] and len(argv) == 2:
             print(" ".join(targets(Path(argv[1]))))

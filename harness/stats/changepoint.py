@@ -1,6 +1,8 @@
-"""Change points and drift in a series of nights: E-divisive means with a permutation test (where a level
-changed), a practical floor that merges away steps too small to matter, and a trend with breaks (whether
-the level is creeping). Pure functions of sequences of floats; `harness.analysis.history` builds the series.
+"""Change points and drift in a series of nights: where a level changed (harness.stats.nightsplit's two-level
+split test, each night with its repeats), a practical floor that merges away steps too small to matter, and a
+trend with breaks (whether the level is creeping). E-divisive means with its permutation test stays here as
+the reference benchmarks/changepoints.py measures against. Pure functions of floats; `harness.analysis.history`
+builds the series.
 """
 
 from __future__ import annotations
@@ -12,18 +14,24 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import special as _special
 
+from harness.stats import nightsplit
 from harness.stats.core import Interval, as_array, check_open_unit
 
-DEFAULT_MIN_SEGMENT = 3
-"""Fewest nights on each side of a change: a level must hold three nights to be a level (one odd night is
-an outlier, which the nightly's screen and its confirmation rerun handle)."""
-DEFAULT_ALPHA = 0.05
-"""Significance level of the permutation test of each divisive step. One test per series and night-set,
-so on 30 A/A nights about 0.05 / 30 false steps a night before the floor (docs/performance.md measures it)."""
+DEFAULT_MIN_SEGMENT = 2
+"""Fewest nights on each side of a change: a level must hold two nights to be a level (one odd night is an
+outlier, which the nightly's screen handles), so a step shows on its second night, and the A/B of its
+commits confirms it or not; with 3, recall in the middle of 8 nights is a few points higher, but a step shows
+a night later, and never within two nights of either end (docs/performance.md, "Change points over nights")."""
+DEFAULT_ALPHA = 0.01
+"""Level of each divisive step's test: the share of no-change series in which a change point is named (the
+maximum over every split and segment is what is tested, so the choice of the split is paid for);
+docs/performance.md measures it."""
+DEFAULT_SIMULATIONS = nightsplit.DEFAULT_SIMULATIONS
+"""Simulated series per test: p resolves to 1 / 2000 (the floor reported beside every p)."""
 DEFAULT_PERMUTATIONS = 499
-"""Permutations per test: p-values resolve to 1 / 500, ten steps below the default alpha."""
+"""E-divisive's reference test: permutations per test."""
 DEFAULT_DRIFT_NIGHTS = 14
-"""Drift looks at the last K nights."""
+"""Drift looks at the last K nights, and is not assessed on fewer."""
 _CHUNK = 100
 """Permutations drawn per batch; a test stops early once its p-value is known to exceed alpha."""
 
@@ -33,20 +41,23 @@ class ChangePoint:
     """A step in the level of a series: the new level starts at `index`."""
 
     index: int
-    """Position (0-based) of the first value of the new level."""
+    """Position (0-based) of the first night of the new level."""
     before: float
-    """Mean of the segment that ends at index - 1 (back to the previous change point)."""
+    """Level of the segment that ends at index - 1 (back to the previous change point): its nights' mean,
+    each weighted by 1 / (night-to-night variance + its repeats' variance / repeats)."""
     after: float
-    """Mean of the segment that starts at index (up to the next change point)."""
+    """Level of the segment that starts at index (up to the next change point)."""
     change: Interval
-    """after - before, with a Welch t interval from the two segments' values."""
+    """after - before, with a t interval from the two-level model (nights - segments degrees of freedom)."""
     p_value: float
-    """Permutation p-value of the divisive step that found the change (the maximum over every split of
-    every segment, so the choice of the split is paid for)."""
+    """p-value of the divisive step that found the change (the maximum over every split of every segment,
+    so the choice of the split is paid for)."""
+    p_floor: float
+    """The smallest p the test could have reported (its simulations' resolution, 1 / (B + 1))."""
     num_before: int
-    """Values in the segment before."""
+    """Nights in the segment before."""
     num_after: int
-    """Values in the segment after."""
+    """Nights in the segment after."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -139,8 +150,9 @@ def e_divisive(values: Sequence[float], *, min_segment: int = DEFAULT_MIN_SEGMEN
                num_permutations: int = DEFAULT_PERMUTATIONS, exponent: float = 1.0,
                seed: int = 0) -> list[tuple[int, float]]:
     """Hierarchical E-divisive means: split at the best split of any current segment (divergence_curve) while
-    its permutation p-value is at most alpha. Returns (index, p-value) of every split, sorted by index.
-    Every segment keeps at least min_segment values. Deterministic for a given seed. Reference: Matteson &
+    its permutation p-value is at most alpha. Returns (index, p-value) of every split, sorted by index; a
+    p-value is never below what the exact test of the split segment (m values) can reach, 2 / C(m, m // 2),
+    though a Monte-Carlo draw can fall there. Every segment keeps at least min_segment values. Deterministic for a given seed. Reference: Matteson &
     James (2014), sec. 3; as used for performance series by Daly et al., The Use of Change Point Detection
     to Identify Software Performance Regressions in a Continuous Integration System, ICPE 2020."""
     x = as_array(values, "values")
@@ -154,6 +166,8 @@ def e_divisive(values: Sequence[float], *, min_segment: int = DEFAULT_MIN_SEGMEN
         if where < 0:
             break
         p = _permutation_p(x, bounds, observed, min_segment, exponent, alpha, num_permutations, rng)
+        size = next(b - a for a, b in bounds if a < where < b)
+        p = max(p, 2 / math.comb(size, size // 2))  # never below what the exact test can reach (a draw can)
         if p > alpha:
             break
         found.append((where, p))
@@ -179,40 +193,79 @@ def welch_difference(before: Sequence[float], after: Sequence[float], *, confide
                     method="welch_t")
 
 
-def _steps(x: np.ndarray, cuts: Sequence[int], confidence: float) -> list[Interval]:
-    edges = [0, *cuts, x.size]
-    return [welch_difference(x[edges[k]:edges[k + 1]], x[edges[k + 1]:edges[k + 2]], confidence=confidence)
-            for k in range(len(cuts))]
+TESTS = ("two-level", "permutation")
+"""The significance tests change_points knows: nightsplit's two-level split test (the default), and
+E-divisive's permutation test of the nights' means (the reference it replaced)."""
 
 
-def change_points(values: Sequence[float], *, min_segment: int = DEFAULT_MIN_SEGMENT, min_magnitude: float = 0.0,
-                  alpha: float = DEFAULT_ALPHA, num_permutations: int = DEFAULT_PERMUTATIONS,
-                  confidence: float = 0.95, seed: int = 0) -> tuple[ChangePoint, ...]:
-    """Steps in the level of `values` that are significant (e_divisive at alpha) and at least `min_magnitude`
-    (in the values' unit: on log values, a relative change) between the two segments they separate. The
-    floor is applied as Otava's merge step applies its: the smallest step below it is removed, its
-    neighbours' segments merge and their steps are measured again, until every step clears it. Reference:
-    Fleming et al., Hunter: Using Change Point Detection to Hunt for Performance Regressions, ICPE 2023,
-    sec. 4.2. Each step's change is after - before with a Welch interval at `confidence`."""
-    x = as_array(values, "values")
+def permutation_floor(num_nights: int, *, min_segment: int = DEFAULT_MIN_SEGMENT,
+                      num_permutations: int = DEFAULT_PERMUTATIONS) -> float:
+    """The smallest p E-divisive's permutation test can report on a series of `num_nights`: the cleanest split
+    of k | n - k nights is matched by every arrangement with the same nights on each side, and its mirror,
+    so p >= 2 / C(n, k) (k the most balanced split allowed), and never below 1 / (permutations + 1)."""
+    if num_nights < 2 * min_segment:
+        return 1.0
+    return max(2 / math.comb(num_nights, num_nights // 2), 1 / (num_permutations + 1))
+
+
+def _nights(values: Sequence[float | Sequence[float]]) -> nightsplit.Nights:
+    try:
+        return nightsplit.nights_of(values)
+    except ValueError as exc:
+        raise ValueError(str(exc).replace("nights", "values", 1)) from None
+
+
+def _check_magnitude(min_magnitude: float, confidence: float) -> None:
     check_open_unit(confidence, "confidence")
     if not (math.isfinite(min_magnitude) and min_magnitude >= 0):
         raise ValueError(f"min_magnitude={min_magnitude}: must be a finite number >= 0")
-    found = dict(e_divisive(x, min_segment=min_segment, alpha=alpha, num_permutations=num_permutations, seed=seed))
+
+
+def _significant(nights: nightsplit.Nights, test: str, min_segment: int, alpha: float, num_simulations: int | None,
+                 num_permutations: int, seed: int) -> tuple[dict[int, float], float]:
+    """{index: p} of every divisive step `test` accepts at alpha, and the test's p floor."""
+    if test == "permutation":
+        found = e_divisive(nights.means, min_segment=min_segment, alpha=alpha, num_permutations=num_permutations,
+                           seed=seed)
+        floor = permutation_floor(nights.means.size, min_segment=min_segment, num_permutations=num_permutations)
+        return dict(found), floor
+    if test != "two-level":
+        raise ValueError(f"test={test!r}: must be one of {', '.join(TESTS)}")
+    if min_segment < 2:
+        raise ValueError(f"min_segment={min_segment}: must be >= 2 (a segment's spread needs two nights)")
+    check_open_unit(alpha, "alpha")
+    sims = num_simulations or nightsplit.simulations_for(alpha)
+    found = nightsplit.split_test(nights, min_segment=min_segment, alpha=alpha, num_simulations=sims, seed=seed)
+    return dict(found), 1 / (sims + 1)
+
+
+def change_points(values: Sequence[float | Sequence[float]], *, min_segment: int = DEFAULT_MIN_SEGMENT,
+                  min_magnitude: float = 0.0, alpha: float = DEFAULT_ALPHA, num_simulations: int | None = None,
+                  num_permutations: int = DEFAULT_PERMUTATIONS, test: str = "two-level", confidence: float = 0.95,
+                  seed: int = 0) -> tuple[ChangePoint, ...]:
+    """Steps in the level of a series of nights (each item one night: its repeats, or one value) that are
+    significant (`test` at alpha) and at least `min_magnitude` (in the values' unit: on log values, a
+    relative change) between the two segments they separate. The floor is applied as Otava's merge step
+    applies its: the smallest step below it is removed, its neighbours' segments merge and their steps are
+    measured again, until every step clears it. Reference: Fleming et al., Hunter: Using Change Point
+    Detection to Hunt for Performance Regressions, ICPE 2023, sec. 4.2. Levels and changes come from the
+    two-level model fitted to the final segments (nightsplit.fit_levels), at `confidence`.
+    num_simulations: the two-level test's (default: nightsplit.simulations_for(alpha))."""
+    nights = _nights(values)
+    _check_magnitude(min_magnitude, confidence)
+    found, floor = _significant(nights, test, min_segment, alpha, num_simulations, num_permutations, seed)
     cuts = sorted(found)
     while cuts:
-        steps = _steps(x, cuts, confidence)
+        steps = nightsplit.fit_levels(nights, cuts, confidence=confidence).steps
         weakest = min(range(len(cuts)), key=lambda k: abs(steps[k].estimate))
         if abs(steps[weakest].estimate) >= min_magnitude:
             break
         del cuts[weakest]
-    edges = [0, *cuts, x.size]
-    out = []
-    for k, (cut, step) in enumerate(zip(cuts, _steps(x, cuts, confidence))):
-        before, after = x[edges[k]:cut], x[cut:edges[k + 2]]
-        out.append(ChangePoint(index=cut, before=float(before.mean()), after=float(after.mean()), change=step,
-                               p_value=found[cut], num_before=before.size, num_after=after.size))
-    return tuple(out)
+    fit = nightsplit.fit_levels(nights, cuts, confidence=confidence)
+    edges = [0, *cuts, nights.means.size]
+    return tuple(ChangePoint(index=cut, before=fit.levels[k], after=fit.levels[k + 1], change=fit.steps[k],
+                             p_value=found[cut], p_floor=floor, num_before=cut - edges[k],
+                             num_after=edges[k + 2] - cut) for k, cut in enumerate(cuts))
 
 
 def trend(values: Sequence[float], *, breaks: Sequence[int] = (), confidence: float = 0.95) -> Trend | None:
@@ -243,11 +296,15 @@ def trend(values: Sequence[float], *, breaks: Sequence[int] = (), confidence: fl
 def drift(values: Sequence[float], *, last: int = DEFAULT_DRIFT_NIGHTS, breaks: Sequence[int] = (),
           min_total: float = 0.0, confidence: float = 0.95) -> Trend | None:
     """The trend over the last `last` values (breaks inside that window keep their own levels), returned
-    only when it is a drift: its interval excludes 0 and |total| >= min_total (the practical floor)."""
+    only when it is a drift: its interval excludes 0 and |total| >= min_total (the practical floor). None
+    too when there are fewer than `last` values: a slope over a shorter window than asked reads each
+    segment's own rise as a trend (`drift_assessed` says which)."""
     y = as_array(values, "values")
     if last < 4:
         raise ValueError(f"last={last}: a drift needs at least 4 values")
-    start = max(0, y.size - last)
+    if not drift_assessed(y.size, last):
+        return None
+    start = y.size - last
     fitted = trend(y[start:], breaks=[b - start for b in breaks if b > start], confidence=confidence)
     if fitted is None:
         return None
@@ -255,3 +312,8 @@ def drift(values: Sequence[float], *, last: int = DEFAULT_DRIFT_NIGHTS, breaks: 
     if not (excludes_zero and abs(fitted.total) >= min_total):
         return None
     return Trend(start=start, slope=fitted.slope, total=fitted.total, num_levels=fitted.num_levels)
+
+
+def drift_assessed(num_values: int, last: int = DEFAULT_DRIFT_NIGHTS) -> bool:
+    """Whether a series this long has the window a drift is fitted over."""
+    return num_values >= last

@@ -16,6 +16,7 @@ import pytest
 
 from harness import cli
 from harness.analysis import history, trend
+from harness.analysis.runs import RunInputError
 from harness.analysis.wording import esc_md
 from harness.results import store
 from harness.results.schema import CELL_SCHEMA, RESULT_SCHEMA_VERSION, cell_table
@@ -67,7 +68,7 @@ def run_cli(*args: str, capsys) -> tuple[int, str, str]:
 
 def read_changes(path: Path) -> list[dict]:
     table = pq.read_table(path)  # an independent reader: plain pyarrow
-    assert table.schema.metadata[b"nvbench.changes_version"] == b"1"
+    assert table.schema.metadata[b"nvbench.changes_version"] == b"2"
     return table.to_pylist()
 
 
@@ -86,7 +87,8 @@ def test_a_5pct_step_at_night_12_of_30_is_found_at_night_12_with_its_commit_rang
     night = step["night"]
     assert step["run_id"] == f"night{night:02d}" and step["previous_run_id"] == f"night{night - 1:02d}"
     assert (step["commit_from"], step["commit_to"]) == (sha(night - 1)[:12], sha(night)[:12])
-    assert step["unit"] == "%" and step["ci_low"] < -5 < step["ci_high"] < 0 and step["p_value"] <= 0.05
+    assert step["unit"] == "%" and step["ci_low"] < -5 < step["ci_high"] < 0 and step["p_value"] <= 0.01
+    assert step["p_floor"] == pytest.approx(1 / 2000) and step["confirmation"] is None
     assert step["before"] == pytest.approx(1000, rel=0.02) and step["after"] == pytest.approx(950, rel=0.02)
     assert not step["is_new"]  # found without the newest night too
     assert [c for c in changes if c["cell_id"] == OTHER] == []
@@ -117,18 +119,18 @@ def test_a_drift_of_half_a_percent_a_night_over_14_nights_is_reported_as_drift(t
 
 
 def test_a_step_only_the_newest_nights_reveal_is_new_tonight_and_the_summary_names_it(tmp_path, capsys):
-    # 5 + 3 nights: the fewest that a permutation test at 0.05 can split (2 / C(8, 3) = 0.036); 5 + 2 cannot
-    folder = nightly_series(tmp_path / "history", [1000.0] * 5 + [900.0] * 3, repeats=10, noise=0.02, seed=8)
+    # 6 + 2 nights: the fewest the default two nights a side can split; 6 + 1, the history before tonight, cannot
+    folder = nightly_series(tmp_path / "history", [1000.0] * 6 + [900.0] * 2, repeats=10, noise=0.02, seed=8)
     summary = tmp_path / "summary.md"
     summary.write_text("# tonight\n")
     code, _, err = run_cli(str(folder), "--summary", str(summary), capsys=capsys)
     assert code == 0, err
     (step,) = [c for c in read_changes(folder / "trend" / "changes.parquet")
                if c["kind"] == "step" and c["metric"] == "throughput"]
-    assert step["night"] == 6 and step["is_new"]
+    assert step["night"] == 7 and step["is_new"]
     assert f"new step: {CELL} throughput" in err
     text = summary.read_text()
-    assert text.startswith("# tonight\n") and "### Change points new tonight" in text and "| night06 **new** |" in text
+    assert text.startswith("# tonight\n") and "### Change points new tonight" in text and "| night07 **new** |" in text
 
 
 def test_bad_runs_are_skipped_with_their_reason_and_the_rest_analysed(tmp_path, capsys):
@@ -218,3 +220,61 @@ def test_the_trend_page_renders_in_a_real_browser_without_a_console_error(tmp_pa
         assert browser.evaluate("document.querySelector('svg.trend .pt.drill') !== null")
         width = browser.evaluate("document.querySelector('svg.trend').getBoundingClientRect().width")
         assert width > 300
+
+
+ISSUE_NIGHTS = [123.0, 130.0, 133.0, 133.0, 95.0, 101.0, 116.0, 116.0]
+"""The issue's eight real nights (img/s; the last four with --fire-drill 20)."""
+
+
+def test_a_history_shorter_than_the_drift_window_says_so_instead_of_a_slope(tmp_path, capsys):
+    folder = nightly_series(tmp_path / "history", ISSUE_NIGHTS, repeats=3, noise=0.02, seed=2)
+    code, _, err = run_cli(str(folder), "--out", str(tmp_path / "out"), capsys=capsys)
+    assert code == 0, err
+    changes = read_changes(tmp_path / "out" / "changes.parquet")
+    assert [c for c in changes if c["kind"] == "drift"] == []  # was: drift +41.6 % over these 8 nights
+    note = "drift not assessed: a drift is a slope over the last 14 nights, and no series has that many (at most 8)"
+    assert note in (tmp_path / "out" / "history.html").read_text()
+    assert "Drift not assessed" in (tmp_path / "out" / "changes.md").read_text()
+    code, _, err = run_cli(str(folder), "--out", str(tmp_path / "out8"), "--drift-nights", "8", capsys=capsys)
+    assert code == 0 and "drift not assessed" not in (tmp_path / "out8" / "history.html").read_text()
+
+
+def test_a_version_1_changes_table_reads_with_no_floor_and_no_confirmation_and_a_newer_one_is_refused(tmp_path, capsys):
+    folder = nightly_series(tmp_path / "history", STEP[:16], repeats=5, noise=0.02, seed=1)
+    assert run_cli(str(folder), "--out", str(tmp_path / "out"), capsys=capsys)[0] == 0
+    path = tmp_path / "out" / "changes.parquet"
+    table = pq.read_table(path)
+    v1 = table.drop_columns(["p_floor", "confirmation", "confirmation_note"]).replace_schema_metadata(
+        {**table.schema.metadata, b"nvbench.changes_version": b"1"})  # as issue 28's release wrote it
+    store.write_table(tmp_path / "v1.parquet", v1)
+    (old,) = [c for c in trend.read_changes(tmp_path / "v1.parquet") if c.metric == "throughput" and c.cell_id == CELL]
+    assert (old.p_floor, old.confirmation, old.confirmation_note) == (None, None, None) and old.p_value <= 0.01
+    assert trend.significance_text(old).startswith("p = ") and trend.confirmation_text(old) == ""
+    assert [c.night for c in trend.read_changes(path)] == [c.night for c in trend.read_changes(tmp_path / "v1.parquet")]
+    newer = table.replace_schema_metadata({**table.schema.metadata, b"nvbench.changes_version": b"9"})
+    store.write_table(tmp_path / "v9.parquet", newer)
+    with pytest.raises(RunInputError, match=r"v9.parquet: written by a newer nvbench \(changes version 9 > 2\)"):
+        trend.read_changes(tmp_path / "v9.parquet")
+    (tmp_path / "junk.parquet").write_bytes(b"PAR1 no")
+    with pytest.raises(RunInputError, match="junk.parquet: not a readable changes table"):
+        trend.read_changes(tmp_path / "junk.parquet")
+
+
+def test_the_page_and_changes_md_say_which_change_the_ab_confirmed(tmp_path):
+    folder = nightly_series(tmp_path / "history", STEP[:16], repeats=5, noise=0.02, seed=1)
+    h = history.load_history(folder)
+    steps = [i for i, c in enumerate(h.changes) if c.kind == "step"]
+    assert len(steps) >= 2  # throughput and fast steps of the cell
+    words = {steps[0]: (history.CONFIRMED, "A/B: regression -5.1% [-6.0, -4.2] in 10 pairs"),
+             steps[1]: (history.COULD_NOT_CONFIRM, "commit 0123 cannot be checked out")}
+    confirmed = history.with_confirmations(h, words)
+    trend.write_history(confirmed, tmp_path / "out")
+    md = (tmp_path / "out" / "changes.md").read_text()
+    assert "| A/B of the commits |" in md
+    assert f"**{esc_md('confirmed (A/B: regression -5.1% [-6.0, -4.2] in 10 pairs)')}**" in md
+    assert "could not confirm (commit 0123 cannot be checked out)" in md
+    page = (tmp_path / "out" / "history.html").read_text()
+    assert '<td class="confirmation confirmed bad"><b>confirmed</b>' in page and "1 confirmed by A/B" in page
+    assert '<td class="confirmation unknown"><b>could not confirm</b>' in page
+    rows = {(c.metric, c.confirmation) for c in trend.read_changes(tmp_path / "out" / "changes.parquet")}
+    assert {(h.changes[steps[0]].metric, "confirmed"), (h.changes[steps[1]].metric, "could not confirm")} <= rows
