@@ -236,7 +236,7 @@ def test_registry_values_are_checked_with_a_suggestion():
                          "data": {"generate": {"kind": "digit"}}, "run": {"device": "cdua"}})
     assert ("m.toml: benchmark.model: unknown value 'resnet5' (did you mean 'resnet50'?); choose from "
             "resnet18, resnet34, resnet50, resnet101, resnext101-32x4d, se-resnext101-32x4d, efficientnet-b0, "
-            "efficientnet-b4") in probs
+            "efficientnet-b4; or your own model as 'package.module:builder'") in probs
     assert any(p.startswith("m.toml: recipe.schedule: unknown value 'cosin' (did you mean 'cosine'?)")
                for p in probs)
     assert any(p.startswith("m.toml: data.generate.kind: unknown value 'digit' (did you mean 'digits'?)")
