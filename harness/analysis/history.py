@@ -23,8 +23,9 @@ from harness.spec.matrix import AXES
 from harness.stats import changepoint
 from harness.stats.inference import mean_interval, to_percent
 
-CHANGES_VERSION = 1
-"""Version of changes.parquet (schema metadata nvbench.changes_version). 1: first release."""
+CHANGES_VERSION = 2
+"""Version of changes.parquet (schema metadata nvbench.changes_version). 1: first release. 2: the model axis
+(`model`, after cell_id)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -143,6 +144,7 @@ class Change:
     """A change point or a drift of one cell's metric: one row of changes.parquet."""
 
     cell_id: str
+    model: str | None = None
     backend: str | None = None
     memory_format: str | None = None
     precision: str | None = None
