@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from harness.models.registry import entry
 from harness.models.user import import_path_problem, is_import_path
@@ -48,8 +49,8 @@ def model_settings(model: str, *, key: str, benchmark: BenchmarkConfig, recipe: 
 def user_model_problems(settings: ModelSettings) -> list[str]:
     """What a user model cannot do with this recipe, as 'key: message'."""
     if is_import_path(settings.model) and settings.recipe.zero_init_residual:
-        return [f"recipe.zero_init_residual: applies to registry models only; {settings.model!r} initialises its "
-                "own weights (set it false, or drop it)"]
+        return [(f"recipe.zero_init_residual: applies to registry models only; {settings.model!r} initialises its "
+                 "own weights (set it false, or drop it)")]
     return []
 
 

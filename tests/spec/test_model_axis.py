@@ -106,9 +106,9 @@ def test_validate_lists_what_each_models_defaults_set():
 
 def test_a_default_that_breaks_a_rule_names_its_model_and_how_to_override_it():
     probs = problems_of({"axes": {"model": ["resnet50", "efficientnet-b0"]}, "recipe": {"epochs": 10}})
-    assert probs == ["m.toml: recipe.lr_warmup_epochs: 16 must be fewer than recipe.epochs (10) (model "
-                     "efficientnet-b0; efficientnet-b0's registry default sets recipe.lr_warmup_epochs: give it in "
-                     "the file to override)"]
+    assert probs == [("m.toml: recipe.lr_warmup_epochs: 16 must be fewer than recipe.epochs (10) (model "
+                      "efficientnet-b0; efficientnet-b0's registry default sets recipe.lr_warmup_epochs: give it in "
+                      "the file to override)")]
 
 
 @pytest.mark.parametrize("raw, problem", [
