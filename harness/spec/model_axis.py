@@ -5,8 +5,8 @@ file leaves out), and the lines `nvbench validate` prints about them. Reads only
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from harness.models.registry import entry
