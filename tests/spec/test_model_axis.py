@@ -138,3 +138,11 @@ def test_the_users_model_is_looked_for_beside_the_matrix_then_here_and_carries_i
     moved = dataclasses.replace(cell, model_search_dirs=("/elsewhere",))
     assert moved.cell_id == cell.cell_id  # where the module is found is not what is measured
     assert cell.recipe == RecipeConfig()  # the matrix's recipe: a user model has no registry defaults
+
+
+def test_the_docs_worked_example_is_a_matrix_beside_its_module():
+    cells = expand(load_matrix(ROOT / "examples" / "mynets.toml"))
+    assert [cell_label(c.cell_id) for c in cells] == [
+        "resnet18_synthetic_nchw_fp32_ws1_ga1", "resnet18_pytorch_nchw_fp32_ws1_ga1",
+        "mynets.build-2b46e979_synthetic_nchw_fp32_ws1_ga1", "mynets.build-2b46e979_pytorch_nchw_fp32_ws1_ga1"]
+    assert cells[-1].model_search_dirs[0] == str((ROOT / "examples").resolve())
