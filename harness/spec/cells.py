@@ -144,15 +144,17 @@ def _as_int(text: str) -> int | str:
 
 
 def expand(matrix: Matrix, *, smoke: bool = False, only: Iterable[str] = ()) -> list[Cell]:
-    """Cartesian product of the axes minus excludes, in axis order; `only` filters by axis values."""
+    """Cartesian product of the axes minus excludes, in axis order; `only` filters by axis values, and under
+    `smoke` so does smoke.only."""
     allowed = parse_only(only, matrix.source)
+    filters = [allowed, parse_only(matrix.smoke.only, matrix.source)] if smoke else [allowed]
     models = {s.model: s for s in matrix.models}
     cells = []
     for values in itertools.product(*(getattr(matrix.axes, axis) for axis in AXES)):
         axes = dict(zip(AXES, values))
         if any(ex.matches(axes) for ex in matrix.excludes):
             continue
-        if any(axes[axis] not in ok for axis, ok in allowed.items()):
+        if any(axes[axis] not in ok for keep in filters for axis, ok in keep.items()):
             continue
         settings = models[axes.pop("model")]
         bench, data = shrink_for_smoke(matrix, settings.benchmark) if smoke else (settings.benchmark, matrix.data)
@@ -161,6 +163,7 @@ def expand(matrix: Matrix, *, smoke: bool = False, only: Iterable[str] = ()) -> 
                           model_search_dirs=settings.search_dirs))
     if not cells:
         what = " and ".join(f"--only {a}={'|'.join(map(str, sorted(v, key=str)))}" for a, v in allowed.items())
+        what += (" and " if what else "") + "smoke.only" if smoke and matrix.smoke.only else ""
         raise MatrixError([f"{matrix.source}: no cell left to run"
                            + (f" after {what}" if what else " (every cell is excluded)")])
     return cells

@@ -200,6 +200,9 @@ class SmokeConfig:
     dataset_train_per_class: int = knob(8, "Generated training images per class under --smoke.", min=1)
     dataset_val_per_class: int = knob(10, "Generated validation images per class under --smoke (10 x 10 classes: "
                                       "the 100 images a top-1 needs to be shown as a number).", min=1)
+    only: tuple[str, ...] = knob((), "`axis=value` filters every --smoke run applies, as --only does, before the "
+                                 "command line's own: the slice of a large matrix a smoke run keeps (the same axis "
+                                 "twice widens). Empty: every cell.")
 
 
 @dataclass(**FROZEN)

@@ -160,6 +160,7 @@ def parse_matrix(raw: dict[str, Any], source: str, source_text: str = "", *,
     in_axes = isinstance(raw.get("axes"), dict) and "model" in raw["axes"]
     axes = _model_axis(in_axes, sections, _parse_axes(raw.get("axes", {}), "axes", problems), given, problems)
     excludes = _parse_excludes(raw.get("exclude", []), axes, "exclude", problems)
+    problems += _smoke_only_problems(sections["smoke"].only, axes)
     models = tuple(model_settings(m, key="axes.model" if in_axes else "benchmark.model", given=given,
                                   benchmark=sections["benchmark"], recipe=sections["recipe"], source=source)
                    for m in axes.model)
@@ -186,6 +187,26 @@ def _model_axis(in_axes: bool, sections: dict[str, Any], axes: Axes, given: set[
         problems.append("benchmark.model: the file also has axes.model; name the model in one place: "
                         "axes.model (one or several), or benchmark.model (one)")
     return axes if in_axes else dataclasses.replace(axes, model=(bench.model,))
+
+
+def _smoke_only_problems(filters: tuple[str, ...], axes: Axes) -> list[str]:
+    """smoke.only's filters: `axis=value`, each value on its axis (or no smoke run would keep a cell of it)."""
+    problems = []
+    for text in filters:
+        axis, sep, value = (part.strip() for part in text.partition("="))
+        if not sep or axis not in AXIS_CHOICES or not value:
+            hint = suggest(axis, AXES) if sep and axis not in AXIS_CHOICES else ""
+            problems.append(f"smoke.only: {text!r}: expected axis=value with one of the axes ({', '.join(AXES)})"
+                            f"{hint}")
+            continue
+        conv, problem = parse_axis_value(axis, int(value) if AXIS_CHOICES[axis] is None and value.isdigit()
+                                         else value)
+        if problem:
+            problems.append(f"smoke.only: {text!r}: {problem}")
+        elif conv not in getattr(axes, axis):
+            problems.append(f"smoke.only: {text!r}: {conv!r} is not on the axis "
+                            f"({', '.join(map(str, getattr(axes, axis)))})")
+    return problems
 
 
 def _cross_problems(settings: ModelSettings, sections: dict[str, Any], axes: Axes, excludes: tuple[Exclude, ...],
