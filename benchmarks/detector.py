@@ -62,7 +62,7 @@ from harness.analysis import compare
 from harness.analysis.evidence import holm_within  # noqa: E402
 from harness.analysis.runs import RunData, load_run  # noqa: E402
 from harness.analysis.verdict import Thresholds  # noqa: E402
-from harness.orchestrate import runner  # noqa: E402
+from harness.orchestrate import capabilities, runfolder  # noqa: E402
 from harness.orchestrate.nightly import SCREEN_P  # noqa: E402  the nightly's loose screen
 from harness.stats import window
 
@@ -116,12 +116,12 @@ def collect(out: Path, *, repeats: int, drills: list[float], measure_steps: int,
     cells = expand(matrix)
     env = collect_env()
     key = env_key(env)
-    caps = runner.probe_capabilities(matrix.run.device, env)
+    caps = capabilities.probe_capabilities(matrix.run.device, env)
     sides = []
     for name, pct in _pools(drills).items():
-        if not (out / name / runner.PLAN).exists():
-            runner.create_run(matrix, cells, run_dir=out / name, reports_root=out, smoke=False, only=[], env=env,
-                              fire_drill_pct=pct)
+        if not (out / name / runfolder.PLAN).exists():
+            runfolder.create_run(matrix, cells, run_dir=out / name, reports_root=out, smoke=False, only=[], env=env,
+                                 fire_drill_pct=pct)
         sides.append(ab.side_for(out / name, caps=caps, env=env, env_key=key, notify=_log))
     total = sum(len(s.jobs) for s in sides)
     started, done = time.monotonic(), [0]

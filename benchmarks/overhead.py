@@ -129,7 +129,7 @@ def bare_run(args: argparse.Namespace) -> float:
     flags = [(k.replace("_", "-"), v) for k, v in vars(args).items() if k not in ("bare", "rounds", "seed")]
     argv = [sys.executable, __file__, "--bare"] + [
         (f"--{k}" if v else f"--no-{k}") if isinstance(v, bool) else f"--{k}={v}" for k, v in flags]
-    from harness.orchestrate.runner import with_stable_malloc
+    from harness.orchestrate.job import with_stable_malloc
 
     # the allocator settings nvbench gives its cells (run.malloc = "stable"): overhead, not malloc, is measured
     env = dict(os.environ, GLIBC_TUNABLES=with_stable_malloc(os.environ.get("GLIBC_TUNABLES")))

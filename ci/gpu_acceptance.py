@@ -1,21 +1,21 @@
-"""The GPU acceptance: one command that proves a GPU build end to end and writes what it found.
+"""The GPU acceptance: one command that proves what only a GPU can, within 9 minutes, and writes what it found.
 
-    bash ci/gpu-acceptance.sh [OUT_DIR]      # default: reports/gpu-acceptance-<UTC time>
+    bash ci/gpu-acceptance.sh [OUT_DIR] [--budget-s 540] [--last OLD/gpu-acceptance.json] [--with-suite]
 
-From the project root of a fresh GPU machine (the image's own torch; DALI when installed) it runs, within
-its budget (9 minutes by default): the suite without the GPU-marked tests, in parallel where pytest-xdist
-is installed; the GPU-marked tests, serially (they time a real stream); the DALI tests when DALI is
-importable (inside those two runs, counted apart); the overhead benchmark (harness / bare loop); a torch
-profile; the slice's generated dataset (nvbench data prepare); then, alone on the machine, the mission
-slice (4 backends x nhwc x fp16/bf16, world size 1, accumulation 1 and 2, at the acceptance's shorter
-window) with loader efficiency and both data-wait figures. With 8 or more cores the suite runs on all but 4
-of them while the GPU checks run one after another on those 4 (split_cores). It writes gpu-acceptance.json
-and gpu-acceptance.md into OUT_DIR: pass/fail per check, every figure, versions, device. Exit 0 when no check
-failed, 1 otherwise.
+From the project root of a fresh GPU machine (the image's own torch; DALI when installed) it runs, one after
+another: the GPU-marked tests (DALI's among them when DALI imports, counted apart), the overhead benchmark
+(harness / bare loop), a torch profile, the slice's generated dataset (nvbench data prepare), then the
+mission slice (4 backends x nhwc x fp16, world size 1, accumulation 1 and 2, at the acceptance's shorter
+window) with loader efficiency and both data-wait figures. The CPU suite is CI's job: --with-suite adds it
+(beside the GPU checks where there are 8 or more cores, split_cores). Before anything runs it prints each
+check's estimated time, from --last (a previous gpu-acceptance.json) or the stated defaults; a check whose
+estimate exceeds what is left of the budget is not started, and a running check is stopped at the budget's
+end, each with a line saying so. It writes gpu-acceptance.json and gpu-acceptance.md into OUT_DIR: pass, fail
+or skip per check, every figure, versions, device. Exit 0 when no check failed, 1 otherwise, 2 on bad input.
 
-Without a GPU it says so and runs the CPU-meaningful part (the environment and the mission slice's
-synthetic bf16 cell under --smoke: the run, its figures and both reports), then exits 0 if that part
-passed: CI runs it as a smoke.
+Without a GPU it says so, lists the GPU checks as skipped with that reason, and runs the CPU-meaningful part
+(the environment and the mission slice's synthetic bf16 cell under --smoke: the run, its figures and both
+reports), then exits 0 if that part passed: CI runs it as a smoke.
 """
 
 from __future__ import annotations
@@ -39,9 +39,10 @@ from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 MISSION = ROOT / "matrices" / "resnet50.toml"
-SLICE = ["--only", "world_size=1", "--only", "memory_format=nhwc", "--only", "precision=fp16",
-         "--only", "precision=bf16"]
-"""The mission slice: all four backends (and accumulation 1 and 2) at world size 1, NHWC, fp16 and bf16."""
+SLICE = ["--only", "world_size=1", "--only", "memory_format=nhwc", "--only", "precision=fp16"]
+"""The mission slice: all four backends, accumulation 1 and 2, at world size 1, NHWC, fp16: 8 cells. On an
+H100 a slice cell took 17-35 s (docs/gpu-validation.md), so 16 (fp16 and bf16) could not fit beside the other
+checks in 9 minutes; bf16 is in the GPU-marked tests."""
 WINDOW = {"warmup_steps": 20, "measure_steps": 60, "val_steps": 4}
 """The acceptance's window: shorter than the mission's 30 + 100 steps, so 16 cells fit the budget."""
 AGREEMENT = 0.05
@@ -50,8 +51,12 @@ OVERHEAD_TARGET = 0.99
 """harness / bare throughput at least this on a GPU."""
 GPU_SIDE_CORES = 4
 """Cores kept for the GPU checks while the suite runs beside them (one process each, mostly waiting on the GPU)."""
-SLICE_RESERVE_S = 360.0
-"""Budget the suite leaves to the mission slice: a suite that overruns fails, and the slice's figures still come."""
+DEFAULT_BUDGET_S = 540.0
+ESTIMATES_S = {"suite": 330.0, "gpu-tests": 90.0, "overhead": 75.0, "profile": 40.0, "dataset": 30.0,
+               "mission-slice": 250.0, "mission-slice-smoke": 90.0}
+"""Each check's estimated time when no last report is given, from an H100 (docs/gpu-validation.md): the GPU-marked
+tests took 77 s (DALI absent), a slice cell 17-35 s (8 cells), the overhead benchmark's four loops of 130 steps
+and the profile's one cell are each a cell's startup plus seconds of work; the suite took 301 s on 12 cores."""
 
 
 @dataclass
@@ -114,23 +119,28 @@ def split_cores(cores: list[int]) -> tuple[list[int], list[int]] | None:
     return cores[:-GPU_SIDE_CORES], cores[-GPU_SIDE_CORES:]
 
 
+def say(line: str) -> None:
+    print(f"gpu-acceptance: {line}", file=sys.stderr, flush=True)
+
+
 def refused(check: Check, budget: Budget, need_s: float) -> bool:
-    """True, with `check` failed, when less than `need_s` of the budget is left: the acceptance promises every
-    check within its budget, and a run that never reached its mission slice must not read as a pass."""
+    """True, with `check` failed and a line said, when less than `need_s` (its estimate) of the budget is left:
+    the acceptance promises every check within its budget, and a run that never reached its mission slice must
+    not read as a pass."""
     if budget.left() >= need_s:
         return False
     check.status = "fail"
-    check.detail = (f"not started: {max(0.0, budget.left()):.0f} s of the {budget.seconds:.0f} s budget left, "
-                    f"{need_s:.0f} s needed")
+    check.detail = (f"not started: it takes about {need_s:.0f} s, and {max(0.0, budget.left()):.0f} s of the "
+                    f"{budget.seconds:.0f} s budget are left")
+    say(f"{check.name}: {check.detail}")
     return True
 
 
 def timed(check: Check, budget: Budget, need_s: float, body: Callable[[Check, float], None], *,
           leave_s: float = 0.0) -> Check:
     """Run `body(check, timeout)` unless less than `need_s` of the budget is left; the timeout keeps `leave_s`
-    of the budget for what follows (but never less than `need_s`).
-
-    A check the budget leaves no time for fails (refused)."""
+    of the budget for what follows (but never less than `need_s`), so a check that overruns is stopped. Either
+    way a line says how it ended."""
     if refused(check, budget, need_s):
         return check
     t0 = time.monotonic()
@@ -139,7 +149,46 @@ def timed(check: Check, budget: Budget, need_s: float, body: Callable[[Check, fl
     except Exception as exc:  # a broken check is a failed check, never a lost report
         check.status, check.detail = "fail", f"{type(exc).__name__}: {exc}"
     check.duration_s = round(time.monotonic() - t0, 1)
+    say(f"{check.status} {check.name} ({check.duration_s:.0f} s): {check.detail}")
     return check
+
+
+def skipped(name: str, why: str) -> Check:
+    return Check(name, status="skip", detail=why)
+
+
+def estimates(last: Path | None) -> tuple[dict[str, float], str]:
+    """Each check's estimated seconds: its time in the last report where it ran to its end there, else
+    ESTIMATES_S; and where they come from, in words."""
+    table = dict(ESTIMATES_S)
+    if last is None:
+        return table, "stated defaults (ci/gpu_acceptance.py ESTIMATES_S)"
+    try:
+        doc = json.loads(last.read_text())
+        checks = doc["checks"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"--last {last}: not a gpu-acceptance.json ({exc})") from None
+    for c in checks:
+        ended = c.get("status") in ("pass", "fail") and not str(c.get("detail", "")).startswith(
+            ("not started", "timed out")) and c.get("duration_s", 0) > 0
+        if c.get("name") in table and ended:
+            table[c["name"]] = float(c["duration_s"])
+    return table, f"the last report, {last} (its checks that ran to their end; defaults for the rest)"
+
+
+def announce(plan: list[tuple[str, float | str]], budget: Budget, source: str) -> None:
+    """Before anything runs: each check and its estimate (or why it is skipped), and the total."""
+    say(f"budget {budget.seconds:.0f} s; estimates from {source}:")
+    total = 0.0
+    for name, what in plan:
+        if isinstance(what, str):
+            say(f"  {name:<20} skip: {what}")
+        else:
+            total += what
+            say(f"  {name:<20} ~{what:.0f} s")
+    fits = "fits the budget" if total <= budget.seconds else \
+        "does NOT fit the budget: a check whose estimate exceeds what is left will not start"
+    say(f"  {'total':<20} ~{total:.0f} s: {fits}")
 
 
 # ---------------------------------------------------------------- pytest
@@ -435,7 +484,7 @@ def write_report(out: Path, env: dict[str, Any], checks: list[Check], started: s
 def _time_table(figures: dict[str, Any]) -> list[str]:
     """Where each cell's seconds went (the runner's PHASES, the rest: the process's exit and the runner's own
     work), and the run's matrix efficiency: what to cut when the budget is tight."""
-    from harness.orchestrate.runner import PHASES
+    from harness.orchestrate.derive import PHASES
 
     head = ["", "Where each cell's time went (s; rest = the process's exit and the runner's own work):", "",
             "| cell | total | startup | build | compile | warmup (steps) | window | validation | rest |",
@@ -460,55 +509,93 @@ def _n(value: Any, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
-def gpu_machine_checks(out: Path, budget: Budget) -> list[Check]:
-    """Every check of a GPU machine. Where the cores allow, the suite runs beside the GPU-marked tests, the
-    overhead benchmark, the profile and the slice's dataset (split_cores); the mission slice then runs alone."""
-    split = split_cores(usable_cores())
-    suite = Check("suite")
-    if split is None:  # one after another; the suite leaves the slice its reserve
-        timed(suite, budget, 60, pytest_check("suite", "not gpu", out, parallel=True), leave_s=SLICE_RESERVE_S)
-        gpu_cores = None
-    else:
-        suite_cores, gpu_cores = split
-        proc = None if refused(suite, budget, 60) else start(
-            pytest_argv("suite", "not gpu", out, cores=suite_cores), log=out / "suite.log", cores=suite_cores)
-    gpu_tests = timed(Check("gpu-tests"), budget, 30, pytest_check("gpu-tests", "gpu", out, parallel=False,
-                                                                      cores=gpu_cores))
-    if split is not None:  # beside the suite: the slice waits for both
-        overhead = timed(Check("overhead"), budget, 60, overhead_check(out, gpu_cores))
-        profile = timed(Check("profile"), budget, 20, profile_check(out, gpu_cores))
-    dataset = timed(Check("dataset"), budget, 10, dataset_check(out, gpu_cores))
-    if split is not None and proc is not None:
-        timeout = max(60.0, budget.left() - SLICE_RESERVE_S)
+GPU_CHECKS = ("gpu-tests", "overhead", "profile", "dataset", "mission-slice")
+"""Run in this order on a GPU machine: the short checks first, the slice (the machine to itself) last."""
+
+
+def gpu_plan(with_suite: bool, est: dict[str, float]) -> list[tuple[str, float | str]]:
+    suite: float | str = est["suite"] if with_suite else "the CPU suite is CI's job (--with-suite adds it)"
+    return [("suite", suite)] + [(name, est[name]) for name in GPU_CHECKS]
+
+
+def cpu_plan(with_suite: bool, est: dict[str, float]) -> list[tuple[str, float | str]]:
+    suite: float | str = est["suite"] if with_suite else "the CPU suite is CI's job (--with-suite adds it)"
+    return ([("suite", suite)] + [(name, "needs a GPU; none is visible here") for name in GPU_CHECKS]
+            + [("mission-slice-smoke", est["mission-slice-smoke"])])
+
+
+def gpu_machine_checks(out: Path, budget: Budget, est: dict[str, float] | None = None, *,
+                       with_suite: bool = False) -> list[Check]:
+    """Every check of a GPU machine, one after another (GPU_CHECKS). With the suite, it runs beside the GPU
+    checks where the cores allow (split_cores) and must end before the slice starts; else first, leaving the
+    GPU checks their estimates."""
+    est = est or dict(ESTIMATES_S)
+    split = split_cores(usable_cores()) if with_suite else None
+    gpu_cores = split[1] if split else None
+    suite, proc = skipped("suite", "the CPU suite is CI's job (--with-suite adds it)"), None
+    if with_suite:
+        suite = Check("suite")
+        if split is None:
+            timed(suite, budget, est["suite"], pytest_check("suite", "not gpu", out, parallel=True),
+                  leave_s=sum(est[name] for name in GPU_CHECKS))
+        elif not refused(suite, budget, est["suite"]):
+            proc = start(pytest_argv("suite", "not gpu", out, cores=split[0]), log=out / "suite.log", cores=split[0])
+    gpu_tests = timed(Check("gpu-tests"), budget, est["gpu-tests"],
+                      pytest_check("gpu-tests", "gpu", out, parallel=False, cores=gpu_cores))
+    overhead = timed(Check("overhead"), budget, est["overhead"], overhead_check(out, gpu_cores))
+    profile = timed(Check("profile"), budget, est["profile"], profile_check(out, gpu_cores))
+    dataset = timed(Check("dataset"), budget, est["dataset"], dataset_check(out, gpu_cores))
+    if proc is not None:  # the slice needs the machine to itself: the suite ends first, or is stopped
+        timeout = max(1.0, budget.left() - est["mission-slice"])
         pytest_result(suite, "suite", out, finish(proc, timeout), timeout)
         suite.duration_s = junit_seconds(out / "suite.xml") or timeout  # its own, not the GPU checks' it waited on
-        suite.figures |= {"cores": len(suite_cores), "gpu_checks_cores": len(gpu_cores)}
-    mission = timed(Check("mission-slice"), budget, 120, mission_check(out, SLICE))
-    if split is None:  # after the slice, which needs the machine to itself
-        overhead = timed(Check("overhead"), budget, 60, overhead_check(out))
-        profile = timed(Check("profile"), budget, 20, profile_check(out))
+        suite.figures |= {"cores": len(split[0]), "gpu_checks_cores": len(split[1])}
+        say(f"{suite.status} suite ({suite.duration_s:.0f} s, beside the GPU checks): {suite.detail}")
+    mission = timed(Check("mission-slice"), budget, est["mission-slice"], mission_check(out, SLICE))
     return [suite, gpu_tests, dali_check(out), dataset, mission, agreement_check(mission), overhead, profile]
+
+
+def cpu_machine_checks(out: Path, budget: Budget, est: dict[str, float], *, with_suite: bool) -> list[Check]:
+    """No GPU: the GPU checks skipped with that reason; the mission slice's synthetic bf16 cell under --smoke
+    (and the suite, when asked)."""
+    checks = [skipped("suite", "the CPU suite is CI's job (--with-suite adds it)")]
+    if with_suite:
+        checks[0] = timed(Check("suite"), budget, est["suite"], pytest_check("suite", "not gpu", out, parallel=True),
+                          leave_s=est["mission-slice-smoke"])
+    checks += [skipped(name, "needs a GPU; none is visible here") for name in GPU_CHECKS]
+    smoke = ["--only", "world_size=1", "--only", "memory_format=nhwc", "--only", "precision=bf16",
+             "--only", "backend=synthetic", "--only", "grad_accum=1"]
+    checks.append(timed(Check("mission-slice-smoke"), budget, est["mission-slice-smoke"],
+                        mission_check(out, smoke, smoke=True)))
+    return checks
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("out", nargs="?", help="folder for the results (default: reports/gpu-acceptance-<UTC time>)")
-    p.add_argument("--budget-s", type=float, default=540.0, help="wall-clock budget of all checks (default 540)")
+    p.add_argument("--budget-s", type=float, default=DEFAULT_BUDGET_S,
+                   help=f"wall-clock budget of all checks (default {DEFAULT_BUDGET_S:.0f})")
+    p.add_argument("--last", metavar="JSON", help="a previous gpu-acceptance.json: its check times are the estimates")
+    p.add_argument("--with-suite", action="store_true", help="also run the CPU suite (pytest -m 'not gpu')")
     args = p.parse_args(argv)
+    try:
+        est, source = estimates(Path(args.last) if args.last else None)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     started = datetime.now(timezone.utc)
     out = Path(args.out or ROOT / "reports" / f"gpu-acceptance-{started:%Y%m%d-%H%M%S}").resolve()
     out.mkdir(parents=True, exist_ok=True)
     t0, budget = time.monotonic(), Budget(args.budget_s)
     env = environment()
-    checks: list[Check] = []
     if env["device_kind"] != "cuda":
-        print(f"gpu-acceptance: no GPU is visible here ({env['cpu_model']}); running the CPU-meaningful part "
-              "(environment, the mission slice's CPU cells under --smoke)", file=sys.stderr)
-        smoke = ["--only", "world_size=1", "--only", "memory_format=nhwc", "--only", "precision=bf16",
-                 "--only", "backend=synthetic", "--only", "grad_accum=1"]
-        checks.append(timed(Check("mission-slice-smoke"), budget, 30, mission_check(out, smoke, smoke=True)))
+        say(f"no GPU is visible here ({env['cpu_model']}); running the CPU-meaningful part (environment, the "
+            "mission slice's CPU cell under --smoke)")
+        announce(cpu_plan(args.with_suite, est), budget, source)
+        checks = cpu_machine_checks(out, budget, est, with_suite=args.with_suite)
     else:
-        checks += gpu_machine_checks(out, budget)
+        announce(gpu_plan(args.with_suite, est), budget, source)
+        checks = gpu_machine_checks(out, budget, est, with_suite=args.with_suite)
     write_report(out, env, checks, started.isoformat(timespec="seconds"), time.monotonic() - t0, args.budget_s)
     for c in checks:
         print(f"{c.status:>4}  {c.name}: {c.detail}", file=sys.stderr)

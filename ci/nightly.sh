@@ -49,6 +49,33 @@ case "$CONFIRM" in auto|interleaved|every|sequential) ;;
 esac
 
 log() { echo "nightly: $*" >&2; }
+
+# Stopping: every command runs as a child this shell waits for (`wait` returns when a signal arrives, where a
+# foreground command would make bash hold the signal until it ended), so SIGTERM, SIGINT or SIGHUP stop the
+# child as Ctrl-C stops nvbench (its cells end, its run stays resumable), remove the A/B's worktree, and the
+# night exits 130. A child also gets SIGTERM when this shell is SIGKILLed (setpriv --pdeathsig, util-linux).
+DIE_WITH_ME=()
+if setpriv --pdeathsig TERM true >/dev/null 2>&1; then DIE_WITH_ME=(setpriv --pdeathsig TERM); fi
+CHILD=""
+WORKTREE=""  # the baseline's checkout while an A/B confirmation runs
+stop() {
+  trap '' TERM INT HUP
+  if [ -n "$CHILD" ]; then kill -TERM "$CHILD" 2>/dev/null; wait "$CHILD"; fi
+  if [ -n "$WORKTREE" ]; then git -C "$ROOT" worktree remove --force "$WORKTREE" >/dev/null 2>&1; fi
+  log "stopped by SIG$1; finish the run with: nvbench run --resume $RUN"
+  exit 130
+}
+trap 'stop TERM' TERM
+trap 'stop INT' INT
+trap 'stop HUP' HUP
+child() {  # child CMD...: CMD as the night's one running child; its exit status
+  "${DIE_WITH_ME[@]}" "$@" &
+  CHILD=$!
+  wait "$CHILD"
+  local rc=$?
+  CHILD=""
+  return "$rc"
+}
 NO_AB=4  # confirm_ab: no A/B confirmation could be had (3 is nvbench's "inconclusive")
 publish() {  # GitHub Actions: Markdown as the job summary, the report folder as a step output
   if [ -n "${GITHUB_STEP_SUMMARY:-}" ] && [ -f "$1/summary.md" ]; then cat "$1/summary.md" >> "$GITHUB_STEP_SUMMARY"; fi
@@ -71,15 +98,18 @@ confirm_ab() {
     return $NO_AB
   fi
   src="$out-baseline-src"
+  WORKTREE=$src
   if ! git -C "$ROOT" worktree add --detach --force "$src" "$sha" >/dev/null 2>&1; then
+    WORKTREE=""
     log "cannot check out the baseline's commit $sha: no A/B confirmation"; return $NO_AB
   fi
   log "confirming by A/B: A = $sha (baseline), B = tonight${head:+ ($head)}: $*"
   # shellcheck disable=SC2086  # RUN_ARGS and REPORT_ARGS are lists of flags
-  nvbench ab "$MATRIX" --a-checkout "$src" --out "$out" "$@" $RUN_ARGS ${CONFIRM_REPEATS:+--repeats "$CONFIRM_REPEATS"} \
+  child nvbench ab "$MATRIX" --a-checkout "$src" --out "$out" "$@" $RUN_ARGS ${CONFIRM_REPEATS:+--repeats "$CONFIRM_REPEATS"} \
     ${CONFIRM_MAX_REPEATS:+--max-repeats "$CONFIRM_MAX_REPEATS"} --fail-on-regression $REPORT_ARGS
   rc=$?
   git -C "$ROOT" worktree remove --force "$src" >/dev/null 2>&1
+  WORKTREE=""
   if [ "$rc" -eq 130 ]; then log "interrupted during the A/B confirmation (rows so far in $out)"; exit 130; fi
   if [ "$rc" -eq 2 ] || [ "$rc" -gt 3 ] || ! python -m harness.orchestrate.nightly ran "$out"; then
     log "the A/B confirmation did not run (exit $rc): no A/B confirmation"; return $NO_AB
@@ -94,7 +124,7 @@ if [ -n "$REPEATS" ]; then RUN_ARGS="--repeats $REPEATS $RUN_ARGS"; fi
 
 log "run $RUN_ID: $MATRIX${REPEATS:+ x$REPEATS repeats}"
 # shellcheck disable=SC2086  # RUN_ARGS is a list of flags
-nvbench run "$MATRIX" --out "$RUN" --no-progress $RUN_ARGS
+child nvbench run "$MATRIX" --out "$RUN" --no-progress $RUN_ARGS
 run_rc=$?
 if [ "$run_rc" -ge 2 ]; then log "nvbench run exited $run_rc"; exit "$run_rc"; fi
 
@@ -102,7 +132,7 @@ report_rc=0
 if [ -e "$BASELINE" ]; then
   log "judging against the baseline $BASELINE"
   # shellcheck disable=SC2086
-  nvbench report "$RUN" --baseline "$BASELINE" --out "$RUN/report" --fail-on-regression $REPORT_ARGS
+  child nvbench report "$RUN" --baseline "$BASELINE" --out "$RUN/report" --fail-on-regression $REPORT_ARGS
   report_rc=$?
   only=$(python -m harness.orchestrate.nightly targets "$RUN/report" 2>/dev/null)
   ab_only=$only
@@ -121,7 +151,7 @@ if [ -e "$BASELINE" ]; then
     # machine as sharply as slower code (docs/performance.md), so that verdict rests on throughput alone.
     log "no A/B confirmation: the baseline verdict stands, judged on throughput alone"
     # shellcheck disable=SC2086
-    nvbench report "$RUN" --baseline "$BASELINE" --out "$RUN/report" --fail-on-regression --no-fast-steps $REPORT_ARGS
+    child nvbench report "$RUN" --baseline "$BASELINE" --out "$RUN/report" --fail-on-regression --no-fast-steps $REPORT_ARGS
     report_rc=$?
     publish "$RUN/report"
   else
@@ -130,7 +160,7 @@ if [ -e "$BASELINE" ]; then
 elif [ -d "$HISTORY" ] && [ -n "$(ls -A "$HISTORY" 2>/dev/null)" ]; then
   log "screening against the history in $HISTORY"
   # shellcheck disable=SC2086
-  nvbench report "$RUN" --history "$HISTORY" --out "$RUN/report" $REPORT_ARGS
+  child nvbench report "$RUN" --history "$HISTORY" --out "$RUN/report" $REPORT_ARGS
   report_rc=$?
   publish "$RUN/report"
   only=$(python -m harness.orchestrate.nightly targets "$RUN/report" 2>/dev/null)
@@ -147,10 +177,10 @@ elif [ -d "$HISTORY" ] && [ -n "$(ls -A "$HISTORY" 2>/dev/null)" ]; then
   if [ "$report_rc" -eq 0 ] && [ -n "$only" ] && [ "$ab_rc" -eq "$NO_AB" ]; then
     log "suspects: confirming with a rerun ($only) against ${previous:-nothing}"
     # shellcheck disable=SC2086
-    nvbench run "$MATRIX" --out "$RUN-confirm" --no-progress $only $RUN_ARGS
+    child nvbench run "$MATRIX" --out "$RUN-confirm" --no-progress $only $RUN_ARGS
     if [ -n "$previous" ]; then
       # shellcheck disable=SC2086
-      nvbench report "$RUN-confirm" --baseline "$previous" --out "$RUN-confirm/report" --fail-on-regression \
+      child nvbench report "$RUN-confirm" --baseline "$previous" --out "$RUN-confirm/report" --fail-on-regression \
         --no-fast-steps $REPORT_ARGS
       report_rc=$?
       publish "$RUN-confirm/report"
@@ -159,7 +189,7 @@ elif [ -d "$HISTORY" ] && [ -n "$(ls -A "$HISTORY" 2>/dev/null)" ]; then
   fi
 else
   log "no baseline ($BASELINE) and no history ($HISTORY): describing the run only"
-  nvbench report "$RUN" --out "$RUN/report"
+  child nvbench report "$RUN" --out "$RUN/report"
   report_rc=$?
   publish "$RUN/report"
 fi
@@ -170,7 +200,7 @@ case " $RUN_ARGS " in
   *) mkdir -p "$HISTORY" && ln -sfn "$(cd "$RUN" && pwd)" "$HISTORY/$RUN_ID"
      # The trend over the history, tonight included: $RUN/history/history.html, changes.parquet, changes.md;
      # tonight's new change points and drifts join the summary. It informs; it never fails the job.
-     if ! nvbench history "$HISTORY" --out "$RUN/history" --summary "$RUN/report/summary.md" \
+     if ! child nvbench history "$HISTORY" --out "$RUN/history" --summary "$RUN/report/summary.md" \
           ${GITHUB_STEP_SUMMARY:+--summary "$GITHUB_STEP_SUMMARY"}; then
        log "nvbench history failed: no trend page tonight"
      fi ;;

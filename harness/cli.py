@@ -23,7 +23,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return args.func(args)
+    from harness.orchestrate import stopping
+
+    return stopping.run(lambda: args.func(args))  # SIGTERM and SIGHUP stop a command as Ctrl-C does
 
 
 if __name__ == "__main__":

@@ -1,10 +1,16 @@
-"""Shared fixtures: tiny matrices that real worker processes finish in seconds on a 2-core CPU."""
+"""Shared fixtures: tiny matrices that real worker processes finish in seconds on a 2-core CPU; the CLI with a
+bound; tags that find every process a command started, for the tests that stop one."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import random
+import signal
+import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -102,12 +108,26 @@ def tiny_matrix(tmp_path):
 
 
 def nvbench(*args: str, env: dict | None = None, timeout: float = 600, cwd: Path | None = None):
-    """Run the real CLI in a fresh interpreter."""
-    import subprocess
-
+    """Run the real CLI in a fresh interpreter; one that outruns `timeout` is killed (its cells and child
+    commands die with it) and fails the test with the command named."""
     full_env = dict(os.environ, **(env or {}))
-    return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True,
-                          env=full_env, timeout=timeout, cwd=cwd or ROOT)
+    try:
+        return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True,
+                              env=full_env, timeout=timeout, cwd=cwd or ROOT)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"`nvbench {' '.join(map(str, args))}` did not finish within {timeout:.0f} s")
+
+
+@pytest.fixture
+def documented_run(request):
+    """`nvbench ARGS` within the bound the test's `documented` marker states (tests/test_documented.py)."""
+    marker = request.node.get_closest_marker("documented")
+    assert marker is not None and "bound_s" in marker.kwargs, "needs @pytest.mark.documented(..., bound_s=S)"
+
+    def run(args: list[str], *, env: dict | None = None, cwd: Path | None = None):
+        return nvbench(*args, env=env, cwd=cwd, timeout=marker.kwargs["bound_s"])
+
+    return run
 
 
 @pytest.fixture(scope="session")
@@ -130,3 +150,104 @@ def shared_cpu_run(tmp_path_factory) -> Path:
     proc = nvbench("run", str(root / "matrix.toml"), "--out", str(root / "run"), "--no-progress")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return root / "run"
+
+
+# ---------------------------------------------------------------- processes a test started, and their ends
+
+TAG_ENV = "NVBENCH_TEST_TAG"
+"""Every process a tagged command starts inherits this variable: how a test finds all of them in /proc."""
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+def kill_plan(name: str, *, seed: int | None = None) -> tuple[signal.Signals, float]:
+    """A stop signal and a moment (0-3 s) drawn for test `name`: seeded (NVBENCH_TEST_SEED, default 0), so a
+    failure is reproduced by running the same test with the same seed."""
+    seed = int(os.environ.get("NVBENCH_TEST_SEED", "0")) if seed is None else seed
+    rng = random.Random(f"{seed}:{name}")
+    return rng.choice(STOP_SIGNALS), round(rng.uniform(0.0, 3.0), 2)
+
+
+def start_tagged(argv: list[str], tag: str, *, env: dict | None = None, cwd: Path | None = None) -> subprocess.Popen:
+    """Start argv (stdout and stderr to pipes) with the tag that marks it and all its descendants."""
+    full_env = dict(os.environ, **(env or {}), **{TAG_ENV: tag})
+    return subprocess.Popen(argv, cwd=cwd or ROOT, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+
+
+@pytest.fixture
+def tagged():
+    """start(argv, env=, cwd=) -> (its Popen, its tag), for tests that stop commands; whatever of them a failed
+    test leaves running (a command that never got going, say) is killed when the test ends."""
+    tags: list[str] = []
+
+    def start(argv: list[str], *, env: dict | None = None, cwd: Path | None = None):
+        tags.append(f"{os.getpid()}-{len(tags)}-{time.monotonic_ns()}")
+        return start_tagged(argv, tags[-1], env=env, cwd=cwd), tags[-1]
+
+    yield start
+    for tag in tags:
+        for line in tagged_processes(tag):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(line.split()[0]), signal.SIGKILL)
+
+
+def tagged_processes(tag: str) -> list[str]:
+    """'pid command line' of every live process whose environment carries the tag (zombies have none)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as fh:
+                if f"{TAG_ENV}={tag}".encode() not in fh.read().split(b"\0"):
+                    continue
+            with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                argv = fh.read().replace(b"\0", b" ").decode(errors="replace").strip()
+            found.append(f"{entry} {argv}")
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+    return found
+
+
+def wait_for(what: str, condition, *, timeout_s: float, proc: subprocess.Popen | None = None):
+    """Poll `condition()` every 0.2 s until it is truthy (returned); fail naming `what` after `timeout_s`, or as
+    soon as `proc` ends first."""
+    deadline = time.monotonic() + timeout_s
+    while not (value := condition()):
+        if proc is not None and proc.poll() is not None:
+            pytest.fail(f"{what}: the command ended first (exit {proc.returncode}): {proc.stderr.read()[-2000:]}")
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what}: not within {timeout_s:.0f} s")
+        time.sleep(0.2)
+    return value
+
+
+def catches(pid: int, sig: int) -> bool:
+    """The process has a handler for `sig` (its SigCgt mask in /proc): an nvbench command is past its start-up
+    and inside stopping.run, where a stop signal is an orderly stop rather than the default death."""
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            mask = next(int(line.split()[1], 16) for line in fh if line.startswith("SigCgt:"))
+    except (OSError, StopIteration):
+        return False
+    return bool(mask >> (int(sig) - 1) & 1)
+
+
+def first_cell(tag: str) -> list[str]:
+    """The tagged cell processes running now."""
+    return [p for p in tagged_processes(tag) if " -m harness.cell " in p]
+
+
+def stop_and_check(proc: subprocess.Popen, tag: str, sig: int, *, within_s: float = 10.0) -> tuple[int, str]:
+    """Send `sig` to the command, then require that no process of it is left after `within_s`; returns its exit
+    status and stderr. What is left is killed and named in the failure."""
+    proc.send_signal(sig)
+    deadline = time.monotonic() + within_s
+    while (left := tagged_processes(tag)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for line in left:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(int(line.split()[0]), signal.SIGKILL)
+    assert not left, f"{signal.Signals(sig).name}: still running {within_s:.0f} s later:\n" + "\n".join(left)
+    _, err = proc.communicate(timeout=5)
+    return proc.returncode, err

@@ -1,5 +1,7 @@
-"""ci/gpu-acceptance.sh: on this CPU machine it says there is no GPU, runs the CPU-meaningful part and exits 0
-with both reports written; its judgements (junit counts, the data-wait agreement) on known inputs."""
+"""ci/gpu-acceptance.sh: on this CPU machine it says there is no GPU, prints its plan, lists the GPU checks as
+skipped, runs the CPU-meaningful part and exits 0 with both reports written; on a GPU machine (its process
+launches replaced) the order, the budget's gates and the estimates; its judgements (junit counts, the
+data-wait agreement) on known inputs."""
 
 from __future__ import annotations
 
@@ -27,9 +29,18 @@ def test_without_a_gpu_it_runs_the_cpu_part_and_exits_0(tmp_path):
                                                        "NVBENCH_CACHE": str(tmp_path / "cache")})
     assert proc.returncode == 0, proc.stderr
     assert "no GPU is visible here" in proc.stderr
+    # the plan, before anything runs: every check with its estimate or why it is skipped
+    plan = proc.stderr.index("gpu-acceptance: budget 540 s; estimates from stated defaults")
+    assert plan < proc.stderr.index("gpu-acceptance:   mission-slice-smoke  ~90 s") < proc.stderr.index(
+        "gpu-acceptance: pass mission-slice-smoke (")
+    assert "gpu-acceptance:   suite                skip: the CPU suite is CI's job (--with-suite adds it)" \
+        in proc.stderr
     doc = json.loads((tmp_path / "acc" / "gpu-acceptance.json").read_text())
     assert doc["result"] == "pass" and doc["environment"]["device_kind"] == "cpu"
-    (check,) = doc["checks"]
+    *skips, check = doc["checks"]
+    assert [(c["name"], c["status"], c["detail"]) for c in skips] == [
+        ("suite", "skip", "the CPU suite is CI's job (--with-suite adds it)")] + [
+        (name, "skip", "needs a GPU; none is visible here") for name in acceptance.GPU_CHECKS]
     assert check["name"] == "mission-slice-smoke" and check["status"] == "pass"
     cells = {c["cell"]: c for c in check["figures"]["cells"]}
     assert set(cells) == {"synthetic/nhwc/bf16/ga1"}
@@ -130,32 +141,82 @@ def test_a_check_the_budget_leaves_no_time_for_fails_the_acceptance(tmp_path):
     check = acceptance.timed(acceptance.Check("mission-slice"), acceptance.Budget(5), 120,
                              lambda c, timeout: ran.append(timeout))
     assert not ran and check.status == "fail"
-    assert check.detail == "not started: 5 s of the 5 s budget left, 120 s needed"
+    assert check.detail == "not started: it takes about 120 s, and 5 s of the 5 s budget are left"
     # The whole command: a budget too small for its one check on this machine is a failed acceptance, exit 1.
     assert acceptance.main([str(tmp_path / "acc"), "--budget-s", "1"]) == 1
     doc = json.loads((tmp_path / "acc" / "gpu-acceptance.json").read_text())
     assert doc["result"] == "fail" and doc["budget_s"] == 1
-    gated = [c for c in doc["checks"] if c["name"] not in ("dali-tests", "data-wait-agreement")]  # no run of their own
+    gated = [c for c in doc["checks"] if c["status"] != "skip"]
     assert gated and all(c["status"] == "fail" and c["detail"].startswith("not started: ") for c in gated)
     assert "s of a 1 s budget" in (tmp_path / "acc" / "gpu-acceptance.md").read_text()
 
 
-@pytest.mark.parametrize("cores", [16, 2], ids=["suite-beside-gpu-checks", "one-after-another"])
-def test_on_a_gpu_machine_every_check_the_budget_leaves_no_time_for_fails_unstarted(tmp_path, monkeypatch, cores):
+@pytest.mark.parametrize(("cores", "with_suite"), [(16, True), (2, True), (16, False)],
+                         ids=["suite-beside-gpu-checks", "suite-first", "no-suite"])
+def test_on_a_gpu_machine_every_check_the_budget_leaves_no_time_for_fails_unstarted(tmp_path, monkeypatch, cores,
+                                                                                    with_suite, capsys):
     monkeypatch.setattr(acceptance, "usable_cores", lambda: list(range(cores)))
     monkeypatch.setattr(acceptance, "start", lambda *a, **k: pytest.fail(f"started {a[0]}"))
-    checks = {c.name: c for c in acceptance.gpu_machine_checks(tmp_path, acceptance.Budget(1))}
+    checks = {c.name: c for c in acceptance.gpu_machine_checks(tmp_path, acceptance.Budget(1), with_suite=with_suite)}
     assert set(checks) == {"suite", "gpu-tests", "dali-tests", "dataset", "mission-slice", "data-wait-agreement",
                            "overhead", "profile"}
-    for name in ("suite", "gpu-tests", "dataset", "mission-slice", "overhead", "profile"):
+    gated = ["gpu-tests", "dataset", "mission-slice", "overhead", "profile"] + (["suite"] if with_suite else [])
+    err = capsys.readouterr().err
+    for name in gated:  # each failed unstarted, and said so as it happened
         assert checks[name].status == "fail" and checks[name].detail.startswith("not started: "), name
+        assert f"gpu-acceptance: {name}: not started: it takes about" in err, name
+    assert with_suite or checks["suite"].status == "skip"
+
+
+def test_the_plan_comes_first_and_a_check_that_would_overrun_is_not_started_with_a_line(tmp_path, monkeypatch,
+                                                                                          capsys):
+    monkeypatch.setattr(acceptance, "usable_cores", lambda: list(range(16)))
+    monkeypatch.setattr(acceptance, "run", lambda argv, *, log, timeout, env=None, cores=None: 0)
+    est = dict(acceptance.ESTIMATES_S, **{"mission-slice": 10_000.0})
+    acceptance.announce(acceptance.gpu_plan(False, est), acceptance.Budget(540), "a test's")
+    checks = {c.name: c for c in acceptance.gpu_machine_checks(tmp_path, acceptance.Budget(540), est)}
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == "gpu-acceptance: budget 540 s; estimates from a test's:"
+    assert err[1] == "gpu-acceptance:   suite                skip: the CPU suite is CI's job (--with-suite adds it)"
+    assert "gpu-acceptance:   mission-slice        ~10000 s" in err and err[7].startswith(
+        "gpu-acceptance:   total                ~10235 s: does NOT fit the budget")
+    said = [line for line in err if line.startswith("gpu-acceptance: mission-slice: not started: it takes about "
+                                                     "10000 s, and ")]
+    assert len(said) == 1 and checks["mission-slice"].status == "fail"
+    assert not any(checks[n].detail.startswith("not started") for n in ("gpu-tests", "overhead", "profile", "dataset"))
+
+
+def test_estimates_are_the_last_reports_times_of_the_checks_that_ran_to_their_end(tmp_path):
+    last = tmp_path / "gpu-acceptance.json"
+    last.write_text(json.dumps({"checks": [
+        {"name": "gpu-tests", "status": "pass", "detail": "", "duration_s": 61.5},
+        {"name": "overhead", "status": "fail", "detail": "harness / bare 0.97", "duration_s": 70.0},
+        {"name": "mission-slice", "status": "fail", "detail": "timed out after 141 s", "duration_s": 141.0},
+        {"name": "profile", "status": "fail", "detail": "not started: it takes about 40 s", "duration_s": 0.0}]}))
+    est, source = acceptance.estimates(last)
+    assert (est["gpu-tests"], est["overhead"]) == (61.5, 70.0) and str(last) in source
+    # a check stopped or never started tells nothing of its time: the stated default stands
+    assert est["mission-slice"] == acceptance.ESTIMATES_S["mission-slice"]
+    assert est["profile"] == acceptance.ESTIMATES_S["profile"]
+    assert acceptance.estimates(None) == (acceptance.ESTIMATES_S, "stated defaults (ci/gpu_acceptance.py ESTIMATES_S)")
+    (tmp_path / "bad.json").write_text("{")
+    with pytest.raises(ValueError, match="--last .*bad.json: not a gpu-acceptance.json"):
+        acceptance.estimates(tmp_path / "bad.json")
+    assert acceptance.main([str(tmp_path / "x"), "--last", str(tmp_path / "bad.json")]) == 2
+    assert not (tmp_path / "x").exists()
+
+
+def test_the_default_slice_fits_the_budget_with_every_other_gpu_check():
+    plan = acceptance.gpu_plan(False, acceptance.ESTIMATES_S)
+    assert sum(v for _, v in plan if not isinstance(v, str)) <= acceptance.DEFAULT_BUDGET_S
+    assert acceptance.SLICE.count("--only") == 3 and "precision=fp16" in acceptance.SLICE
 
 
 def test_the_pretend_gpu_hook_makes_the_runner_choose_cuda():
     """ci/pretend_gpu (the audit that runs the suite as a GPU machine would, docs/gpu-validation.md) must keep
     fooling what decides a cell's device: the parent's NVML fingerprint and torch in every child."""
     code = ("import torch; from harness.results.env import collect_env; "
-            "from harness.orchestrate.runner import probe_capabilities; e = collect_env(); "
+            "from harness.orchestrate.capabilities import probe_capabilities; e = collect_env(); "
             "print(e['device_kind'], e['gpu_count'], probe_capabilities('auto', e).device, torch.cuda.is_available())")
     env = {**os.environ, "PYTHONPATH": str(ROOT / "ci" / "pretend_gpu")}
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
@@ -174,7 +235,7 @@ def test_the_slices_dataset_is_made_before_the_slice_where_the_slice_will_read_i
     assert check.detail == f"ready: {Path(root).name}"
 
 
-def test_the_suite_alone_on_a_small_gpu_machine_leaves_the_slice_its_reserve(tmp_path, monkeypatch):
+def test_the_suite_alone_on_a_small_gpu_machine_leaves_the_gpu_checks_their_estimates(tmp_path, monkeypatch):
     timeouts = {}
 
     def fake_run(argv, *, log, timeout, env=None, cores=None):
@@ -183,9 +244,10 @@ def test_the_suite_alone_on_a_small_gpu_machine_leaves_the_slice_its_reserve(tmp
 
     monkeypatch.setattr(acceptance, "usable_cores", lambda: [0, 1])  # too few to run the suite beside the GPU checks
     monkeypatch.setattr(acceptance, "run", fake_run)
-    acceptance.gpu_machine_checks(tmp_path, acceptance.Budget(500))
-    assert 500 - acceptance.SLICE_RESERVE_S - 5 < timeouts["suite"] <= 500 - acceptance.SLICE_RESERVE_S
-    assert timeouts["mission"] > acceptance.SLICE_RESERVE_S - 5  # what the suite left is the slice's
+    acceptance.gpu_machine_checks(tmp_path, acceptance.Budget(1000), with_suite=True)
+    rest = sum(acceptance.ESTIMATES_S[name] for name in acceptance.GPU_CHECKS)
+    assert 1000 - rest - 5 < timeouts["suite"] <= 1000 - rest
+    assert timeouts["mission"] > acceptance.ESTIMATES_S["mission-slice"] - 5  # what the suite left is the slice's
 
 
 def test_failed_slice_cells_are_told_once_per_cause():
@@ -195,7 +257,8 @@ def test_failed_slice_cells_are_told_once_per_cause():
                                           "no CUDA; pytorch/nhwc/fp16/ga2: timeout: no progress for 300 s")
 
 
-def test_the_slice_runs_alone_after_the_suite_and_every_gpu_side_check(tmp_path, monkeypatch):
+@pytest.mark.parametrize("with_suite", [True, False], ids=["with-suite", "default"])
+def test_the_slice_runs_alone_after_the_suite_and_every_gpu_side_check(tmp_path, monkeypatch, with_suite):
     order = []
 
     def fake_run(argv, *, log, timeout, env=None, cores=None):
@@ -207,9 +270,10 @@ def test_the_slice_runs_alone_after_the_suite_and_every_gpu_side_check(tmp_path,
     monkeypatch.setattr(acceptance, "start",
                         lambda argv, *, log, cores=None, env=None: order.append(("suite", cores)) or "the suite")
     monkeypatch.setattr(acceptance, "finish", lambda proc, timeout: order.append(("suite finished", None)) or 0)
-    checks = acceptance.gpu_machine_checks(tmp_path, acceptance.Budget(540))
-    side = list(range(12, 16))
-    assert order == [("suite", list(range(12))), ("gpu-tests", side), ("overhead", side), ("profile", side),
-                     ("dataset", side), ("suite finished", None), ("mission", None)]
+    checks = acceptance.gpu_machine_checks(tmp_path, acceptance.Budget(2000), with_suite=with_suite)
+    side = list(range(12, 16)) if with_suite else None
+    assert order == ([("suite", list(range(12)))] if with_suite else []) + [
+        ("gpu-tests", side), ("overhead", side), ("profile", side), ("dataset", side)] + (
+        [("suite finished", None)] if with_suite else []) + [("mission", None)]
     assert [c.name for c in checks] == ["suite", "gpu-tests", "dali-tests", "dataset", "mission-slice",
                                         "data-wait-agreement", "overhead", "profile"]

@@ -19,7 +19,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
     from harness.analysis.runs import load_run
     from harness.analysis.verdict import INCONCLUSIVE, Comparison
     from harness.analysis.report import write_report
-    from harness.orchestrate import ab, runner
+    from harness.orchestrate import ab, capabilities, runfolder
     from harness.spec.cells import expand
 
     from harness.analysis.decide import reach_problem
@@ -28,12 +28,13 @@ def cmd_ab(args: argparse.Namespace) -> int:
         matrix = with_repeats(load_matrix(args.matrix), args.repeats)
         looks = ab.look_schedule(matrix.run.repeats, args.max_repeats or matrix.run.repeats)
         thresholds = thresholds_from(args)
+        note = None
         if (decisive := ab.decisive_looks(looks, thresholds.fdr_q)) != looks:
-            print(f"note: {looks[0]} + {looks[0]} pairs cannot decide at the level split over the looks "
-                  f"{looks}: the A/B starts at {decisive[0]} pairs (looks {decisive})", file=sys.stderr)
+            note = (f"note: {looks[0]} + {looks[0]} pairs cannot decide at the level split over the looks "
+                    f"{looks}: the A/B starts at {decisive[0]} pairs (looks {decisive})")
             looks, matrix = decisive, with_repeats(matrix, decisive[0])
         thresholds = dataclasses.replace(thresholds, looks=len(looks))
-        knob = f"--max-repeats {looks[-1]}" if len(looks) > 1 else f"--repeats {looks[-1]}" \
+        knob = f"--max-repeats {looks[-1]}" if args.max_repeats else f"--repeats {looks[-1]}" \
             if args.repeats is not None else f"run.repeats = {looks[-1]}"
         if problem := reach_problem(looks[-1], thresholds.level, what=knob):
             problem += f" (the level {thresholds.fdr_q:g} split over {len(looks)} looks)" if len(looks) > 1 else ""
@@ -41,6 +42,8 @@ def cmd_ab(args: argparse.Namespace) -> int:
                 print(f"warning: {problem}: every cell will be inconclusive", file=sys.stderr)
             else:  # flags that ask for an A/B that can never decide
                 raise ValueError(problem)
+        if note:  # after the check: an A/B that can never decide says so in one line
+            print(note, file=sys.stderr)
         cells = expand(matrix, smoke=args.smoke, only=args.only)
         if problem := fire_drill_problem(args.fire_drill):
             raise ValueError(problem)
@@ -54,11 +57,11 @@ def cmd_ab(args: argparse.Namespace) -> int:
         return bad_input(exc.problems)
     except ValueError as exc:
         return bad_input([str(exc)])
-    out = Path(args.out) if args.out else Path(args.reports) / runner.new_run_id(
+    out = Path(args.out) if args.out else Path(args.reports) / runfolder.new_run_id(
         f"{matrix.benchmark.name}-ab", datetime.now(timezone.utc))
     if out.exists() and any(out.iterdir()):
         return bad_input([f"--out {out}: not empty"])
-    caps = runner.probe_capabilities(matrix.run.device, {k: v for k, v in envs["a"].items() if k != "env_key"})
+    caps = capabilities.probe_capabilities(matrix.run.device, {k: v for k, v in envs["a"].items() if k != "env_key"})
     ab.create_ab(matrix, cells, out_dir=out, pythons=pythons, envs=envs, smoke=args.smoke, only=args.only,
                  seed=args.seed, checkouts=checkouts, fire_drill_pct=args.fire_drill or 0.0)
     label = {n: pythons[n] + (f" in {checkouts[n]}" if checkouts[n] else "") for n in ab.SIDES}

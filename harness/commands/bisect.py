@@ -14,7 +14,7 @@ from harness.spec.parse import MatrixError, load_matrix
 def cmd_bisect(args: argparse.Namespace) -> int:
     from datetime import datetime, timezone
 
-    from harness.orchestrate import bisect, runner
+    from harness.orchestrate import bisect, runfolder
 
     try:
         if args.resume:
@@ -43,7 +43,7 @@ def cmd_bisect(args: argparse.Namespace) -> int:
             matrix = str(Path(args.matrix).absolute())
             ab_args = ["--repeats", str(args.repeats), "--max-repeats", str(args.max_repeats),
                        *[f"--only={o}" for o in args.only]]
-            out = Path(args.out) if args.out else Path(args.reports) / runner.new_run_id(
+            out = Path(args.out) if args.out else Path(args.reports) / runfolder.new_run_id(
                 "bisect", datetime.now(timezone.utc))
             if out.exists() and any(out.iterdir()):
                 raise bisect.BisectInputError(f"--out {out}: not empty (continue one with --resume {out})")

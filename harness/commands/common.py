@@ -29,7 +29,7 @@ def bad_input(problems: list[str]) -> int:
 
 
 def env_and_caps(device: str):
-    from harness.orchestrate.runner import probe_capabilities
+    from harness.orchestrate.capabilities import probe_capabilities
     from harness.results.env import collect_env, env_key
 
     env = collect_env()

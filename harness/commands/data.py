@@ -25,7 +25,7 @@ def cmd_data_make(args: argparse.Namespace) -> int:
 
 def cmd_data_prepare(args: argparse.Namespace) -> int:
     """Make (or find) every generated dataset the matrix's cells read, so a timed run starts measuring at once."""
-    from harness.orchestrate.runner import generated_dataset, reads_generated_dataset
+    from harness.orchestrate.job import generated_dataset, reads_generated_dataset
     from harness.spec.cells import expand
 
     try:

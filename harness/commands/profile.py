@@ -13,7 +13,7 @@ from harness.spec.parse import MatrixError, load_matrix
 def cmd_profile(args: argparse.Namespace) -> int:
     from datetime import datetime, timezone
 
-    from harness.orchestrate import profile, runner
+    from harness.orchestrate import capabilities, profile, runfolder
     from harness.spec.cells import expand
 
     if args.steps < 1:
@@ -29,10 +29,10 @@ def cmd_profile(args: argparse.Namespace) -> int:
     except ValueError as exc:
         return bad_input([str(exc)])
     env, key, caps = env_and_caps(matrix.run.device)
-    reason = runner.skip_reason(cell, caps) or profile.unsupported_reason(args.tool, caps.device)
+    reason = capabilities.skip_reason(cell, caps) or profile.unsupported_reason(args.tool, caps.device)
     if reason:
         return bad_input([f"{cell.cell_id}: cannot be profiled here: {reason}"])
-    run_dir = Path(args.out) if args.out else Path(args.reports) / runner.new_run_id(
+    run_dir = Path(args.out) if args.out else Path(args.reports) / runfolder.new_run_id(
         f"{matrix.benchmark.name}-profile", datetime.now(timezone.utc))
     spec = profile.ProfileSpec(tool=args.tool, steps=args.steps, out_dir=run_dir / profile.PROFILE_DIR,
                                nsys=nsys or "nsys", device=caps.device)

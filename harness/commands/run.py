@@ -11,7 +11,7 @@ from harness.spec.parse import MatrixError, load_matrix, with_repeats
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from harness.orchestrate import runner
+    from harness.orchestrate import capabilities, runfolder
     from harness.results import store
     from harness.spec.cells import expand
 
@@ -24,14 +24,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.resume:
         run_dir = Path(args.resume)
         try:
-            _, _, cells = runner.load_plan(run_dir)
+            _, _, cells = runfolder.load_plan(run_dir)
             store.read_cells(run_dir)  # a finished job's row must read back, or the summary fails at the end
-        except runner.RunFolderError as exc:
+        except runfolder.RunFolderError as exc:
             return bad_input([str(exc)])
         except store.UnreadableFile as exc:
             return bad_input([f"{exc}; delete it to run that job again"])
         device = next(iter(cells.values())).run.device
-        executor = runner.plan_executor(run_dir)
+        executor = runfolder.plan_executor(run_dir)
     else:
         if not args.matrix:
             return bad_input(["nvbench run needs a MATRIX file or --resume RUN_DIR"])
@@ -40,7 +40,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             cell_list = expand(matrix, smoke=args.smoke, only=args.only)
         except MatrixError as exc:
             return bad_input(exc.problems)
-        if args.out and (Path(args.out) / runner.PLAN).exists():
+        if args.out and (Path(args.out) / runfolder.PLAN).exists():
             return bad_input([f"--out {args.out}: already holds a run; use --resume {args.out}"])
         device = matrix.run.device
         knob = f"--repeats {args.repeats}" if args.repeats is not None else f"run.repeats = {matrix.run.repeats}"
@@ -49,11 +49,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     env, key, caps = env_and_caps(device)
     if args.dry_run:
         for cell in cell_list:
-            reason = runner.skip_reason(cell, caps)
+            reason = capabilities.skip_reason(cell, caps)
             print(f"{cell.cell_id}  x{matrix.run.repeats}  " + (f"skip: {reason}" if reason else "run"))
         print(f"{len(cell_list)} cells, {len(cell_list) * matrix.run.repeats} jobs; nothing was run or written")
         return EXIT_OK
-    from harness.orchestrate.executors import ExecutorUnavailable, executor_for
+    from harness.orchestrate.executors import ExecutorUnavailable
+    from harness.orchestrate.runner import executor_for
 
     where = executor_for(executor)
     try:
@@ -61,7 +62,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     except ExecutorUnavailable as exc:
         return bad_input([str(exc)])
     if not args.resume:
-        run_dir = runner.create_run(matrix, cell_list, run_dir=Path(args.out) if args.out else None,
+        run_dir = runfolder.create_run(matrix, cell_list, run_dir=Path(args.out) if args.out else None,
                                     reports_root=Path(args.reports), smoke=args.smoke, only=args.only, env=env,
                                     fire_drill_pct=args.fire_drill or 0.0, executor=executor)
     return _execute(run_dir, caps, env, key, progress=not args.no_progress, verbose=args.verbose, executor=where)
@@ -78,12 +79,12 @@ def _execute(run_dir: Path, caps, env, key, *, progress: bool, verbose: bool, ex
     from rich.console import Console
 
     from harness.console import RunProgress, detail_table, print_summary
-    from harness.orchestrate import runner
+    from harness.orchestrate import derive, runfolder, runner
     from harness.results import store
 
     console = Console(stderr=True)
-    _, jobs, _ = runner.load_plan(run_dir)
-    todo = runner.pending(run_dir, jobs)
+    _, jobs, _ = runfolder.load_plan(run_dir)
+    todo = runfolder.pending(run_dir, jobs)
     # soft_wrap: a path must stay one copyable line whatever the terminal's width
     console.print(f"run folder: {run_dir}  ({len(todo)} of {len(jobs)} jobs to run)", soft_wrap=True)
     from harness.orchestrate.executors import ExecutorUnavailable
@@ -109,8 +110,8 @@ def _execute(run_dir: Path, caps, env, key, *, progress: bool, verbose: bool, ex
     rows = store.read_cells(run_dir).to_pylist()
     if verbose:
         Console().print(detail_table(rows))
-    print_summary(console, rows, run_dir, store.read_json(run_dir / runner.MANIFEST))
-    return runner.exit_code(rows)
+    print_summary(console, rows, run_dir, store.read_json(run_dir / runfolder.MANIFEST))
+    return derive.exit_code(rows)
 
 
 def add_parser(subparsers) -> None:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import harness
-from harness.orchestrate import runner
+from harness.orchestrate import capabilities, derive, job, runfolder
 from harness.results import store
 from harness.spec.cells import Cell
 from harness.spec.job import FAULT_ENV
@@ -44,7 +44,7 @@ class Side:
     """One arm of an interleaved schedule: a run folder and the job context that runs its cells."""
 
     name: str
-    ctx: runner.JobContext
+    ctx: job.JobContext
     cells: dict[str, Cell]
     jobs: list[tuple[str, int]]
 
@@ -60,7 +60,7 @@ def collect_env_under(python: str, *, checkout: Path | None = None, timeout_s: f
     env = dict(os.environ)
     root = checkout or checkout_root()
     env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(root), env.get("PYTHONPATH"))))
-    env["PYTHONSAFEPATH"] = "1"  # as runner._child_env: the working directory must not shadow the checkout
+    env["PYTHONSAFEPATH"] = "1"  # as job._child_env: the working directory must not shadow the checkout
     try:
         done = subprocess.run([python, "-c", _ENV_SNIPPET], capture_output=True, text=True, env=env,
                               timeout=timeout_s, check=False)
@@ -96,15 +96,15 @@ def resolve_python(python: str) -> str:
 # the interleaved schedule
 
 
-def side_for(run_dir: Path, *, caps: runner.Capabilities, env: dict[str, Any], env_key: str,
+def side_for(run_dir: Path, *, caps: capabilities.Capabilities, env: dict[str, Any], env_key: str,
              python: str | None = None, checkout: Path | None = None, notify: Callable[[str], None] = print) -> Side:
     """A side over an existing run folder: its pending jobs, run under `python` (None: this interpreter)
     from `checkout` (None: this checkout)."""
-    run_id, jobs, cells = runner.load_plan(run_dir)
-    ctx = runner.JobContext(run_dir=run_dir, run_id=run_id, caps=caps, env=env, env_key=env_key,
-                            fault_spec=os.environ.get(FAULT_ENV), notify=notify,
-                            fire_drill_pct=runner.plan_fire_drill(run_dir), python=python, checkout=checkout)
-    return Side(name=run_dir.name, ctx=ctx, cells=cells, jobs=runner.pending(run_dir, jobs))
+    run_id, jobs, cells = runfolder.load_plan(run_dir)
+    ctx = job.JobContext(run_dir=run_dir, run_id=run_id, caps=caps, env=env, env_key=env_key,
+                         fault_spec=os.environ.get(FAULT_ENV), notify=notify,
+                         fire_drill_pct=runfolder.plan_fire_drill(run_dir), python=python, checkout=checkout)
+    return Side(name=run_dir.name, ctx=ctx, cells=cells, jobs=runfolder.pending(run_dir, jobs))
 
 
 def run_interleaved(sides: Sequence[Side], *, seed: int,
@@ -122,31 +122,31 @@ def run_interleaved(sides: Sequence[Side], *, seed: int,
         rng.shuffle(round_)
         for side in round_:
             cid, repeat = side.jobs[k]
-            row = runner.run_job(side.cells[cid], repeat, side.ctx)
+            row = job.run_job(side.cells[cid], repeat, side.ctx)
             order.append((side.name, cid, repeat))
             if on_done:
                 on_done(side.name, row)
     for side in sides:
-        runner.derive_twin_columns(side.ctx.run_dir)
+        derive.derive_twin_columns(side.ctx.run_dir)
         _close_session(side, sessions[side.name])
         shutil.rmtree(side.ctx.run_dir / "work", ignore_errors=True)
     return order
 
 
 def _open_session(side: Side) -> dict[str, Any]:
-    manifest = store.read_json(side.ctx.run_dir / runner.MANIFEST)
+    manifest = store.read_json(side.ctx.run_dir / runfolder.MANIFEST)
     session = {"started_at": datetime.now(timezone.utc).isoformat(), "pending_at_start": len(side.jobs)}
     manifest["sessions"].append(session)
-    store.write_json(side.ctx.run_dir / runner.MANIFEST, manifest)
+    store.write_json(side.ctx.run_dir / runfolder.MANIFEST, manifest)
     return session
 
 
 def _close_session(side: Side, session: dict[str, Any]) -> None:
-    manifest = store.read_json(side.ctx.run_dir / runner.MANIFEST)
+    manifest = store.read_json(side.ctx.run_dir / runfolder.MANIFEST)
     session["finished_at"] = datetime.now(timezone.utc).isoformat()
     manifest["sessions"][-1] = session
     manifest["finished_at"] = session["finished_at"]
-    store.write_json(side.ctx.run_dir / runner.MANIFEST, manifest)
+    store.write_json(side.ctx.run_dir / runfolder.MANIFEST, manifest)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -166,8 +166,8 @@ def create_ab(matrix: Matrix, cells: list[Cell], *, out_dir: Path, pythons: dict
     dirs = {}
     for name in SIDES:
         env = {k: v for k, v in envs[name].items() if k != "env_key"}
-        dirs[name] = runner.create_run(matrix, cells, run_dir=out_dir / name, reports_root=out_dir, smoke=smoke,
-                                       only=only, env=env, fire_drill_pct=fire_drill_pct if name == "b" else 0.0)
+        dirs[name] = runfolder.create_run(matrix, cells, run_dir=out_dir / name, reports_root=out_dir, smoke=smoke,
+                                          only=only, env=env, fire_drill_pct=fire_drill_pct if name == "b" else 0.0)
     store.write_json(out_dir / AB_FILE, {
         "created_at": datetime.now(timezone.utc).isoformat(), "matrix_source": matrix.source, "seed": seed,
         "python": pythons, "checkout": {n: str(checkouts[n]) if checkouts.get(n) else None for n in SIDES},
@@ -175,7 +175,7 @@ def create_ab(matrix: Matrix, cells: list[Cell], *, out_dir: Path, pythons: dict
     return dirs
 
 
-def run_ab(out_dir: Path, *, caps: runner.Capabilities, envs: dict[str, dict[str, Any]], pythons: dict[str, str],
+def run_ab(out_dir: Path, *, caps: capabilities.Capabilities, envs: dict[str, dict[str, Any]], pythons: dict[str, str],
            seed: int, checkouts: dict[str, Path | None] | None = None, notify: Callable[[str], None] = print,
            on_done: Callable[[str, dict[str, Any]], None] | None = None) -> None:
     """Run both sides interleaved; the order actually run is appended to ab.json."""
@@ -206,26 +206,37 @@ def look_schedule(repeats: int, max_repeats: int) -> list[int]:
 
 
 def decisive_looks(looks: Sequence[int], fdr_q: float) -> list[int]:
-    """The planned looks that can decide: a look whose pairs could never reach the level split over the
-    looks kept (the permutation test's smallest p at n + n pairs is 2 / C(2n, n)) would spend a share of the
-    level and decide nothing, so it is dropped and the level split over the rest (e.g. 5, 10, 20 at q 0.01:
-    5 + 5 pairs reach p >= 0.0079 > 0.01 / 3, so the A/B starts at 10 pairs and splits 0.01 over 10 and 20).
-    The last look is always kept: whether it can reach is the caller's check."""
+    """The planned looks that can decide: the largest k such that each of the k largest looks can reach
+    fdr_q / k, the level split over the looks kept (compare.Thresholds.looks). A look that cannot would spend a
+    share of the level and decide nothing (e.g. 5, 10, 20 at q 0.01: 5 + 5 pairs' smallest p is 2 / C(10, 5) =
+    0.0079 > 0.01 / 3, so the A/B starts at 10 pairs and splits 0.01 over 10 and 20).
+
+    Why the k largest, and why it ends: the smallest p falls as pairs grow, so if any k looks can reach
+    fdr_q / k the k largest can; and if the k largest can, the k - 1 largest reach the larger fdr_q / (k - 1).
+    So feasibility only falls with k, one pass from k = len(looks) down finds the largest, and k = 1 (the
+    last look alone) always stands: whether the last look can reach is the caller's check.
+
+    "Can reach" is the cell's gate in compare (a cell whose repeats cannot reach the level is inconclusive
+    whatever its numbers): the smallest two-sided p of an exact permutation test at n + n pairs, 2 / C(2n, n),
+    at most fdr_q / k. The number of cells does not enter. Benjamini-Hochberg across m cells tests the i-th
+    smallest p at i q / m, so a lone change among m cells needs q / (k m), but a look that reaches only q / k
+    still decides: every cell changed together, or a cell shown unchanged (equivalence needs the gate, not a
+    rejection). Where the report's test is Monte Carlo (more than 20,000 splits), compare.permutations_for
+    sizes it so that its grain stays ten times below q / (k m)."""
     from harness.analysis.decide import smallest_permutation_p
 
-    kept = list(looks)
-    while True:
-        split = fdr_q / len(kept)
-        fewer = [n for n in looks[:-1] if smallest_permutation_p(n, n) <= split] + [looks[-1]]
-        if len(fewer) == len(kept):
-            return fewer
-        kept = fewer
+    last = len(looks)
+    for k in range(last, 0, -1):
+        kept = list(looks[last - k:])
+        if all(smallest_permutation_p(n, n) <= fdr_q / k * (1 + 1e-12) for n in kept[:-1]):
+            return kept
+    return list(looks)  # no looks at all
 
 
 def extend_plan(run_dir: Path, cell_ids: Sequence[str], repeats: int, *, seed: int) -> int:
     """Add the jobs that bring each of `cell_ids` to `repeats` repeats to the run's plan (and manifest);
     returns how many were added. The new jobs are shuffled (seeded) so that no cell always runs last."""
-    plan = store.read_json(run_dir / runner.PLAN)
+    plan = store.read_json(run_dir / runfolder.PLAN)
     have: dict[str, int] = {}
     for cid, repeat in plan["jobs"]:
         have[cid] = max(have.get(cid, -1), int(repeat))
@@ -233,15 +244,15 @@ def extend_plan(run_dir: Path, cell_ids: Sequence[str], repeats: int, *, seed: i
     random.Random(seed).shuffle(new)
     new.sort(key=lambda job: job[1])  # repeat by repeat: every cell's k-th repeat before any (k+1)-th
     plan["jobs"] += new
-    store.write_json(run_dir / runner.PLAN, plan)
-    manifest = store.read_json(run_dir / runner.MANIFEST)
+    store.write_json(run_dir / runfolder.PLAN, plan)
+    manifest = store.read_json(run_dir / runfolder.MANIFEST)
     manifest["num_jobs"] = len(plan["jobs"])
-    store.write_json(run_dir / runner.MANIFEST, manifest)
+    store.write_json(run_dir / runfolder.MANIFEST, manifest)
     return len(new)
 
 
 def run_adaptive(out_dir: Path, looks: Sequence[int], *, judge: Callable[[], Sequence[str]],
-                 caps: runner.Capabilities, envs: dict[str, dict[str, Any]], pythons: dict[str, str], seed: int,
+                 caps: capabilities.Capabilities, envs: dict[str, dict[str, Any]], pythons: dict[str, str], seed: int,
                  checkouts: dict[str, Path | None] | None = None, notify: Callable[[str], None] = print,
                  on_done: Callable[[str, dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
     """The looks of an adaptive A/B: run the first look's pairs, then, while `judge()` (the cells still

@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from harness.orchestrate import stopping
+
 BAD, GOOD, SKIPPED = "bad", "good", "skipped"
 STATE = "bisect.json"
 LOG = "bisect.md"
@@ -228,7 +230,7 @@ class Bisector:
         t0 = time.monotonic()
         argv = [sys.executable, "-m", "harness", "ab", self.matrix, "--out", str(folder), *self.ab_args,
                 *self._side_args("a", a), *self._side_args("b", b)]
-        proc = subprocess.run(argv, capture_output=True, text=True)
+        proc = stopping.run_child(argv)  # stopped with this bisect, and dies with it even when it is SIGKILLed
         cells, error = [], ""
         verdicts = folder / "report" / "verdicts.parquet"
         if verdicts.exists():
@@ -280,7 +282,7 @@ class Bisector:
                 root = self.worktree(index)
                 argv = [sys.executable, "-c", "import harness.cell.worker"]
                 env, cwd = os.environ | {"PYTHONPATH": str(root), "PYTHONSAFEPATH": "1"}, root
-            proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=cwd)
+            proc = stopping.run_child(argv, env=env, cwd=cwd)
             last = [line for line in proc.stderr.strip().splitlines() if line.strip()][-1:] or [""]
             self.runnable[index] = "" if proc.returncode == 0 else f"cannot import its harness: {last[0]}"
         return self.runnable[index]

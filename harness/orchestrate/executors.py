@@ -1,21 +1,19 @@
-"""Where a job runs: the one choice between this machine's processes and a cluster's scheduler.
+"""The protocol between the runner and where its jobs run (this machine's processes, a cluster's scheduler).
 
 The runner speaks only to the small protocol below (submit, state, wait, cancel), as
 `concurrent.futures` executors do. An executor never decides what runs or in which order: the runner
-submits jobs in plan order, at most `max_parallel` in flight; the local executor runs one at a time, SLURM
-schedules its own (harness/orchestrate/slurm.py). Every executor starts the same argv, the cell's
-`python -m harness.cell run JOB` (or its torchrun group), with output to the job's log in the run folder.
+submits jobs in plan order, at most `max_parallel` in flight; the local executor (harness/orchestrate/local.py)
+runs one at a time, SLURM schedules its own (harness/orchestrate/slurm.py). Every executor starts the same argv,
+the cell's `python -m harness.cell run JOB` (or its torchrun group), with output to the job's log in the run folder.
 """
 
 from __future__ import annotations
 
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from harness.orchestrate.launch import Outcome, kill_process, start_process, wait_process
-from harness.spec.executor import ExecutorConfig
+from harness.orchestrate.launch import Outcome
 
 
 class ExecutorUnavailable(RuntimeError):
@@ -75,51 +73,3 @@ class Executor(Protocol):
 
     def adopt(self, record: dict[str, str], launch: Launch) -> str | None:
         """A handle for a job an earlier session submitted and recorded; None when it cannot be followed."""
-
-
-class LocalExecutor:
-    """Today's behaviour: one process (group) of this machine per job, one job at a time, the parent blocking on
-    it with the cell's timeout; the process dies with the runner, so nothing of it survives to be adopted."""
-
-    kind = "local"
-    max_parallel = 1
-
-    def __init__(self) -> None:
-        self._running: dict[str, tuple[subprocess.Popen, Launch]] = {}
-
-    def check(self) -> None:
-        return None
-
-    def submit(self, launch: Launch) -> str:
-        self._running[launch.key] = (start_process(list(launch.argv), log_path=launch.log_path, env=launch.env),
-                                     launch)
-        return launch.key
-
-    def state(self, handle: str) -> str:
-        proc = self._running.get(handle)
-        return "RUNNING" if proc and proc[0].poll() is None else "ENDED"
-
-    def wait(self, handles: list[str]) -> dict[str, Ended]:
-        handle = handles[0]  # one in flight: a blocking wait with the cell's timeout, no polling
-        proc, launch = self._running.pop(handle)
-        return {handle: Ended(outcome=wait_process(proc, launch.timeout_s))}
-
-    def cancel(self, handles: list[str]) -> list[str]:
-        for handle in handles:
-            if handle in self._running:
-                kill_process(self._running.pop(handle)[0])
-        return []  # a local job dies with its runner; there is nothing to report as cancelled
-
-    def record(self, handle: str) -> dict[str, str]:
-        return {"executor": self.kind}
-
-    def adopt(self, record: dict[str, str], launch: Launch) -> str | None:
-        return None  # its process died with the runner that started it
-
-
-def executor_for(config: ExecutorConfig, *, notify=print) -> Executor:
-    if config.kind == "slurm":
-        from harness.orchestrate.slurm import SlurmExecutor
-
-        return SlurmExecutor(config, notify=notify)
-    return LocalExecutor()

@@ -1,7 +1,7 @@
 """`nvbench profile`, the parent's side: one cell under Nsight Systems or torch.profiler, kept apart from
 timed runs (harness/cell/capture.py is the cell's side: the instruments that record its window).
 
-A profiled cell runs through the runner's own job path (runner.run_job) with a `profile` section in its
+A profiled cell runs through the runner's own job path (job.run_job) with a `profile` section in its
 job file; everything it writes goes under RUN/profile/ (traces, its row in profile/cells/, its log in
 profile/logs/), never into the run's timed cells/ table, and its row carries `profile_tool`. Inside the
 cell the measured window becomes the N profiled steps: nsys capture is gated to them by
@@ -154,15 +154,15 @@ class ProfileResult:
 
 def profile_cell(cell: Cell, spec: ProfileSpec, *, run_id: str, caps, env: dict[str, Any], env_key: str,
                  matrix_source: str, notify: Callable[[str], None] = print) -> ProfileResult:
-    """Run `cell` once under `spec` through runner.run_job; record it in profile/profiles.json."""
-    from harness.orchestrate import runner
+    """Run `cell` once under `spec` through job.run_job; record it in profile/profiles.json."""
+    from harness.orchestrate import job
     from harness.results import store
 
     spec.out_dir.mkdir(parents=True, exist_ok=True)
-    ctx = runner.JobContext(run_dir=spec.out_dir, run_id=run_id, caps=caps, env=env, env_key=env_key,
-                            fault_spec=None, notify=notify, profile=spec)
+    ctx = job.JobContext(run_dir=spec.out_dir, run_id=run_id, caps=caps, env=env, env_key=env_key,
+                         fault_spec=None, notify=notify, profile=spec)
     started = datetime.now(timezone.utc)
-    row = runner.run_job(cell, 0, ctx)
+    row = job.run_job(cell, 0, ctx)
     shutil.rmtree(spec.out_dir / "work", ignore_errors=True)  # run_job removed its own job folder
     key = job_key(cell.cell_id, 0)
     if spec.tool == "nsys" and row["status"] == "ok":

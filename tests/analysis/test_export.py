@@ -48,11 +48,12 @@ def hand_made_run(path: Path, *, failed: bool = True) -> Path:
     return path
 
 
-def test_the_export_reads_back_with_pytest_benchmarks_loader_one_benchmark_per_cell(tmp_path, capsys):
+@pytest.mark.documented("nvbench export reports/<run_id> --format pytest-benchmark --out results.json", bound_s=120)
+def test_the_export_reads_back_with_pytest_benchmarks_loader_one_benchmark_per_cell(tmp_path, documented_run):
     run = hand_made_run(tmp_path / "run")
     out = tmp_path / "export" / "0001_nvbench.json"
-    assert cli.main(["export", str(run), "--format", "pytest-benchmark", "--out", str(out)]) == 0
-    assert capsys.readouterr().out.strip() == str(out)
+    proc = documented_run(["export", str(run), "--format", "pytest-benchmark", "--out", str(out)])
+    assert proc.returncode == 0 and proc.stdout.strip() == str(out), proc.stderr
     loaded = list(FileStorage(out.parent, logging.getLogger("test")).load_benchmarks(out))
     assert sorted(b["name"] for b in loaded) == sorted(CELLS)  # the failed cell has no benchmark
     steps = store.read_steps(run).to_pandas()

@@ -181,10 +181,12 @@ def test_a_run_ends_with_a_summary_that_fits_80_columns(runs):
     assert summary[-3:] == ["2 rows: 2 ok", "results: A", "next:    nvbench report A"]
 
 
-def test_report_of_a_run_against_itself(runs):
+@pytest.mark.documented("nvbench report reports/<run_id> --baseline reports/baselines/current --fail-on-regression",
+                        bound_s=180)
+def test_report_of_a_run_against_itself(runs, documented_run):
     root, a, _ = runs
     out = root / "self"
-    proc = nvbench("report", str(a), "--baseline", str(a), "--out", str(out), "--fail-on-regression")
+    proc = documented_run(["report", str(a), "--baseline", str(a), "--out", str(out), "--fail-on-regression"])
     assert proc.returncode == 3, proc.stderr  # nothing regressed, nothing was shown unchanged either
     assert proc.stdout.split() == [str(out / name) for name in report.REPORT_FILES]
     assert "2 inconclusive" in proc.stderr  # one repeat a side
@@ -332,7 +334,8 @@ def test_cpu_fire_drill_adds_its_share_of_each_step():
     assert extra / own == pytest.approx(0.2, abs=0.04)
 
 
-def test_history_screening_names_suspects_but_does_not_fail(runs):
+@pytest.mark.documented("nvbench report reports/<run_id> --history reports/history", bound_s=180)
+def test_history_screening_names_suspects_but_does_not_fail(runs, documented_run):
     root, a, _ = runs
     hist = root / "history"
     hist.mkdir()
@@ -340,7 +343,7 @@ def test_history_screening_names_suspects_but_does_not_fail(runs):
         copy_run(a, hist / f"past{i}", scale=float(scale), created_at=f"2026-01-0{i + 1}T00:00:00+00:00")
     slow = copy_run(a, root / "slow", scale=0.7)
     out = root / "history-report"
-    proc = nvbench("report", str(slow), "--history", str(hist), "--out", str(out), "--fail-on-regression")
+    proc = documented_run(["report", str(slow), "--history", str(hist), "--out", str(out), "--fail-on-regression"])
     assert proc.returncode == 0, proc.stderr  # suspects are not confirmed regressions
     assert "2 suspect regressions" in proc.stderr
     suspects = json.loads((out / "suspects.json").read_text())
@@ -431,7 +434,7 @@ def mission_smoke_like(a: Path, dst: Path, *, repeats: int, factor) -> tuple[Pat
     (96 cells: dali-gpu and world size 8 skipped with the runner's own reasons), each cell that runs dealt the
     real rows of A's cell of its loader (synthetic, else pytorch) into `repeats` repeats 0.5 % apart, times
     `factor(index)` (a number, or None: the cell failed). Returns the folder and how many cells ran."""
-    from harness.orchestrate.runner import Capabilities, skip_reason
+    from harness.orchestrate.capabilities import Capabilities, skip_reason
     from harness.spec.cells import expand
     from harness.spec.parse import load_matrix
 

@@ -473,28 +473,68 @@ def test_cudagraph_needs_cuda_and_a_single_process():
     assert Engine(tiny_net(), options()).prepare(*batch(2)) == 0.0  # eager: nothing to prepare
 
 
+GRAPHED_RECIPE = dict(memory_format="nhwc", grad_accum=2, total_steps=8, lr_timeline="compressed",
+                      lr_warmup_epochs=45)
+"""The cudagraph test's recipe: a warmup over 4 of its 8 steps (45 of 90 epochs, compressed), so the LR of each
+of the 4 steps it runs differs from the step before and from the LR the graph was captured with."""
+GRAPHED_STEPS = 4
+
+
+def run_graphed_recipe(engine: Engine, device: str = "cpu") -> None:
+    for step in range(GRAPHED_STEPS):
+        for micro in range(2):
+            x, y = (t.to(device) for t in batch(4, seed=10 * step + micro))
+            engine.forward_backward(x, y, sync_grads=micro == 1)
+        engine.optimizer_step()
+
+
+def assert_lr_changes_every_step(lr: list[float]) -> None:
+    """The premise of the cudagraph test: a graph that kept the LR it was captured with (step 0's) would train
+    every later step at a wrong LR."""
+    assert len(lr) == GRAPHED_STEPS and all(a != b for a, b in zip(lr, lr[1:])) and lr[0] not in lr[1:], lr
+
+
+def test_the_cudagraph_tests_recipe_would_catch_a_graph_that_ignored_the_lr():
+    """The cudagraph test's premise and its power, on the CPU where they can run: its recipe changes the LR at
+    every step it checks, and a step that kept its first LR (as a graph reading a captured constant would) ends
+    beyond that test's tolerance from the eager step."""
+    net = tiny_net(norm=True)
+    eager = Engine(copy.deepcopy(net), options(precision="bf16", **GRAPHED_RECIPE))
+    frozen = Engine(copy.deepcopy(net), options(precision="bf16", **GRAPHED_RECIPE))
+
+    def advance_without_the_optimizer() -> None:  # the host's records move on; the optimizer's LR does not
+        frozen._step += 1
+        frozen._lr = frozen.opts.peak_lr * frozen._schedule(frozen._step)
+
+    frozen._advance = advance_without_the_optimizer
+    for engine in (eager, frozen):
+        run_graphed_recipe(engine)
+    assert_lr_changes_every_step(eager.step_records()[1].tolist())
+    assert frozen.step_records()[1].tolist() == eager.step_records()[1].tolist()  # the records cannot tell
+    with pytest.raises(AssertionError):
+        for a, b in zip(params_of(frozen), params_of(eager), strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-4)  # the cudagraph test's tolerance
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("precision", ["fp16", "bf16"])
 def test_cudagraph_replays_the_eager_step(precision):
     """The captured step trains as the eager step does (same losses, same weights), preparing trains nothing,
-    and the LR, changed after capture, reaches the replayed optimizer."""
+    and the LR, changed after capture at every step, reaches the replayed optimizer (a graph that kept its
+    captured LR ends beyond the weights' tolerance: test_the_cudagraph_tests_recipe_would_catch_...)."""
     net = tiny_net(norm=True)
-    recipe = dict(precision=precision, memory_format="nhwc", grad_accum=2, total_steps=6, device="cuda:0",
-                  lr_timeline="compressed", lr_warmup_epochs=45)  # warmup: the LR changes every step
+    recipe = dict(precision=precision, device="cuda:0", **GRAPHED_RECIPE)
     eager = Engine(copy.deepcopy(net), options(**recipe))
     graphed = Engine(copy.deepcopy(net), options(compile="cudagraph", **recipe))
     images, labels = (t.cuda() for t in batch(4, seed=99))
     assert graphed.prepare(images, labels) > 0 and graphed.steps_taken == 0
     for engine in (eager, graphed):
-        for step in range(4):
-            for micro in range(2):
-                x, y = (t.cuda() for t in batch(4, seed=10 * step + micro))
-                engine.forward_backward(x, y, sync_grads=micro == 1)
-            engine.optimizer_step()
+        run_graphed_recipe(engine, "cuda")
     eager_loss, eager_lr = eager.step_records()
     graphed_loss, graphed_lr = graphed.step_records()
-    assert graphed_lr.tolist() == eager_lr.tolist() and len(set(eager_lr.tolist())) == 4
+    assert_lr_changes_every_step(eager_lr.tolist())
+    assert graphed_lr.tolist() == eager_lr.tolist()
     assert graphed_loss == pytest.approx(eager_loss, rel=1e-3)
     for a, b in zip(params_of(graphed), params_of(eager), strict=True):
         torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-4)

@@ -193,24 +193,26 @@ def test_digits_without_scikit_learn_is_refused_before_anything_is_written(tmp_p
     assert not any(tmp_path.iterdir())
 
 
-def test_data_prepare_makes_what_the_runner_then_reads_without_generating(tiny_matrix, tmp_path, monkeypatch, capsys):
-    from harness.cli import main
+@pytest.mark.documented("nvbench data prepare matrices/resnet50.toml", bound_s=120)
+def test_data_prepare_makes_what_the_runner_then_reads_without_generating(tiny_matrix, tmp_path, monkeypatch,
+                                                                          documented_run):
     from harness.data import generate
-    from harness.orchestrate import runner
+    from harness.orchestrate import job
     from harness.spec.cells import expand
     from harness.spec.parse import load_matrix
 
     matrix = tiny_matrix('backend = ["synthetic", "pytorch", "dali-cpu"]')
-    assert main(["data", "prepare", str(matrix), "--only", "backend=synthetic"]) == 0
-    assert capsys.readouterr().out == "" and not (tmp_path / "cache").exists()  # synthetic data needs none
-    assert main(["data", "prepare", str(matrix)]) == 0
-    (root,) = map(Path, capsys.readouterr().out.split())  # both data backends read the one dataset
+    proc = documented_run(["data", "prepare", str(matrix), "--only", "backend=synthetic"])
+    assert proc.returncode == 0 and proc.stdout == "" and not (tmp_path / "cache").exists()  # synthetic: none
+    proc = documented_run(["data", "prepare", str(matrix)])
+    assert proc.returncode == 0, proc.stderr
+    (root,) = map(Path, proc.stdout.split())  # both data backends read the one dataset
     assert (root / "dataset.json").is_file() and root.parent == tmp_path / "cache" / "datasets"
     monkeypatch.setattr(generate, "make_dataset", lambda *a, **k: pytest.fail("generated again"))
-    ctx = runner.JobContext.__new__(runner.JobContext)
+    ctx = job.JobContext.__new__(job.JobContext)
     ctx.data_roots, ctx.notify = {}, lambda line: None
     for cell in expand(load_matrix(matrix)):
-        assert runner._data_root(cell, ctx) == (None if cell.backend == "synthetic" else root)
+        assert job._data_root(cell, ctx) == (None if cell.backend == "synthetic" else root)
 
 
 def test_data_prepare_of_a_bad_matrix_exits_2_and_writes_nothing(tmp_path, capsys):

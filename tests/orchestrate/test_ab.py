@@ -1,30 +1,43 @@
 """`nvbench ab`: both interpreters really run, the pairs are interleaved in a seeded random order, and the
-report compares B with A; plus the interleaving schedule on its own (no processes)."""
+report compares B with A; a first try with --max-repeats starts at once and finishes, and a stopped A/B leaves
+no process; plus the interleaving schedule and the look schedule on their own (no processes; the look schedule
+over a grid, with a deadline)."""
 
 from __future__ import annotations
 
 import json
+import math
 import shutil
+import signal
 import stat
+import subprocess
 import sys
+import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pyarrow.parquet as pq
-from conftest import ROOT, nvbench
+import pytest
+from conftest import ROOT, first_cell, kill_plan, nvbench, stop_and_check, wait_for
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from harness.orchestrate import ab, runner
+from harness.analysis.evidence import permutations_for
+from harness.analysis.verdict import Thresholds
+from harness.analysis.decide import smallest_permutation_p
+from harness.orchestrate import ab, derive, job
 
 
 def test_run_interleaved_pairs_every_job_and_shuffles_the_order_within_rounds(monkeypatch, tmp_path):
     ran = []
-    monkeypatch.setattr(runner, "run_job", lambda cell, repeat, ctx: ran.append((ctx.run_id, cell, repeat)) or {})
-    monkeypatch.setattr(runner, "derive_twin_columns", lambda run_dir: 0)
+    monkeypatch.setattr(job, "run_job", lambda cell, repeat, ctx: ran.append((ctx.run_id, cell, repeat)) or {})
+    monkeypatch.setattr(derive, "derive_twin_columns", lambda run_dir: 0)
     monkeypatch.setattr(ab, "_open_session", lambda side: {})
     monkeypatch.setattr(ab, "_close_session", lambda side, session: None)
 
     def side(name, n):
-        ctx = runner.JobContext(run_dir=tmp_path / name, run_id=name, caps=None, env={}, env_key="k",
-                                fault_spec=None)
+        ctx = job.JobContext(run_dir=tmp_path / name, run_id=name, caps=None, env={}, env_key="k",
+                             fault_spec=None)
         return ab.Side(name=name, ctx=ctx, cells={"c": "cell"}, jobs=[("c", r) for r in range(n)])
 
     order = ab.run_interleaved([side("a", 20), side("b", 20), side("x", 3)], seed=7)
@@ -44,12 +57,15 @@ def _wrapper(path: Path, log: Path) -> Path:
     return path
 
 
-def test_ab_runs_both_interpreters_interleaved_and_reports(tiny_matrix, tmp_path):
+@pytest.mark.documented("nvbench ab matrices/resnet50.toml --a venv-old/bin/python --b venv-new/bin/python",
+                        bound_s=300)
+def test_ab_runs_both_interpreters_interleaved_and_reports(tiny_matrix, tmp_path, documented_run):
     matrix = tiny_matrix('backend = ["synthetic"]', repeats=1)  # one pair: A and B of the same job
     calls = tmp_path / "b-calls.txt"
     python_b = _wrapper(tmp_path / "python-b", calls)
     out = tmp_path / "ab"
-    proc = nvbench("ab", str(matrix), "--a", sys.executable, "--b", str(python_b), "--out", str(out), "--seed", "3")
+    proc = documented_run(["ab", str(matrix), "--a", sys.executable, "--b", str(python_b), "--out", str(out),
+                           "--seed", "3"])
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.split()[:4] == [str(out / "report" / n) for n in ("report.html", "summary.md",
                                                                           "verdicts.parquet", "junit.xml")]
@@ -84,7 +100,8 @@ def test_ab_rejects_an_interpreter_that_cannot_run_nvbench(tiny_matrix, tmp_path
     assert not (tmp_path / "y").exists()
 
 
-def test_ab_side_a_runs_another_checkout_and_the_fire_drill_slows_only_b(tiny_matrix, tmp_path):
+@pytest.mark.documented("nvbench ab matrices/resnet50.toml --a-checkout ../nvbench-at-baseline", bound_s=300)
+def test_ab_side_a_runs_another_checkout_and_the_fire_drill_slows_only_b(tiny_matrix, tmp_path, documented_run):
     matrix = tiny_matrix('backend = ["synthetic"]', repeats=1)
     other = tmp_path / "baseline-src"  # a copy of the harness that logs every process importing it
     shutil.copytree(ROOT / "harness", other / "harness", ignore=shutil.ignore_patterns("__pycache__"))
@@ -93,8 +110,8 @@ def test_ab_side_a_runs_another_checkout_and_the_fire_drill_slows_only_b(tiny_ma
         init.write("\nimport os as _os, sys as _sys\n"
                    "with open(_os.environ['NVB_TEST_MARKS'], 'a') as _f:\n    _f.write(' '.join(_sys.argv) + '\\n')\n")
     out = tmp_path / "ab"
-    proc = nvbench("ab", str(matrix), "--a-checkout", str(other), "--fire-drill", "50", "--out", str(out),
-                   env={"NVB_TEST_MARKS": str(marks)})
+    proc = documented_run(["ab", str(matrix), "--a-checkout", str(other), "--fire-drill", "50", "--out", str(out)],
+                          env={"NVB_TEST_MARKS": str(marks)})
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = marks.read_text().splitlines()
     cells = [line for line in lines if "job.json" in line]
@@ -124,6 +141,68 @@ def test_looks_double_to_the_budget_and_drop_the_ones_too_small_to_decide():
     # 3 + 3 cannot (0.1); 6 + 6 (2/924 = 0.0022) can once the level is split three ways, not four
     assert ab.decisive_looks([3, 6, 12, 24], 0.01) == [6, 12, 24]
     assert ab.decisive_looks([2, 4], 0.01) == [4]  # the last look stays: whether it can reach is the CLI's check
+    # nvbench bisect's defaults and a user's first try: 5 + 5 cannot reach 0.01 / 2, and alone the last look
+    # is all that is left (the loop this replaced dropped the 5, re-admitted it alone, and never returned)
+    with deadline(5):
+        assert ab.decisive_looks([5, 8], 0.01) == [8] and ab.decisive_looks([5, 10], 0.01) == [10]
+
+
+@contextmanager
+def deadline(seconds: float):
+    """Raise in the main thread when the block runs longer than `seconds`: a schedule that loops forever is a
+    failed test, not a suite that waits for CI's limit (the schedule is pure Python, so the alarm lands)."""
+    def expire(signum, frame):
+        raise TimeoutError(f"the look schedule did not return within {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+LEVELS = (0.001, 0.01, 0.05)
+CELL_COUNTS = (1, 4, 36, 200)
+
+
+def reachable_p(pairs: int, looks: int, fdr_q: float, cells: int) -> float:
+    """The smallest p the report's test can give a cell of `pairs` + `pairs` repeats among `cells` (two metrics):
+    exact below 20,000 splits (2 / C(2n, n)), else Monte Carlo with compare's own number of splits."""
+    splits = math.comb(2 * pairs, pairs)
+    if splits <= 20_000:
+        return smallest_permutation_p(pairs, pairs)
+    return 1 / (permutations_for(Thresholds(fdr_q=fdr_q, looks=looks), cells, 2) + 1) + 2 / splits
+
+
+def check_schedule(repeats: int, max_repeats: int, fdr_q: float, cells: int) -> None:
+    looks = ab.look_schedule(repeats, max_repeats)
+    with deadline(2):
+        kept = ab.decisive_looks(looks, fdr_q)
+    k = len(kept)
+    assert kept == looks[len(looks) - k:] and kept[-1] == max_repeats, (looks, kept)
+    share = fdr_q / k
+    for n in kept[:-1]:  # every kept look but the last can reach its share (the last is the CLI's check)
+        assert reachable_p(n, k, fdr_q, cells) <= share * (1 + 1e-9), (looks, kept, n, cells)
+    if k < len(looks):  # and no longer schedule could: the next larger one has a look that cannot reach
+        longer = looks[len(looks) - k - 1:]
+        assert smallest_permutation_p(longer[0], longer[0]) > fdr_q / (k + 1), (looks, kept)
+
+
+def test_every_schedule_of_the_grid_returns_at_once_with_looks_that_can_reach():
+    with deadline(60):
+        for fdr_q in LEVELS:
+            for repeats in range(1, 21):
+                for max_repeats in range(repeats, 101):
+                    check_schedule(repeats, max_repeats, fdr_q, cells=1)
+
+
+@settings(max_examples=300, deadline=None)
+@given(repeats=st.integers(1, 20), extra=st.integers(0, 80), fdr_q=st.sampled_from(LEVELS),
+       cells=st.sampled_from(CELL_COUNTS))
+def test_the_schedule_holds_for_any_number_of_cells(repeats, extra, fdr_q, cells):
+    check_schedule(repeats, repeats + extra, fdr_q, cells)
 
 
 def test_more_pairs_go_to_the_inconclusive_cells_only_until_none_is_left_or_the_budget_is_spent(monkeypatch, tmp_path):
@@ -143,3 +222,48 @@ def test_more_pairs_go_to_the_inconclusive_cells_only_until_none_is_left_or_the_
     history = ab.run_adaptive(tmp_path, [10, 20, 40], judge=lambda: next(verdicts), caps=None, envs={},
                               pythons={}, seed=5, notify=lambda m: None)
     assert [h["pairs"] for h in history] == [10, 20] and extended == [("a", ("c1",), 20), ("b", ("c1",), 20)]
+
+
+def test_an_ab_no_schedule_can_decide_is_one_line_and_exit_2(tiny_matrix, tmp_path):
+    # 4 + 4 pairs at most: no look can ever reach 0.01 (2 / C(8, 4) = 0.029), whatever the looks
+    proc = nvbench("ab", str(tiny_matrix()), "--repeats", "2", "--max-repeats", "4", "--out", str(tmp_path / "x"),
+                   timeout=120)
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+        "error: --max-repeats 4: a permutation test of 4 + 4 repeats cannot reach p <= 0.01 (its smallest p is "
+        "0.0286); 5 or more a side can"]
+    assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.documented("nvbench ab matrices/resnet50.toml --repeats 5 --max-repeats 8", bound_s=900)
+def test_ab_with_more_pairs_while_inconclusive_starts_at_once_and_finishes(tiny_matrix, tmp_path, tagged):
+    """A user's first try (issue 35): with --max-repeats 8 the look schedule once spun for good before anything
+    ran. Its first cell starts within 60 s; 5 + 5 pairs cannot decide at 0.01 / 2, so it runs 8 pairs, once."""
+    argv = [sys.executable, "-m", "harness", "ab", str(tiny_matrix()), "--repeats", "5", "--max-repeats", "8"]
+    proc, tag = tagged(argv, cwd=tmp_path)  # as typed: the A/B folder goes to ./reports
+    wait_for("the A/B's first cell", lambda: first_cell(tag), timeout_s=60, proc=proc)
+    try:
+        _, err = proc.communicate(timeout=900)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        pytest.fail("`nvbench ab MATRIX --repeats 5 --max-repeats 8` did not finish within 900 s")
+    assert proc.returncode == 0, err
+    assert "the A/B starts at 8 pairs (looks [8])" in err
+    (out,) = (tmp_path / "reports").iterdir()
+    for side in ("a", "b"):
+        assert sorted(r["repeat"] for r in pq.read_table(out / side / "cells").to_pylist()) == list(range(8))
+    (verdict,) = pq.read_table(out / "report" / "verdicts.parquet").to_pylist()
+    assert verdict["num_candidate"] == 8
+
+
+def test_a_stopped_ab_leaves_no_process(tiny_matrix, tmp_path, tagged):
+    """`--repeats 5 --max-repeats 10`, the other look schedule that never returned, starts its first cell within
+    60 s; stopped at a random moment it leaves nothing running."""
+    sig, moment = kill_plan("nvbench ab")
+    argv = [sys.executable, "-m", "harness", "ab", str(tiny_matrix()), "--repeats", "5", "--max-repeats", "10",
+            "--out", str(tmp_path / "ab")]
+    proc, tag = tagged(argv)
+    wait_for("the A/B's first cell", lambda: first_cell(tag), timeout_s=60, proc=proc)
+    time.sleep(moment)
+    code, err = stop_and_check(proc, tag, sig)
+    assert code == 130 and f"interrupted; the rows so far are in {tmp_path / 'ab'}/a" in err, (sig, moment, err)

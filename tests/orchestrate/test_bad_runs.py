@@ -10,7 +10,7 @@ import pytest
 
 from harness.analysis import ci_formats, report
 from harness.cli import main
-from harness.orchestrate import runner
+from harness.orchestrate import runfolder
 from harness.results import store
 from harness.spec.cells import expand, job_key
 from harness.spec.parse import load_matrix
@@ -21,11 +21,11 @@ def run_folder(tiny_matrix, tmp_path) -> Path:
     """A run folder as `nvbench run` leaves it, with a skipped row for every job (no cell is trained)."""
     matrix = load_matrix(tiny_matrix('backend = ["synthetic", "pytorch"]'))
     cells = expand(matrix)
-    run_dir = runner.create_run(matrix, cells, run_dir=tmp_path / "run", reports_root=tmp_path, smoke=False,
+    run_dir = runfolder.create_run(matrix, cells, run_dir=tmp_path / "run", reports_root=tmp_path, smoke=False,
                                 only=[], env={})
-    run_id, jobs, by_id = runner.load_plan(run_dir)
+    run_id, jobs, by_id = runfolder.load_plan(run_dir)
     for cid, repeat in jobs:
-        runner.write_row(run_dir, job_key(cid, repeat), {"run_id": run_id, "cell_id": cid, "repeat": repeat,
+        runfolder.write_row(run_dir, job_key(cid, repeat), {"run_id": run_id, "cell_id": cid, "repeat": repeat,
                                                           **by_id[cid].axes, "status": "skipped", "reason": "test"})
     return run_dir
 

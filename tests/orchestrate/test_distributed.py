@@ -19,8 +19,9 @@ import pytest
 import torch
 from conftest import ROOT, nvbench
 
+from harness.orchestrate.capabilities import Capabilities, skip_reason
+from harness.orchestrate.classify import classify
 from harness.orchestrate.launch import Outcome, ProcessLauncher, TorchrunLauncher, launcher_for
-from harness.orchestrate.runner import Capabilities, classify, skip_reason
 from harness.spec.cells import Cell, expand
 from harness.spec.parse import parse_matrix
 

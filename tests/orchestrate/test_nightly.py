@@ -1,5 +1,6 @@
-"""ci/nightly.sh end to end with real cells: a night without a baseline only describes and joins the
-history; a fire drill against a promoted baseline fails the job with a confirmed regression and stays
+"""ci/nightly.sh end to end with real cells: a first night on the script's own defaults, and a night without a
+baseline, only describe and join the history; a night stopped by a signal leaves no process and a resumable
+run; a fire drill against a promoted baseline fails the job with a confirmed regression and stays
 out of the history, confirmed sequentially and by an interleaved A/B against a worktree of the
 baseline's commit (on a screen's targets, or on every cell); plus harness.orchestrate.nightly, the helper that
 picks the targets and the baseline's code."""
@@ -9,8 +10,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 import xml.etree.ElementTree as ET
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -18,12 +21,12 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import ROOT
+from conftest import ROOT, first_cell, kill_plan, stop_and_check, wait_for
 
 from harness.analysis import verdicts_file
 from harness.analysis.runs import RunData
 from harness.analysis.verdict import CellVerdict, Comparison, MetricVerdict, Thresholds
-from harness.orchestrate import nightly, runner
+from harness.orchestrate import nightly, runfolder
 from harness.results import store
 
 
@@ -114,12 +117,64 @@ def test_nightly_describes_then_fails_on_a_fire_drill(tmp_path, tiny_matrix):
     assert (reports / "history" / "night5").is_symlink()
 
 
+def _user_env(matrix: Path, **extra: str) -> dict:
+    """The environment of a user who sets only the matrix: nvbench on PATH, none of the night's other knobs."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NVBENCH_", "GITHUB_"))}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    return env | {"NVBENCH_MATRIX": str(matrix)} | extra
+
+
+@pytest.mark.slow
+@pytest.mark.documented("NVBENCH_MATRIX=matrices/resnet50.toml bash ci/nightly.sh", bound_s=900)
+def test_a_first_night_on_the_nightlys_own_defaults(tiny_matrix, tmp_path):
+    """As a user first runs it: only the matrix set (10 repeats, no baseline, no history yet): the night
+    describes the run, joins the history and draws its trend, exit 0."""
+    try:
+        proc = subprocess.run(["bash", str(ROOT / "ci" / "nightly.sh")], capture_output=True, text=True,
+                              env=_user_env(tiny_matrix()), cwd=tmp_path, timeout=900)
+    except subprocess.TimeoutExpired:
+        pytest.fail("`NVBENCH_MATRIX=... bash ci/nightly.sh` did not finish within 900 s")
+    assert proc.returncode == 0, proc.stderr
+    (run,) = [p for p in (tmp_path / "reports").iterdir() if p.name.startswith("nightly-")]
+    assert len(list((run / "cells").glob("*.parquet"))) == 10 and "describing the run only" in proc.stderr
+    assert (run / "report" / "report.html").is_file() and (run / "history" / "history.html").is_file()
+    assert (tmp_path / "reports" / "history" / run.name).resolve() == run.resolve()
+
+
+def test_a_stopped_night_leaves_no_process_and_its_run_resumes(tiny_matrix, tmp_path, tagged):
+    sig, moment = kill_plan("ci/nightly.sh")
+    env = _user_env(tiny_matrix(), NVBENCH_REPORTS=str(tmp_path / "reports"), NVBENCH_RUN_ID="night1",
+                    NVBENCH_REPEATS="1")
+    proc, tag = tagged(["bash", str(ROOT / "ci" / "nightly.sh")], env=env, cwd=tmp_path)
+    wait_for("the night's first cell", lambda: first_cell(tag), timeout_s=60, proc=proc)
+    time.sleep(moment)
+    code, err = stop_and_check(proc, tag, sig)
+    run = tmp_path / "reports" / "night1"
+    assert code == 130, (sig, moment, err)
+    assert f"nightly: stopped by {sig.name}; finish the run with: nvbench run --resume {run}" in err
+    resumed = subprocess.run([sys.executable, "-m", "harness", "run", "--resume", str(run), "--no-progress"],
+                             capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    assert len(pq.read_table(run / "cells").to_pylist()) == 1
+
+
+def test_a_sigkilled_night_takes_its_commands_with_it(tiny_matrix, tmp_path, tagged):
+    """The script cannot clean up after SIGKILL; each command it started asked for SIGTERM at its death
+    (setpriv --pdeathsig) and stops as on Ctrl-C."""
+    env = _user_env(tiny_matrix(), NVBENCH_REPORTS=str(tmp_path / "reports"), NVBENCH_RUN_ID="night1",
+                    NVBENCH_REPEATS="1", NVBENCH_FAULT="*:hang")  # the cell hangs: the run would outlive 10 s
+    proc, tag = tagged(["bash", str(ROOT / "ci" / "nightly.sh")], env=env, cwd=tmp_path)
+    wait_for("the night's first cell", lambda: first_cell(tag), timeout_s=60, proc=proc)
+    code, _ = stop_and_check(proc, tag, signal.SIGKILL)
+    assert code == -signal.SIGKILL
+
+
 def _run_folder(path: Path, environment: dict, rows: list[dict]) -> Path:
     path.mkdir(parents=True)
     store.write_json(path / "manifest.json", {"run_id": path.name, "environment": environment})
     (path / "cells").mkdir()
     for k, row in enumerate(rows):
-        runner.write_row(path, f"row{k}", row)
+        runfolder.write_row(path, f"row{k}", row)
     return path
 
 
@@ -185,7 +240,7 @@ def test_code_is_the_recorded_commit_only_when_clean_and_ran_needs_an_ok_repeat_
     _run_folder(tmp_path / "ab" / "b", {}, [crashed, crashed, skipped])
     assert nightly.unusable_side(tmp_path / "ab").endswith("no ok repeat of c1 (see its logs/)")
     assert nightly.main(["ran", str(tmp_path / "ab")]) == 1
-    runner.write_row(tmp_path / "ab" / "b", "row9", ok)
+    runfolder.write_row(tmp_path / "ab" / "b", "row9", ok)
     assert nightly.unusable_side(tmp_path / "ab") is None and nightly.main(["ran", str(tmp_path / "ab")]) == 0
     assert nightly.main(["code", str(tmp_path / "nowhere")]) == 2
     assert nightly.main(["sideways"]) == 2

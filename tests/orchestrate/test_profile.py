@@ -16,10 +16,12 @@ from harness.spec.cells import expand, job_key
 from harness.spec.parse import load_matrix
 
 
-def test_torch_profile_captures_the_measured_steps_apart_from_timed_results(tiny_matrix, tmp_path):
+@pytest.mark.documented("nvbench profile matrices/resnet50.toml --only backend=synthetic --tool torch --steps 2",
+                        bound_s=300)
+def test_torch_profile_captures_the_measured_steps_apart_from_timed_results(tiny_matrix, tmp_path, documented_run):
     matrix = tiny_matrix('backend = ["synthetic"]\ngrad_accum = [2]')
     out = tmp_path / "run"
-    proc = nvbench("profile", str(matrix), "--tool", "torch", "--steps", "2", "--out", str(out))
+    proc = documented_run(["profile", str(matrix), "--tool", "torch", "--steps", "2", "--out", str(out)])
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (cell,) = expand(load_matrix(matrix))
     key = job_key(cell.cell_id, 0)

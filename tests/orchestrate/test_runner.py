@@ -18,7 +18,7 @@ import pytest
 from conftest import ROOT, nvbench
 
 from harness.cell import probe
-from harness.orchestrate import runner
+from harness.orchestrate import job
 from harness.results import store
 from harness.results.schema import RESULT_SCHEMA_VERSION
 
@@ -34,11 +34,12 @@ def cell_with(rows: dict, **axes) -> dict:
     return hits[0]
 
 
-def test_end_to_end_run_reads_back_with_pyarrow_and_duckdb(tiny_matrix, tmp_path):
+@pytest.mark.documented("nvbench run matrices/resnet50.toml", bound_s=300)
+def test_end_to_end_run_reads_back_with_pyarrow_and_duckdb(tiny_matrix, tmp_path, documented_run):
     # two backends (the pytorch cell's loader efficiency needs its synthetic twin), two repeats each
     matrix = tiny_matrix('backend = ["synthetic", "pytorch"]', repeats=2)
     out = tmp_path / "run"
-    proc = nvbench("run", str(matrix), "--out", str(out), "--no-progress")
+    proc = documented_run(["run", str(matrix), "--out", str(out), "--no-progress"])
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "4 rows: 4 ok" in proc.stderr and f"results: {out}" in proc.stderr
 
@@ -102,7 +103,7 @@ def test_end_to_end_run_reads_back_with_pyarrow_and_duckdb(tiny_matrix, tmp_path
     assert "[axes]" in manifest["matrix_text"] and manifest["environment"]["python_version"]
     assert not (out / "work").exists()
     # run.malloc = "stable" (the default) reached the cell processes themselves (the worker reports its env)
-    assert all(set(runner.STABLE_MALLOC.items()) <= {tuple(t.split("=")) for t in r["glibc_tunables"].split(":")}
+    assert all(set(job.STABLE_MALLOC.items()) <= {tuple(t.split("=")) for t in r["glibc_tunables"].split(":")}
                for r in cells.to_pylist())
 
 
@@ -114,10 +115,10 @@ def test_malloc_tunables_keep_what_the_user_set(tiny_matrix):
     (system,) = expand(load_matrix(tiny_matrix(extra='malloc = "system"\n')))
     assert system.run.malloc == "system" and system.cell_id != stable.cell_id
     mine = "glibc.malloc.trim_threshold=1024:glibc.pthread.rseq=0"
-    merged = runner.malloc_tunables(stable, mine).split(":")
+    merged = job.malloc_tunables(stable, mine).split(":")
     assert merged == ["glibc.malloc.trim_threshold=1024", "glibc.pthread.rseq=0",
-                      f"glibc.malloc.mmap_threshold={runner.STABLE_MALLOC['glibc.malloc.mmap_threshold']}"]
-    assert runner.malloc_tunables(system, mine) == mine and runner.malloc_tunables(system, None) is None
+                      f"glibc.malloc.mmap_threshold={job.STABLE_MALLOC['glibc.malloc.mmap_threshold']}"]
+    assert job.malloc_tunables(system, mine) == mine and job.malloc_tunables(system, None) is None
 
 
 def test_every_failure_kind_is_a_row_and_the_matrix_completes(tiny_matrix, tmp_path):
@@ -200,7 +201,7 @@ def test_kill_9_then_resume_runs_each_job_exactly_once(tiny_matrix, tmp_path):
 
 
 def test_interleaved_order_is_recorded_and_reproducible(tiny_matrix, tmp_path):
-    from harness.orchestrate.runner import create_run, load_plan
+    from harness.orchestrate.runfolder import create_run, load_plan
     from harness.spec.cells import expand
     from harness.spec.parse import load_matrix
 
