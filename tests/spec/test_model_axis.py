@@ -146,3 +146,18 @@ def test_the_docs_worked_example_is_a_matrix_beside_its_module():
         "resnet18_synthetic_nchw_fp32_ws1_ga1", "resnet18_pytorch_nchw_fp32_ws1_ga1",
         "mynets.build-2b46e979_synthetic_nchw_fp32_ws1_ga1", "mynets.build-2b46e979_pytorch_nchw_fp32_ws1_ga1"]
     assert cells[-1].model_search_dirs[0] == str((ROOT / "examples").resolve())
+
+
+def test_the_convnets_matrix_is_the_mission_on_the_family_and_its_smoke_a_slice_that_runs_on_a_cpu():
+    m = load_matrix(ROOT / "matrices" / "convnets.toml")
+    family = {"resnet50", "resnext101-32x4d", "se-resnext101-32x4d", "efficientnet-b0"}
+    cells = expand(m)
+    assert len(cells) == 4 * 4 * 2 * 3 * 2 * 2 and {c.model for c in cells} == family
+    for c in cells:  # each model on its own reference recipe: the file leaves those keys to the registry
+        r = entry(c.model).recipe
+        assert (c.benchmark.batch_size, c.benchmark.image_size, c.recipe.weight_decay, c.recipe.epochs) == \
+            (r.batch_size, r.image_size, r.weight_decay, r.epochs)
+    smoke = expand(m, smoke=True)
+    assert {(c.world_size, c.grad_accum, c.memory_format, c.benchmark.image_size) for c in smoke} == {(1, 1, "nhwc", 24)}
+    assert sorted((c.model, c.precision, c.backend) for c in smoke) == sorted(
+        (model, p, b) for model in family for p in ("fp32", "fp16", "bf16") for b in ("dali-gpu", "pytorch", "synthetic"))
