@@ -15,13 +15,15 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from harness.results.accuracy import MIN_VAL_IMAGES, top1_text
-from harness.results.schema import STATUSES
+from harness.fit import shorten, wrap
+from harness.results.accuracy import MIN_VAL_IMAGES, chance_text, top1_text
+from harness.results.schema import STATUSES, SUPERSEDED
 from harness.spec.cells import cell_label
 from harness.stats.inference import mean_interval
 
-STATUS_STYLE = {"ok": "green", "skipped": "dim", "failed": "red", "timeout": "red", "crashed": "red", "cancelled": "red"}
-BAD_STATUSES = tuple(s for s in STATUSES if s not in ("ok", "skipped"))
+STATUS_STYLE = {"ok": "green", "skipped": "dim", "failed": "red", "timeout": "red", "crashed": "red", "cancelled": "red",
+                SUPERSEDED: "yellow"}
+BAD_STATUSES = tuple(s for s in STATUSES if s not in ("ok", "skipped", SUPERSEDED))
 
 
 def _fmt(value: Any, spec: str) -> str:
@@ -50,11 +52,14 @@ class RunProgress:
 
     def done(self, row: dict[str, Any]) -> None:
         status = row["status"]
+        head = f" {row['cell_id']} r{row['repeat']}  "
         detail = (f"{_fmt(row.get('throughput_img_per_s'), '.1f')} img/s  top1 {top1_text([row])}"
-                  if status == "ok" else escape(row["reason"]))  # reasons quote logs: '[' is not markup
-        # one line per job whatever the width: a long reason is cut here and shown whole by --verbose
-        self.console.print(f"[{STATUS_STYLE[status]}]{status:>8}[/] {row['cell_id']} r{row['repeat']}  {detail}",
-                           highlight=False, no_wrap=True, overflow="ellipsis")
+                  if status == "ok" else _first_line(row["reason"]))
+        # one line per job whatever the width: a long reason ends at a whole word here, and the summary (or
+        # --verbose) shows it in full; soft_wrap: rich neither folds nor crops what is left
+        self.console.print(Text.assemble((f"{status:>8}", STATUS_STYLE[status]), head,
+                                         shorten(detail, self.console.width - 8 - len(head))),
+                           highlight=False, soft_wrap=True)
         self.progress.advance(self.task)
 
 
@@ -69,7 +74,7 @@ def detail_table(rows: Iterable[dict[str, Any]]) -> Table:
             r.get("throughput_ci_high_img_per_s")
         half = (high - low) / 2 if None not in (low, high) and low == low else None
         table.add_row(r["cell_id"], str(r["repeat"]), f"[{STATUS_STYLE[r['status']]}]{r['status']}[/]",
-                      _fmt(tput, ".1f"), _fmt(half, ".1f"), top1_text([r]),
+                      _fmt(tput, ".1f"), _fmt(half, ".1f"), top1_text([r]) + chance_text([r]),
                       _fmt(r.get("exposed_data_wait_frac"), ".1%"), escape(r.get("reason") or ""))
     return table
 
@@ -132,20 +137,50 @@ def _first_line(text: str | None) -> str:
     return (text or "").strip().splitlines()[0] if (text or "").strip() else "(no reason given)"
 
 
-def _skip_lines(cells: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[Text]:
+def _skip_lines(cells: Mapping[str, Sequence[Mapping[str, Any]]], width: int) -> list[Text]:
+    """One group per reason, most common first; a reason longer than the line wraps under its own start."""
     reasons = Counter(_first_line(rows[0]["reason"]) for rows in cells.values())
-    width = len(str(max(reasons.values(), default=0)))
-    return [Text(f"  {n:>{width}}  {reason}") for reason, n in reasons.most_common()]
+    digits = len(str(max(reasons.values(), default=0)))
+    return [Text(line) for reason, n in reasons.most_common()
+            for line in wrap(reason, width, first=f"  {n:>{digits}}  ")]
 
 
-def _failure_lines(cells: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[Text]:
+def _failure_lines(cells: Mapping[str, Sequence[Mapping[str, Any]]], width: int) -> list[Text]:
+    """A line per failed cell: its label, which repeats, the status (red), the first line of the reason,
+    wrapped under the label."""
     lines = []
     for cid, rows in cells.items():
         bad = [r for r in rows if r["status"] in BAD_STATUSES]
         which = f"r{bad[0]['repeat']}" if len(bad) == 1 else f"{len(bad)} of {len(rows)} repeats"
-        lines.append(Text.assemble(f"  {cell_label(cid)}  ", (f"{which} {bad[0]['status']}", "red"),
-                                   f": {_first_line(bad[0]['reason'])}"))
+        head, status = f"  {cell_label(cid)}  ", f"{which} {bad[0]['status']}"
+        wrapped = [Text(line) for line in wrap(f"{status}: {_first_line(bad[0]['reason'])}", width, first=head,
+                                               indent="    ")]
+        wrapped[0].stylize("red", len(head), len(head) + len(status))
+        lines += wrapped
     return lines
+
+
+def ran_notes(ran: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[str]:
+    """What the ran table's figures mean where a newcomer would ask: the interval, a top-1 of "-", "n/a" or
+    near chance, and why fp16 crawls on a CPU."""
+    ok = {cid: [r for r in rows if r["status"] == "ok"] for cid, rows in ran.items()}
+    shown = {cid: top1_text(rows) for cid, rows in ok.items()}
+    notes = ["±95%: one repeat, its window's interval; several, the interval of their mean"]
+    if any(text.startswith("n/a") for text in shown.values()):
+        notes.append(f"top-1 n/a: validated on fewer than {MIN_VAL_IMAGES} images, not a result")
+    dashes = [cid for cid, text in shown.items() if text == "-"]
+    if dashes:
+        synthetic = all(r.get("backend") == "synthetic" for cid in dashes for r in ok[cid])
+        notes.append("top-1 -: not measured" + (" (synthetic data has random labels: nothing to learn)" if synthetic
+                                                  else " (no validation result)"))
+    numbers = [r for cid, text in shown.items() if text[:1].isdigit() for r in ok[cid]]
+    chances = sorted({r["num_classes"] for r in numbers if r.get("num_classes")})
+    if chances:
+        smoke = "; a --smoke cell's few steps leave it near that" if any(r.get("is_smoke") for r in numbers) else ""
+        notes.append("top-1 by chance: " + ", ".join(f"{1 / n:.3f} (1 / {n} classes)" for n in chances) + smoke)
+    if any(r.get("precision") == "fp16" and r.get("device") == "cpu" for rows in ok.values() for r in rows):
+        notes.append("fp16 on a CPU is slow: no fast fp16 kernels there; on a GPU fp16 is fast")
+    return notes
 
 
 def counts_line(rows: list[dict[str, Any]]) -> str:
@@ -162,21 +197,20 @@ def print_summary(console: Console, rows: list[dict[str, Any]], run_dir: Path, m
     skipped = {c: rs for c, rs in cells.items() if all(r["status"] == "skipped" for r in rs)}
     failed = {c: rs for c, rs in cells.items() if any(r["status"] in BAD_STATUSES for r in rs)}
     fit = {"no_wrap": True, "overflow": "ellipsis", "highlight": False}
+    whole = {"soft_wrap": True, "highlight": False}  # wrapped at words already: a longer word (a path) stays whole
     if ran:
         console.print(Text(f"ran: {_cells_word(len(ran))}", style="bold"), **fit)
         console.print(ran_table(ran))
-        console.print(Text("±95%: one repeat, its window's interval; several, the interval of their mean",
-                           style="dim"), **fit)
-        if any(top1_text(rs).startswith("n/a") for rs in ran.values()):
-            console.print(Text(f"top-1 n/a: validated on fewer than {MIN_VAL_IMAGES} images, not a result",
-                               style="dim"), **fit)
-    for title, lines in ((f"skipped: {_cells_word(len(skipped))}, by reason", _skip_lines(skipped)),
-                         (f"failed: {_cells_word(len(failed))}", _failure_lines(failed))):
+        for note in ran_notes(ran):
+            for line in wrap(note, console.width, indent="  "):
+                console.print(Text(line, style="dim"), **whole)
+    for title, lines in ((f"skipped: {_cells_word(len(skipped))}, by reason", _skip_lines(skipped, console.width)),
+                         (f"failed: {_cells_word(len(failed))}", _failure_lines(failed, console.width))):
         if lines:
             console.print()
             console.print(Text(f"{title} (in full: --verbose)", style="bold"), **fit)
             for line in lines:
-                console.print(line, **fit)
+                console.print(line, **whole)
     console.print()
     efficiency = manifest.get("matrix_efficiency")
     if isinstance(efficiency, (int, float)):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+
 import pytest
 from conftest import ROOT, nvbench
 
@@ -121,5 +123,43 @@ def test_a_smoke_cell_of_the_mission_validates_on_every_class_and_its_console_fi
     assert row["status"] == "ok" and row["num_val_images"] == 100 and 0.0 <= row["top1"] <= 1.0
     line = next(l for l in proc.stderr.splitlines() if l.startswith("pytorch_nchw_fp32_ws1_ga1 "))
     assert line.split()[3] == f"{row['top1']:.3f}"  # shown as a result: it is one
+    # and beside it what a guess would score; the dataset line says it was made, and where
+    assert "\ntop-1 by chance: 0.100 (1 / 10 classes); a --smoke cell's few steps leave it" in proc.stderr
+    datasets = tmp_path / "cache" / "datasets"
+    assert f"\ndataset: generating shapes 24px x 10 classes into {datasets}/shapes-24px-10c-" in proc.stderr
     wide = [l for l in (proc.stdout + proc.stderr).splitlines() if len(l) > 80 and "/" not in l]
     assert wide == []
+
+
+def _parsers(parser: argparse.ArgumentParser, name: str = "nvbench"):
+    """Every parser of the command line, subcommands' subcommands included, with its name."""
+    yield name, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub, child in action.choices.items():
+                yield from _parsers(child, f"{name} {sub}")
+
+
+def test_every_flag_says_its_default_in_help_read_from_the_code_that_owns_it():
+    from harness.analysis.history import HistorySettings
+    from harness.analysis.verdict import Thresholds
+    from harness.cli import build_parser
+    from harness.commands.common import default_text
+
+    owners = {"report": Thresholds(), "ab": Thresholds(), "history": HistorySettings()}
+    missing, checked = [], 0
+    for name, parser in _parsers(build_parser()):
+        formatter = parser._get_formatter()
+        for action in parser._actions:
+            if not action.option_strings or action.required or \
+                    isinstance(action, (argparse._HelpAction, argparse._VersionAction, argparse._StoreTrueAction)):
+                continue  # a store_true flag's default is off; a required one has none
+            words = formatter._expand_help(action) if action.help else ""
+            checked += 1
+            owner = owners.get(name.split()[-1])
+            expected = [default_text(getattr(owner, action.dest))] if hasattr(owner, action.dest) else []
+            if action.default not in (None, [], False):
+                expected.append(default_text(action.default))
+            if "default" not in words.lower() or not all(e in words for e in expected):
+                missing.append(f"{name} {action.option_strings[0]}: {words!r} (expected {expected})")
+    assert checked > 40 and missing == []

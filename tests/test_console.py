@@ -63,17 +63,54 @@ def test_the_summary_of_a_smoke_sized_run_fits_80_columns_with_one_line_per_cell
     assert header.split() == ["cell", "img/s", "±95%", "top-1", "data", "wait", "status"]
 
 
+def words_whole(lines: list[str], text: str) -> bool:
+    """`text` is in `lines` with every word whole: the lines joined at their breaks hold it, and no line ends
+    in a cut ('…')."""
+    joined = " ".join(line.strip() for line in lines)
+    return " ".join(text.split()) in joined and not any(line.endswith("…") for line in lines)
+
+
 def test_skips_are_grouped_by_reason_and_failures_give_their_first_line():
     lines = summary(smoke_like_rows())
     start = lines.index("skipped: 60 cells, by reason (in full: --verbose)")
-    groups = lines[start + 1:start + 4]
-    assert [g.split()[0] for g in groups] == ["24", "18", "18"]  # most common first
+    end = lines.index("", start)
+    groups = lines[start + 1:end]
+    assert [g.split()[0] for g in groups if not g.startswith("      ")] == ["24", "18", "18"]  # most common first
+    # a reason longer than the line wraps under its own start: every word whole, nothing over 80 columns
     assert groups[0].startswith("  24  dali-gpu needs CUDA: this machine has no visible GPU")
-    assert groups[0].endswith("…") and len(groups[0]) == 80
-    assert lines[start + 4] == ""
+    assert groups[1] == "      (torch.cuda.is_available() is false)"
+    assert max(map(len, groups)) <= 80 and words_whole(groups[:2], GPU_REASON)
+    assert words_whole(groups[2:4], "world_size 4 exceeds the 2 CPU cores of this machine (without CUDA each rank is "
+                                    "a gloo process on its own core)")
     failed = lines.index("failed: 1 cell (in full: --verbose)")
-    assert lines[failed + 1] == "  synthetic_nchw_fp32_ws2_ga1  r0 timeout: no exit within 120 s: the process gr…"
+    assert lines[failed + 1:failed + 3] == [
+        "  synthetic_nchw_fp32_ws2_ga1  r0 timeout: no exit within 120 s: the process",
+        "    group was killed [logs/x.log]"]
     assert lines[-3:] == ["96 rows: 35 ok, 60 skipped, 1 timeout", f"results: {RUN}", f"next:    nvbench report {RUN}"]
+
+
+def test_a_reason_wraps_at_words_and_a_path_longer_than_the_line_stays_whole():
+    path = "/very/long/" + "x" * 90 + "/cell.log"
+    rows = [{"cell_id": "pytorch_nchw_fp32_ws1_ga1_0123456789", "repeat": 0, "status": "failed",
+             "reason": f"exit code 1: RuntimeError: the loader could not open {path} (see the log)",
+             "throughput_img_per_s": None}]
+    lines = summary(rows)
+    failed = lines[lines.index("failed: 1 cell (in full: --verbose)") + 1:lines.index("1 rows: 1 failed") - 1]
+    assert words_whole(failed, rows[0]["reason"]) and any(line.strip() == path for line in failed)
+    assert all(len(line) <= 80 for line in failed if path not in line)
+
+
+def test_the_summary_says_what_top1_dash_chance_and_fp16_on_a_cpu_mean():
+    rows = [r | {"device": "cpu", "backend": r["cell_id"].split("_")[0], "precision": r["cell_id"].split("_")[2],
+                 "num_classes": 10, "is_smoke": True, "num_val_images": 100} for r in smoke_like_rows()]
+    lines = summary(rows)
+    assert "top-1 -: not measured (synthetic data has random labels: nothing to learn)" in lines
+    assert "top-1 by chance: 0.100 (1 / 10 classes); a --smoke cell's few steps leave it" in lines
+    assert "fp16 on a CPU is slow: no fast fp16 kernels there; on a GPU fp16 is fast" in lines
+    assert max(map(len, lines)) <= 80
+    # a full run on a GPU: no smoke words, no fp16 note
+    full = summary([r | {"device": "cuda", "is_smoke": False} for r in rows])
+    assert "top-1 by chance: 0.100 (1 / 10 classes)" in full and not any("fp16 on a CPU" in line for line in full)
 
 
 def test_matrix_efficiency_shows_where_the_manifest_records_it():
@@ -103,11 +140,13 @@ def test_a_long_label_is_cut_and_the_numbers_stay_whole():
     assert lines[3].split()[1:] == ["4899.1", "±0.2%", "-", "0.0%", "ok"] and "…" in lines[3]
 
 
-def test_each_finished_job_is_one_line_at_80_columns():
+def test_each_finished_job_is_one_line_at_80_columns_ending_at_a_whole_word():
     out = io.StringIO()
     progress = RunProgress(Console(file=out, width=80), total=2)
     for row in smoke_like_rows()[-2:]:  # two skipped dali-gpu jobs with their long reason
         progress.done(row)
     lines = out.getvalue().splitlines()
-    assert len(lines) == 2 and all(len(line) == 80 and line.endswith("…") for line in lines)
+    assert len(lines) == 2 and all(len(line) <= 80 and line.endswith("…") for line in lines)
     assert lines[0].startswith(" skipped dali-gpu_nhwc_bf16_ws4_ga1_0123456789 r0  dali-gpu needs CUDA")
+    shown = lines[0].split("  ", 2)[-1].removesuffix("…")
+    assert GPU_REASON.startswith(shown) and GPU_REASON[len(shown)] == " "  # cut between two words, not inside one

@@ -86,3 +86,14 @@ def test_ci_runs_exactly_the_readme_test_command():
     deps = (ROOT / "ci" / "system-deps.sh").read_text()
     assert "apt_install chromium" in deps, "the report's browser tests need chromium from ci/system-deps.sh"
     assert (ROOT / ".ci" / "run").read_text().rstrip().splitlines()[-1] == command
+
+
+def test_the_readme_names_every_package_system_deps_installs():
+    deps = (ROOT / "ci" / "system-deps.sh").read_text()
+    packages = {word for line in deps.splitlines() if "apt_install " in line and not line.lstrip().startswith("#")
+                for word in line.split("apt_install ", 1)[1].split("&&")[0].split("||")[0].split()
+                if re.fullmatch(r"[a-z0-9][a-z0-9.+-]*", word)}  # package names, not options
+    assert {"chromium", "slurm-wlm", "munge", "nsight-systems", "nsight-systems-target"} <= packages
+    readme = (ROOT / "README.md").read_text()
+    assert [p for p in sorted(packages) if f"`{p}`" not in readme] == []
+    assert "nvbench-non-free.sources" in readme and "non-free" in deps

@@ -32,6 +32,7 @@ from harness.analysis.wording import (
     sorted_verdicts,
 )
 from harness.results.env import ENV_KEY_FIELDS
+from harness.results.schema import SUPERSEDED
 from harness.spec.cells import cell_label as label
 
 
@@ -48,7 +49,9 @@ def _md_row(v: CellVerdict) -> str:
 def render_markdown(comparison: Comparison) -> str:
     cand = comparison.candidate
     head = "| cell | verdict | change [interval] | MDC | noise | reason |\n|---|---|---|---|---|---|"
-    lines = [f"## nvbench: {esc_md(cand.run_id)} vs {esc_md(comparison.baseline_label)}", ""]
+    lines = [f"## nvbench: {esc_md(comparison.title)}", ""]
+    if comparison.sides:  # an A/B: both sides named alike
+        lines += [f"- {esc_md(side)}" for side in comparison.sides] + [""]
     banner = drill_banner(comparison)
     if banner:
         lines += [f"> **{esc_md(banner)}**", ""]
@@ -67,11 +70,12 @@ def render_markdown(comparison: Comparison) -> str:
                   head, *(_md_row(v) for v in open_)]
     lines += ["", f"<details><summary>All {len(comparison.verdicts)} cells</summary>", "", head,
               *(_md_row(v) for v in sorted_verdicts(comparison)), "", "</details>"]
-    bad = [r for r in cand.rows if r["status"] != "ok"]
+    bad = [r for r in cand.rows if r["status"] not in ("ok", SUPERSEDED)]
     if bad:
         lines += ["", "**Failed and skipped:**", ""]
         lines += [f"- {esc_md(r['cell_id'])} r{r['repeat']}: {esc_md(r['status'])}: {esc_md(r.get('reason'))}"
                   for r in bad]
+    lines += _superseded_lines(comparison)
     if comparison.environment_diff:
         lines += ["", "**Environment differences** (baseline -> this run):", ""]
         lines += [f"- {esc_md(name)} (must match for {esc_md(field_scope(name))}): {esc_md(a)} -> {esc_md(b)}"
@@ -81,6 +85,16 @@ def render_markdown(comparison: Comparison) -> str:
         lines += ["", "**Suspects for a confirmation rerun:** " + ", ".join(esc_md(s) for s in comparison.suspects)]
     lines += ["", f"<sub>{esc_md(method_text(comparison))}</sub>", ""]
     return "\n".join(lines)
+
+
+def _superseded_lines(comparison: Comparison) -> list[str]:
+    """The repeats run again after a start transient, both sides, each with its reason."""
+    sides = [("B" if comparison.mode == "ab" else "candidate", comparison.candidate)]
+    if comparison.baseline is not None:
+        sides.append(("A" if comparison.mode == "ab" else "baseline", comparison.baseline))
+    items = [f"- {side} {esc_md(r['cell_id'])} r{r['repeat']}: {esc_md(r.get('reason'))}"
+             for side, run in sides for r in run.rows if r["status"] == SUPERSEDED]
+    return ["", "**Re-run after a start transient** (kept, not compared):", "", *items] if items else []
 
 
 # ---------------------------------------------------------------------------------------------

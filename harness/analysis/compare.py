@@ -22,7 +22,8 @@ from harness.analysis import decide
 from harness.analysis.evidence import MetricSamples, PendingCell, tested_verdicts, untestable
 from harness.analysis.findings import accuracy_check, node_notes, phase_attribution
 from harness.analysis.repeats import (
-    axes_of, by_cell, cv_of, drill_pct, env_difference, failure_verdict, noise_label, ok_rows, throughputs, usable_rows)
+    axes_of, by_cell, cv_of, drill_pct, env_difference, failure_verdict, noise_label, ok_rows, rerun_words, throughputs,
+    usable_rows)
 from harness.analysis.runs import RunData
 from harness.analysis.verdict import (
     ACCURACY_NA, FAILED, FAST_STEPS, INCONCLUSIVE, NO_BASELINE, NOT_COMPARABLE, SAMPLE_COLUMNS, SKIPPED, THROUGHPUT,
@@ -95,7 +96,7 @@ def _prepare(cid: str, cand_rows: list, base_rows: list | None, candidate: RunDa
         common["mdc_pct"] = 100 * inference.min_detectable_change(base_cv, len(cand_ok), len(base_ok), alpha=th.level)
     smallest_p = decide.smallest_permutation_p(len(cand_ok), len(base_ok))
     if min(len(cand_ok), len(base_ok)) < th.min_repeats or smallest_p > th.level:
-        return common | untestable(cand_x, base_x, th), None
+        return merge_fields(common, untestable(cand_x, base_x, th)), None  # both sides' img/s stay beside the change
     probes = _probes(cand_ok, base_ok, th)
     metrics = [MetricSamples(THROUGHPUT, cand_x, base_x)]
     fast = _fast_steps(cand_ok, base_ok, th)
@@ -123,8 +124,8 @@ def _fast_steps(cand_ok: Sequence[Mapping[str, Any]], base_ok: Sequence[Mapping[
 
 
 def compare_runs(candidate: RunData, baseline: RunData, thresholds: Thresholds | None = None, *,
-                 require_same_env: bool = True, mode: str = "baseline",
-                 baseline_label: str | None = None) -> Comparison:
+                 require_same_env: bool = True, mode: str = "baseline", baseline_label: str | None = None,
+                 candidate_label: str = "", sides: tuple[str, ...] = ()) -> Comparison:
     """Verdict for every cell of `candidate` against `baseline`, matched by cell_id.
 
     Per testable cell: log ratio of mean throughput across repeats with a percentile bootstrap interval
@@ -140,7 +141,9 @@ def compare_runs(candidate: RunData, baseline: RunData, thresholds: Thresholds |
     regression needs all three, for one metric: BH rejects (and Holm keeps the metric), the whole interval
     lies below 0, and the change is beyond the floor.
     `require_same_env=False` (A/B runs, where the environment is what is being compared) reports
-    environment differences instead of refusing.
+    environment differences instead of refusing. `candidate_label` and `sides` name the two sides of an A/B
+    (Comparison.title, Comparison.sides). Repeats re-run after a start transient (status superseded) are left
+    out, and each cell's reason says how many there were.
     """
     th = thresholds or Thresholds()
     cand_cells, base_cells = by_cell(candidate.rows), by_cell(baseline.rows)
@@ -164,6 +167,7 @@ def compare_runs(candidate: RunData, baseline: RunData, thresholds: Thresholds |
         if any(drills):  # never silent: a drill's verdict says so in its own words
             fields_["reason"] = f"FIRE DRILL (candidate +{drills[0]:g}%, baseline +{drills[1]:g}% injected work): " \
                 + fields_["reason"]
+        fields_["reason"] += rerun_words(cand_cells[cid], base_cells.get(cid, []), ab=mode == "ab")
         verdicts.append(build_verdict(fields_))
     missing = sorted(set(base_cells) - set(cand_cells))
     notes = (f"{len(missing)} baseline cell(s) not in this run: {', '.join(missing)}",) if missing else ()
@@ -176,7 +180,8 @@ def compare_runs(candidate: RunData, baseline: RunData, thresholds: Thresholds |
     return Comparison(
         mode=mode, candidate=candidate, baseline_label=baseline_label or f"run {baseline.run_id}",
         baseline_environment=baseline.environment, thresholds=th, verdicts=tuple(verdicts), notes=notes,
-        environment_diff=tuple(env_diff(baseline.environment, candidate.environment)), baseline=baseline)
+        environment_diff=tuple(env_diff(baseline.environment, candidate.environment)), baseline=baseline,
+        candidate_label=candidate_label, sides=sides)
 
 
 def describe_only(candidate: RunData, thresholds: Thresholds | None = None) -> Comparison:

@@ -9,6 +9,7 @@ import numpy as np
 
 from harness.analysis.verdict import FAILED, INSUFFICIENT, SKIPPED, Thresholds
 from harness.results.env import ENV_KEY_FIELDS, cell_env_fields, env_diff, env_key
+from harness.results.schema import SUPERSEDED
 from harness.spec.matrix import AXES
 
 BAD_STATUSES = ("failed", "timeout", "crashed", "cancelled")
@@ -34,6 +35,20 @@ def ok_rows(rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
 def usable_rows(rows: Sequence[Mapping[str, Any]], th: Thresholds) -> list[Mapping[str, Any]]:
     ok = ok_rows(rows)
     return [r for r in ok if r.get("is_steady") is not False] if th.exclude_unsteady else ok
+
+
+def num_superseded(rows: Iterable[Mapping[str, Any]]) -> int:
+    return sum(r["status"] == SUPERSEDED for r in rows)
+
+
+def rerun_words(cand_rows: Sequence[Mapping[str, Any]], base_rows: Sequence[Mapping[str, Any]], *, ab: bool) -> str:
+    """'; 2 repeats re-run after a start transient (A 1, B 1)', or '' when none was: what a verdict's reason
+    adds so that its line says how many of the cell's repeats ran twice."""
+    cand, base = num_superseded(cand_rows), num_superseded(base_rows)
+    if not cand + base:
+        return ""
+    sides = f"A {base}, B {cand}" if ab else f"baseline {base}, candidate {cand}"
+    return f"; {cand + base} repeat{'s' if cand + base != 1 else ''} re-run after a start transient ({sides})"
 
 
 def throughputs(rows: Sequence[Mapping[str, Any]]) -> np.ndarray:

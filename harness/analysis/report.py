@@ -50,8 +50,10 @@ from harness.analysis.wording import (
     method_text,
     metric_change_text,
     num_text,
+    self_comparison_note,
 )
 from harness.results import store
+from harness.results.schema import SUPERSEDED
 from harness.spec.cells import cell_label as label
 
 REPORT_FILES = ("report.html", "summary.md", "verdicts.parquet", "junit.xml")
@@ -132,13 +134,16 @@ def _cards(comparison: Comparison) -> str:
     acc = sum(v.accuracy_verdict == ACCURACY_BELOW for v in comparison.verdicts)
     if acc:
         cards.append(f'<div class="card bad"><span class="n">{acc}</span>accuracy below band</div>')
-    notes = "".join(f"<p>{esc(n)}</p>" for n in comparison.notes)
-    return f'<div class="cards">{"".join(cards)}</div><p>Compared with {esc(comparison.baseline_label)}.</p>{notes}'
+    itself = self_comparison_note(comparison)
+    notes = "".join(f"<p>{esc(n)}</p>" for n in (*comparison.notes, *([itself] if itself else [])))
+    compared = ("<p>" + "<br>".join(esc(side) for side in comparison.sides) + "</p>" if comparison.sides
+                else f"<p>Compared with {esc(comparison.baseline_label)}.</p>")
+    return f'<div class="cards">{"".join(cards)}</div>{compared}{notes}'
 
 
 SETUP_ROWS = (("device", None), ("driver", "driver_version"), ("CUDA", "cuda_runtime"), ("cuDNN", "cudnn_version"),
               ("torch", "torch_version"), ("DALI", "dali_version"), ("nvbench", None))
-"""The header's rows: what each side ran on, in words (None: composed from several fields)."""
+"""The setup table's rows: what each side ran on, in words (None: composed from several fields)."""
 
 
 def _device(env: Mapping[str, Any]) -> str:
@@ -163,18 +168,26 @@ def _setup_value(env: Mapping[str, Any] | None, name: str, field_: str | None) -
 
 def _setup(comparison: Comparison) -> str:
     """Both sides' device, driver, CUDA, cuDNN, torch, DALI and git revision, and the matrix efficiency where
-    the run's manifest records it."""
+    the run's manifest records it: a table folded under one line (the page's first screen is the verdicts)."""
     sides = [("this run", comparison.candidate.environment, comparison.candidate.matrix_efficiency)]
     if comparison.baseline_environment is not None:
         base = comparison.baseline
         sides.append(("baseline", comparison.baseline_environment, base.matrix_efficiency if base else None))
     head = "".join(f"<th>{esc(name)}</th>" for name, _, _ in sides)
-    rows = [f"<tr><th>{esc(name)}</th>" + "".join(f"<td>{esc(_setup_value(env, name, field_))}</td>"
-                                                  for _, env, _ in sides) + "</tr>" for name, field_ in SETUP_ROWS]
+    values = [[_setup_value(env, name, field_) for _, env, _ in sides] for name, field_ in SETUP_ROWS]
+    rows = [f"<tr><th>{esc(name)}</th>" + "".join(f"<td>{esc(value)}</td>" for value in row) + "</tr>"
+            for (name, _), row in zip(SETUP_ROWS, values)]
     if any(eff is not None for _, _, eff in sides):
         rows.append('<tr><th title="measured window seconds / run wall seconds">matrix efficiency</th>'
                     + "".join(f"<td>{esc(num_text(eff, '.2f'))}</td>" for _, _, eff in sides) + "</tr>")
-    return f'<table class="setup"><thead><tr><th></th>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
+    table = f'<table class="setup"><thead><tr><th></th>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
+    # folded under the heatmap: one line says where this run ran and whether the baseline ran alike
+    same = "" if len(sides) == 1 else "; the baseline the same" if all(len(set(row)) == 1 for row in values) \
+        else "; the baseline differs"
+    this = {name: row[0] for (name, _), row in zip(SETUP_ROWS, values)}
+    where = f"{this['device']} \u00b7 torch {this['torch']}"
+    return f"<details><summary>Ran on: {esc(where + same)} (open for driver, CUDA, cuDNN, DALI, git)</summary>" \
+        f"{table}</details>"
 
 
 def _environment(comparison: Comparison) -> str:
@@ -198,7 +211,8 @@ def _failures(comparison: Comparison) -> str:
     """Every repeat that did not finish, with its reason and log; skipped cells are counted here and listed by
     reason under the cell table."""
     rows = comparison.candidate.rows
-    bad = sorted((r for r in rows if r["status"] not in ("ok", "skipped")), key=lambda r: (r["cell_id"], r["repeat"]))
+    bad = sorted((r for r in rows if r["status"] not in ("ok", "skipped", SUPERSEDED)),
+                 key=lambda r: (r["cell_id"], r["repeat"]))
     skipped = sum(v.verdict == SKIPPED for v in comparison.verdicts)
     out = []
     if bad:
@@ -212,7 +226,21 @@ def _failures(comparison: Comparison) -> str:
         out.append("<p>No failed repeat.</p>")
     if skipped:
         out.append(f'<p>{skipped} cell(s) skipped: listed by reason under <a href="#cells">the cell table</a>.</p>')
-    return "".join(out)
+    return "".join(out) + _superseded(comparison)
+
+
+def _superseded(comparison: Comparison) -> str:
+    """The repeats an A/B ran again because their window opened in a start transient: kept, never compared."""
+    runs = [("B" if comparison.mode == "ab" else "candidate", comparison.candidate)]
+    if comparison.baseline is not None:
+        runs.append(("A" if comparison.mode == "ab" else "baseline", comparison.baseline))
+    body = "".join(f'<tr><td>{side}</td><td><code title="{esc(r["cell_id"])}">{esc(label(r["cell_id"]))}</code></td>'
+                   f'<td class="num">{r["repeat"]}</td><td class="reason">{esc(r.get("reason"))}</td></tr>'
+                   for side, run in runs for r in run.rows if r["status"] == SUPERSEDED)
+    if not body:
+        return ""
+    return ("<p>Run again after a start transient (kept, not compared):</p><table class=\"failures\"><thead><tr>"
+            f"<th>side</th><th>cell</th><th>repeat</th><th>reason</th></tr></thead><tbody>{body}</tbody></table>")
 
 
 def _heatmap(comparison: Comparison) -> str:
@@ -241,7 +269,7 @@ def render_html(comparison: Comparison, steps: Mapping[str, Sequence[StepSeries]
                       "Real-data cells with a synthetic twin: their throughput over the twin's. Higher is better; "
                       "good: 1.0, the loader keeps up with the compute.")]
     env = cand.environment
-    subtitle = (f"{cand.run_id} vs {comparison.baseline_label} \u00b7 created {cand.created_at or '?'} \u00b7 "
+    subtitle = (f"{comparison.title} \u00b7 created {cand.created_at or '?'} \u00b7 "
                 f"host {env.get('hostname') or '?'}")
     return string.Template(_template("report.html")).substitute(
         title=esc(f"nvbench report: {cand.run_id}"), css=_template("report.css"), subtitle=esc(subtitle),

@@ -7,9 +7,10 @@ import math
 from typing import Any, Callable, Mapping, Sequence
 
 from harness.analysis import heatmap
-from harness.analysis.verdict import ACCURACY_BELOW, SKIPPED, VERDICTS, CellVerdict, Comparison
+from harness.analysis.verdict import (
+    ACCURACY_BELOW, FAILED, INSUFFICIENT, NO_BASELINE, NOT_COMPARABLE, SKIPPED, VERDICTS, CellVerdict, Comparison)
 from harness.analysis.wording import cell_means, change_text, css_class, esc, num_text, sorted_verdicts
-from harness.results.accuracy import top1_text
+from harness.results.accuracy import chance_text, top1_text
 from harness.spec.cells import cell_label as label
 
 
@@ -22,7 +23,8 @@ TABLE_HEAD = (("cell", "the cell's axis values; its full id in the detail row"),
               ("verdict", "the comparison's call"),
               ("change % [interval]", "change of the metric the verdict rests on, with its interval"),
               ("img/s", "mean images per second: this run / baseline"),
-              ("MDC %", "minimum detectable change at the baseline's spread (80% power)"),
+              ("MDC %", ("minimum detectable change at the baseline's spread (80% power); n/a says why there is "
+                         "none: it needs two usable repeats a side and a spread between them")),
               ("top-1", "mean top-1 accuracy, fraction of validation images"),
               ("repeats", "usable repeats: this run / baseline (history: runs)"))
 """The cell table's columns: (heading with its unit, what it holds). One line per cell; everything else of a
@@ -69,8 +71,23 @@ def _short_change(v: CellVerdict) -> str:
 
 def _top1_cell(v: CellVerdict, rows: Sequence[Mapping[str, Any]]) -> str:
     if v.candidate_top1 is None:
-        return top1_text(rows)
-    return f"{v.candidate_top1:.3f}" + (" below band" if v.accuracy_verdict == ACCURACY_BELOW else "")
+        return top1_text(rows) + chance_text(rows)
+    return f"{v.candidate_top1:.3f}" + (" below band" if v.accuracy_verdict == ACCURACY_BELOW else "") \
+        + chance_text(rows)
+
+
+def mdc_text(v: CellVerdict, mode: str) -> str:
+    """The MDC column: the figure, or in a few words why there is none."""
+    if v.mdc_pct is not None:
+        return num_text(v.mdc_pct, ".1f")
+    if v.verdict in (FAILED, SKIPPED):
+        return "-"
+    if mode == "none" or v.verdict == NO_BASELINE:
+        return "n/a: no baseline"
+    if v.verdict in (NOT_COMPARABLE, INSUFFICIENT):
+        return f"n/a: {v.verdict}"
+    fewest = min(v.num_candidate, v.num_baseline)
+    return f"n/a: {fewest} repeat{'s' if fewest != 1 else ''}" if fewest < 2 else "n/a: no spread"
 
 
 def _detail(v: CellVerdict, extra: Mapping[str, tuple[dict, dict]]) -> str:
@@ -117,7 +134,7 @@ def render_table(comparison: Comparison) -> str:
             _td(f'<span class="mono">{esc(_short_change(v))}</span>', sort=heatmap.shown_metric(v).effect_pct,
                 num=True),
             _td(esc(_pair(t.candidate_img_per_s, t.baseline_img_per_s, ".1f")), sort=t.candidate_img_per_s, num=True),
-            _td(esc(num_text(v.mdc_pct, ".1f")), sort=v.mdc_pct, num=True),
+            _td(esc(mdc_text(v, comparison.mode)), sort=v.mdc_pct, num=True),
             _td(esc(_top1_cell(v, ok_rows.get(v.cell_id, []))), sort=v.candidate_top1, num=True),
             _td(f"{v.num_candidate} / {others}", sort=v.num_candidate, num=True),
         ]

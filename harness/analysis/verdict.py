@@ -293,6 +293,15 @@ class Comparison:
     """History mode: the cell ids a confirmation rerun should target."""
     baseline: RunData | None = None
     """The run compared with (baseline and A/B modes): the report reads the baseline's other columns from it."""
+    candidate_label: str = ""
+    """What the candidate is, in words (an A/B: "B"); empty: its run id."""
+    sides: tuple[str, ...] = ()
+    """An A/B: one line naming each side alike, A first ("A: <label> (<interpreter or checkout>)")."""
+
+    @property
+    def title(self) -> str:
+        """'<candidate> vs <baseline>', as every report format heads the comparison."""
+        return f"{self.candidate_label or self.candidate.run_id} vs {self.baseline_label}"
 
     def counts(self) -> dict[str, int]:
         counted = Counter(v.verdict for v in self.verdicts)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import html
 import math
 import re
+from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -89,6 +90,20 @@ def headline_words(comparison: Comparison) -> str:
     if acc:
         parts.append(f"{acc} accuracy below band")
     return ", ".join(parts) or "no cells"
+
+
+def self_comparison_note(comparison: Comparison) -> str | None:
+    """One line when the baseline is the run itself (the same folder, or the same run id): nothing can change,
+    so the report shows what a comparison looks like, not whether anything changed."""
+    base, cand = comparison.baseline, comparison.candidate
+    if base is None or comparison.mode == "history":
+        return None
+    same_folder = Path(base.path).resolve() == Path(cand.path).resolve()
+    if not same_folder and base.run_id != cand.run_id:
+        return None
+    how = "the same folder" if same_folder else f"the same run id {base.run_id}"
+    return (f"note: this run is compared with itself ({how}): no cell can change; give another run as "
+            "--baseline to judge a change")
 
 
 def drill_banner(comparison: Comparison) -> str | None:

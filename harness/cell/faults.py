@@ -36,7 +36,43 @@ def inject_fault(fault: str | None, rank: int, engine: Engine) -> None:
         with torch.no_grad():
             next(engine.model.parameters()).fill_(float("nan"))
         return
+    if kind == SlowStart.KIND:  # acts inside the window: slow_start_for
+        return
     raise ValueError(f"unknown injected fault {kind!r}")
+
+
+def slow_start_for(fault: str | None, rank: int) -> SlowStart | None:
+    """The window's SlowStart when the injected fault is `slow_start` (or `slow_start@RANK` on that rank)."""
+    kind, _, only_rank = (fault or "").partition("@")
+    if kind != SlowStart.KIND or (only_rank and int(only_rank) != rank):
+        return None
+    return SlowStart()
+
+
+class SlowStart:
+    """Test-only fault `slow_start`: the measured window opens in a hiccup, its first STEPS steps each taking
+    RATIO times their own time (a sleep after the step's work: on CUDA the stream idles, so the step's events
+    see it too). The case of issue 42, which a re-run of the repeat (nvbench ab) must absorb. Runs where a
+    fire drill would (run_window's drill hooks); a cell never runs both."""
+
+    KIND = "slow_start"
+    STEPS = 3
+    RATIO = 3.0
+
+    def __init__(self) -> None:
+        self._step = 0
+        self._t0 = 0.0
+
+    def describe(self) -> str:
+        return f"injected fault: the window's first {self.STEPS} steps at {self.RATIO:g}x"
+
+    def begin(self) -> None:
+        self._t0 = time.perf_counter()
+
+    def __call__(self) -> None:
+        if self._step < self.STEPS:
+            time.sleep((self.RATIO - 1.0) * (time.perf_counter() - self._t0))
+        self._step += 1
 
 
 class FireDrill:

@@ -11,7 +11,7 @@ import torch.distributed as dist
 
 from harness.cell.context import Context
 from harness.cell.engine import Engine
-from harness.cell.faults import FireDrill
+from harness.cell.faults import FireDrill, SlowStart
 from harness.cell.probe import SpeedProbe
 from harness.cell.timing import DATA, STEP, Instrument, StepClock
 
@@ -25,7 +25,7 @@ def _fence(ctx: Context) -> None:
 
 
 def run_window(ctx: Context, engine: Engine, batches, clock: StepClock, name: str,
-               instruments: Sequence[Instrument] = (), drill: FireDrill | None = None,
+               instruments: Sequence[Instrument] = (), drill: FireDrill | SlowStart | None = None,
                probe: SpeedProbe | None = None) -> float:
     """Run `clock.num_steps` optimizer steps; return the window's wall time. No host sync inside.
 

@@ -13,7 +13,7 @@ import torch.distributed as dist
 from harness.cell import capture
 from harness.cell.context import Context, all_reduce
 from harness.cell.engine import Engine
-from harness.cell.faults import FireDrill, inject_fault
+from harness.cell.faults import FireDrill, inject_fault, slow_start_for
 from harness.cell.loop import run_window
 from harness.cell.metrics import non_finite_reason, telemetry_columns
 from harness.cell.probe import SpeedProbe, probe_every
@@ -47,6 +47,8 @@ def train(ctx: Context, engine: Engine, loader) -> tuple[dict[str, Any], dict[st
     drill = FireDrill(ctx.device, ctx.fire_drill_pct, warm.step_times_s) if ctx.fire_drill_pct else None
     if drill is not None:
         print(f"fire drill: +{ctx.fire_drill_pct:g}%: {drill.describe()}", flush=True)
+    elif drill := slow_start_for(ctx.fault, ctx.rank):
+        print(drill.describe(), flush=True)
     probe = _speed_probe(ctx, warm)
     if ctx.phases is not None:
         ctx.phases.arm(b.measure_steps, ctx.device, accum)
@@ -67,7 +69,7 @@ def train(ctx: Context, engine: Engine, loader) -> tuple[dict[str, Any], dict[st
     window_s = all_reduce(ctx, torch.tensor([window_s], dtype=torch.float64, device=ctx.device), dist.ReduceOp.MAX).item()
     images = b.measure_steps * ctx.cell.images_per_step
     interval = window.window_throughput_interval(step_times, ctx.cell.images_per_step, images, window_s)
-    steady = window.steadiness(step_times)
+    steady, start = window.window_steadiness(warm.step_times_s, step_times)
     fast = window.fast_step_rate(step_times, ctx.cell.images_per_step)
     metrics = {
         "warmup_steps_used": warm.steps, "num_measure_steps": b.measure_steps, "images_measured": images,
@@ -82,6 +84,7 @@ def train(ctx: Context, engine: Engine, loader) -> tuple[dict[str, Any], dict[st
         "exposed_data_wait_s": exposed_wait, "exposed_data_wait_frac": exposed_wait / window_s,
         "host_data_wait_s": host_wait, "host_data_wait_frac": host_wait / window_s,
         "is_steady": steady.is_steady, "steadiness": steady.reason,
+        "start_transient_steps": start.num_steps,
         "train_loss": train_loss, "lr_final": engine.lr(), "loss_scale": engine.loss_scale(),
     } | _phase_medians(phase_s, engine) | telemetry_columns(ctx, sampler.summary, images) | (probe.summary() if probe is not None else {})
     n = warm.steps + b.measure_steps

@@ -16,6 +16,7 @@ from harness.cell.loop import run_window
 from harness.cell.timing import WARMUP, StepClock
 from harness.spec.cells import Cell
 from harness.spec.matrix import WARMUP_CHUNK, WARMUP_TOLERANCE
+from harness.stats.settle import has_settled
 
 
 def most_warmup_steps(cell: Cell) -> int:
@@ -40,11 +41,12 @@ class Warmup:
 
 def is_steady(step_times_s: np.ndarray, chunk: int = WARMUP_CHUNK, tolerance: float = WARMUP_TOLERANCE) -> bool:
     """The auto-warmup rule: the median time of the last `chunk` steps is within `tolerance` (relative) of the
-    median of the `chunk` steps before them."""
+    median of the `chunk` steps before them, and the series has settled by the last chunk (no transient at its
+    start, no hiccup at its end: harness.stats.settle.has_settled), so the window opens on settled steps."""
     if len(step_times_s) < 2 * chunk:
         return False
     last, before = np.median(step_times_s[-chunk:]), np.median(step_times_s[-2 * chunk:-chunk])
-    return abs(last / before - 1.0) <= tolerance
+    return abs(last / before - 1.0) <= tolerance and has_settled(step_times_s, chunk)
 
 
 def warm_up(ctx: Context, engine: Engine, batches, *, clock: Callable[[int], StepClock] | None = None) -> Warmup:

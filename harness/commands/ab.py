@@ -8,8 +8,14 @@ import sys
 from pathlib import Path
 
 from harness.commands.common import (EXIT_INTERRUPTED, add_threshold_flags, bad_input, fire_drill_problem,
-                                     print_report, thresholds_from)
+                                     knob_default, own_default, print_report, thresholds_from)
+from harness.spec.matrix import RunConfig
 from harness.spec.parse import MatrixError, load_matrix, with_repeats
+
+DEFAULT_MAX_RERUNS = 2
+"""Re-runs of a start transient per cell and side of an A/B (harness.orchestrate.rerun). On a quiet machine a
+window that opens in a transient is a hiccup (docs/performance.md); a side whose every window opens in one has
+too short a warm-up, not bad luck, and re-running it more would only cost time."""
 
 
 def cmd_ab(args: argparse.Namespace) -> int:
@@ -19,7 +25,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
     from harness.analysis.runs import load_run
     from harness.analysis.verdict import INCONCLUSIVE, Comparison
     from harness.analysis.report import write_report
-    from harness.orchestrate import ab, capabilities, runfolder
+    from harness.orchestrate import ab, ab_sides, capabilities, runfolder
     from harness.spec.cells import expand
 
     from harness.analysis.decide import reach_problem
@@ -47,6 +53,8 @@ def cmd_ab(args: argparse.Namespace) -> int:
         cells = expand(matrix, smoke=args.smoke, only=args.only)
         if problem := fire_drill_problem(args.fire_drill):
             raise ValueError(problem)
+        if args.max_reruns < 0:
+            raise ValueError(f"--max-reruns {args.max_reruns}: must be >= 0")
         pythons = {"a": ab.resolve_python(args.a), "b": ab.resolve_python(args.b)}
         checkouts = {name: ab.resolve_checkout(path) if path else None
                      for name, path in (("a", args.a_checkout), ("b", args.b_checkout))}
@@ -62,20 +70,22 @@ def cmd_ab(args: argparse.Namespace) -> int:
     if out.exists() and any(out.iterdir()):
         return bad_input([f"--out {out}: not empty"])
     caps = capabilities.probe_capabilities(matrix.run.device, {k: v for k, v in envs["a"].items() if k != "env_key"})
+    names = ab_sides.labels(envs, {"a": args.a_label, "b": args.b_label})
+    sides = ab_sides.side_lines(names, {n: ab_sides.where(pythons[n], checkouts[n]) for n in ab.SIDES})
     ab.create_ab(matrix, cells, out_dir=out, pythons=pythons, envs=envs, smoke=args.smoke, only=args.only,
-                 seed=args.seed, checkouts=checkouts, fire_drill_pct=args.fire_drill or 0.0)
-    label = {n: pythons[n] + (f" in {checkouts[n]}" if checkouts[n] else "") for n in ab.SIDES}
+                 seed=args.seed, checkouts=checkouts, fire_drill_pct=args.fire_drill or 0.0,
+                 max_reruns=args.max_reruns, labels=names)
     adaptive = f"; more pairs of inconclusive cells up to {looks[-1]} a side, looks at {looks}" if len(looks) > 1 else ""
-    print(f"A/B folder: {out}  (A = {label['a']}, B = {label['b']}; "
-          f"{2 * len(cells) * matrix.run.repeats} jobs{adaptive})", file=sys.stderr)
+    print(f"A/B folder: {out}  ({2 * len(cells) * matrix.run.repeats} jobs{adaptive}; a repeat whose window opens "
+          f"in a start transient runs again, at most {args.max_reruns} per cell and side)", *sides, sep="\n", file=sys.stderr)
 
     def done(side: str, row: dict) -> None:
         detail = f"{row['throughput_img_per_s']:.1f} img/s" if row["status"] == "ok" else row["reason"]
         print(f"{side.upper()} {row['status']:>8} {row['cell_id']} r{row['repeat']}  {detail}", file=sys.stderr)
 
     def judge() -> Comparison:
-        return compare.compare_runs(load_run(out / "b"), load_run(out / "a"), thresholds,
-                                    require_same_env=False, mode="ab", baseline_label=f"A ({label['a']})")
+        return compare.compare_runs(load_run(out / "b"), load_run(out / "a"), thresholds, require_same_env=False,
+                                    mode="ab", baseline_label="A", candidate_label="B", sides=sides)
 
     try:
         ab.run_adaptive(out, looks, judge=lambda: [v.cell_id for v in judge().verdicts
@@ -93,23 +103,34 @@ def add_parser(subparsers) -> None:
         "ab", help="run a matrix under two interpreters or checkouts, interleaved; compare B with A")
     ab.add_argument("matrix")
     ab.add_argument("--a", default=sys.executable, metavar="PYTHON",
-                    help="interpreter of side A, the baseline (default: this one)")
+                    help="interpreter of side A, the baseline (default: this one, %(default)s)")
     ab.add_argument("--b", default=sys.executable, metavar="PYTHON",
-                    help="interpreter of side B, the candidate (default: this one)")
+                    help="interpreter of side B, the candidate (default: this one, %(default)s)")
     ab.add_argument("--a-checkout", metavar="DIR", help="checkout whose harness side A runs, e.g. a git worktree "
                     "of the baseline's commit (default: this one)")
     ab.add_argument("--b-checkout", metavar="DIR", help="checkout whose harness side B runs (default: this one)")
+    ab.add_argument("--a-label", metavar="TEXT", help="what side A is, in the verdict's words (default: the "
+                    "environment fields that differ between the sides, e.g. 'torch 2.12.1'; else 'baseline')")
+    ab.add_argument("--b-label", metavar="TEXT", help="what side B is (default: as --a-label; else 'candidate')")
+    ab.add_argument("--max-reruns", type=int, default=DEFAULT_MAX_RERUNS, metavar="N",
+                    help="run a repeat again, as a fresh process beside its pair, when its window opened in a start "
+                         "transient; at most N times per cell and side; the transient row is kept as `superseded` "
+                         f"(default: {DEFAULT_MAX_RERUNS}; 0: never)")
     ab.add_argument("--fire-drill", type=float, metavar="PCT",
-                    help="slow side B by PCT %% of each measured step (proves an A/B confirmation still rings)")
-    ab.add_argument("--only", action="append", default=[], metavar="AXIS=VALUE", help="filter cells as in run")
+                    help="slow side B by PCT %% of each measured step (proves an A/B confirmation still rings; "
+                         "default: off)")
+    ab.add_argument("--only", action="append", default=[], metavar="AXIS=VALUE",
+                    help="filter cells as in run (default: every cell)")
     ab.add_argument("--smoke", action="store_true", help="shrink every cell as `run --smoke` does")
-    ab.add_argument("--repeats", type=int, metavar="N", help="repeats per side (overrides run.repeats)")
+    own_default(ab.add_argument("--repeats", type=int, metavar="N",
+                                help="repeats per side (default: the matrix's run.repeats, itself %(own_default)s "
+                                     "when unset)"), knob_default(RunConfig, "repeats"))
     ab.add_argument("--max-repeats", type=int, metavar="M",
                     help="while a cell is inconclusive, run more interleaved pairs of it, up to M a side (looks at "
                          "N, 2N, 4N, ..., M, leaving out looks too small to decide at the split level; the level is split "
                          "over the looks). Default: N, no more pairs")
-    ab.add_argument("--seed", type=int, default=0, help="seed of the A/B order within each pair (default: 0)")
+    ab.add_argument("--seed", type=int, default=0, help="seed of the A/B order within each pair (default: %(default)s)")
     ab.add_argument("--out", metavar="DIR", help="A/B folder (default: REPORTS/<id>); holds a/, b/, report/")
-    ab.add_argument("--reports", default="reports", metavar="DIR", help="where A/B folders go (default: reports)")
+    ab.add_argument("--reports", default="reports", metavar="DIR", help="where A/B folders go (default: %(default)s)")
     add_threshold_flags(ab, history=False)
     ab.set_defaults(func=cmd_ab)

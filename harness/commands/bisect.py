@@ -75,14 +75,20 @@ def add_parser(subparsers) -> None:
     bi = subparsers.add_parser(
         "bisect", help="find the first commit (or interpreter) that made a matrix slower, by A/B")
     bi.add_argument("matrix", nargs="?")
-    bi.add_argument("--good", metavar="REV", help="a commit known fast (bisect runs in the repository under test)")
+    bi.add_argument("--good", metavar="REV", help="a commit known fast (bisect runs in the repository under test; "
+                    "default: none, needed unless --pythons or --resume)")
     bi.add_argument("--bad", metavar="REV", help="a later commit known slower (default: HEAD)")
-    bi.add_argument("--pythons", metavar="FILE", help="bisect interpreters instead: one per line, good first, bad last")
-    bi.add_argument("--only", action="append", default=[], metavar="AXIS=VALUE", help="filter cells as in run")
-    bi.add_argument("--repeats", type=int, default=5, metavar="N", help="first pairs of each A/B (default: 5)")
+    bi.add_argument("--pythons", metavar="FILE", help="bisect interpreters instead: one per line, good first, bad last "
+                    "(default: bisect commits)")
+    bi.add_argument("--only", action="append", default=[], metavar="AXIS=VALUE",
+                    help="filter cells as in run (default: every cell)")
+    bi.add_argument("--repeats", type=int, default=5, metavar="N",
+                    help="first pairs of each A/B (default: %(default)s)")
     bi.add_argument("--max-repeats", type=int, default=10, metavar="M",
-                    help="pairs an inconclusive cell may grow to in each A/B (default: 10)")
+                    help="pairs an inconclusive cell may grow to in each A/B (default: %(default)s)")
     bi.add_argument("--out", metavar="DIR", help="bisect folder (default: REPORTS/<id>): bisect.md, bisect.json")
-    bi.add_argument("--resume", metavar="DIR", help="continue an interrupted bisect without redoing its comparisons")
-    bi.add_argument("--reports", default="reports", metavar="DIR", help="where bisect folders go (default: reports)")
+    bi.add_argument("--resume", metavar="DIR", help="continue an interrupted bisect without redoing its comparisons "
+                    "(default: start a new one)")
+    bi.add_argument("--reports", default="reports", metavar="DIR",
+                    help="where bisect folders go (default: %(default)s)")
     bi.set_defaults(func=cmd_bisect)

@@ -4,7 +4,10 @@ environment probe and the report printer of report and ab."""
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
+from collections.abc import Callable
+from typing import Any
 
 EXIT_OK, EXIT_FAILURES, EXIT_BAD_INPUT, EXIT_INCONCLUSIVE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 """nvbench report / ab with --fail-on-regression: 0 every judged cell unchanged or improved (nothing failed);
@@ -15,8 +18,8 @@ input; 130 interrupted."""
 def reach_warning(repeats: int, *, smoke: bool, what: str) -> None:
     """One line up front when runs of `repeats` repeats could never be told apart at the report's default level
     (a description needs no verdict: 1 repeat and --smoke runs say nothing)."""
-    from harness.analysis.verdict import Thresholds
     from harness.analysis.decide import reach_problem
+    from harness.analysis.verdict import Thresholds
 
     if repeats >= 2 and not smoke and (problem := reach_problem(repeats, Thresholds().level, what=what)):
         print(f"warning: {problem}: two such runs can only be inconclusive", file=sys.stderr)
@@ -42,25 +45,75 @@ def fire_drill_problem(pct: float | None) -> str | None:
     return None
 
 
+class _OwnDefault:
+    """A default that --help prints, read from the code that owns the setting when help is formatted, not when
+    the parser is built: the report's thresholds live beside scipy, which every command would otherwise load."""
+
+    def __init__(self, read: Callable[[], Any]):
+        self._read = read
+
+    def __str__(self) -> str:
+        return default_text(self._read())
+
+
+def default_text(value: Any) -> str:
+    """A default in --help's words: on/off, 0.01, 3 (a float without trailing zeros), reports."""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def own_default(action: argparse.Action, read: Callable[[], Any]) -> argparse.Action:
+    """Let `action`'s help say `%(own_default)s`: the value `read()` gives, the default of the code that owns
+    the setting (so --help cannot drift from it)."""
+    action.own_default = _OwnDefault(read)
+    return action
+
+
+def knob_default(config: type, name: str) -> Callable[[], Any]:
+    """The matrix format's default of `config`'s field `name` (harness.spec: read as the file's parser does)."""
+    import dataclasses
+
+    return lambda: next(f.default for f in dataclasses.fields(config) if f.name == name)
+
+
+def threshold_default(name: str) -> Callable[[], Any]:
+    def read() -> Any:
+        from harness.analysis.verdict import Thresholds
+
+        return getattr(Thresholds(), name)
+
+    return read
+
+
 def add_threshold_flags(p: argparse.ArgumentParser, *, history: bool) -> None:
     p.add_argument("--fail-on-regression", action="store_true",
                    help="exit 1 on a confirmed regression or a failed cell, 3 when nothing regressed but a cell "
                         "stayed inconclusive, 0 otherwise")
-    p.add_argument("--floor", dest="floor_pct", type=float, metavar="PCT",
-                   help="practical floor: smaller changes are never a regression (default: see harness/analysis/verdict.py)")
-    p.add_argument("--fdr", dest="fdr_q", type=float, metavar="Q", help="Benjamini-Hochberg FDR across cells (0.01)")
-    p.add_argument("--min-repeats", type=int, metavar="N", help="fewest usable repeats per side (5)")
-    p.add_argument("--exclude-unsteady", action="store_true", default=None,
-                   help="leave out repeats whose window failed the steadiness check")
-    p.add_argument("--accuracy-tolerance", type=float, metavar="FRACTION", help="top-1 band half-width (0.01)")
-    p.add_argument("--speed-adjust", action=argparse.BooleanOptionalAction, default=None,
-                   help="compare CPU cells at equal machine-speed probe time where every repeat has a probe "
-                        "(default on; docs/performance.md)")
-    p.add_argument("--fast-steps", action=argparse.BooleanOptionalAction, default=None,
-                   help="test the fast-step rate beside throughput where every repeat recorded it; either "
-                        "can call a regression (default on; --no-fast-steps: throughput alone)")
+    flags = [
+        (("--floor",), {"dest": "floor_pct", "type": float, "metavar": "PCT"},
+         "practical floor: smaller changes are never a regression (default: %(own_default)s %%)"),
+        (("--fdr",), {"dest": "fdr_q", "type": float, "metavar": "Q"},
+         "Benjamini-Hochberg FDR across cells (default: %(own_default)s)"),
+        (("--min-repeats",), {"type": int, "metavar": "N"},
+         "fewest usable repeats per side (default: %(own_default)s)"),
+        (("--exclude-unsteady",), {"action": "store_true", "default": None},
+         "leave out repeats whose window failed the steadiness check (default: %(own_default)s)"),
+        (("--accuracy-tolerance",), {"type": float, "metavar": "FRACTION"},
+         "top-1 band half-width (default: %(own_default)s)"),
+        (("--speed-adjust",), {"action": argparse.BooleanOptionalAction, "default": None},
+         ("compare CPU cells at equal machine-speed probe time where every repeat has a probe (default: "
+          "%(own_default)s; docs/performance.md)")),
+        (("--fast-steps",), {"action": argparse.BooleanOptionalAction, "default": None},
+         ("test the fast-step rate beside throughput where every repeat recorded it; either can call a regression "
+          "(default: %(own_default)s; --no-fast-steps: throughput alone)")),
+    ]
     if history:
-        p.add_argument("--history-runs", type=int, metavar="N", help="past runs that form the history baseline (10)")
+        flags.append((("--history-runs",), {"type": int, "metavar": "N"},
+                      "past runs that form the history baseline (default: %(own_default)s)"))
+    for names, kwargs, words in flags:
+        action = p.add_argument(*names, help=words, **kwargs)
+        own_default(action, threshold_default(action.dest))
 
 
 def thresholds_from(args: argparse.Namespace):
@@ -75,30 +128,31 @@ def thresholds_from(args: argparse.Namespace):
 
 
 def print_report(result, fail_on_regression: bool) -> int:
-    """The report's files, its headline, and the cells a person must read (regressions, failures, then the
-    inconclusive ones, loud, with the repeats each needs); the exit status of --fail-on-regression."""
+    """The report's files, then the verdict lines on stdout, where `> log` keeps them (warnings stay on stderr):
+    the sides of an A/B, the headline, and the cells a person must read (analysis/report_console.py: a line per
+    regression and failure, the inconclusive ones grouped, loud); the exit status of --fail-on-regression."""
+    from harness.analysis.repeats import num_superseded
+    from harness.analysis.report_console import verdict_lines
     from harness.analysis.verdict import FAILED, INCONCLUSIVE
     from harness.analysis.wording import headline_words
+    from harness.fit import wrap
 
-    comparison = result.comparison
+    comparison, width = result.comparison, shutil.get_terminal_size().columns
     for note in comparison.notes:
         if note.startswith("warning:"):
-            print(note, file=sys.stderr)
+            print("\n".join(wrap(note, width, indent="  ")), file=sys.stderr)
     for path in result.files:
         print(path)
-    print(f"{comparison.candidate.run_id} vs {comparison.baseline_label}: {headline_words(comparison)}",
-          file=sys.stderr)
-    for v in comparison.regressions:
-        print(f"regression: {v.cell_id}: {v.reason}", file=sys.stderr)
+    for line in comparison.sides:
+        print(line)
+    rows = [*comparison.candidate.rows, *(comparison.baseline.rows if comparison.baseline else ())]
+    reruns = num_superseded(rows)
+    rerun = f" ({reruns} repeat{'s' if reruns != 1 else ''} re-run after a start transient)" if reruns else ""
+    print(f"{comparison.title}: {headline_words(comparison)}{rerun}")
+    for line in verdict_lines(comparison, width):  # grouped, fitted: as `run` does
+        print(line)
     failed = [v for v in comparison.verdicts if v.verdict == FAILED]
-    for v in failed:
-        print(f"failed: {v.cell_id}: {v.reason}", file=sys.stderr)
     open_ = [v for v in comparison.verdicts if v.verdict == INCONCLUSIVE and not v.is_regression]
-    if open_:
-        print(f"INCONCLUSIVE: {len(open_)} cell(s) neither shown changed nor shown unchanged; not a pass:",
-              file=sys.stderr)
-        for v in open_:
-            print(f"inconclusive: {v.cell_id}: {v.reason}", file=sys.stderr)
     if not fail_on_regression:
         return EXIT_OK
     if comparison.regressions or failed:

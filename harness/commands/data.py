@@ -47,16 +47,21 @@ def add_parser(subparsers) -> None:
     d = subparsers.add_parser("data", help="datasets")
     dsub = d.add_subparsers(dest="data_command", required=True)
     m = dsub.add_parser("make", help="write a learnable JPEG ImageFolder (train/ and val/)")
-    m.add_argument("--out", required=True)
-    m.add_argument("--image-size", type=int, default=64)
-    m.add_argument("--classes", type=int, default=10)
-    m.add_argument("--train-per-class", type=int, default=64)
-    m.add_argument("--val-per-class", type=int, default=16)
-    m.add_argument("--seed", type=int, default=0)
-    m.add_argument("--kind", choices=("shapes", "digits"), default="shapes")
+    m.add_argument("--out", required=True, metavar="DIR", help="the folder to write (train/, val/, dataset.json)")
+    m.add_argument("--image-size", type=int, default=64, metavar="PX", help="image side (default: %(default)s)")
+    m.add_argument("--classes", type=int, default=10, metavar="N", help="classes (default: %(default)s)")
+    m.add_argument("--train-per-class", type=int, default=64, metavar="N",
+                   help="training images per class (default: %(default)s)")
+    m.add_argument("--val-per-class", type=int, default=16, metavar="N",
+                   help="validation images per class (default: %(default)s)")
+    m.add_argument("--seed", type=int, default=0, help="generator seed (default: %(default)s)")
+    m.add_argument("--kind", choices=("shapes", "digits"), default="shapes",
+                   help="what the images show: shapes, or digits (scikit-learn's; the digits extra) "
+                        "(default: %(default)s)")
     m.set_defaults(func=cmd_data_make)
     pp = dsub.add_parser("prepare", help="make every generated dataset a matrix's cells read, before a timed run")
     pp.add_argument("matrix")
-    pp.add_argument("--only", action="append", default=[], metavar="AXIS=VALUE", help="filter cells as in run")
+    pp.add_argument("--only", action="append", default=[], metavar="AXIS=VALUE",
+                    help="filter cells as in run (default: every cell)")
     pp.add_argument("--smoke", action="store_true", help="the datasets of the --smoke run")
     pp.set_defaults(func=cmd_data_prepare)

@@ -22,5 +22,5 @@ def cmd_env(args: argparse.Namespace) -> int:
 
 def add_parser(subparsers) -> None:
     e = subparsers.add_parser("env", help="print the environment fingerprint")
-    e.add_argument("--json", action="store_true")
+    e.add_argument("--json", action="store_true", help="one JSON object with its env_key, instead of lines")
     e.set_defaults(func=cmd_env)

@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from harness.commands.common import EXIT_OK, bad_input
+from harness.commands.common import EXIT_OK, bad_input, own_default
 
 
 def cmd_history(args: argparse.Namespace) -> int:
@@ -49,8 +49,8 @@ def cmd_history(args: argparse.Namespace) -> int:
 
 def cmd_export(args: argparse.Namespace) -> int:
     """A run's cells in another tool's format (harness.analysis.export)."""
-    from harness.analysis.runs import RunInputError
     from harness.analysis.export import export_run
+    from harness.analysis.runs import RunInputError
 
     try:
         count = export_run(Path(args.run_dir), args.format, Path(args.out))
@@ -63,18 +63,33 @@ def cmd_export(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _setting_default(name: str):
+    def read():
+        from harness.analysis.history import HistorySettings
+
+        return getattr(HistorySettings(), name)
+
+    return read
+
+
 def add_parser(subparsers) -> None:
     h = subparsers.add_parser("history", help="change points and drifts per cell over a folder of nightly runs")
     h.add_argument("history_dir", metavar="HISTORY_DIR")
     h.add_argument("--out", metavar="DIR", help="where history.html, changes.md, changes.parquet go "
                    "(default: HISTORY_DIR/trend)")
-    h.add_argument("--floor", dest="floor_pct", type=float, metavar="PCT",
-                   help="practical floor of throughput and fast-step changes in %% (default 3)")
-    h.add_argument("--min-segment", type=int, metavar="N", help="fewest nights on each side of a change (3)")
-    h.add_argument("--alpha", type=float, metavar="A", help="permutation test level of each change point (0.05)")
-    h.add_argument("--drift-nights", type=int, metavar="K", help="a drift is a slope over the last K nights (14)")
+    for names, kwargs, words in (
+            (("--floor",), {"dest": "floor_pct", "type": float, "metavar": "PCT"},
+             "practical floor of throughput and fast-step changes (default: %(own_default)s %%)"),
+            (("--min-segment",), {"type": int, "metavar": "N"},
+             "fewest nights on each side of a change (default: %(own_default)s)"),
+            (("--alpha",), {"type": float, "metavar": "A"},
+             "permutation test level of each change point (default: %(own_default)s)"),
+            (("--drift-nights",), {"type": int, "metavar": "K"},
+             "a drift is a slope over the last K nights (default: %(own_default)s)")):
+        action = h.add_argument(*names, help=words, **kwargs)
+        own_default(action, _setting_default(action.dest))
     h.add_argument("--summary", metavar="FILE", action="append", default=[],
-                   help="append tonight's new change points to this Markdown file (repeatable)")
+                   help="append tonight's new change points to this Markdown file (repeatable; default: none)")
     h.set_defaults(func=cmd_history)
     x = subparsers.add_parser("export", help="a run's cells in another tool's format (pytest-benchmark JSON)")
     x.add_argument("run_dir", metavar="RUN")

@@ -67,13 +67,15 @@ def cmd_profile(args: argparse.Namespace) -> int:
 def add_parser(subparsers) -> None:
     pr = subparsers.add_parser("profile", help="run one cell under nsys or torch.profiler, apart from timed runs")
     pr.add_argument("matrix")
-    pr.add_argument("--cell", metavar="ID", help="cell id or a unique prefix (optional when one cell is left)")
-    pr.add_argument("--only", action="append", default=[], metavar="AXIS=VALUE", help="filter cells as in run")
+    pr.add_argument("--cell", metavar="ID", help="cell id or a unique prefix (default: the one cell --only leaves)")
+    pr.add_argument("--only", action="append", default=[], metavar="AXIS=VALUE",
+                    help="filter cells as in run (default: every cell)")
     pr.add_argument("--smoke", action="store_true", help="shrink the cell as `run --smoke` does")
     pr.add_argument("--tool", choices=("nsys", "torch"), default="nsys",
-                    help="nsys: Nsight Systems timeline; torch: torch.profiler trace and table (default: nsys)")
-    pr.add_argument("--steps", type=int, default=10, metavar="N", help="measured steps to capture (default: 10)")
+                    help="nsys: Nsight Systems timeline; torch: torch.profiler trace and table (default: %(default)s)")
+    pr.add_argument("--steps", type=int, default=10, metavar="N",
+                    help="measured steps to capture (default: %(default)s)")
     pr.add_argument("--out", metavar="DIR", help="run folder whose profile/ receives the results "
                     "(default: REPORTS/<run_id>); may be an existing run: its timed results stay untouched")
-    pr.add_argument("--reports", default="reports", metavar="DIR", help="where run folders go (default: reports)")
+    pr.add_argument("--reports", default="reports", metavar="DIR", help="where run folders go (default: %(default)s)")
     pr.set_defaults(func=cmd_profile)

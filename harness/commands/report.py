@@ -36,8 +36,10 @@ def add_parser(subparsers) -> None:
         "report", help="verdicts vs a baseline run or a history: HTML, Markdown, JUnit, Parquet")
     rp.add_argument("run_dir", metavar="RUN_DIR")
     side = rp.add_mutually_exclusive_group()
-    side.add_argument("--baseline", metavar="RUN_DIR", help="run folder (or pointer file) to compare with")
-    side.add_argument("--history", metavar="DIR", help="folder of past runs: screen each cell against its history")
+    side.add_argument("--baseline", metavar="RUN_DIR", help="run folder (or pointer file) to compare with (default: "
+                      "none, the run is described alone)")
+    side.add_argument("--history", metavar="DIR", help="folder of past runs: screen each cell against its history "
+                      "(default: none)")
     rp.add_argument("--out", metavar="DIR", help="where the report goes (default: RUN_DIR/report)")
     add_threshold_flags(rp, history=True)
     rp.set_defaults(func=cmd_report)

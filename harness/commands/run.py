@@ -6,7 +6,9 @@ import argparse
 from pathlib import Path
 
 from harness.commands.common import (EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_OK, bad_input, env_and_caps,
-                                     fire_drill_problem, reach_warning)
+                                     fire_drill_problem, knob_default, own_default, reach_warning)
+from harness.spec.executor import ExecutorConfig
+from harness.spec.matrix import RunConfig
 from harness.spec.parse import MatrixError, load_matrix, with_repeats
 
 
@@ -119,18 +121,23 @@ def add_parser(subparsers) -> None:
     r.add_argument("matrix", nargs="?")
     r.add_argument("--smoke", action="store_true", help="shrink every cell to run anywhere in minutes")
     r.add_argument("--only", action="append", default=[], metavar="AXIS=VALUE",
-                   help="keep cells with this axis value (repeat: same axis widens, other axes narrow)")
-    r.add_argument("--repeats", type=int, metavar="N", help="run every cell N times (overrides run.repeats)")
+                   help="keep cells with this axis value (repeat: same axis widens, other axes narrow; default: "
+                        "every cell)")
+    own_default(r.add_argument("--repeats", type=int, metavar="N",
+                               help="run every cell N times (default: the matrix's run.repeats, itself "
+                                    "%(own_default)s when unset)"), knob_default(RunConfig, "repeats"))
     r.add_argument("--dry-run", action="store_true", help="list the cells and what would be skipped")
-    r.add_argument("--resume", metavar="RUN_DIR", help="finish an interrupted run")
+    r.add_argument("--resume", metavar="RUN_DIR", help="finish an interrupted run (default: start a new one)")
     r.add_argument("--out", metavar="DIR", help="run folder (default: REPORTS/<run_id>)")
-    r.add_argument("--executor", choices=("local", "slurm"),
-                   help="where jobs run: this machine, or one SLURM job each (wins over the matrix's [executor] kind)")
-    r.add_argument("--reports", default="reports", metavar="DIR", help="where run folders go (default: reports)")
+    own_default(r.add_argument("--executor", choices=("local", "slurm"),
+                               help="where jobs run: this machine, or one SLURM job each (default: the matrix's "
+                                    "[executor] kind, itself %(own_default)s when unset)"),
+                knob_default(ExecutorConfig, "kind"))
+    r.add_argument("--reports", default="reports", metavar="DIR", help="where run folders go (default: %(default)s)")
     r.add_argument("--no-progress", action="store_true", help="no progress bar (a line per cell is still printed)")
     r.add_argument("--verbose", action="store_true",
                    help="end with every (cell, repeat) row in full, before the summary (stdout)")
     r.add_argument("--fire-drill", type=float, metavar="PCT",
                    help="add calibrated extra work of PCT %% of each measured step (tests the regression detector; "
-                        "every row is flagged)")
+                        "every row is flagged; default: off)")
     r.set_defaults(func=cmd_run)

@@ -312,9 +312,13 @@ def make_dataset(
     return out
 
 
-def ensure_dataset(cache_root: Path, **params) -> Path:
-    """Return cache_root/<kind>-<size>px-<classes>c-<hash>, generating it only if it is missing."""
-    out = Path(cache_root) / DatasetParams(**params).dirname()
-    if _read_manifest(out) is not None:
-        return out
-    return make_dataset(out, **params)
+def ensure_dataset(cache_root: Path, *, notify: Callable[[str], None] | None = None, **params) -> Path:
+    """Return cache_root/<kind>-<size>px-<classes>c-<hash>, generating it only if it is missing; `notify` hears
+    one line saying which it did, and where."""
+    p = DatasetParams(**params)
+    out = Path(cache_root) / p.dirname()
+    ready = _read_manifest(out) is not None
+    if notify is not None:
+        what = f"{p.kind} {p.image_size}px x {p.num_classes} classes"
+        notify(f"dataset: reusing {what} in {out}" if ready else f"dataset: generating {what} into {out}")
+    return out if ready else make_dataset(out, **params)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import harness
-from harness.orchestrate import capabilities, derive, job, runfolder
+from harness.orchestrate import capabilities, derive, job, rerun, runfolder
 from harness.results import store
 from harness.spec.cells import Cell
 from harness.spec.job import FAULT_ENV
@@ -107,25 +107,28 @@ def side_for(run_dir: Path, *, caps: capabilities.Capabilities, env: dict[str, A
     return Side(name=run_dir.name, ctx=ctx, cells=cells, jobs=runfolder.pending(run_dir, jobs))
 
 
-def run_interleaved(sides: Sequence[Side], *, seed: int,
-                    on_done: Callable[[str, dict[str, Any]], None] | None = None) -> list[tuple[str, str, int]]:
+def run_interleaved(sides: Sequence[Side], *, seed: int, on_done: Callable[[str, dict[str, Any]], None] | None = None,
+                    max_reruns: int = 0) -> list[tuple[str, str, int]]:
     """Round k runs the k-th pending job of every side, the sides in a fresh random order each round.
 
     Returns (side, cell_id, repeat) in the order run. Each side's manifest gets a session entry and its
     twin columns are derived at the end, as `nvbench run` does; a side whose jobs are all done is skipped.
+    A job whose window opens in a start transient runs again at once, up to `max_reruns` per cell and side
+    (harness.orchestrate.rerun): it appears once more in the order, still beside its pair.
     """
     rng = random.Random(seed)
     order: list[tuple[str, str, int]] = []
     sessions = {side.name: _open_session(side) for side in sides}
+    reruns = rerun.Reruns.of([side.ctx.run_dir for side in sides], max_reruns)
     for k in range(max((len(s.jobs) for s in sides), default=0)):
         round_ = [s for s in sides if k < len(s.jobs)]
         rng.shuffle(round_)
         for side in round_:
             cid, repeat = side.jobs[k]
-            row = job.run_job(side.cells[cid], repeat, side.ctx)
-            order.append((side.name, cid, repeat))
-            if on_done:
-                on_done(side.name, row)
+            for row in rerun.runs_of(side.cells[cid], repeat, side.ctx, reruns, side=side.name):
+                order.append((side.name, cid, repeat))
+                if on_done:
+                    on_done(side.name, row)
     for side in sides:
         derive.derive_twin_columns(side.ctx.run_dir)
         _close_session(side, sessions[side.name])
@@ -155,11 +158,13 @@ def _close_session(side: Side, session: dict[str, Any]) -> None:
 
 def create_ab(matrix: Matrix, cells: list[Cell], *, out_dir: Path, pythons: dict[str, str],
               envs: dict[str, dict[str, Any]], smoke: bool, only: list[str], seed: int,
-              checkouts: dict[str, Path | None] | None = None, fire_drill_pct: float = 0.0) -> dict[str, Path]:
+              checkouts: dict[str, Path | None] | None = None, fire_drill_pct: float = 0.0, max_reruns: int = 0,
+              labels: dict[str, str] | None = None) -> dict[str, Path]:
     """OUT/a and OUT/b with the same plan (same cells, same job order) and OUT/ab.json; nothing runs yet.
 
     A fire drill (nvbench ab --fire-drill) slows side B only: B is the candidate, and the drill proves that
-    a confirmation by A/B still rings."""
+    a confirmation by A/B still rings. ab.json keeps `max_reruns` (re-runs of a start transient per cell and
+    side, harness.orchestrate.rerun) for every session of the A/B, and the sides' `labels`."""
     checkouts = checkouts or {}
     if (out_dir / AB_FILE).exists():
         raise AbInputError([f"{out_dir}: already holds an A/B run"])
@@ -171,19 +176,22 @@ def create_ab(matrix: Matrix, cells: list[Cell], *, out_dir: Path, pythons: dict
     store.write_json(out_dir / AB_FILE, {
         "created_at": datetime.now(timezone.utc).isoformat(), "matrix_source": matrix.source, "seed": seed,
         "python": pythons, "checkout": {n: str(checkouts[n]) if checkouts.get(n) else None for n in SIDES},
-        "env_key": {n: envs[n]["env_key"] for n in SIDES}, "order": []})
+        "env_key": {n: envs[n]["env_key"] for n in SIDES}, "order": [], "max_reruns": max_reruns,
+        "labels": labels or {}})
     return dirs
 
 
 def run_ab(out_dir: Path, *, caps: capabilities.Capabilities, envs: dict[str, dict[str, Any]], pythons: dict[str, str],
            seed: int, checkouts: dict[str, Path | None] | None = None, notify: Callable[[str], None] = print,
            on_done: Callable[[str, dict[str, Any]], None] | None = None) -> None:
-    """Run both sides interleaved; the order actually run is appended to ab.json."""
+    """Run both sides interleaved, re-running start transients as ab.json allows; the order actually run is
+    appended to ab.json."""
     checkouts = checkouts or {}
     sides = [side_for(out_dir / name, caps=caps, env={k: v for k, v in envs[name].items() if k != "env_key"},
                       env_key=envs[name]["env_key"], python=pythons[name], checkout=checkouts.get(name),
                       notify=notify) for name in SIDES]
-    order = run_interleaved(sides, seed=seed, on_done=on_done)
+    max_reruns = int(store.read_json(out_dir / AB_FILE).get("max_reruns") or 0)
+    order = run_interleaved(sides, seed=seed, on_done=on_done, max_reruns=max_reruns)
     meta = store.read_json(out_dir / AB_FILE)
     meta["order"] += [list(item) for item in order]
     store.write_json(out_dir / AB_FILE, meta)

@@ -30,12 +30,14 @@ from harness.spec.cells import Cell, job_key
 from harness.spec.job import FAULT_ENV, LAUNCHED_AT_ENV, PARENT_PID_ENV
 
 
-def fault_for(cell: Cell, spec: str | None) -> str | None:
-    """Match NVBENCH_FAULT rules `axis=value&axis=value:kind[@rank]` (';'-separated, '*' = any) to a cell."""
+def fault_for(cell: Cell, spec: str | None, **job: Any) -> str | None:
+    """Match NVBENCH_FAULT rules `axis=value&axis=value:kind[@rank]` (';'-separated, '*' = any) to a cell; `job`
+    adds names a rule may match beside the axes (prepare_job: `repeat` and `run`, the run's id)."""
     for rule in filter(None, (spec or "").split(";")):
         matcher, _, kind = rule.rpartition(":")
         conds = [c.partition("=") for c in matcher.split("&") if c and c != "*"]
-        if all(str(cell.axes.get(axis.strip())) == value.strip() for axis, _, value in conds):
+        names = {**cell.axes, **job}
+        if all(str(names.get(axis.strip())) == value.strip() for axis, _, value in conds):
             return kind.strip()
     return None
 
@@ -84,10 +86,9 @@ def generated_dataset(cell: Cell, notify: Callable[[str], None] = print) -> Path
     cache = Path(cell.data.cache_dir or os.environ.get("NVBENCH_CACHE") or Path.home() / ".cache" / "nvbench")
     cache = cache.expanduser().resolve()  # "~/datasets" is the home's, not a folder named "~" here
     g = cell.data.generate
-    notify(f"dataset: generating or reusing {g.kind} {g.image_size}px x {g.num_classes} classes "
-           f"under {cache / 'datasets'}")
-    return ensure_dataset(cache / "datasets", kind=g.kind, image_size=g.image_size, num_classes=g.num_classes,
-                          train_per_class=g.train_per_class, val_per_class=g.val_per_class, seed=g.seed)
+    return ensure_dataset(cache / "datasets", notify=notify, kind=g.kind, image_size=g.image_size,
+                          num_classes=g.num_classes, train_per_class=g.train_per_class,
+                          val_per_class=g.val_per_class, seed=g.seed)
 
 
 def base_row(cell: Cell, repeat: int, ctx: JobContext, fault: str | None) -> dict[str, Any]:
@@ -129,7 +130,7 @@ class PreparedJob:
 def prepare_job(cell: Cell, repeat: int, ctx: JobContext, *, executor: str = "local") -> PreparedJob | dict[str, Any]:
     """The job's folder, job file and argv; or its terminal row when it cannot run (skipped, no dataset)."""
     key = job_key(cell.cell_id, repeat)
-    fault = fault_for(cell, ctx.fault_spec)
+    fault = fault_for(cell, ctx.fault_spec, repeat=repeat, run=ctx.run_id)
     row = base_row(cell, repeat, ctx, fault)
     started = datetime.now(timezone.utc)
     reason = skip_reason(cell, ctx.caps)

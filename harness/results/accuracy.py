@@ -26,3 +26,13 @@ def top1_text(rows: Iterable[Mapping[str, Any]], fmt: str = ".3f", *, short: boo
     if images < MIN_VAL_IMAGES:
         return f"n/a: {images} img" if short else f"n/a: {images} images"
     return format(sum(r["top1"] for r in rows) / len(rows), fmt)
+
+
+def chance_text(rows: Iterable[Mapping[str, Any]], fmt: str = ".3f") -> str:
+    """" (chance 0.100)" beside the top-1 of a --smoke cell, whose few steps leave it near a guess (1 / classes);
+    "" for a full run, a cell without a top-1 to show, or rows of differing class counts."""
+    rows = [r for r in rows if meaningful(r) and r.get("is_smoke")]
+    classes = {r.get("num_classes") for r in rows}
+    if len(classes) != 1 or not all(classes):
+        return ""
+    return f" (chance {1 / classes.pop():{fmt}})"

@@ -17,6 +17,10 @@ Schema history (bump RESULT_SCHEMA_VERSION and teach store.migrate the step when
   4 (0.2.0): per-phase step timing: steps `phase_data_s`, `phase_h2d_s`, `phase_forward_s`,
      `phase_backward_s`, `phase_optimizer_s`, `phase_allreduce_s`; cells the medians `phase_<name>_median_s`
      and `phases_graphed`. Migrating version 3: the new columns read null (never measured).
+  5 (0.2.0): a transient at the window's start: `start_transient_steps` (the window's first steps still in
+     a start transient, harness.stats.settle; `is_steady` false and `steadiness` naming them when > 0);
+     status `superseded` (an A/B repeat whose window opened in a transient and was run again; the row kept
+     for the record, never compared). Migrating version 4: `start_transient_steps` reads null (never checked).
 """
 
 from __future__ import annotations
@@ -26,11 +30,14 @@ from typing import Any, Iterable
 
 import pyarrow as pa
 
-RESULT_SCHEMA_VERSION = 4
+RESULT_SCHEMA_VERSION = 5
 METADATA_VERSION_KEY = b"nvbench.schema_version"
 METADATA_KIND_KEY = b"nvbench.table"
 
-STATUSES = ("ok", "failed", "timeout", "crashed", "skipped", "cancelled")
+SUPERSEDED = "superseded"
+"""Status of an A/B repeat whose window opened in a start transient and ran again (harness.orchestrate.rerun):
+the row is kept for the record and never compared (only `ok` rows are)."""
+STATUSES = ("ok", "failed", "timeout", "crashed", "skipped", "cancelled", SUPERSEDED)
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +59,8 @@ CELL_COLUMNS: tuple[Column, ...] = (
     _c("run_id", S, "", "Run this row belongs to (the reports/<run_id> folder)."),
     _c("cell_id", S, "", "Stable id: axis values + hash of every knob that affects the measurement."),
     _c("repeat", I, "", "Repeat index, 0-based."),
-    _c("status", S, "", "ok, failed, timeout, crashed, skipped or cancelled (a SLURM job cancelled before its result)."),
+    _c("status", S, "", "ok, failed, timeout, crashed, skipped, cancelled (a SLURM job cancelled before its result) "
+       "or superseded (an A/B repeat whose window opened in a start transient, run again: kept, never compared)."),
     _c("reason", S, "", "Why the cell is not ok (empty when ok)."),
     _c("backend", S, "", "Axis: data backend."),
     _c("memory_format", S, "", "Axis: nchw or nhwc (channels_last)."),
@@ -106,8 +114,12 @@ CELL_COLUMNS: tuple[Column, ...] = (
     _c("host_data_wait_s", F, "s", "Host time blocked in the loader's next() in the window, mean over ranks. On "
        "CUDA it overlaps GPU work already queued: an upper bound of the stall, not the stall."),
     _c("host_data_wait_frac", F, "", "host_data_wait_s / window_s."),
-    _c("is_steady", B, "", "No trend or level shift inside the window (Mann-Kendall + Pettitt)."),
-    _c("steadiness", S, "", "What the steadiness check saw."),
+    _c("is_steady", B, "", "No transient at the window's start (start_transient_steps 0) and no trend or level "
+       "shift inside it (Mann-Kendall + Pettitt): harness.stats.window.window_steadiness."),
+    _c("steadiness", S, "", "What the steadiness check saw; a start transient first, with its steps and their size."),
+    _c("start_transient_steps", I, "steps", "Measured steps at the window's start still in a transient (MSER-1 on the "
+       "warm-up + window step times, each step beyond the settled steps' noise: harness.stats.settle); 0: the "
+       "window starts settled; null before schema version 5."),
     _c("train_loss", F, "", "Mean training loss over the measured window (all ranks)."),
     _c("val_loss", F, "", "Mean validation cross-entropy (all ranks)."),
     _c("top1", F, "fraction", "Validation top-1 accuracy (all ranks); null for synthetic data."),

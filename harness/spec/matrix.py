@@ -62,8 +62,9 @@ class BenchmarkConfig:
     warmup_steps: int | Literal["auto"] = knob(
         20, "Optimizer steps run and recorded as warmup, excluded from statistics; \"auto\": warm up until the "
         f"steps are steady: after warmup_min_steps, in chunks of {WARMUP_CHUNK} steps, until the median step time "
-        f"of the last chunk is within {WARMUP_TOLERANCE:.0%} of the chunk before (or warmup_max_steps). The row "
-        "records the steps run (warmup_steps_used).", min=0)
+        f"of the last chunk is within {WARMUP_TOLERANCE:.0%} of the chunk before and the steps have settled (no "
+        "transient at the last chunk's start, no hiccup at its end), or warmup_max_steps. The row records the steps "
+        "run (warmup_steps_used). Every window's start is checked for a transient: is_steady says.", min=0)
     warmup_min_steps: int = knob(10, "Auto warmup: steps run before steadiness is first judged.", min=1)
     warmup_max_steps: int = knob(200, "Auto warmup: the most warmup steps; the row says when they ran out.", min=1)
     measure_steps: int = knob(100, "Optimizer steps in the measured window.", min=2)

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy import special as _special  # light: scipy.stats costs ~1 s of every cell's start-up
 
 from harness.stats.core import Interval, as_array, batch_sums, check_open_unit, check_same_length
+from harness.stats.settle import StartTransient, start_transient
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -239,9 +240,8 @@ def steadiness(
     Pettitt's p cannot fall below 0.066 with 10 points and reaches 0.01 with 20 only for a shift
     near the middle, hence 30 batches by default. Limitation: both tests use ranks of the batch
     means, so a transient confined to the first ~1/6 of the window (e.g. a too-short warm-up) is
-    not reliably flagged however large it is; exclude warm-up generously, or pass
-    num_batches=len(values) to test the raw values (then a slow first 10 % that stands clear of
-    the noise is caught, at the price of sensitivity to autocorrelation and to tiny shifts). Fewer than 3 values
+    not reliably flagged however large it is: :func:`window_steadiness` adds the start-transient check
+    (harness.stats.settle) that sees it. Fewer than 3 values
     cannot be tested and are reported as not steady. References: see :func:`mann_kendall`,
     :func:`pettitt`; batch means as in :func:`batch_means_interval`; the "warn and say what to do"
     behaviour follows pyperf.
@@ -280,3 +280,17 @@ def steadiness(
             f"(Pettitt p={pt.p:.2g}) over {means.size} batch means"
         )
     return Steadiness(is_steady=trend_ok and change_ok, trend_p=mk.p, change_p=pt.p, reason=reason)
+
+
+def window_steadiness(warmup_s: Sequence[float], window_s: Sequence[float], *,
+                      alpha: float = 0.01) -> tuple[Steadiness, StartTransient]:
+    """A measured window's steadiness as a cell records it: :func:`steadiness` of the window (trend, level
+    shift) and the start-transient check of its warm-up + window (harness.stats.settle.start_transient,
+    which sees the first steps' transient the rank tests miss). Steady when neither finds anything; the
+    reason names the transient's steps first."""
+    steady = steadiness(window_s, alpha=alpha)
+    start = start_transient(warmup_s, window_s)
+    if not start.found:
+        return steady, start
+    also = "" if steady.is_steady else f"; also {steady.reason}"
+    return replace(steady, is_steady=False, reason=f"not steady: {start.reason}{also}"), start

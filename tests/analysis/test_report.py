@@ -19,8 +19,10 @@ import pytest
 from browser import Browser, chromium_path
 from conftest import TINY, nvbench
 
-from harness.analysis import report, report_plots, verdicts_file, wording
+from harness.analysis import compare, report, report_plots, verdicts_file, wording
+from harness.analysis.runs import load_run
 from harness.analysis.verdict import DEFAULT_FLOOR_PCT, CellVerdict, MetricVerdict, Thresholds
+from harness.commands.common import EXIT_INCONCLUSIVE, print_report
 from harness.results import store
 from harness.results.accuracy import top1_text
 from harness.results.schema import cell_table
@@ -188,16 +190,22 @@ def test_report_of_a_run_against_itself(runs, documented_run):
     out = root / "self"
     proc = documented_run(["report", str(a), "--baseline", str(a), "--out", str(out), "--fail-on-regression"])
     assert proc.returncode == 3, proc.stderr  # nothing regressed, nothing was shown unchanged either
-    assert proc.stdout.split() == [str(out / name) for name in report.REPORT_FILES]
-    assert "2 inconclusive" in proc.stderr  # one repeat a side
+    files = len(report.REPORT_FILES)
+    assert proc.stdout.splitlines()[:files] == [str(out / name) for name in report.REPORT_FILES]
+    # the verdict lines follow on stdout (where `> log` keeps them); the warning stays on stderr
+    assert proc.stdout.splitlines()[files] == "A vs run A: 2 inconclusive"  # one repeat a side
     assert proc.stderr.startswith("warning: 2 cell(s) have fewer usable repeats than a permutation test needs")
-    assert proc.stderr.count("\ninconclusive: ") == 2 and "needs ~5 repeats a side" in proc.stderr
+    # the console groups the cells as `nvbench run` does, and says the run was compared with itself
+    assert "\nnote: this run is compared with itself (the same folder): no cell can change" in proc.stdout
+    assert "\nINCONCLUSIVE: 2 cells neither shown changed nor shown unchanged, not a pass\n  2 of 2: " in proc.stdout
+    assert "needs ~5 repeats a side" in proc.stdout and "\ninconclusive: " not in proc.stdout
     html_text = check_html(out / "report.html")
     for heading in ("Headline", "Cells, sorted by effect", "Change vs baseline", "Throughput by backend",
                     "Top-1 accuracy", "Exposed data wait", "Loader efficiency", "Environment differences",
                     "Failed and skipped cells"):
         assert heading in html_text, heading
     assert "None: both sides ran in the same recorded environment." in html_text
+    assert "<p>note: this run is compared with itself (the same folder)" in html_text
     md = (out / "summary.md").read_text()
     assert md.startswith("## nvbench: A vs run A") and "no confirmed regression" in md
     suite = junit(out / "junit.xml")
@@ -227,6 +235,11 @@ def test_report_of_a_run_against_itself(runs, documented_run):
     assert all(v.fast_step.effect_pct == pytest.approx(0.0, abs=1e-9) for v in result.comparison.verdicts)
     check_html(result.out_dir / "report.html")
     assert verdicts_file.read_verdicts(result.out_dir / "verdicts.parquet") == list(result.comparison.verdicts)
+    # another folder holding the same run id is the run itself too; a different run is not
+    again = copy_run(a, root / "again", run_id="A")
+    note = wording.self_comparison_note(compare.compare_runs(load_run(a), load_run(again)))
+    assert note.startswith("note: this run is compared with itself (the same run id A)")
+    assert wording.self_comparison_note(compare.compare_runs(load_run(six), load_run(a))) is None
 
 
 def test_a_confirmed_regression_fails_junit_and_the_exit_code(runs):
@@ -237,7 +250,8 @@ def test_a_confirmed_regression_fails_junit_and_the_exit_code(runs):
     args = ("report", str(cand), "--baseline", str(faster), "--out", str(out))
     proc = nvbench(*args, "--fail-on-regression")
     assert proc.returncode == 1, proc.stderr
-    assert "regression: synthetic_nchw_fp32_ws1_ga1_" in proc.stderr
+    assert "\nregression: synthetic_nchw_fp32_ws1_ga1: throughput -90.0% [" in proc.stdout  # a line per cell
+    assert "compared with itself" not in proc.stdout
     assert nvbench(*args).returncode == 0  # without the flag a regression is reported, not fatal
     suite = junit(out / "junit.xml")
     assert suite.get("failures") == "2"
@@ -345,7 +359,7 @@ def test_history_screening_names_suspects_but_does_not_fail(runs, documented_run
     out = root / "history-report"
     proc = documented_run(["report", str(slow), "--history", str(hist), "--out", str(out), "--fail-on-regression"])
     assert proc.returncode == 0, proc.stderr  # suspects are not confirmed regressions
-    assert "2 suspect regressions" in proc.stderr
+    assert "2 suspect regressions" in proc.stdout
     suspects = json.loads((out / "suspects.json").read_text())
     assert {s["verdict"] for s in suspects} == {"suspect regression"}
     assert {tuple(s["only"][:1]) for s in suspects} == {("backend=synthetic",), ("backend=pytorch",)}
@@ -375,7 +389,8 @@ def test_the_report_names_both_sides_offers_the_gpu_columns_and_every_plot_has_u
     store.write_json(six / "manifest.json", manifest)
     text = check_html(report.make_report(six, baseline=a, out_dir=root / "six-b-report").out_dir / "report.html")
     env = manifest["environment"]
-    setup = text[text.index('<table class="setup">'):text.index("</table>")]
+    start = text.index('<table class="setup">')
+    setup = text[start:text.index("</table>", start)]
     for name in ("device", "driver", "CUDA", "cuDNN", "torch", "DALI", "nvbench", "matrix efficiency"):
         assert f">{name}</th>" in setup, name
     baseline_efficiency = store.read_json(a / "manifest.json")["matrix_efficiency"]  # the runner records it
@@ -510,3 +525,59 @@ def test_the_report_shows_the_matrix_as_a_heatmap_above_a_table_that_fits_1280_p
         browser.evaluate(f"document.querySelector('a.tile[href=\"{skipped}\"]').click()")
         assert browser.evaluate(f"document.getElementById('{skipped[1:]}').open") is True
         assert browser.load(page).errors == []
+
+
+@pytest.fixture(scope="module")
+def one_repeat_mission(runs):
+    """What a newcomer's first `nvbench report` meets: the mission's smoke-sized run against another, one repeat
+    a side (the candidate 2 % faster), written once. Returns the report and how many cells ran."""
+    root, a, _ = runs
+    base, ran = mission_smoke_like(a, root / "one-base", repeats=1, factor=lambda i: 1.0)
+    cand, _ = mission_smoke_like(a, root / "one-cand", repeats=1, factor=lambda i: 1.02)
+    return report.make_report(cand, baseline=base, out_dir=root / "one-report"), ran
+
+
+def test_the_report_console_groups_cells_by_verdict_and_fits_80_columns_without_cutting_a_word(
+        one_repeat_mission, monkeypatch, capsys):
+    result, ran = one_repeat_mission
+    monkeypatch.setenv("COLUMNS", "80")
+    assert print_report(result, fail_on_regression=True) == EXIT_INCONCLUSIVE
+    lines = capsys.readouterr().err.splitlines()
+    assert max(map(len, lines)) <= 80 and not any(line.endswith("…") for line in lines)
+    # 36 inconclusive and 60 skipped cells: a group each with its count and commonest reason, not 96 lines
+    assert len(lines) < 16, lines
+    start = lines.index(f"INCONCLUSIVE: {ran} cells neither shown changed nor shown unchanged, not a pass")
+    assert lines[start + 1].startswith(f"  {ran} of {ran}: ")
+    skipped = lines.index("skipped: 60 cells")
+    assert lines[skipped + 1].startswith("  36 of 60 (the commonest reason): world_size 8 exceeds")
+    shown = " ".join(line.strip() for line in lines[skipped + 1:])
+    reason = next(v.reason for v in result.comparison.verdicts if v.reason.startswith("world_size 8"))
+    assert len(reason) > 80 and " ".join(reason.split()) in shown  # wrapped whole, every word in one piece
+
+
+def test_the_first_screen_shows_the_headline_and_the_heatmap_and_every_row_the_figures_of_its_tile(
+        one_repeat_mission):
+    binary = chromium_or_skip()
+    result, ran = one_repeat_mission
+    page = result.out_dir / "report.html"
+    text = check_html(page)
+    assert text.index('id="headline"') < text.index('class="heatmap"') < text.index('class="setup"')
+    rows_js = ("Array.from(document.querySelectorAll('table.cells tbody.cell')).map(b => [b.id.slice(5), "
+               "b.querySelector('tr.main').cells[2].innerText, b.querySelector('tr.main').cells[3].innerText, "
+               "b.querySelector('tr.main').cells[4].innerText])")
+    tiles_js = ("Object.fromEntries(Array.from(document.querySelectorAll('.heatmap a.tile')).map(t => "
+                "[t.dataset.cell, [t.querySelector('.rate').innerText, t.querySelector('.chg').innerText]]))")
+    with Browser(binary) as browser:
+        browser.viewport(1280, 800)
+        assert browser.load(page).errors == []
+        bottom = "(s => document.querySelector(s).getBoundingClientRect().bottom)"
+        assert browser.evaluate(f"{bottom}('.cards')") <= 800  # the headline counts above the fold
+        assert browser.evaluate(f"{bottom}('.hm-grid')") <= 800  # and the heatmap's first panel, whole
+        assert browser.evaluate("document.querySelector('#setup details').open") is False  # the setup folded
+        rows, tiles = browser.evaluate(rows_js), browser.evaluate(tiles_js)
+    assert len(rows) == ran
+    for cell_id, change, img_s, mdc in rows:  # 1 + 1 repeats: the test cannot run, the figures still show
+        this, base = (float(x) for x in re.fullmatch(r"(\d+\.\d) / (\d+\.\d)", img_s).groups())
+        rate, tile_change = tiles[cell_id]
+        assert float(rate) == pytest.approx(this, rel=0.005, abs=0.051) and this == pytest.approx(1.02 * base, rel=0.01)
+        assert tile_change.endswith(f"{change}%") and mdc == "n/a: 1 repeat"

@@ -216,8 +216,12 @@ def test_steady_means_the_last_chunk_is_within_two_percent_of_the_one_before():
     assert warmup.is_steady(np.r_[np.full(10, 1.0), np.full(10, 1.019)])
     assert not warmup.is_steady(np.r_[np.full(10, 1.0), np.full(10, 1.03)])
     assert not warmup.is_steady(np.full(19, 1.0))  # two chunks are needed to judge
-    # medians: a single stall in a chunk does not keep warmup going
-    assert warmup.is_steady(np.r_[np.full(10, 1.0), np.full(9, 1.0), [5.0]])
+    # medians: a single stall in a chunk does not keep warmup going...
+    assert warmup.is_steady(np.r_[np.full(10, 1.0), np.full(4, 1.0), [5.0], np.full(5, 1.0)])
+    # ...but one as the chunk ends does: a hiccup under way, the window would open in it (issue 42)
+    assert not warmup.is_steady(np.r_[np.full(10, 1.0), np.full(9, 1.0), [5.0]])
+    # and so does a last chunk that opens slow: the steps have not settled yet
+    assert not warmup.is_steady(np.r_[np.full(10, 1.0), [3.0, 3.0, 3.0], np.full(7, 1.0)])
     assert warmup.is_steady(np.r_[np.full(30, 3.0), np.full(10, 1.0), np.full(10, 1.01)])  # only the last two
 
 

@@ -94,7 +94,8 @@ def test_shapes_classes_differ_in_colour_and_images_vary(tmp_path):
 
 
 def test_ensure_dataset_names_by_parameters_and_generates_once(tmp_path, monkeypatch):
-    first = ensure_dataset(tmp_path, **TINY)
+    said = []
+    first = ensure_dataset(tmp_path, notify=said.append, **TINY)
     assert first.parent == tmp_path
     assert first.name == f"shapes-16px-3c-{DatasetParams(**TINY).key()}"
     stamp = (first / "dataset.json").stat().st_mtime_ns
@@ -103,8 +104,11 @@ def test_ensure_dataset_names_by_parameters_and_generates_once(tmp_path, monkeyp
         raise AssertionError("regenerated a dataset that was already complete")
 
     monkeypatch.setattr(generate, "make_dataset", must_not_run)
-    assert ensure_dataset(tmp_path, **TINY) == first
+    assert ensure_dataset(tmp_path, notify=said.append, **TINY) == first
     assert (first / "dataset.json").stat().st_mtime_ns == stamp
+    # the run's dataset line says which it did, and where
+    assert said == [f"dataset: generating shapes 16px x 3 classes into {first}",
+                    f"dataset: reusing shapes 16px x 3 classes in {first}"]
     monkeypatch.undo()
     other = ensure_dataset(tmp_path, **{**TINY, "seed": 3})
     assert other != first and (other / "dataset.json").exists()

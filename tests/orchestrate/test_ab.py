@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
 import signal
 import stat
@@ -83,7 +84,8 @@ def test_ab_runs_both_interpreters_interleaved_and_reports(tiny_matrix, tmp_path
     (verdict,) = pq.read_table(out / "report" / "verdicts.parquet").to_pylist()
     assert verdict["verdict"] == "inconclusive" and verdict["num_candidate"] == 1
     assert verdict["candidate_run_id"] == "b" and verdict["baseline_run_id"] == "a"
-    assert "vs A (" in (out / "report" / "summary.md").read_text()
+    summary = (out / "report" / "summary.md").read_text().replace("\\_", "_")  # Markdown escapes underscores
+    assert summary.startswith("## nvbench: B vs A\n") and f"- B: candidate ({python_b})" in summary
 
 
 def test_ab_rejects_an_interpreter_that_cannot_run_nvbench(tiny_matrix, tmp_path):
@@ -123,7 +125,8 @@ def test_ab_side_a_runs_another_checkout_and_the_fire_drill_slows_only_b(tiny_ma
     assert [r["fire_drill_pct"] for r in rows["a"]] == [0.0]
     assert [r["fire_drill_pct"] for r in rows["b"]] == [50.0]
     summary = (out / "report" / "summary.md").read_text().replace("\\_", "_")  # Markdown escapes underscores
-    assert f"vs A ({sys.executable} in {other})" in summary
+    # side A is named by what differs (the copy is no git checkout: no commit) and where it ran
+    assert f"- A: nvbench (none) ({other})" in summary and "B vs A" in proc.stdout
 
 
 def test_ab_rejects_a_folder_that_is_not_a_checkout(tiny_matrix, tmp_path):
@@ -222,6 +225,38 @@ def test_more_pairs_go_to_the_inconclusive_cells_only_until_none_is_left_or_the_
     history = ab.run_adaptive(tmp_path, [10, 20, 40], judge=lambda: next(verdicts), caps=None, envs={},
                               pythons={}, seed=5, notify=lambda m: None)
     assert [h["pairs"] for h in history] == [10, 20] and extended == [("a", ("c1",), 20), ("b", ("c1",), 20)]
+
+
+@pytest.mark.slow
+def test_a_repeat_whose_window_opens_in_a_transient_runs_again_and_the_verdict_on_stdout_says_so(tiny_matrix, tmp_path):
+    matrix = tiny_matrix('backend = ["synthetic"]', repeats=1)  # one pair
+    matrix.write_text(matrix.read_text().replace("warmup_steps = 1\n", "warmup_steps = 3\n")
+                      .replace("measure_steps = 3\n", "measure_steps = 12\n"))
+    out, log = tmp_path / "ab", tmp_path / "out.txt"
+    with open(log, "w") as stdout:  # `nvbench ab ... > out.txt`
+        proc = subprocess.run([sys.executable, "-m", "harness", "ab", str(matrix), "--out", str(out), "--seed", "3"],
+                              check=False, stdout=stdout, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                              env=dict(os.environ, NVBENCH_FAULT="run=b&repeat=0:slow_start"))  # B's repeat 0 only
+    assert proc.returncode == 0, proc.stderr
+    text = log.read_text()
+    rows = {side: pq.read_table(out / side / "cells").to_pylist() for side in ("a", "b")}
+    superseded = {side: [r for r in rows[side] if r["status"] == "superseded"] for side in rows}
+    # the faulted repeat ran twice, the second time as a fresh process without the fault; its first row stays
+    (kept,) = [r for r in superseded["b"] if r["injected_fault"] == "slow_start"]
+    assert kept["start_transient_steps"] >= 3 and kept["is_steady"] is False
+    assert kept["reason"].startswith("window opened in a start transient (first ") and "run again" in kept["reason"]
+    assert (out / "b" / "steps" / f"{Path(kept['log_path']).stem}.parquet").exists()  # its steps as they ran
+    assert [r["injected_fault"] for r in rows["b"] if r["status"] == "ok"] == [None]
+    order = json.loads((out / "ab.json").read_text())["order"]
+    first_b = [side for side, _, _ in order].index("b")
+    assert order[first_b + 1][0] == "b"  # the re-run came at once, still beside its pair
+    # the verdict lines went to stdout, both sides named alike, with how many repeats ran again
+    n, a, b = sum(map(len, superseded.values())), len(superseded["a"]), len(superseded["b"])
+    assert f"A: baseline ({sys.executable})\nB: candidate ({sys.executable})\n" in text
+    assert f"B vs A: 1 inconclusive ({n} repeat{'s' if n > 1 else ''} re-run after a start transient)" in text
+    assert f"; {n} repeat{'s' if n > 1 else ''} re-run after a start transient (A {a}, B {b})" in text
+    assert "B vs A" not in proc.stderr and "A/B folder:" in proc.stderr  # diagnostics stay on stderr
+    assert f"A: baseline ({sys.executable})" in (out / "report" / "report.html").read_text()
 
 
 def test_an_ab_no_schedule_can_decide_is_one_line_and_exit_2(tiny_matrix, tmp_path):

@@ -38,6 +38,16 @@ def test_older_file_gains_new_columns_as_null(tmp_path):
     assert table.column("throughput_img_per_s").to_pylist() == [None]
 
 
+def test_a_version_4_row_reads_its_start_unchecked(tmp_path):
+    old = pa.table({"run_id": ["r"], "cell_id": ["a"], "repeat": [0], "status": ["ok"], "is_steady": [True]})
+    old = old.replace_schema_metadata({METADATA_VERSION_KEY: b"4"})
+    (tmp_path / "cells").mkdir()
+    pq.write_table(old, tmp_path / "cells" / "a-r0.parquet")
+    (row,) = store.read_cells(tmp_path).to_pylist()
+    assert RESULT_SCHEMA_VERSION == 5
+    assert row["start_transient_steps"] is None and row["is_steady"] is True  # never checked, not "settled"
+
+
 def test_newer_or_foreign_files_are_refused(tmp_path):
     newer = pa.table({"x": [1]}).replace_schema_metadata(
         {METADATA_VERSION_KEY: str(RESULT_SCHEMA_VERSION + 1).encode()})

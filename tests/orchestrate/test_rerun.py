@@ -1,0 +1,95 @@
+"""A/B re-runs of a repeat whose window opened in a start transient (harness.orchestrate.rerun) on a run folder of
+real Parquet files, and how an A/B names its sides (harness.orchestrate.ab_sides). The processes themselves run in
+tests/orchestrate/test_ab.py."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from harness.orchestrate import ab_sides, job, rerun, runfolder
+from harness.results import store
+from harness.results.schema import cell_table, step_table
+from harness.spec.cells import job_key
+
+CELL = "synthetic_nchw_fp32_ws1_ga1_0123456789"
+TRANSIENT = ("not steady: start transient: first 3 steps at 2.9-7.1x the window's median (18% of the window's "
+             "time beyond its settled steps); lengthen the warm-up or use warmup_steps = \"auto\"")
+
+
+def finished(run_dir: Path, repeat: int, *, transient: int) -> dict:
+    """A job's files as the runner leaves them: its row, its steps, its log."""
+    key = job_key(CELL, repeat)
+    row = {"run_id": run_dir.name, "cell_id": CELL, "repeat": repeat, "status": "ok", "reason": "",
+           "throughput_img_per_s": 100.0, "is_steady": not transient, "start_transient_steps": transient,
+           "steadiness": TRANSIENT if transient else "steady", "log_path": f"logs/{key}.log"}
+    store.write_table(run_dir / "cells" / f"{key}.parquet", cell_table([row]))
+    store.write_table(run_dir / "steps" / f"{key}.parquet", step_table({"step": [0, 1], "repeat": [repeat] * 2,
+                                                                        "step_time_s": [0.3, 0.1]}))
+    (run_dir / "logs").mkdir(exist_ok=True)
+    (run_dir / "logs" / f"{key}.log").write_text("the cell's output\n")
+    return row
+
+
+def test_a_transient_row_is_kept_as_superseded_with_its_steps_and_log_and_its_job_is_pending_again(tmp_path):
+    run_dir = tmp_path / "b"
+    row = finished(run_dir, 4, transient=3)
+    reruns = rerun.Reruns.of([run_dir], 2)
+    assert reruns.wanted(run_dir, row)
+    reason = reruns.supersede(run_dir, row)
+    assert reason == ("window opened in a start transient (first 3 steps at 2.9-7.1x the window's median): run "
+                      "again (re-run 1 of at most 2 for this cell on this side)")
+    kept = f"{job_key(CELL, 4)}-superseded1"
+    (cells,) = pq.read_table(run_dir / "cells").to_pylist()  # one row: the transient one, renamed
+    assert cells["status"] == "superseded" and cells["reason"] == reason and cells["log_path"] == f"logs/{kept}.log"
+    assert cells["throughput_img_per_s"] == 100.0 and cells["start_transient_steps"] == 3  # the row as it ran
+    assert pq.read_table(run_dir / "steps" / f"{kept}.parquet").column("step_time_s").to_pylist() == [0.3, 0.1]
+    assert (run_dir / "logs" / f"{kept}.log").read_text() == "the cell's output\n"
+    assert runfolder.pending(run_dir, [(CELL, 4)]) == [(CELL, 4)]
+    # a resumed A/B counts what it spent, per side
+    assert rerun.Reruns.of([run_dir, tmp_path / "a"], 2).used == {(str(run_dir), CELL): 1}
+
+
+def test_re_runs_stop_at_the_budget_and_never_repeat_an_injected_fault(tmp_path, monkeypatch):
+    run_dir = tmp_path / "b"
+    faults = []
+
+    def run_job(cell, repeat, ctx):  # every run of this job opens in a transient
+        faults.append(ctx.fault_spec)
+        return finished(run_dir, repeat, transient=2)
+
+    monkeypatch.setattr(job, "run_job", run_job)
+    ctx = job.JobContext(run_dir=run_dir, run_id="b", caps=None, env={}, env_key="k",
+                         fault_spec="run=b&repeat=0:slow_start", notify=lambda message: None)
+    cell = dataclasses.make_dataclass("FakeCell", ["cell_id"])(CELL)
+    reruns = rerun.Reruns.of([run_dir], 2)
+    rows = list(rerun.runs_of(cell, 0, ctx, reruns, side="b"))
+    assert len(rows) == 3 and faults == ["run=b&repeat=0:slow_start", None, None]
+    statuses = sorted(r["status"] for r in pq.read_table(run_dir / "cells").to_pylist())
+    assert statuses == ["ok", "superseded", "superseded"]  # the last run stays, transient and all
+    assert len(list(rerun.runs_of(cell, 1, ctx, rerun.Reruns(limit=0), side="b"))) == 1  # --max-reruns 0
+
+
+def test_a_clean_row_is_never_run_again(tmp_path):
+    run_dir = tmp_path / "a"
+    reruns = rerun.Reruns(limit=5)
+    assert not reruns.wanted(run_dir, finished(run_dir, 0, transient=0))
+    assert not reruns.wanted(run_dir, {"cell_id": CELL, "status": "failed", "start_transient_steps": None})
+
+
+def test_the_sides_are_named_by_what_tells_them_apart():
+    a = {"torch_version": "2.12.1+cpu", "python_version": "3.11.9", "nvbench_git_sha": "1" * 40}
+    b = {"torch_version": "2.13.0+cpu", "python_version": "3.11.9", "nvbench_git_sha": "1" * 40}
+    assert ab_sides.labels({"a": a, "b": b}) == {"a": "torch 2.12.1+cpu", "b": "torch 2.13.0+cpu"}
+    c = dict(a, nvbench_git_sha="abcdef0123456789")
+    assert ab_sides.labels({"a": a, "b": c}) == {"a": "nvbench 1111111111", "b": "nvbench abcdef0123"}
+    assert ab_sides.labels({"a": a, "b": a}) == {"a": "baseline", "b": "candidate"}
+    assert ab_sides.labels({"a": a, "b": a}, {"a": "old", "b": None}) == {"a": "old", "b": "candidate"}
+    lines = ab_sides.side_lines({"a": "torch 2.12.1", "b": "torch 2.13.0"},
+                                {"a": ab_sides.where("/v1/bin/python", None),
+                                 "b": ab_sides.where(sys.executable, "/src/tonight")})
+    assert lines == ("A: torch 2.12.1 (/v1/bin/python)", "B: torch 2.13.0 (/src/tonight)")
+    assert ab_sides.where("/v1/bin/python", "/src") == "/v1/bin/python in /src"
