@@ -23,10 +23,11 @@ from harness.spec.matrix import AXES
 from harness.stats import changepoint
 from harness.stats.inference import mean_interval, to_percent
 
-CHANGES_VERSION = 2
+CHANGES_VERSION = 3
 """Version of changes.parquet (schema metadata nvbench.changes_version). 1: first release. 2: p_floor, the
 smallest p the test could report; confirmation and confirmation_note, what the nightly's A/B of the change's
-commits said (trend.read_changes migrates 1: all three null)."""
+commits said (trend.read_changes migrates 1: all three null). 3: the model axis (`model`, after cell_id;
+read as null from 1 and 2)."""
 
 CONFIRMED, NOT_CONFIRMED, COULD_NOT_CONFIRM = "confirmed", "not confirmed", "could not confirm"
 """What a confirmation can say (Change.confirmation); null: none was asked (a drift, `nvbench history` alone)."""
@@ -151,6 +152,7 @@ class Change:
     """A change point or a drift of one cell's metric: one row of changes.parquet."""
 
     cell_id: str
+    model: str | None = None
     backend: str | None = None
     memory_format: str | None = None
     precision: str | None = None

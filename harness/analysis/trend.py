@@ -70,11 +70,11 @@ _ADDED_IN_2 = ("p_floor", "confirmation", "confirmation_note")
 
 def migrate_changes(table: pa.Table, version: int) -> pa.Table:
     """A changes table of an older version as the current one: version 1 had no p_floor and no confirmation
-    (null: not known, not asked)."""
-    if version < 2:
-        for name in _ADDED_IN_2:
-            table = table.append_column(change_schema().field(name), pa.nulls(table.num_rows,
-                                                                               change_schema().field(name).type))
+    (null: not known, not asked), versions 1 and 2 no model (null: the model was not an axis)."""
+    added = (_ADDED_IN_2 if version < 2 else ()) + (("model",) if version < 3 else ())
+    for name in added:
+        field = change_schema().field(name)
+        table = table.append_column(field, pa.nulls(table.num_rows, field.type))
     return table.select(list(CHANGE_COLUMNS))
 
 

@@ -136,6 +136,8 @@ class CellVerdict:
     MetricVerdict per metric tested. One row of verdicts.parquet (to_row / from_row)."""
 
     cell_id: str
+    model: str | None = None
+    """Null in verdicts written before version 7."""
     backend: str | None = None
     memory_format: str | None = None
     precision: str | None = None
@@ -267,7 +269,7 @@ VERDICT_COLUMNS = (
     "is_smoke", "env_diff", "candidate_run_id", "baseline_run_id",
     "phase", "phase_change_ms", "phase_change_low_ms", "phase_change_high_ms", "step_change_ms", "attribution",
 )
-"""The columns of verdicts.parquet (version 6), in order: CellVerdict's cell-level fields (the matrix's axes
+"""The columns of verdicts.parquet (version 7), in order: CellVerdict's cell-level fields (the matrix's axes
 among them: CellVerdict names each) and every MetricVerdict flattened by METRIC_COLUMNS."""
 
 

@@ -53,8 +53,8 @@ def build_engine(cell: Cell, device: torch.device, *, dataset_images: int, wrap=
     """The cell's model and engine on `device`, as every cell process builds them (benchmarks/overhead.py's
     bare loop builds its engine here too, so the two cannot drift apart)."""
     with torch.device(device):  # initialised where it trains: no host-side init and copy
-        model = build_model(cell.benchmark.model, num_classes=cell.benchmark.num_classes,
-                            zero_init_residual=cell.recipe.zero_init_residual)
+        model = build_model(cell.model, num_classes=cell.benchmark.num_classes,
+                            zero_init_residual=cell.recipe.zero_init_residual, search_dirs=cell.model_search_dirs)
     return Engine(model, engine_options(cell, str(device), dataset_images=dataset_images), wrap=wrap,
                   ranges=ranges)
 

@@ -3,6 +3,7 @@ peak memory, and where a diverged cell's loss went bad."""
 
 from __future__ import annotations
 
+import functools
 import resource
 import sys
 import time
@@ -19,6 +20,7 @@ from harness.cell.context import Context, all_reduce
 from harness.cell.engine import Engine
 from harness.cell.telemetry import THROTTLE_REASON_BITS, TelemetrySummary
 from harness.cell.timing import VALIDATION
+from harness.models import build_model
 from harness.results import store
 
 
@@ -111,7 +113,10 @@ def count_flops(ctx: Context) -> float | None:
     if key in known:
         return known[key]
     try:
-        value = flops.training_flops_per_image(b.model, num_classes=b.num_classes, image_size=b.image_size)
+        # The counter the registry's figures come from, for every model; a user's module found where the cell's was.
+        builder = functools.partial(build_model, search_dirs=ctx.cell.model_search_dirs)
+        value = flops.training_flops_per_image(b.model, num_classes=b.num_classes, image_size=b.image_size,
+                                               builder=builder)
     except Exception as exc:  # a model the meta device cannot run costs the MFU columns, not the cell
         print(f"nvbench: warning: FLOPs not counted ({type(exc).__name__}: {exc}); MFU columns are null",
               file=sys.stderr)

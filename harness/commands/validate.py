@@ -1,4 +1,5 @@
-"""`nvbench validate`: check matrix files and report every problem at once."""
+"""`nvbench validate`: check matrix files and report every problem at once; list what each model's registry
+defaults set, and build the user's own models in a child process."""
 
 from __future__ import annotations
 
@@ -9,17 +10,27 @@ from harness.spec.parse import MatrixError, load_matrix
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    from harness.orchestrate.model_check import user_model_problems
+    from harness.spec.cells import expand
+    from harness.spec.model_axis import defaults_lines
+
     problems = []
     for path in args.matrix:
         try:
             matrix = load_matrix(path)
-            from harness.spec.cells import expand
-
             cells = expand(matrix, only=args.only)
-            print(f"{path}: ok, {len(cells)} cells x {matrix.run.repeats} repeats")
-            reach_warning(matrix.run.repeats, smoke=False, what=f"{path}: run.repeats = {matrix.run.repeats}")
         except MatrixError as exc:
             problems += exc.problems
+            continue
+        models = {c.model for c in cells}
+        built = user_model_problems(matrix, models)
+        if built:
+            problems += [f"{path}: {p}" for p in built]
+            continue
+        print(f"{path}: ok, {len(cells)} cells x {matrix.run.repeats} repeats")
+        for line in defaults_lines(matrix, models):
+            print(f"  {line}")
+        reach_warning(matrix.run.repeats, smoke=False, what=f"{path}: run.repeats = {matrix.run.repeats}")
     return bad_input(problems) if problems else EXIT_OK
 
 

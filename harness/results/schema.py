@@ -77,7 +77,8 @@ CELL_COLUMNS: tuple[Column, ...] = (
     _c("compile", S, "", "Axis: eager, inductor (the step under torch.compile) or cudagraph (the whole step captured "
        "as one CUDA graph and replayed); null in rows from before the axis (eager)."),
     _c("nnodes", I, "nodes", "Nodes in the torchrun group."),
-    _c("model", S, "", "Model registry name."),
+    _c("model", S, "", "Axis: the model, a registry name or the user's own as its import path "
+       "'package.module:builder'."),
     _c("batch_size", I, "images", "Per-process micro-batch."),
     _c("image_size", I, "px", "Crop side."),
     _c("num_classes", I, "", "Classifier outputs."),

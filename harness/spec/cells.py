@@ -10,6 +10,7 @@ import random
 from dataclasses import dataclass
 from typing import Any, Iterable
 
+from harness.models.user import is_import_path, model_token
 from harness.spec.knobs import suggest
 from harness.spec.matrix import (
     AXES,
@@ -36,6 +37,8 @@ _ID_EXCLUDED = {"benchmark": {"name", "timeout_s"}, "data": {"cache_dir"},
                 "run": {"repeats", "order", "shuffle_seed", "device", "speed_probe", "phase_timing", "slots"},
                 # Where a node sits in its rendezvous, not what the group measures: all nodes share one id.
                 "launch": {"node_rank", "rdzv_endpoint", "rdzv_id", "rdzv_backend"}}
+_ID_EXCLUDED_FIELDS = ("id_names_model", "model_search_dirs")
+"""The cell's own fields left out of the hash: how its id reads and where its model is found."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -54,6 +57,16 @@ class Cell:
     launch: LaunchConfig
     compile: str = "eager"
     is_smoke: bool = False
+    id_names_model: bool = False
+    """The id's readable part starts with the model: its matrix has several models (a user's model always
+    starts it). Not in the hash: a single-model matrix keeps the ids it had before the model axis."""
+    model_search_dirs: tuple[str, ...] = ()
+    """Where the user's model module is looked for (harness.spec.model_axis); where, not what: not in the id."""
+
+    @property
+    def model(self) -> str:
+        """The model axis: benchmark.model, which the hash has always covered."""
+        return self.benchmark.model
 
     @property
     def axes(self) -> dict[str, Any]:
@@ -63,13 +76,17 @@ class Cell:
     def cell_id(self) -> str:
         """Readable axis prefix + hash of every knob that affects the measurement."""
         plain = self.to_plain()
+        for name in _ID_EXCLUDED_FIELDS:
+            plain.pop(name)
         for section, names in _ID_EXCLUDED.items():
             for name in names:
                 plain[section].pop(name, None)
         digest = hashlib.sha256(json.dumps(plain, sort_keys=True).encode()).hexdigest()[:10]
         a = self
+        model = f"{model_token(a.model)}_" if a.id_names_model or is_import_path(a.model) else ""
         mode = "" if a.compile == "eager" else f"_{a.compile}"
-        return f"{a.backend}_{a.memory_format}_{a.precision}_ws{a.world_size}_ga{a.grad_accum}{mode}_{digest}"
+        return (f"{model}{a.backend}_{a.memory_format}_{a.precision}_ws{a.world_size}_ga{a.grad_accum}{mode}_"
+                f"{digest}")
 
     @property
     def images_per_step(self) -> int:
@@ -84,11 +101,12 @@ class Cell:
         return from_plain(cls, data)
 
 
-def shrink_for_smoke(matrix: Matrix) -> tuple[BenchmarkConfig, DataConfig]:
-    """The benchmark and data sections as --smoke runs them: tiny images, steps and generated dataset."""
+def shrink_for_smoke(matrix: Matrix, bench: BenchmarkConfig | None = None) -> tuple[BenchmarkConfig, DataConfig]:
+    """The benchmark (`bench`, or the matrix's) and data sections as --smoke runs them: tiny images, steps and
+    generated dataset."""
     s = matrix.smoke
     bench = dataclasses.replace(
-        matrix.benchmark, image_size=s.image_size, batch_size=s.batch_size, warmup_steps=s.warmup_steps,
+        bench or matrix.benchmark, image_size=s.image_size, batch_size=s.batch_size, warmup_steps=s.warmup_steps,
         measure_steps=s.measure_steps, val_steps=s.val_steps, num_classes=s.num_classes, timeout_s=s.timeout_s)
     generate = dataclasses.replace(
         matrix.data.generate, image_size=s.dataset_image_size, num_classes=s.num_classes,
@@ -128,20 +146,26 @@ def _as_int(text: str) -> int | str:
 
 
 def expand(matrix: Matrix, *, smoke: bool = False, only: Iterable[str] = ()) -> list[Cell]:
-    """Cartesian product of the axes minus excludes, in axis order; `only` filters by axis values."""
+    """Cartesian product of the axes minus excludes, in axis order; `only` filters by axis values, and under
+    `smoke` so does smoke.only."""
     allowed = parse_only(only, matrix.source)
-    bench, data = shrink_for_smoke(matrix) if smoke else (matrix.benchmark, matrix.data)
+    filters = [allowed, parse_only(matrix.smoke.only, matrix.source)] if smoke else [allowed]
+    models = {s.model: s for s in matrix.models}
     cells = []
     for values in itertools.product(*(getattr(matrix.axes, axis) for axis in AXES)):
         axes = dict(zip(AXES, values))
         if any(ex.matches(axes) for ex in matrix.excludes):
             continue
-        if any(axes[axis] not in ok for axis, ok in allowed.items()):
+        if any(axes[axis] not in ok for keep in filters for axis, ok in keep.items()):
             continue
-        cells.append(Cell(**axes, benchmark=bench, recipe=matrix.recipe, data=data, run=matrix.run,
-                          launch=matrix.launch, is_smoke=smoke))
+        settings = models[axes.pop("model")]
+        bench, data = shrink_for_smoke(matrix, settings.benchmark) if smoke else (settings.benchmark, matrix.data)
+        cells.append(Cell(**axes, benchmark=bench, recipe=settings.recipe, data=data, run=matrix.run,
+                          launch=matrix.launch, is_smoke=smoke, id_names_model=len(matrix.models) > 1,
+                          model_search_dirs=settings.search_dirs))
     if not cells:
         what = " and ".join(f"--only {a}={'|'.join(map(str, sorted(v, key=str)))}" for a, v in allowed.items())
+        what += (" and " if what else "") + "smoke.only" if smoke and matrix.smoke.only else ""
         raise MatrixError([f"{matrix.source}: no cell left to run"
                            + (f" after {what}" if what else " (every cell is excluded)")])
     return cells

@@ -23,7 +23,7 @@ WARMUP_TOLERANCE = 0.02
 IMAGENET_TRAIN_IMAGES = 1_281_167
 """Images in ImageNet-1k's training split: the epoch of the reference timeline for synthetic data."""
 
-AXES = ("backend", "memory_format", "precision", "world_size", "grad_accum", "compile")
+AXES = ("model", "backend", "memory_format", "precision", "world_size", "grad_accum", "compile")
 BACKENDS = ("dali-gpu", "dali-cpu", "pytorch", "synthetic")
 COMPILE_MODES = ("eager", "inductor", "cudagraph")
 """How the training step runs: eager PyTorch (the default), under torch.compile (inductor), or captured
@@ -39,6 +39,7 @@ MODEL_OUTPUT_STRIDE = 32
 DIGITS_CLASSES = 10
 """The digits dataset has ten classes (0-9)."""
 AXIS_CHOICES: dict[str, tuple[str, ...] | None] = {
+    "model": MODEL_NAMES,  # and the user's own models, 'package.module:builder' (harness.spec.model_axis)
     "backend": BACKENDS,
     "memory_format": MEMORY_FORMATS,
     "precision": PRECISIONS,
@@ -51,7 +52,10 @@ AXIS_CHOICES: dict[str, tuple[str, ...] | None] = {
 @dataclass(**FROZEN)
 class BenchmarkConfig:
     name: str = knob("benchmark", "Name shown in reports.")
-    model: str = knob("resnet50", "Model registry name (harness/models).", choices=MODEL_NAMES)
+    model: str = knob("resnet50", "The model of every cell: a registry name (" + ", ".join(MODEL_NAMES) + "), or "
+                      "your own as \"package.module:builder\" (docs/recipe.md). A registry model's defaults set the "
+                      "keys of [benchmark] and [recipe] the file leaves out (`nvbench validate` lists them). Several "
+                      "models: the `model` axis instead.")
     num_classes: int = knob(1000, "Classifier outputs; must cover the dataset's classes.", min=1)
     image_size: int = knob(224, "Side of the square training/validation crop in pixels.", min=8)
     batch_size: int = knob(256, "Images per process per micro-batch.", min=1)
@@ -206,10 +210,14 @@ class SmokeConfig:
     dataset_train_per_class: int = knob(8, "Generated training images per class under --smoke.", min=1)
     dataset_val_per_class: int = knob(10, "Generated validation images per class under --smoke (10 x 10 classes: "
                                       "the 100 images a top-1 needs to be shown as a number).", min=1)
+    only: tuple[str, ...] = knob((), "`axis=value` filters every --smoke run applies, as --only does, before the "
+                                 "command line's own: the slice of a large matrix a smoke run keeps (the same axis "
+                                 "twice widens). Empty: every cell.")
 
 
 @dataclass(**FROZEN)
 class Axes:
+    model: tuple[str, ...] = ("resnet50",)
     backend: tuple[str, ...] = ("synthetic",)
     memory_format: tuple[str, ...] = ("nchw",)
     precision: tuple[str, ...] = ("fp32",)
@@ -229,6 +237,23 @@ class Exclude:
 
 
 @dataclass(**FROZEN)
+class ModelSettings:
+    """What one model on the axis trains with: the file's [benchmark] and [recipe] with the model's registry
+    defaults in the keys the file leaves out (harness.spec.model_axis)."""
+
+    model: str
+    key: str
+    """Where the file names the model: "axes.model" or "benchmark.model" (the default's: the latter)."""
+    benchmark: BenchmarkConfig
+    recipe: RecipeConfig
+    from_model: tuple[tuple[str, Any], ...] = ()
+    """("section.key", value) for every value the model's defaults changed from the knob's own default."""
+    search_dirs: tuple[str, ...] = ()
+    """The user's model: the folders its module is looked for in, first to last (the matrix file's folder,
+    then the working directory); () for a registry model."""
+
+
+@dataclass(**FROZEN)
 class Matrix:
     source: str
     source_text: str
@@ -242,6 +267,8 @@ class Matrix:
     launch: LaunchConfig
     smoke: SmokeConfig
     executor: ExecutorConfig
+    models: tuple[ModelSettings, ...] = ()
+    """One per value of the model axis, in its order."""
 
 
 SECTIONS: dict[str, type] = {

@@ -11,7 +11,18 @@ from pathlib import Path
 from typing import Any
 
 from harness.spec.knobs import INT64_MAX, check_value, choice_problem, show, suggest
-from harness.spec.matrix import AXES, AXIS_CHOICES, SCHEMA_VERSION, SECTIONS, TOP_LEVEL, Axes, Exclude, Matrix
+from harness.spec.matrix import (
+    AXES,
+    AXIS_CHOICES,
+    SCHEMA_VERSION,
+    SECTIONS,
+    TOP_LEVEL,
+    Axes,
+    Exclude,
+    Matrix,
+    ModelSettings,
+)
+from harness.spec.model_axis import merge_per_model, model_problem, model_settings, user_model_problems
 from harness.spec.rules import cross_problems
 
 
@@ -56,6 +67,9 @@ def _parse_section(raw: Any, cls: type, where: str, problems: list[str]) -> Any:
 
 
 def parse_axis_value(axis: str, value: Any) -> tuple[Any, str | None]:
+    if axis == "model":  # a registry name or the user's import path: more than a list of choices
+        problem = model_problem(value)
+        return (None, problem) if problem else (value, None)
     choices = AXIS_CHOICES[axis]
     if choices is None:
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -142,15 +156,65 @@ def parse_matrix(raw: dict[str, Any], source: str, source_text: str = "", *,
     if "benchmark" not in raw:
         problems.append("benchmark: missing table; a matrix names its model and sizes in [benchmark]")
     sections = {name: _parse_section(raw.get(name, {}), cls, name, problems) for name, cls in SECTIONS.items()}
-    axes = _parse_axes(raw.get("axes", {}), "axes", problems)
+    given = {f"{name}.{key}" for name in SECTIONS if isinstance(raw.get(name), dict) for key in raw[name]}
+    in_axes = isinstance(raw.get("axes"), dict) and "model" in raw["axes"]
+    axes = _model_axis(in_axes, sections, _parse_axes(raw.get("axes", {}), "axes", problems), given, problems)
     excludes = _parse_excludes(raw.get("exclude", []), axes, "exclude", problems)
-    problems += sections["recipe"].problems()
+    problems += _smoke_only_problems(sections["smoke"].only, axes)
+    models = tuple(model_settings(m, key="axes.model" if in_axes else "benchmark.model", given=given,
+                                  benchmark=sections["benchmark"], recipe=sections["recipe"], source=source)
+                   for m in axes.model)
+    problems += merge_per_model(models, {s.model: s.recipe.problems() + user_model_problems(s) for s in models})
     problems += sections["executor"].problems()
-    problems += cross_problems(sections, axes, excludes, check_paths=check_paths)
+    problems += merge_per_model(models, {s.model: _cross_problems(s, sections, axes, excludes, check_paths)
+                                         for s in models})
     if problems:
         raise MatrixError([f"{source}: {p}" for p in problems])
     return Matrix(source=source, source_text=source_text, version=version, axes=axes, excludes=excludes,
-                  **sections)
+                  models=models, **sections)
+
+
+def _model_axis(in_axes: bool, sections: dict[str, Any], axes: Axes, given: set[str], problems: list[str]) -> Axes:
+    """`axes` with its model axis: as the file lists it (`in_axes`), or else benchmark.model alone. A file names
+    its models in one place: both is an error, not a silent choice of one."""
+    bench = sections["benchmark"]
+    if "benchmark.model" in given:
+        problem = model_problem(bench.model)
+        if problem:
+            problems.append(f"benchmark.model: {problem}")
+            sections["benchmark"] = bench = dataclasses.replace(bench, model=Axes().model[0])  # for the rules
+    if in_axes and "benchmark.model" in given:
+        problems.append("benchmark.model: the file also has axes.model; name the model in one place: "
+                        "axes.model (one or several), or benchmark.model (one)")
+    return axes if in_axes else dataclasses.replace(axes, model=(bench.model,))
+
+
+def _smoke_only_problems(filters: tuple[str, ...], axes: Axes) -> list[str]:
+    """smoke.only's filters: `axis=value`, each value on its axis (or no smoke run would keep a cell of it)."""
+    problems = []
+    for text in filters:
+        axis, sep, value = (part.strip() for part in text.partition("="))
+        if not sep or axis not in AXIS_CHOICES or not value:
+            hint = suggest(axis, AXES) if sep and axis not in AXIS_CHOICES else ""
+            problems.append(f"smoke.only: {text!r}: expected axis=value with one of the axes ({', '.join(AXES)})"
+                            f"{hint}")
+            continue
+        conv, problem = parse_axis_value(axis, int(value) if AXIS_CHOICES[axis] is None and value.isdigit()
+                                         else value)
+        if problem:
+            problems.append(f"smoke.only: {text!r}: {problem}")
+        elif conv not in getattr(axes, axis):
+            problems.append(f"smoke.only: {text!r}: {conv!r} is not on the axis "
+                            f"({', '.join(map(str, getattr(axes, axis)))})")
+    return problems
+
+
+def _cross_problems(settings: ModelSettings, sections: dict[str, Any], axes: Axes, excludes: tuple[Exclude, ...],
+                    check_paths: bool) -> list[str]:
+    """The rules across sections for the cells of one model, with that model's settings."""
+    mine = sections | {"benchmark": settings.benchmark, "recipe": settings.recipe}
+    return cross_problems(mine, dataclasses.replace(axes, model=(settings.model,)), excludes,
+                          check_paths=check_paths)
 
 
 def _toml_position(message: str) -> tuple[str, str]:

@@ -68,7 +68,7 @@ def run_cli(*args: str, capsys) -> tuple[int, str, str]:
 
 def read_changes(path: Path) -> list[dict]:
     table = pq.read_table(path)  # an independent reader: plain pyarrow
-    assert table.schema.metadata[b"nvbench.changes_version"] == b"2"
+    assert table.schema.metadata[b"nvbench.changes_version"] == b"3"
     return table.to_pylist()
 
 

@@ -48,6 +48,8 @@ takes."""
 VERDICTS_V6_COLUMNS = VERDICTS_V5_COLUMNS + (
     "phase", "phase_change_ms", "phase_change_low_ms", "phase_change_high_ms", "step_change_ms", "attribution")
 """Version 6: version 5 and the phase attribution (issue 29)."""
+VERDICTS_V7_COLUMNS = ("cell_id", "model") + VERDICTS_V6_COLUMNS[1:]
+"""Version 7: version 6 and the model axis after cell_id (issue 41)."""
 
 
 def _matrix(folder: Path, name: str, axes: str, repeats: int) -> Path:
@@ -209,9 +211,9 @@ def test_report_of_a_run_against_itself(runs, documented_run):
     suite = junit(out / "junit.xml")
     assert [suite.get(k) for k in ("tests", "failures", "errors", "skipped")] == ["2", "0", "0", "2"]
     table = pq.read_table(out / "verdicts.parquet")
-    assert table.schema.metadata[b"nvbench.verdicts_version"] == b"6"
-    assert tuple(table.column_names) == VERDICTS_V6_COLUMNS
-    assert {r["compile"] for r in table.to_pylist()} == {"eager"}  # every axis of the cell, the new one too
+    assert table.schema.metadata[b"nvbench.verdicts_version"] == b"7"
+    assert tuple(table.column_names) == VERDICTS_V7_COLUMNS
+    assert {(r["compile"], r["model"]) for r in table.to_pylist()} == {("eager", "resnet18")}  # every axis
     thresholds = json.loads(table.schema.metadata[b"nvbench.thresholds"])
     assert thresholds["min_repeats"] == 5 and thresholds["speed_adjust"] is True
     plain = root / "plain"

@@ -162,6 +162,27 @@ def test_smoke_shrinks_every_cell():
     assert c.data.path == "" and c.data.generate.train_per_class == 8 and c.is_smoke
 
 
+def test_smoke_only_keeps_a_slice_under_smoke_alone():
+    m = matrix_of({"axes": {"precision": ["fp32", "bf16"], "world_size": [1, 2], "backend": ["synthetic", "pytorch"]},
+                   "smoke": {"only": ["world_size=1", "backend=pytorch", "backend=synthetic"]}})
+    assert len(expand(m)) == 8  # a full run keeps every cell
+    assert [(c.world_size, c.backend) for c in expand(m, smoke=True)] == [(1, "synthetic"), (1, "synthetic"),
+                                                                          (1, "pytorch"), (1, "pytorch")]
+    assert [c.precision for c in expand(m, smoke=True, only=["precision=bf16"])] == ["bf16", "bf16"]  # narrows more
+    with pytest.raises(MatrixError, match=r"no cell left to run after --only world_size=2 and smoke.only"):
+        expand(m, smoke=True, only=["world_size=2"])
+
+
+@pytest.mark.parametrize("only, problem", [
+    ("wrold_size=1", "smoke.only: 'wrold_size=1': expected axis=value with one of the axes (model, backend, "),
+    ("precision=fp16", "smoke.only: 'precision=fp16': 'fp16' is not on the axis (fp32)"),
+    ("world_size=x", "smoke.only: 'world_size=x': must be a positive integer, got 'x'"),
+])
+def test_smoke_only_names_each_bad_filter(only, problem):
+    probs = problems_of({"smoke": {"only": [only]}})
+    assert len(probs) == 1 and probs[0].startswith(f"m.toml: {problem}"), probs
+
+
 def test_interleaved_schedule_is_seeded():
     ids = ["a", "b", "c"]
     one = schedule(ids, 3, "interleaved", seed=1)
@@ -236,7 +257,7 @@ def test_registry_values_are_checked_with_a_suggestion():
                          "data": {"generate": {"kind": "digit"}}, "run": {"device": "cdua"}})
     assert ("m.toml: benchmark.model: unknown value 'resnet5' (did you mean 'resnet50'?); choose from "
             "resnet18, resnet34, resnet50, resnet101, resnext101-32x4d, se-resnext101-32x4d, efficientnet-b0, "
-            "efficientnet-b4") in probs
+            "efficientnet-b4; or your own model as 'package.module:builder'") in probs
     assert any(p.startswith("m.toml: recipe.schedule: unknown value 'cosin' (did you mean 'cosine'?)")
                for p in probs)
     assert any(p.startswith("m.toml: data.generate.kind: unknown value 'digit' (did you mean 'digits'?)")
