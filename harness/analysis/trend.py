@@ -72,7 +72,7 @@ def migrate_changes(table: pa.Table, version: int) -> pa.Table:
     """A changes table of an older version as the current one: version 1 had no p_floor and no confirmation
     (null: not known, not asked), versions 1 and 2 no model (null: the model was not an axis)."""
     added = (_ADDED_IN_2 if version < 2 else ()) + (("model",) if version < 3 else ())
-    for name in added:
+    for name in (n for n in added if n not in table.column_names):
         field = change_schema().field(name)
         table = table.append_column(field, pa.nulls(table.num_rows, field.type))
     return table.select(list(CHANGE_COLUMNS))

@@ -80,8 +80,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         for cell in cell_list:
             reason = capabilities.skip_reason(cell, caps)
             print(f"{cell.cell_id}  x{matrix.run.repeats}  " + (f"skip: {reason}" if reason else "run"))
-        print(f"{len(cell_list)} cells, {len(cell_list) * matrix.run.repeats} jobs; nothing was run or written")
         print(cost.text())
+        print(f"{len(cell_list)} cells, {len(cell_list) * matrix.run.repeats} jobs; nothing was run or written")
         return EXIT_OK
     from harness.orchestrate.executors import ExecutorUnavailable
 

@@ -244,16 +244,16 @@ def test_a_version_1_changes_table_reads_with_no_floor_and_no_confirmation_and_a
     assert run_cli(str(folder), "--out", str(tmp_path / "out"), capsys=capsys)[0] == 0
     path = tmp_path / "out" / "changes.parquet"
     table = pq.read_table(path)
-    v1 = table.drop_columns(["p_floor", "confirmation", "confirmation_note"]).replace_schema_metadata(
+    v1 = table.drop_columns(["model", "p_floor", "confirmation", "confirmation_note"]).replace_schema_metadata(
         {**table.schema.metadata, b"nvbench.changes_version": b"1"})  # as issue 28's release wrote it
     store.write_table(tmp_path / "v1.parquet", v1)
     (old,) = [c for c in trend.read_changes(tmp_path / "v1.parquet") if c.metric == "throughput" and c.cell_id == CELL]
-    assert (old.p_floor, old.confirmation, old.confirmation_note) == (None, None, None) and old.p_value <= 0.01
+    assert (old.model, old.p_floor, old.confirmation, old.confirmation_note) == (None,) * 4 and old.p_value <= 0.01
     assert trend.significance_text(old).startswith("p = ") and trend.confirmation_text(old) == ""
     assert [c.night for c in trend.read_changes(path)] == [c.night for c in trend.read_changes(tmp_path / "v1.parquet")]
     newer = table.replace_schema_metadata({**table.schema.metadata, b"nvbench.changes_version": b"9"})
     store.write_table(tmp_path / "v9.parquet", newer)
-    with pytest.raises(RunInputError, match=r"v9.parquet: written by a newer nvbench \(changes version 9 > 2\)"):
+    with pytest.raises(RunInputError, match=r"v9.parquet: written by a newer nvbench \(changes version 9 > 3\)"):
         trend.read_changes(tmp_path / "v9.parquet")
     (tmp_path / "junk.parquet").write_bytes(b"PAR1 no")
     with pytest.raises(RunInputError, match="junk.parquet: not a readable changes table"):
