@@ -13,7 +13,7 @@ from harness.orchestrate.job import JobContext
 from harness.results import store
 from harness.spec.cells import expand
 from harness.spec.parse import load_matrix
-from tests.conftest import nvbench
+from conftest import nvbench
 
 INDUCTOR = 'backend = ["synthetic"]\ncompile = ["inductor"]'
 

@@ -124,8 +124,9 @@ def test_malloc_tunables_keep_what_the_user_set(tiny_matrix):
 def test_every_failure_kind_is_a_row_and_the_matrix_completes(tiny_matrix, tmp_path):
     matrix = tiny_matrix('backend = ["synthetic"]\nprecision = ["fp32", "bf16"]\n'
                          'memory_format = ["nchw", "nhwc"]\ngrad_accum = [1, 2]', timeout=25,
-                         extra='[[exclude]]\nprecision = "bf16"\nmemory_format = "nhwc"\ngrad_accum = 2\n'
-                               '[[exclude]]\nprecision = "fp32"\nmemory_format = "nhwc"\ngrad_accum = 1\n')
+                         extra='[[exclude]]\nprecision = "bf16"\nmemory_format = "nhwc"\n')
+    # the one ok cell trains in fp32: a bf16 cell of this 16 px network reaches a 1 x 1 map, where CPU bf16
+    # convolution's weight gradient is sometimes wrong (matrices/convnets.toml says how) and the loss turns NaN
     # 5 faults + 1 ok; a hung cell's timeout is test_distributed's (a hung rank and its waiting peer)
     faults = ";".join([
         "precision=fp32&memory_format=nchw&grad_accum=1:raise",
@@ -158,8 +159,8 @@ def test_every_failure_kind_is_a_row_and_the_matrix_completes(tiny_matrix, tmp_p
     assert r["status"] == "failed" and "OutOfMemoryError: injected fault: out of memory" in r["reason"]
     r = row("bf16", "nchw", 2)
     assert r["status"] == "crashed" and r["reason"].startswith("exited with status 3 without a result")
-    assert row("bf16", "nhwc", 1)["status"] == "ok"
-    assert row("bf16", "nhwc", 1)["injected_fault"] is None
+    r = row("fp32", "nhwc", 1)
+    assert r["status"] == "ok" and r["injected_fault"] is None, r["reason"]
     # The crashed and failed cells' processes went with them: nothing of this run is left running.
     leftovers = subprocess.run(["pgrep", "-f", str(out)], capture_output=True, text=True).stdout.split()
     assert leftovers == []
