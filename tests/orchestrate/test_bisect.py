@@ -1,8 +1,8 @@
 """`nvbench bisect`: the search on its own (which point next, skips, the answer), bad input, and end to end
-on a throwaway git repository of this checkout whose 2nd of 5 commits makes the optimizer step slower and
-whose 3rd cannot import: on its own defaults, stopped with SIGTERM while its first A/B runs (nothing of it
-left) and resumed, the bisect tries the 3rd first (the middle), skips it, names the 2nd, attributes the change
-to the optimizer phase; SIGKILLed, it takes its A/B and the A/B's cells with it."""
+on a throwaway git repository of this checkout whose 2nd of 8 commits makes the optimizer step slower and
+whose 3rd to 6th cannot import: on its own defaults, stopped with SIGTERM while its first A/B runs (nothing of
+it left) and resumed, the bisect skips the broken middle, names the 2nd, attributes the change to the optimizer
+phase; SIGKILLed, it takes its A/B and the A/B's cells with it."""
 
 from __future__ import annotations
 
@@ -58,10 +58,11 @@ BROKEN_IMPORT = "import nvbench_bisect_no_such_module  # breaks this commit\n"
 
 @pytest.fixture(scope="module")
 def repository(tmp_path_factory):
-    """5 commits of this checkout's harness: the 2nd sleeps 200 ms in every optimizer step (several times the
+    """8 commits of this checkout's harness: the 2nd sleeps 200 ms in every optimizer step (several times the
     tiny cell's whole step: at 40 ms, about one step, 10 + 10 pairs on a 2-core machine under others' load came
-    out inconclusive), the 3rd cannot import its worker (the 4th repairs it). The search's first point is the
-    broken 3rd, its next the 2nd: one A/B decides (8 commits took three, 311 s of the suite)."""
+    out inconclusive), the 3rd breaks the worker's import and the 7th repairs it. The search's points 4, 5, 3
+    and 6 cannot import (each skipped in seconds), so one A/B, of the 2nd, decides (a bisect that met three
+    A/Bs took 311 s of the suite)."""
     repo = tmp_path_factory.mktemp("bisect") / "repo"
     shutil.copytree(ROOT / "harness", repo / "harness", ignore=shutil.ignore_patterns("__pycache__"))
     _git(repo.parent, "init", "-q", str(repo))
@@ -69,7 +70,7 @@ def repository(tmp_path_factory):
     _git(repo, "config", "user.name", "t")
     engine, worker = repo / "harness" / "cell" / "engine.py", repo / "harness" / "cell" / "worker.py"
     commits = []
-    for k in range(1, 6):
+    for k in range(1, 9):
         if k == 2:
             text = engine.read_text()
             assert SLOW_OPTIMIZER[0] in text, "the engine's optimizer range moved: update this test"
@@ -77,7 +78,7 @@ def repository(tmp_path_factory):
         if k == 3:
             head = "from __future__ import annotations\n"
             worker.write_text(worker.read_text().replace(head, head + BROKEN_IMPORT, 1))
-        if k == 4:
+        if k == 7:
             worker.write_text(worker.read_text().replace(BROKEN_IMPORT, "", 1))
         (repo / "NOTES").write_text(f"commit {k}\n")
         _git(repo, "add", "-A")
@@ -100,7 +101,7 @@ def test_bisect_on_its_defaults_survives_a_stop_then_names_the_second_commit_and
                                                                                          documented_run, tagged):
     """As a user types it: no --repeats or --max-repeats (5 then up to 10 pairs, which once never got past the
     look schedule). Stopped with SIGTERM while its first A/B runs, nothing of it is left 10 s later; resumed,
-    it finishes, names the 2nd commit, attributes it to the optimizer phase and skips the broken 3rd."""
+    it finishes, names the 2nd commit, attributes it to the optimizer phase and skips the broken 3rd to 6th."""
     repo, commits, matrix = repository
     out = tmp_path / "bisect"
     argv = [sys.executable, "-m", "harness", "bisect", str(matrix), "--good", commits[0], "--bad", commits[-1],
@@ -118,7 +119,9 @@ def test_bisect_on_its_defaults_survives_a_stop_then_names_the_second_commit_and
     assert answer["result"] == "found" and answer["point"] == commits[1] and answer["skipped"] == []
     (cell,) = answer["cells"]
     assert "optimizer +" in cell["attribution"], cell  # the phase the sleep is in
-    assert f"skipped {commits[2][:10]} commit 3: cannot import its harness: ModuleNotFoundError" in resumed.stderr
+    for k in (2, 3, 4, 5):  # the search's first four points
+        skipped = f"skipped {commits[k][:10]} commit {k + 1}: cannot import its harness: ModuleNotFoundError"
+        assert skipped in resumed.stderr
     assert "step 1 of ~" in resumed.stderr and "first bad: " + commits[1][:10] in resumed.stderr
     md = (out / "bisect.md").read_text()
     assert commits[1][:10] in md.split("## Answer", 1)[1] and "| 1 |" in md
