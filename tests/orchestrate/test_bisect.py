@@ -12,6 +12,8 @@ import signal
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from conftest import ROOT, TINY, first_cell, nvbench, stop_and_check, wait_for
@@ -50,6 +52,24 @@ def _git(repo, *args):
     subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True)
 
 
+def harness_commits(repo: Path, count: int, change: Callable[[int, Path], None]) -> tuple[Path, list[str]]:
+    """A throwaway git repository at `repo` of this checkout's harness with `count` commits (test_confirm's too):
+    commit k (from 1) is `change(k, repo)` and a note saying k. Returns the repository and the commits' shas."""
+    shutil.copytree(ROOT / "harness", repo / "harness", ignore=shutil.ignore_patterns("__pycache__"))
+    _git(repo.parent, "init", "-q", str(repo))
+    _git(repo, "config", "user.email", "t@example.com")
+    _git(repo, "config", "user.name", "t")
+    commits = []
+    for k in range(1, count + 1):
+        change(k, repo)
+        (repo / "NOTES").write_text(f"commit {k}\n")
+        _git(repo, "add", "-A")
+        _git(repo, "commit", "-q", "-m", f"commit {k}")
+        commits.append(subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True,
+                                      text=True, check=True).stdout.strip())
+    return repo, commits
+
+
 SLOW_OPTIMIZER = ("        with self._ranges(OPTIMIZER):\n            self._record_lr()",
                   "        with self._ranges(OPTIMIZER):\n            time.sleep(0.2)  # the regression\n"
                   "            self._record_lr()")
@@ -63,28 +83,20 @@ def repository(tmp_path_factory):
     out inconclusive), the 3rd breaks the worker's import and the 7th repairs it. The search's points 4, 5, 3
     and 6 cannot import (each skipped in seconds), so one A/B, of the 2nd, decides (a bisect that met three
     A/Bs took 311 s of the suite)."""
-    repo = tmp_path_factory.mktemp("bisect") / "repo"
-    shutil.copytree(ROOT / "harness", repo / "harness", ignore=shutil.ignore_patterns("__pycache__"))
-    _git(repo.parent, "init", "-q", str(repo))
-    _git(repo, "config", "user.email", "t@example.com")
-    _git(repo, "config", "user.name", "t")
-    engine, worker = repo / "harness" / "cell" / "engine.py", repo / "harness" / "cell" / "worker.py"
-    commits = []
-    for k in range(1, 9):
+    engine, worker = Path("harness/cell/engine.py"), Path("harness/cell/worker.py")
+
+    def change(k: int, repo: Path) -> None:
         if k == 2:
-            text = engine.read_text()
+            text = (repo / engine).read_text()
             assert SLOW_OPTIMIZER[0] in text, "the engine's optimizer range moved: update this test"
-            engine.write_text(text.replace(SLOW_OPTIMIZER[0], SLOW_OPTIMIZER[1], 1))
+            (repo / engine).write_text(text.replace(SLOW_OPTIMIZER[0], SLOW_OPTIMIZER[1], 1))
         if k == 3:
             head = "from __future__ import annotations\n"
-            worker.write_text(worker.read_text().replace(head, head + BROKEN_IMPORT, 1))
+            (repo / worker).write_text((repo / worker).read_text().replace(head, head + BROKEN_IMPORT, 1))
         if k == 7:
-            worker.write_text(worker.read_text().replace(BROKEN_IMPORT, "", 1))
-        (repo / "NOTES").write_text(f"commit {k}\n")
-        _git(repo, "add", "-A")
-        _git(repo, "commit", "-q", "-m", f"commit {k}")
-        commits.append(subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True,
-                                      text=True, check=True).stdout.strip())
+            (repo / worker).write_text((repo / worker).read_text().replace(BROKEN_IMPORT, "", 1))
+
+    repo, commits = harness_commits(tmp_path_factory.mktemp("bisect") / "repo", 8, change)
     matrix = repo.parent / "tiny.toml"
     text = TINY.format(axes=textwrap.dedent('backend = ["synthetic"]'), repeats=5, timeout=120,
                        cache=repo.parent / "cache", nvtx="false", device="cpu")

@@ -8,15 +8,14 @@ the A/Bs run for real."""
 from __future__ import annotations
 
 import math
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import ROOT, TINY
-from test_bisect import SLOW_OPTIMIZER, _git
+from conftest import TINY
+from test_bisect import SLOW_OPTIMIZER, harness_commits
 
 from harness.analysis import history, trend
 from harness.orchestrate import confirm
@@ -34,23 +33,14 @@ of it when other jobs slow this 2-core machine several fold (40 ms then read as 
 @pytest.fixture(scope="module")
 def repository(tmp_path_factory):
     """Three commits of this checkout's harness: a base, a note, the slow optimizer step; the tiny matrix."""
-    repo = tmp_path_factory.mktemp("confirm") / "repo"
-    shutil.copytree(ROOT / "harness", repo / "harness", ignore=shutil.ignore_patterns("__pycache__"))
-    _git(repo.parent, "init", "-q", str(repo))
-    _git(repo, "config", "user.email", "t@example.com")
-    _git(repo, "config", "user.name", "t")
-    engine = repo / "harness" / "cell" / "engine.py"
-    commits = []
-    for k in range(1, 4):
+    def change(k: int, repo: Path) -> None:
         if k == 3:
+            engine = repo / "harness" / "cell" / "engine.py"
             text = engine.read_text()
             assert SLOW_OPTIMIZER[0] in text, "the engine's optimizer range moved: update test_bisect"
             engine.write_text(text.replace(SLOW_OPTIMIZER[0], SLEEP, 1))
-        (repo / "NOTES").write_text(f"commit {k}\n")
-        _git(repo, "add", "-A")
-        _git(repo, "commit", "-q", "-m", f"commit {k}")
-        commits.append(subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True,
-                                      text=True, check=True).stdout.strip())
+
+    repo, commits = harness_commits(tmp_path_factory.mktemp("confirm") / "repo", 3, change)
     matrix = repo.parent / "tiny.toml"
     text = TINY.format(axes='backend = ["synthetic"]', repeats=5, timeout=120, cache=repo.parent / "cache",
                        nvtx="false", device="cpu")
