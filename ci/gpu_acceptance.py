@@ -237,7 +237,9 @@ def pytest_argv(name: str, marker: str, out: Path, *, cores: list[int] | None) -
         # timeouts (a hung cell killed after 25 s) must not see their healthy cells slowed past them. Every
         # worker keeps to a disjoint share of the cores (tests/conftest.py), so its cells size their threads
         # as on the 2-core CI machine.
-        argv += ["-n", str(min(8, max(2, len(cores) // 2))), "--dist", "worksteal"]
+        argv += ["-n", str(min(8, max(2, len(cores) // 2))), "--dist", "loadfile"]
+    elif have_xdist():
+        argv += ["-n", "0"]  # one process (pyproject's addopts say `-n auto`): the GPU tests share one GPU
     return argv
 
 

@@ -13,7 +13,9 @@ import textwrap
 import time
 from pathlib import Path
 
+import parallel
 import pytest
+from parallel import auto_workers, pytest_runtest_protocol  # noqa: F401 (a hook this conftest registers)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -56,28 +58,21 @@ def pytest_sessionstart(session):
     compileall.compile_dir(ROOT / "harness", quiet=1)
 
 
-def worker_cores(cores: list[int], worker: str, count: int) -> list[int] | None:
-    """The cores pytest-xdist worker `worker` ("gw3") of `count` keeps to itself: an equal, disjoint share of
-    at least two, or None (fewer than two each: a worker keeps them all, as without xdist)."""
-    share = len(cores) // max(1, count)
-    index = int(worker.removeprefix("gw")) if worker.removeprefix("gw").isdigit() else -1
-    if share < 2 or not 0 <= index < count:
-        return None
-    return cores[index * share:(index + 1) * share]
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config):
+    """`-n auto` (pyproject's addopts): parallel.auto_workers of the cores this process may use."""
+    return auto_workers(len(os.sched_getaffinity(0)))
 
 
 def pytest_configure(config):
-    """Under xdist, each worker and every process it starts keep to their own cores: a cell sizes its threads
-    (and the runner its rank limits) by the cores it may use, so 8 workers on a 16-core box each run their
-    tests as on the 2-core CI machine instead of 8 x 16 threads fighting for 16 cores (a GPU box's suite
-    took 1,700 s of test time for 530 s here, its convergence test 288 s for 65)."""
-    worker, count = os.environ.get("PYTEST_XDIST_WORKER"), os.environ.get("PYTEST_XDIST_WORKER_COUNT")
-    if not (worker and count and count.isdigit() and hasattr(os, "sched_setaffinity")):
-        return
-    mine = worker_cores(sorted(os.sched_getaffinity(0)), worker, int(count))
-    if mine:
-        for task in os.listdir("/proc/self/task"):  # every thread of the worker; children inherit the mask
-            os.sched_setaffinity(int(task), mine)
+    """Under xdist, each worker and every process it starts keep to their own cores (tests/parallel.py): a cell
+    sizes its threads (and the runner its rank limits) by the cores it may use, so the workers' cells never
+    fight for a core (8 workers x 16 threads on a 16-core box took 1,700 s of test time for 530 s here)."""
+    parallel.configure(config)
+
+
+def pytest_collection_modifyitems(config, items):
+    parallel.order(items)
 
 
 @pytest.fixture

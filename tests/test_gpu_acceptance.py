@@ -23,6 +23,7 @@ spec.loader.exec_module(acceptance)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU this command is the whole acceptance")
+@pytest.mark.cores(2)  # on one core (one thread) the CPU's bf16 cell turns NaN at its 2nd step (torch 2.13 CPU)
 def test_without_a_gpu_it_runs_the_cpu_part_and_exits_0(tmp_path):
     proc = subprocess.run(["bash", "ci/gpu-acceptance.sh", str(tmp_path / "acc")], cwd=ROOT, capture_output=True,
                           text=True, timeout=600, env={"PYTHON": sys.executable, "PATH": "/usr/bin:/bin",
@@ -112,11 +113,22 @@ def test_the_suite_shares_the_cores_with_the_gpu_checks_only_where_there_are_eno
     assert acceptance.split_cores([0, 1]) is None and acceptance.split_cores(list(range(7))) is None
     monkeypatch.setattr(acceptance, "have_xdist", lambda: True)
     assert acceptance.pytest_argv("suite", "not gpu", ROOT, cores=list(range(12)))[-4:] == [
-        "-n", "6", "--dist", "worksteal"]
-    assert "-n" not in acceptance.pytest_argv("suite", "not gpu", ROOT, cores=None)
-    # Without pytest-xdist (CI installs none) the suite runs in one process on the cores it has.
+        "-n", "6", "--dist", "loadfile"]
+    # the GPU tests in one process: pyproject's `-n auto` undone
+    assert acceptance.pytest_argv("suite", "gpu", ROOT, cores=None)[-2:] == ["-n", "0"]
+    # Without pytest-xdist the suite runs in one process on the cores it has.
     monkeypatch.setattr(acceptance, "have_xdist", lambda: False)
     assert "-n" not in acceptance.pytest_argv("suite", "not gpu", ROOT, cores=list(range(12)))
+
+
+def running(pid: int) -> bool:
+    """The process exists and is not a zombie: a killed orphan stays one until its new parent reaps it, and under
+    pytest-xdist that parent can be the worker itself (a test before set it up as the subreaper of its orphans)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
 
 
 def test_a_check_that_outruns_its_time_is_killed_with_every_process_it_started(tmp_path):
@@ -125,8 +137,7 @@ def test_a_check_that_outruns_its_time_is_killed_with_every_process_it_started(t
                             cores=[0])
     assert acceptance.finish(proc, timeout=2) is None
     grandchild = int(pid_file.read_text())
-    with pytest.raises(ProcessLookupError):  # the sleep the shell started is gone too, not orphaned
-        os.kill(grandchild, 0)
+    assert not running(grandchild)  # the sleep the shell started is gone too, not orphaned
     assert acceptance.run(["bash", "-c", "exit 3"], log=tmp_path / "log", timeout=10) == 3
 
 

@@ -20,7 +20,12 @@ import pytest
 from conftest import ROOT, first_cell, kill_plan, nvbench, stop_and_check, wait_for
 
 PRETEND = str(ROOT / "ci" / "pretend_gpu")
-CORES = len(os.sched_getaffinity(0))
+pytestmark = pytest.mark.cores(2)  # two slots, one core each
+
+
+def usable_cores() -> int:
+    """The cores this test may use (read when it runs: a pytest-xdist worker widens a lone test's share)."""
+    return len(os.sched_getaffinity(0))
 
 
 def rows_of(run_dir: Path) -> list[dict]:
@@ -52,15 +57,15 @@ def cache(tmp_path, monkeypatch) -> dict:
 @pytest.mark.slow
 def test_two_slots_run_a_cpu_matrix_side_by_side_on_disjoint_cores_and_resume_after_kill_9(tiny_matrix, tmp_path,
                                                                                            cache):
-    if CORES < 2:
+    if usable_cores() < 2:
         pytest.skip("two slots need two cores")
     # fp32 only: the tiny bf16 nchw cell's loss turns NaN in about one process of five, slots or not
     matrix = tiny_matrix('memory_format = ["nchw", "nhwc"]\ngrad_accum = [1, 2]')
     out = tmp_path / "run"
-    refused = nvbench("run", str(matrix), "--out", str(out), "--slots", str(CORES + 1), env=cache)
+    refused = nvbench("run", str(matrix), "--out", str(out), "--slots", str(usable_cores() + 1), env=cache)
     assert refused.returncode == 2 and not out.exists()
-    assert refused.stderr.strip() == (f"error: --slots {CORES + 1}: this machine holds at most {CORES} slots "
-                                      f"({CORES} usable cores, at least one per slot)")
+    assert refused.stderr.strip() == (f"error: --slots {usable_cores() + 1}: this machine holds at most {usable_cores()} slots "
+                                      f"({usable_cores()} usable cores, at least one per slot)")
 
     runner = subprocess.Popen([sys.executable, "-m", "harness", "run", str(matrix), "--out", str(out),
                                "--no-progress", "--slots", "2"], cwd=ROOT, env={**os.environ, **cache},
@@ -99,7 +104,7 @@ def test_two_slots_run_a_cpu_matrix_side_by_side_on_disjoint_cores_and_resume_af
 
 @pytest.mark.slow
 def test_a_stop_signal_with_a_job_on_each_slot_ends_both_and_the_run_resumes(tiny_matrix, tmp_path, cache, tagged):
-    if CORES < 2:
+    if usable_cores() < 2:
         pytest.skip("two slots need two cores")
     sig, _ = kill_plan("nvbench run --slots 2")
     out = tmp_path / "run"
@@ -129,7 +134,7 @@ def _pretend_calibration_path(env: dict) -> Path:
 @pytest.mark.slow
 def test_on_a_pretend_two_gpu_node_auto_packs_what_the_calibration_cleared_one_gpu_per_job(tiny_matrix, tmp_path,
                                                                                           cache):
-    if CORES < 2:
+    if usable_cores() < 2:
         pytest.skip("two slots need two cores")
     from harness.orchestrate.packing import write_calibration
 
@@ -172,7 +177,7 @@ def test_on_a_pretend_two_gpu_node_auto_packs_what_the_calibration_cleared_one_g
 
 @pytest.mark.slow
 def test_an_ab_runs_each_pair_on_one_slot_and_pairs_side_by_side(tiny_matrix, tmp_path, cache):
-    if CORES < 2:
+    if usable_cores() < 2:
         pytest.skip("two slots need two cores")
     out = tmp_path / "ab"
     proc = nvbench("ab", str(tiny_matrix(repeats=2)), "--slots", "2", "--out", str(out), env=cache)
@@ -190,7 +195,7 @@ def test_an_ab_runs_each_pair_on_one_slot_and_pairs_side_by_side(tiny_matrix, tm
 @pytest.mark.documented("nvbench calibrate-slots matrices/resnet50.toml", bound_s=600)
 def test_calibrate_slots_keeps_every_other_slot_busy_and_writes_its_verdict_per_backend(tiny_matrix, tmp_path,
                                                                                       cache, documented_run):
-    if CORES < 2:
+    if usable_cores() < 2:
         pytest.skip("two slots need two cores")
     out = tmp_path / "cal"
     proc = documented_run(["calibrate-slots", str(tiny_matrix(repeats=2)), "--slots", "2", "--out", str(out)],
