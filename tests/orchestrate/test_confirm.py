@@ -66,11 +66,13 @@ def write_nights(folder: Path, matrix: Path, nights: list[tuple[str, float]], *,
             "environment": {"nvbench_git_sha": sha, "nvbench_git_dirty": dirty, "hostname": "ci"}})
 
 
-def history_step(folder: Path, out: Path, matrix: Path, repo: Path, *extra: str) -> subprocess.CompletedProcess:
-    """The nightly's own call (ci/nightly.sh), an A/B of 5 pairs, 10 while a cell is inconclusive (at q 0.05:
-    at 0.01 split over two looks, 5 + 5 pairs could never decide and the A/B would start at 10)."""
+def history_step(folder: Path, out: Path, matrix: Path, repo: Path, *extra: str,
+                 max_repeats: int = 10) -> subprocess.CompletedProcess:
+    """The nightly's own call (ci/nightly.sh), an A/B of 5 pairs, `max_repeats` while a cell is inconclusive (at
+    q 0.05: at 0.01 split over two looks, 5 + 5 pairs could never decide and the A/B would start at 10)."""
     argv = [sys.executable, "-m", "harness.orchestrate.nightly", "history", str(folder), str(out), "--matrix",
-            str(matrix), "--repo", str(repo), *extra, "--", "--repeats", "5", "--max-repeats", "10", "--fdr", "0.05"]
+            str(matrix), "--repo", str(repo), *extra, "--", "--repeats", "5", "--max-repeats", str(max_repeats),
+            "--fdr", "0.05"]
     return subprocess.run(argv, capture_output=True, text=True, timeout=1200, check=False)
 
 
@@ -113,7 +115,9 @@ def test_a_step_between_two_commits_of_the_same_code_is_not_confirmed(repository
     repo, commits, matrix = repository
     folder = tmp_path / "history"
     write_nights(folder, matrix, [(commits[0], 1000.0)] * 6 + [(commits[1], 700.0)] * 2)
-    proc = history_step(folder, tmp_path / "out", matrix, repo)
+    # 5 pairs and no more: the same code is inconclusive or unchanged there, and either is "not confirmed" (10
+    # pairs took twice as long to say the same)
+    proc = history_step(folder, tmp_path / "out", matrix, repo, max_repeats=5)
     assert proc.returncode == 0, proc.stderr
     step = throughput_step(tmp_path / "out")
     assert step.is_new and step.confirmation == history.NOT_CONFIRMED, step
