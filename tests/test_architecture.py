@@ -181,6 +181,15 @@ def test_the_specification_loads_without_torch(module):
     assert done.returncode == 0 and done.stdout.strip() == "[]", done.stderr
 
 
+def test_a_commands_reach_warning_and_the_cells_window_statistics_load_without_scipy_stats():
+    """scipy.stats takes ~0.9 s to import (its docstrings are parsed at import): every `nvbench` command paid it
+    before its first line through reach_warning -> analysis.decide, and every cell through stats.window."""
+    probe = ("import sys; from harness.commands.common import reach_warning; import harness.stats.window; "
+             "reach_warning(5, smoke=False, what='x'); print('scipy.stats' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "False", done.stdout + done.stderr
+
+
 def test_the_analysis_imports_nothing_of_the_cell_or_the_orchestration():
     analysis = reachable(EDGES, "harness.analysis")
     assert not within(analysis, "harness.cell") and not within(analysis, "harness.orchestrate")
@@ -218,4 +227,4 @@ def test_the_contracts_see_a_broken_rule():
 def test_the_decision_is_one_pure_module():
     """harness.analysis.decide says the verdict word: nothing of nvbench below it, no disk, no processes."""
     assert reachable(EDGES, "harness.analysis.decide") <= {"harness.analysis.decide", "harness.analysis", "harness"}
-    assert third_party("harness.analysis.decide") <= {"__future__", "dataclasses", "math", "typing", "scipy"}
+    assert third_party("harness.analysis.decide") <= {"__future__", "dataclasses", "math", "statistics", "typing", "scipy"}
