@@ -239,7 +239,7 @@ def pytest_argv(name: str, marker: str, out: Path, *, cores: list[int] | None) -
         # as on the 2-core CI machine.
         argv += ["-n", str(min(8, max(2, len(cores) // 2))), "--dist", "loadfile"]
     elif have_xdist():
-        argv += ["-n", "0"]  # one process (pyproject's addopts say `-n auto`): the GPU tests share one GPU
+        argv += ["-n", "0"]  # one process, whatever PYTEST_ADDOPTS asks: the GPU tests share one GPU
     return argv
 
 
