@@ -49,6 +49,10 @@ AXIS_CHOICES: dict[str, tuple[str, ...] | None] = {
 }
 
 
+MAX_REPEATS = 1000
+"""run.repeats and --repeats at most: the plan lists every (cell, repeat), and 2**31 of them filled memory."""
+
+
 @dataclass(**FROZEN)
 class BenchmarkConfig:
     name: str = knob("benchmark", "Name shown in reports.")
@@ -149,7 +153,7 @@ class DataConfig:
 
 @dataclass(**FROZEN)
 class RunConfig:
-    repeats: int = knob(1, "Times every cell runs.", min=1)
+    repeats: int = knob(1, "Times every cell runs (1 to 1000: the plan holds every repeat).", min=1, max=MAX_REPEATS)
     order: Literal["interleaved", "sequential"] = knob(
         "interleaved", "interleaved shuffles (cell, repeat) with shuffle_seed so drift does not look like a cell effect.")
     shuffle_seed: int = knob(0, "Seed of the interleaved order (recorded in the manifest).", min=0)

@@ -14,6 +14,7 @@ from harness.spec.knobs import INT64_MAX, check_value, choice_problem, show, sug
 from harness.spec.matrix import (
     AXES,
     AXIS_CHOICES,
+    MAX_REPEATS,
     SCHEMA_VERSION,
     SECTIONS,
     TOP_LEVEL,
@@ -259,6 +260,6 @@ def with_repeats(matrix: Matrix, repeats: int | None) -> Matrix:
     """`matrix` with run.repeats replaced (the `--repeats` flag); None leaves it as written."""
     if repeats is None:
         return matrix
-    if repeats < 1:
-        raise MatrixError([f"--repeats {repeats}: run.repeats must be >= 1"])
+    if not 1 <= repeats <= MAX_REPEATS:
+        raise MatrixError([f"--repeats {repeats}: run.repeats must be >= 1 and <= {MAX_REPEATS}"])
     return dataclasses.replace(matrix, run=dataclasses.replace(matrix.run, repeats=repeats))

@@ -392,3 +392,15 @@ def test_the_compile_axis_names_its_modes_and_eager_ids_keep_their_form():
     assert "_ga1_inductor_" in cells[1].cell_id and "_ga1_cudagraph_" in cells[2].cell_id
     with pytest.raises(MatrixError, match="axes.compile: unknown value 'jit'"):
         parse_matrix({"version": 1, "benchmark": {}, "axes": {"compile": ["jit"]}}, "m.toml")
+
+
+def test_repeats_beyond_a_thousand_is_one_problem_not_a_plan_that_fills_memory():
+    """`repeats = 2**31` once passed validation, and the dry run's plan of every (cell, repeat) filled 23 GB
+    (the fuzz test's random draw found it by the kernel's OOM killer)."""
+    from harness.spec.parse import with_repeats
+
+    (problem,) = problems_of({"run": {"repeats": 2**31}})
+    assert "repeats" in problem and "1000" in problem, problem
+    assert matrix_of({"run": {"repeats": 1000}}).run.repeats == 1000
+    with pytest.raises(MatrixError, match=r"--repeats 1001: run.repeats must be >= 1 and <= 1000"):
+        with_repeats(matrix_of({}), 1001)
