@@ -14,8 +14,9 @@ end, each with a line saying so. It writes gpu-acceptance.json and gpu-acceptanc
 or skip per check, every figure, versions, device. Exit 0 when no check failed, 1 otherwise, 2 on bad input.
 
 Without a GPU it says so, lists the GPU checks as skipped with that reason, and runs the CPU-meaningful part
-(the environment and the mission slice's synthetic bf16 cell under --smoke: the run, its figures and both
-reports), then exits 0 if that part passed: CI runs it as a smoke.
+(the environment and the mission slice's synthetic fp32 cell under --smoke: the run, its figures and both
+reports), then exits 0 if that part passed: CI runs it as a smoke. fp32, not the GPU's bf16: on this CPU torch
+(2.13) the bf16 cell's loss turns NaN at its 2nd step, every time on one thread and now and then on two.
 """
 
 from __future__ import annotations
@@ -558,14 +559,14 @@ def gpu_machine_checks(out: Path, budget: Budget, est: dict[str, float] | None =
 
 
 def cpu_machine_checks(out: Path, budget: Budget, est: dict[str, float], *, with_suite: bool) -> list[Check]:
-    """No GPU: the GPU checks skipped with that reason; the mission slice's synthetic bf16 cell under --smoke
+    """No GPU: the GPU checks skipped with that reason; the mission slice's synthetic fp32 cell under --smoke
     (and the suite, when asked)."""
     checks = [skipped("suite", "the CPU suite is CI's job (--with-suite adds it)")]
     if with_suite:
         checks[0] = timed(Check("suite"), budget, est["suite"], pytest_check("suite", "not gpu", out, parallel=True),
                           leave_s=est["mission-slice-smoke"])
     checks += [skipped(name, "needs a GPU; none is visible here") for name in GPU_CHECKS]
-    smoke = ["--only", "world_size=1", "--only", "memory_format=nhwc", "--only", "precision=bf16",
+    smoke = ["--only", "world_size=1", "--only", "memory_format=nhwc", "--only", "precision=fp32",
              "--only", "backend=synthetic", "--only", "grad_accum=1"]
     checks.append(timed(Check("mission-slice-smoke"), budget, est["mission-slice-smoke"],
                         mission_check(out, smoke, smoke=True)))
