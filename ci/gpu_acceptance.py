@@ -236,7 +236,7 @@ def pytest_argv(name: str, marker: str, out: Path, *, cores: list[int] | None) -
     if cores and have_xdist():
         # At most 8 workers, at least 2 cores each: each test starts cell processes of its own, and tests with
         # timeouts (a hung cell killed after 25 s) must not see their healthy cells slowed past them. Every
-        # worker keeps to a disjoint share of the cores (tests/conftest.py), so its cells size their threads
+        # worker keeps to a disjoint share of the cores (tests/parallel.py), so its cells size their threads
         # as on the 2-core CI machine.
         argv += ["-n", str(min(8, max(2, len(cores) // 2))), "--dist", "loadfile"]
     elif have_xdist():

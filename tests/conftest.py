@@ -60,7 +60,7 @@ def pytest_sessionstart(session):
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_auto_num_workers(config):
-    """`-n auto` (pyproject's addopts): parallel.auto_workers of the cores this process may use."""
+    """`-n auto`: parallel.auto_workers of the cores this process may use."""
     return auto_workers(len(os.sched_getaffinity(0)))
 
 

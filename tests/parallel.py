@@ -71,6 +71,10 @@ class Turns:
             self.alone = None
 
 
+LONE_MARKERS = ("cores", "world_size", "gpu")
+"""The markers that can make a test run alone (Parallel.alone decides, by what this worker holds)."""
+
+
 class Parallel:
     """This worker's cores, the machine's, and its turns."""
 
@@ -104,7 +108,7 @@ def order(items: list[pytest.Item]) -> None:
     the rest, each file's tests in their own order: the long files start early, so the workers end together."""
     def rank(item: pytest.Item) -> int:
         marks = marks_by_file[item.path]
-        return 0 if "cores" in marks or "gpu" in marks else 1 if "slow" in marks else 2
+        return 0 if marks & set(LONE_MARKERS) else 1 if "slow" in marks else 2
 
     marks_by_file: dict[Path, set[str]] = {}
     for item in items:

@@ -114,7 +114,7 @@ def test_the_suite_shares_the_cores_with_the_gpu_checks_only_where_there_are_eno
     monkeypatch.setattr(acceptance, "have_xdist", lambda: True)
     assert acceptance.pytest_argv("suite", "not gpu", ROOT, cores=list(range(12)))[-4:] == [
         "-n", "6", "--dist", "loadfile"]
-    # the GPU tests in one process: pyproject's `-n auto` undone
+    # the GPU tests in one process, whatever `-n` PYTEST_ADDOPTS carries
     assert acceptance.pytest_argv("suite", "gpu", ROOT, cores=None)[-2:] == ["-n", "0"]
     # Without pytest-xdist the suite runs in one process on the cores it has.
     monkeypatch.setattr(acceptance, "have_xdist", lambda: False)
@@ -122,8 +122,7 @@ def test_the_suite_shares_the_cores_with_the_gpu_checks_only_where_there_are_eno
 
 
 def running(pid: int) -> bool:
-    """The process exists and is not a zombie: a killed orphan stays one until its new parent reaps it, and under
-    pytest-xdist that parent can be the worker itself (a test before set it up as the subreaper of its orphans)."""
+    """The process exists and is not a zombie (a killed orphan stays one until its new parent reaps it)."""
     try:
         with open(f"/proc/{pid}/stat") as fh:
             return fh.read().rsplit(")", 1)[1].split()[0] != "Z"

@@ -153,7 +153,8 @@ class DataConfig:
 
 @dataclass(**FROZEN)
 class RunConfig:
-    repeats: int = knob(1, "Times every cell runs (1 to 1000: the plan holds every repeat).", min=1, max=MAX_REPEATS)
+    repeats: int = knob(1, f"Times every cell runs (1 to {MAX_REPEATS}: the plan holds every repeat).", min=1,
+                        max=MAX_REPEATS)
     order: Literal["interleaved", "sequential"] = knob(
         "interleaved", "interleaved shuffles (cell, repeat) with shuffle_seed so drift does not look like a cell effect.")
     shuffle_seed: int = knob(0, "Seed of the interleaved order (recorded in the manifest).", min=0)

@@ -62,10 +62,11 @@ def test_two_slots_run_a_cpu_matrix_side_by_side_on_disjoint_cores_and_resume_af
     # fp32 only: the tiny bf16 nchw cell's loss turns NaN in about one process of five, slots or not
     matrix = tiny_matrix('memory_format = ["nchw", "nhwc"]\ngrad_accum = [1, 2]')
     out = tmp_path / "run"
-    refused = nvbench("run", str(matrix), "--out", str(out), "--slots", str(usable_cores() + 1), env=cache)
+    cores = usable_cores()
+    refused = nvbench("run", str(matrix), "--out", str(out), "--slots", str(cores + 1), env=cache)
     assert refused.returncode == 2 and not out.exists()
-    assert refused.stderr.strip() == (f"error: --slots {usable_cores() + 1}: this machine holds at most {usable_cores()} slots "
-                                      f"({usable_cores()} usable cores, at least one per slot)")
+    assert refused.stderr.strip() == (f"error: --slots {cores + 1}: this machine holds at most {cores} slots "
+                                      f"({cores} usable cores, at least one per slot)")
 
     runner = subprocess.Popen([sys.executable, "-m", "harness", "run", str(matrix), "--out", str(out),
                                "--no-progress", "--slots", "2"], cwd=ROOT, env={**os.environ, **cache},
