@@ -108,15 +108,16 @@ def solo_packing(machine: Machine) -> Packing:
 
 
 def decide(requested: Requested, machine: Machine, *, calibration: Calibration | None,
-           backends: Iterable[str], how_to_calibrate: str) -> tuple[Packing, list[str]]:
-    """The run's packing, and the lines that say what it chose (SlotError for more slots than the machine holds).
+           backends: Iterable[str], how_to_calibrate: str, what: str | None = None) -> tuple[Packing, list[str]]:
+    """The run's packing, and the lines that say what it chose (SlotError for more slots than the machine holds,
+    led by `what`: where the number came from, as plan_slots takes it).
 
     `auto`: one slot per visible GPU (the machine as one slot without GPUs), packing only the backends the
     calibration cleared at that many slots, the rest solo; no calibration: one job at a time, and one line
     saying how to calibrate. A number: that many slots, every backend packed."""
     backends = sorted(set(backends))
     if requested != "auto":
-        slots = plan_slots(machine, requested)
+        slots = plan_slots(machine, requested, what=what)
         cleared = calibration.cleared(len(slots)) if calibration else frozenset()
         packing = Packing(slots=slots, machine_cpus=machine.cpus, cleared=cleared)
         moved = [b for b in backends if b not in cleared]

@@ -56,20 +56,22 @@ def parse_slots(text: str) -> Requested:
     return int(text)
 
 
-def plan_slots(machine: Machine, requested: int) -> tuple[Slot, ...]:
+def plan_slots(machine: Machine, requested: int, *, what: str | None = None) -> tuple[Slot, ...]:
     """`requested` slots of this machine. One slot is the whole machine (every core, every GPU, nothing
     pinned: a run without slots). More: one GPU each (where the machine has GPUs), and disjoint cores: each
     GPU's share of the cores NVML says are near it (the GPUs near one set share it out), else an even split
     of the usable cores. Whole physical cores go to one slot (hyperthread siblings stay together) while
-    there are at least as many cores as slots. SlotError when the machine cannot hold them."""
+    there are at least as many cores as slots. SlotError when the machine cannot hold them, its line led by
+    `what` (where the request came from; default `--slots N`)."""
     if requested == 1:
         return (Slot(index=0, cpus=machine.cpus),)
     gpus = machine.gpus
+    what = what or f"--slots {requested}"
     if gpus and requested > len(gpus):
-        raise SlotError(f"--slots {requested}: this machine holds at most {len(gpus)} slots "
+        raise SlotError(f"{what}: this machine holds at most {len(gpus)} slots "
                         f"({len(gpus)} visible GPUs, one per slot)")
     if requested > len(machine.cpus):
-        raise SlotError(f"--slots {requested}: this machine holds at most {len(machine.cpus)} slots "
+        raise SlotError(f"{what}: this machine holds at most {len(machine.cpus)} slots "
                         f"({len(machine.cpus)} usable cores, at least one per slot)")
     shares = _near_shares(machine, gpus[:requested]) if gpus else None
     if shares is None:

@@ -69,6 +69,29 @@ def test_one_slot_is_the_whole_machine_and_too_many_are_refused_in_one_line():
         parse_slots("0")
 
 
+def test_too_many_slots_name_where_they_were_asked(tiny_matrix):
+    """More slots than this process's cores, from the matrix file or from `--slots`: one line that names the
+    file and key, or the flag, exit 2, nothing written (a fuzzed `run.slots = 2` on a worker pinned to one core
+    was named `--slots 2`)."""
+    import os
+    import subprocess
+
+    one = min(os.sched_getaffinity(0))
+    path = tiny_matrix()
+    path.write_text(path.read_text().replace("[run]\n", "[run]\nslots = 2\n"))
+    reports = path.parent / "reports"
+
+    def dry_run(*extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "harness", "run", str(path), "--dry-run", "--reports",
+                               str(reports), *extra], capture_output=True, text=True, timeout=120, check=False,
+                              preexec_fn=lambda: os.sched_setaffinity(0, {one}))
+
+    for proc, named in ((dry_run(), f"{path}: run.slots = 2"), (dry_run("--slots", "3"), "--slots 3")):
+        assert proc.returncode == 2 and not reports.exists(), proc.stderr
+        assert proc.stderr.splitlines() == [f"error: {named}: this machine holds at most 1 slots (1 usable cores, "
+                                            "at least one per slot)"], proc.stderr
+
+
 def test_the_pool_grants_in_order_and_a_wide_job_waits_for_its_slots():
     pool = SlotPool(plan_slots(DGX, 4), DGX.cpus)
     a, b = pool.claim(1), pool.claim(2)

@@ -217,7 +217,12 @@ def check(data: bytes, only: list[str]) -> None:
     for code, out, err in (validated, planned):
         if code != 0:
             _assert_refused_plainly(code, out, err, path)
-    assert validated[0] == planned[0], (validated, planned)  # one validation path
+    # one validation path; the one refusal that is the machine's, not the file's: more slots than it holds
+    # (seen on a pytest-xdist worker pinned to one core: `run.slots = 2`)
+    too_many_slots = planned[0] == 2 and f"{path}: run.slots = " in planned[2] and "this machine holds" in planned[2]
+    if validated[0] == 0 and too_many_slots:
+        return
+    assert validated[0] == planned[0], (validated, planned)
     if validated[0] == 0:
         assert validated[1].startswith(f"{path}: ok, ") and planned[1].rstrip().endswith("nothing was run or written")
         with tempfile.TemporaryDirectory() as tmp:
