@@ -62,10 +62,11 @@ def _last_level_cache_bytes() -> int | None:
 FLUSH_CAP = 128 * _MIB
 """The most a flush reads. The flush was designed and checked (docs/performance.md, "Probe /2") at 64 MiB, twice a
 32 MiB cache. A virtual machine may report its host's whole last-level cache (480 MiB on the 2-core CI box in
-November 2026, where a core's own share is far smaller): twice that, capped at 512 MiB as it was, cost every CPU
-cell 0.2-1.4 s to allocate (the kernel compacting memory for huge pages) and 35-70 ms a probe to read, up to a
-probe a step, against a probe's 0.25 ms of timed work. 128 MiB is twice the largest cache one core of a current
-server part shares with its neighbours (96 MiB), and still reads in ~8 ms."""
+November 2026, the host's cache as the VM shows it): twice that, capped at 512 MiB as it was, cost
+every CPU cell 0.2-1.4 s to allocate (the kernel compacting memory for huge pages) and 35-70 ms a probe to read,
+up to a probe a step, against a probe's 0.25-0.36 ms of timed work. 128 MiB is a bit more than the largest cache
+a core of a current server part shares with its neighbours (96 MiB), and reads in ~8 ms; on that box the drill
+moves the probe after it by +0.75 % (docs/performance.md)."""
 
 
 def flush_bytes(last_level_cache: int | None) -> int:
