@@ -158,7 +158,7 @@ def test_smoke_shrinks_every_cell():
     cells = expand(m, smoke=True)
     assert len(cells) == 96
     c = cells[0]
-    assert (c.benchmark.image_size, c.benchmark.batch_size, c.benchmark.measure_steps) == (16, 4, 3)
+    assert (c.benchmark.image_size, c.benchmark.batch_size, c.benchmark.measure_steps) == (24, 4, 3)
     assert c.data.path == "" and c.data.generate.train_per_class == 8 and c.is_smoke
 
 
@@ -308,7 +308,7 @@ def test_model_output_stride_is_what_the_models_do():
     ({"axes": {"backend": ["pytorch"]}, "data": {"generate": {"kind": "digits", "num_classes": 12}},
       "benchmark": {"num_classes": 12}}, "data.generate.num_classes: digits has 10 classes, asked for 12"),
     ({"benchmark": {"batch_size": 1, "image_size": 32}}, "benchmark.batch_size: one image of 32 px"),
-    ({"smoke": {"batch_size": 1}}, "smoke.batch_size: one image of 16 px"),
+    ({"smoke": {"batch_size": 1}}, "smoke.batch_size: one image of 24 px"),
     ({"axes": {"backend": ["pytorch"], "world_size": [1, 4]},
       "data": {"generate": {"num_classes": 2, "train_per_class": 5}}, "benchmark": {"batch_size": 4}},
      "benchmark.batch_size: 4 is more than the 3 generated training images each of 4 process(es) reads"),

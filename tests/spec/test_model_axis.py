@@ -40,7 +40,8 @@ def test_single_model_matrices_keep_the_cell_ids_they_had_before_the_model_axis(
     # The digests of the ids (in plan order) `nvbench run --dry-run` printed at ea7eb57, before the axis existed:
     # run folders, baselines and history written then must keep matching their cells.
     assert ids_digest(ROOT / "matrices" / "resnet50.toml") == "c03baed54416d663"
-    assert ids_digest(ROOT / "matrices" / "resnet50.toml", smoke=True) == "223d92c54bc176ae"
+    # --smoke's ids changed once since, on purpose: its crop went from 16 to 24 px (223d92c54bc176ae before)
+    assert ids_digest(ROOT / "matrices" / "resnet50.toml", smoke=True) == "e2eccf307f899f97"
     assert ids_digest(ROOT / "matrices" / "cpu-quick.toml") == "cef686de47e8e641"
     assert expand(load_matrix(ROOT / "matrices" / "cpu-quick.toml"))[0].cell_id == \
         "synthetic_nchw_fp32_ws1_ga1_08416303d4"
