@@ -15,8 +15,9 @@ or skip per check, every figure, versions, device. Exit 0 when no check failed, 
 
 Without a GPU it says so, lists the GPU checks as skipped with that reason, and runs the CPU-meaningful part
 (the environment and the mission slice's synthetic fp32 cell under --smoke: the run, its figures and both
-reports), then exits 0 if that part passed: CI runs it as a smoke. fp32, not the GPU's bf16: on this CPU torch
-(2.13) the bf16 cell's loss turns NaN at its 2nd step, every time on one thread and now and then on two.
+reports), then exits 0 if that part passed: CI runs it as a smoke. fp32, not the GPU's bf16: at the smoke's old
+16 px crop the CPU's bf16 cell turned NaN (oneDNN's bf16 weight gradient of a convolution on a 1x1 input, torch
+2.13; docs/performance.md, the smoke run). The crop is 24 px since; the CPU smoke stays fp32.
 """
 
 from __future__ import annotations

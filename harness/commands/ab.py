@@ -17,7 +17,6 @@ from harness.commands.common import (
     own_default,
     print_report,
     slot_packing,
-    slots_source,
     thresholds_from,
 )
 from harness.spec.matrix import RunConfig
@@ -86,7 +85,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
     try:  # both sides of a pair run on the same slot; pairs run side by side, one per slot
         packing = slot_packing(args.slots or matrix.run.slots, device=caps.device, env=envs["a"],
                                key=envs["a"]["env_key"], backends={c.backend for c in cells},
-                               what=None if args.slots else slots_source(args.matrix, matrix.run.slots))
+                               source=None if args.slots else args.matrix)
     except (SlotError, CalibrationError) as exc:
         return bad_input([str(exc)])
     names = ab_sides.labels(envs, {"a": args.a_label, "b": args.b_label})

@@ -180,19 +180,14 @@ def _slots_arg(text: str):
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def slots_source(source, slots) -> str:
-    """How a refusal names a number of slots that came from a matrix file (or a run folder's plan), not from
-    `--slots`: the file and its key, as every other bad value in a matrix file is named."""
-    return f"{source}: run.slots = {slots}"
-
-
 def slot_packing(requested, *, device: str, env: dict, key: str, backends, executor_kind: str = "local",
-                 what: str | None = None):
+                 source=None):
     """The run's Packing from `--slots` (or the matrix's [run] slots), this machine (`device`: the run's, as
     probed: cuda or cpu) and its calibration, with its
     lines said on stderr; None under SLURM (its scheduler places each job; a slot request is said and ignored).
-    Raises SlotError or CalibrationError (one line each) for the caller's bad_input; `what` names where a
-    number of slots came from when it was not `--slots` (the matrix file and its key)."""
+    Raises SlotError or CalibrationError (one line each) for the caller's bad_input. `source`: the matrix file
+    (or run folder) the number came from, when it was not `--slots`; a refusal then names it and its key, as
+    every other bad value in a matrix file is named."""
     from harness.orchestrate import packing
     from harness.orchestrate.machine import probe_machine
 
@@ -204,7 +199,8 @@ def slot_packing(requested, *, device: str, env: dict, key: str, backends, execu
     path = packing.calibration_path(env, key)
     how = f"measure it with `nvbench calibrate-slots MATRIX` (writes {path})"
     chosen, lines = packing.decide(requested, probe_machine(device), calibration=packing.read_calibration(path),
-                                   backends=backends, how_to_calibrate=how, what=what)
+                                   backends=backends, how_to_calibrate=how,
+                                   what=f"{source}: run.slots = {requested}" if source else None)
     for line in lines:
         print(line, file=sys.stderr)
     return chosen

@@ -17,7 +17,6 @@ from harness.commands.common import (
     own_default,
     reach_warning,
     slot_packing,
-    slots_source,
 )
 from harness.spec.executor import ExecutorConfig
 from harness.spec.matrix import RunConfig
@@ -72,7 +71,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         packing = slot_packing(args.slots or slots, device=caps.device, env=env, key=key,
                                backends={c.backend for c in cell_list}, executor_kind=where.kind,
-                               what=None if args.slots else slots_source(args.resume or args.matrix, slots))
+                               source=None if args.slots else args.resume or args.matrix)
     except (SlotError, CalibrationError) as exc:
         return bad_input([str(exc)])
     at_once = len(packing.slots) if packing is not None else where.max_parallel

@@ -4,6 +4,8 @@ without a calibration, and the local executor following several real processes a
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -73,9 +75,6 @@ def test_too_many_slots_name_where_they_were_asked(tiny_matrix):
     """More slots than this process's cores, from the matrix file or from `--slots`: one line that names the
     file and key, or the flag, exit 2, nothing written (a fuzzed `run.slots = 2` on a worker pinned to one core
     was named `--slots 2`)."""
-    import os
-    import subprocess
-
     one = min(os.sched_getaffinity(0))
     path = tiny_matrix()
     path.write_text(path.read_text().replace("[run]\n", "[run]\nslots = 2\n"))
