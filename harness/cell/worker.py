@@ -78,8 +78,12 @@ def _say_where(slot: dict[str, Any] | None, rank: int, local_world: int) -> int 
     slot's cores when the runner pinned the job to a slot (None: the whole machine)."""
     cores = cpu_list(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else "?"
     where = f" (slot {slot['index']}, holding {slot['num_slots']}; packing {slot['packing']})" if slot else ""
-    print(f"nvbench: rank {rank} on cores {cores}{where}, CUDA_VISIBLE_DEVICES="
-          f"{os.environ.get('CUDA_VISIBLE_DEVICES', '(unset)')}", flush=True)
+    # One write, its newline included: the runner sets PYTHONUNBUFFERED, where print() writes the text and the
+    # newline in two calls, and a rank torn down between them (torchrun ends the group when another rank
+    # fails) leaves its line open for the next writer of the shared log to run into.
+    sys.stdout.write(f"nvbench: rank {rank} on cores {cores}{where}, CUDA_VISIBLE_DEVICES="
+                     f"{os.environ.get('CUDA_VISIBLE_DEVICES', '(unset)')}\n")
+    sys.stdout.flush()
     if not slot or not slot.get("cpus"):
         return None
     return max(1, len(slot["cpus"]) // max(1, local_world))

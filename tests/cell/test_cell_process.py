@@ -112,3 +112,17 @@ def test_run_cell_turns_the_collector_on_after_the_build_and_before_anything_els
         worker.run_cell(ctx)
     # the loader's stream starts before the model builds: its workers load meanwhile
     assert order == ["loader", "loader started", "engine", "collector", "flops"]
+
+
+def test_each_rank_says_where_it_runs_in_one_write_with_its_newline(monkeypatch):
+    """The runner sets PYTHONUNBUFFERED: print() there writes the text and the newline in two calls, and a rank
+    torchrun tears down between them leaves its line open for the next writer of the job's shared log (twice a
+    parallel suite found a world-size-2 job's line run into another: tests/orchestrate/test_slots_run.py)."""
+    writes: list[str] = []
+    stdout = SimpleNamespace(write=writes.append, flush=lambda: None)
+    monkeypatch.setattr(sys, "stdout", stdout)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-a,GPU-b")
+    slot = {"index": 0, "num_slots": 2, "packing": "calibrated", "cpus": [0, 1]}
+    assert worker._say_where(slot, rank=1, local_world=2) == 1
+    assert len(writes) == 1 and writes[0].startswith("nvbench: rank 1 on cores ")
+    assert writes[0].endswith(" (slot 0, holding 2; packing calibrated), CUDA_VISIBLE_DEVICES=GPU-a,GPU-b\n")

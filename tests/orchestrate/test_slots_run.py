@@ -165,13 +165,14 @@ def test_on_a_pretend_two_gpu_node_auto_packs_what_the_calibration_cleared_one_g
     wide = rows[("synthetic", 2, "fp32")]
     assert (wide["slot"], wide["num_slots"], wide["packing"]) == (0, 2, "calibrated")
     assert wide["cuda_visible_devices"] == f"{uuids[0]},{uuids[1]}"
-    # every rank of the group that got as far as its first line sees both GPUs. This torch cannot train on CUDA:
-    # each rank says where it is, then fails, and torchrun tears the group down when the first one fails, so the
-    # other rank (0 or 1: CI saw rank 1 alone) may never get to its line. The first to fail always wrote its own.
+    # every rank of the group that got as far as its first line sees both GPUs, on a line of its own (each is one
+    # write: harness/cell/worker.py). This torch cannot train on CUDA: each rank says where it is, then fails,
+    # and torchrun tears the group down when the first one fails, so the other rank, 0 or 1, may never get to
+    # its line. The first to fail always wrote its own.
     ranks = log_line(out, wide)
     said = sorted(int(line.split()[2]) for line in ranks)
     assert said in ([0], [1], [0, 1]), ranks
-    assert all(line.endswith(f"={uuids[0]},{uuids[1]}") for line in ranks)
+    assert all(line.endswith(f"={uuids[0]},{uuids[1]}") for line in ranks), ranks
     solo = rows[("pytorch", 1, "fp32")]
     assert (solo["packing"], solo["num_slots"], solo["cuda_visible_devices"]) == ("solo", 2, None)
     for held_all in (wide, solo):  # a job holding every slot ran with nothing beside it
