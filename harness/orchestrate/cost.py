@@ -116,7 +116,8 @@ def _between_per_job(run_dir: Path, manifest: dict[str, Any]) -> float | None:
 def planned(cells: dict[str, Cell], jobs: Sequence[tuple[str, int]], caps: Capabilities) -> list[PlannedJob]:
     """The jobs as the estimate sees them, with what this machine skips."""
     runs = {cid: not skip_reason(cell, caps) for cid, cell in cells.items()}
-    return [PlannedJob(cell_id=cid, backend=cells[cid].backend, compile=cells[cid].compile, runs=runs[cid])
+    return [PlannedJob(cell_id=cid, backend=cells[cid].backend, compile=cells[cid].compile, runs=runs[cid],
+                       device=caps.device, smoke=cells[cid].is_smoke, precision=cells[cid].precision)
             for cid, _ in jobs]
 
 

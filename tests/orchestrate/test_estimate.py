@@ -6,8 +6,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from conftest import nvbench
 
 from harness.orchestrate.estimate import (
+    CPU_SMOKE_FP16_EXTRA_S,
+    CPU_SMOKE_JOB_S,
     DEFAULT_BETWEEN_JOBS_S,
     DEFAULT_JOB_S,
     DEFAULT_WARMUP_S,
@@ -17,7 +20,6 @@ from harness.orchestrate.estimate import (
     estimate,
     in_sequence,
 )
-from conftest import nvbench
 
 
 def job(cid: str, backend: str = "synthetic", compile: str = "eager", runs: bool = True) -> PlannedJob:
@@ -32,6 +34,32 @@ def test_without_a_past_every_job_takes_its_backends_stated_default():
     assert (got.jobs, got.from_past, got.warmups) == (2, 0, 0)
     assert "every job from the defaults per backend and compile mode" in got.text()
     assert got.text().startswith(f"estimated {duration_text(got.wall_s)} on this machine with 1 slot: 2 job(s)")
+
+
+def test_a_cpu_smoke_takes_the_cpu_smokes_defaults_and_the_words_name_which_defaults_were_used():
+    """README's main job is a CPU --smoke: an H100's full-window seconds put it at 16m12s, where it takes 4m10s."""
+    cpu = {"device": "cpu", "smoke": True}
+    jobs = [PlannedJob(cell_id="a", backend="pytorch", compile="eager", precision="fp32", **cpu),
+            PlannedJob(cell_id="b", backend="synthetic", compile="eager", precision="fp16", **cpu)]
+    got = estimate(jobs, Past(between_jobs_s=0.0))
+    assert got.wall_s == pytest.approx(CPU_SMOKE_JOB_S["pytorch"] + CPU_SMOKE_JOB_S["synthetic"] + CPU_SMOKE_FP16_EXTRA_S)
+    assert "defaults per backend and compile mode (a 2-core CPU's, --smoke; no past rows" in got.text()
+    h100 = estimate([job("a")], Past(between_jobs_s=0.0))
+    assert h100.wall_s == pytest.approx(DEFAULT_JOB_S["synthetic"]) and "(an H100's, full windows; no past" in h100.text()
+    for elsewhere in ({"device": "cpu", "smoke": False}, {"device": "cuda", "smoke": True}):  # no defaults fit
+        far = estimate([PlannedJob(cell_id="a", backend="synthetic", compile="eager", **elsewhere)], Past())
+        assert "(an H100's, full windows: far off for these cells; no past rows" in far.text()
+    mixed = in_sequence([got, estimate([job("c")], Past(job_s={"c": [1.0]}, runs=("r1",)))])
+    assert mixed.defaults == ("a 2-core CPU's, --smoke",)
+    assert mixed.to_plain()["defaults"] == ["a 2-core CPU's, --smoke"]
+
+
+def test_readmes_main_job_is_estimated_from_the_cpu_smokes_defaults_on_a_cpu(tmp_path):
+    dry = nvbench("run", "matrices/resnet50.toml", "--smoke", "--dry-run", "--reports", str(tmp_path),
+                  env={"NVBENCH_CACHE": str(tmp_path / "cache"), "CUDA_VISIBLE_DEVICES": ""})
+    assert dry.returncode == 0, dry.stderr
+    line = " ".join(dry.stdout.split("estimated ", 1)[1].split())
+    assert " job(s); every job from the defaults per backend and compile mode (a 2-core CPU's, --smoke;" in line
 
 
 def test_past_rows_win_over_defaults_and_say_which_runs_they_came_from():
