@@ -75,6 +75,16 @@ LONE_MARKERS = ("cores", "world_size", "gpu")
 """The markers that can make a test run alone (Parallel.alone decides, by what this worker holds)."""
 
 
+def turns_folder(config: pytest.Config) -> Path:
+    """Where the workers' turns live: beside the workers' own temporary folders (pytest-xdist gives worker gwN
+    `<the run's basetemp>/popen-gwN`), which pytest prunes with the run's, so no lock folder piles up in /tmp;
+    without one, a folder named by the run's id."""
+    basetemp = getattr(config.option, "basetemp", None)
+    if basetemp:
+        return Path(basetemp).parent / "nvbench-turns"
+    return Path("/tmp") / f"nvbench-pytest-{config.workerinput['testrunuid']}"
+
+
 class Parallel:
     """This worker's cores, the machine's, and its turns."""
 
@@ -82,7 +92,7 @@ class Parallel:
         self.all_cores = sorted(os.sched_getaffinity(0))
         self.mine = worker_cores(self.all_cores, worker, count) or self.all_cores
         self.gpu = Path("/dev/nvidiactl").exists()
-        self.turns = Turns(Path("/tmp") / f"nvbench-pytest-{config.workerinput['testrunuid']}")
+        self.turns = Turns(turns_folder(config))
         set_cores(self.mine)
 
     def alone(self, item: pytest.Item) -> bool:

@@ -105,3 +105,15 @@ def test_a_shared_test_keeps_to_its_workers_share(request):
     if par is None:
         pytest.skip("not a pytest-xdist worker: nothing is pinned")
     assert sorted(os.sched_getaffinity(0)) == par.mine
+
+
+def test_the_turns_live_beside_the_workers_temporary_folders_which_pytest_prunes(request, tmp_path_factory):
+    """Not in /tmp, where a folder per run piled up (35 on this machine after a few days); both workers of a run
+    meet in one folder."""
+    workers = [SimpleNamespace(option=SimpleNamespace(basetemp=f"/t/pytest-7/popen-gw{i}"),
+                               workerinput={"testrunuid": "u"}) for i in (0, 1)]
+    assert {parallel.turns_folder(w) for w in workers} == {Path("/t/pytest-7/nvbench-turns")}
+    alone = SimpleNamespace(option=SimpleNamespace(basetemp=None), workerinput={"testrunuid": "u"})
+    assert parallel.turns_folder(alone) == Path("/tmp/nvbench-pytest-u")
+    if request.config.stash.get(parallel.KEY, None) is not None:  # this run's own turns
+        assert (tmp_path_factory.getbasetemp().parent / "nvbench-turns" / "room").is_file()
