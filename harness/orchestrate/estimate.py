@@ -53,10 +53,11 @@ FAR_OFF = "an H100's, full windows: far off for these cells"
 
 def default_job_s(job: PlannedJob) -> tuple[float, str]:
     """Seconds of `job` with no past row, and which defaults they are (H100_FULL, CPU_SMOKE or FAR_OFF)."""
+    compile_s = DEFAULT_COMPILE_S.get(job.compile, 0.0)
     if job.device == "cpu" and job.smoke and job.backend in CPU_SMOKE_JOB_S:
-        extra = CPU_SMOKE_FP16_EXTRA_S if job.precision == "fp16" else 0.0
-        return CPU_SMOKE_JOB_S[job.backend] + extra + DEFAULT_COMPILE_S.get(job.compile, 0.0), CPU_SMOKE
-    seconds = DEFAULT_JOB_S.get(job.backend, max(DEFAULT_JOB_S.values())) + DEFAULT_COMPILE_S.get(job.compile, 0.0)
+        fp16_s = CPU_SMOKE_FP16_EXTRA_S if job.precision == "fp16" else 0.0
+        return CPU_SMOKE_JOB_S[job.backend] + fp16_s + compile_s, CPU_SMOKE
+    seconds = DEFAULT_JOB_S.get(job.backend, max(DEFAULT_JOB_S.values())) + compile_s
     return seconds, H100_FULL if job.device == "cuda" and not job.smoke else FAR_OFF
 
 
@@ -85,7 +86,7 @@ class Estimate:
     """Compile-cache warm-ups (one per inductor cell)."""
     runs: tuple[str, ...]
     """The past runs the figures came from."""
-    defaults: tuple[str, ...] = ()
+    defaults: tuple[str, ...]
     """Which defaults the jobs without past rows took (H100_FULL, CPU_SMOKE, FAR_OFF), each once."""
 
     def to_plain(self) -> dict:
@@ -116,9 +117,8 @@ class Estimate:
         warm = f" and {self.warmups} compile warm-up(s)" if self.warmups else ""
         return f"{self.jobs} job(s){warm}; {source}"
 
-
     def defaults_text(self) -> str:
-        return " and ".join(self.defaults) or H100_FULL
+        return " and ".join(self.defaults)
 
 
 def estimate(jobs: Sequence[PlannedJob], past: Past, slots: int = 1) -> Estimate:
