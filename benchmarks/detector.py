@@ -8,7 +8,7 @@ Collect: one cell (resnet18, synthetic data, 32 px, batch 16, one CPU thread, --
 steps, run.malloc = --malloc) runs as five pools of --repeats real repeats each, every repeat its own
 process as in `nvbench run`: two pools of the code as it is (a1, a2) and one fire-drill pool per --drills
 percentage (`nvbench run --fire-drill`: calibrated extra work in every measured step, rows flagged). The
-pools are interleaved (harness.orchestrate.ab.run_interleaved): round k runs the k-th repeat of every pool in a random
+pools are interleaved (harness.orchestrate.workflows.ab.run_interleaved): round k runs the k-th repeat of every pool in a random
 order, so drift of the machine lands on all pools alike.
 
 Analyse: --trials comparisons per setting drawn from the pools, each judged by harness.analysis.compare exactly
@@ -26,7 +26,7 @@ the rates for every floor in --floors):
   nightly:    ci/nightly.sh's pipeline where the code changed: a screen (n later-half candidate repeats
               against n earlier-half unchanged ones), then an interleaved A/B of --confirm-repeats
               rounds not used by the screen; the job fails on a regression the A/B confirms. Reported
-              for a strict screen (`regression`) and the nightly's loose one (harness.orchestrate.nightly).
+              for a strict screen (`regression`) and the nightly's loose one (harness.orchestrate.workflows.nightly).
 The realised slowdown of each drill pool (its mean vs the unchanged pools) is printed next to the nominal,
 with how well the probe tracks each pool (correlation of log throughput with log probe time, and the CV
 left after regressing it out), and for each n the smallest floor that keeps both A/A settings at <= 1 %
@@ -62,8 +62,8 @@ from harness.analysis import compare
 from harness.analysis.evidence import holm_within  # noqa: E402
 from harness.analysis.runs import RunData, load_run  # noqa: E402
 from harness.analysis.verdict import Thresholds  # noqa: E402
-from harness.orchestrate import capabilities, runfolder  # noqa: E402
-from harness.orchestrate.nightly import SCREEN_P  # noqa: E402  the nightly's loose screen
+from harness.orchestrate.session import capabilities, runfolder  # noqa: E402
+from harness.orchestrate.workflows.nightly import SCREEN_P  # noqa: E402  the nightly's loose screen
 from harness.stats import window
 
 MATRIX = """\
@@ -103,10 +103,10 @@ def _pools(drills: list[float]) -> dict[str, float]:
 
 
 def collect(out: Path, *, repeats: int, drills: list[float], measure_steps: int, malloc: str, seed: int) -> None:
-    from harness.orchestrate import ab
+    from harness.orchestrate.workflows import ab
     from harness.results.env import collect_env, env_key
-    from harness.spec.cells import expand
-    from harness.spec.parse import load_matrix
+    from harness.matrix.cells import expand
+    from harness.matrix.parse import load_matrix
 
     out.mkdir(parents=True, exist_ok=True)
     matrix_path = out / "detector.toml"
@@ -268,7 +268,7 @@ def rates(draws: np.ndarray, floor_pct: float) -> dict[str, float]:
     out = {"alarm": float(np.mean(alarm)), "regression": float(np.mean(regression))}
     if draws.shape[1] == 2 * k:  # a nightly pipeline: the job fails on a regression confirmed by the A/B
         strict = regression
-        loose = strict | ((draws[:, 5] < 0) & (draws[:, 4] <= SCREEN_P))  # as harness.orchestrate.nightly.targets
+        loose = strict | ((draws[:, 5] < 0) & (draws[:, 4] <= SCREEN_P))  # as harness.orchestrate.workflows.nightly.targets
         confirmed = _calls(draws[:, k:], floor_pct)[1]
         out |= {"screen_strict": float(np.mean(strict)), "screen_loose": float(np.mean(loose)),
                 "fail_strict": float(np.mean(strict & confirmed)), "fail_loose": float(np.mean(loose & confirmed))}

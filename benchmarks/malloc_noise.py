@@ -4,7 +4,7 @@ glibc malloc handing memory back to the kernel and faulting it in again every st
     python benchmarks/malloc_noise.py --processes 6 --steps 150
 
 Runs --processes fresh interpreters per setting, alternating the settings in a seeded random order so
-drift hits all alike: `system` (the C library's defaults) and `stable` (harness.orchestrate.job.STABLE_MALLOC via
+drift hits all alike: `system` (the C library's defaults) and `stable` (harness.orchestrate.session.job.STABLE_MALLOC via
 GLIBC_TUNABLES, what nvbench gives its cells), and on request the variants in SETTINGS. Each process
 trains resnet18 (32 px, batch 16, one thread, synthetic data) for --steps timed steps after 10 untimed
 ones and reports its mean step time, minor page faults and kernel CPU time. Prints one line per process and a table per setting: mean step time, the CV
@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from harness.orchestrate.job import with_stable_malloc  # noqa: E402
+from harness.orchestrate.session.job import with_stable_malloc  # noqa: E402
 
 STABLE = with_stable_malloc(None)
 SETTINGS = {"system": (None, []), "stable": (STABLE, []),

@@ -53,8 +53,8 @@ def overhead_matrix(args: argparse.Namespace) -> str:
 
 def bare_cell(args: argparse.Namespace):
     """The single cell of overhead_matrix, parsed and expanded as `nvbench run` does."""
-    from harness.spec.cells import expand
-    from harness.spec.parse import parse_matrix
+    from harness.matrix.cells import expand
+    from harness.matrix.parse import parse_matrix
 
     text = overhead_matrix(args)
     (cell,) = expand(parse_matrix(tomllib.loads(text), "overhead.toml", text))
@@ -129,7 +129,7 @@ def bare_run(args: argparse.Namespace) -> float:
     flags = [(k.replace("_", "-"), v) for k, v in vars(args).items() if k not in ("bare", "rounds", "seed")]
     argv = [sys.executable, __file__, "--bare"] + [
         (f"--{k}" if v else f"--no-{k}") if isinstance(v, bool) else f"--{k}={v}" for k, v in flags]
-    from harness.orchestrate.job import with_stable_malloc
+    from harness.orchestrate.session.job import with_stable_malloc
 
     # the allocator settings nvbench gives its cells (run.malloc = "stable"): overhead, not malloc, is measured
     env = dict(os.environ, GLIBC_TUNABLES=with_stable_malloc(os.environ.get("GLIBC_TUNABLES")))

@@ -29,11 +29,11 @@ sys.path.insert(0, str(ROOT / "tests" / "orchestrate"))
 
 from slurm_cluster import SlurmCluster, unavailable_reason  # noqa: E402
 
-from harness.orchestrate.executors import Launch  # noqa: E402
-from harness.orchestrate.local import LocalExecutor  # noqa: E402
-from harness.orchestrate.slurm import SlurmExecutor  # noqa: E402
+from harness.orchestrate.placement.executors import Launch  # noqa: E402
+from harness.orchestrate.placement.local import LocalExecutor  # noqa: E402
+from harness.orchestrate.placement.slurm import SlurmExecutor  # noqa: E402
 from harness.results import store  # noqa: E402
-from harness.spec.executor import ExecutorConfig  # noqa: E402
+from harness.matrix.executor import ExecutorConfig  # noqa: E402
 
 
 def one_run(matrix: str, out: Path, env: dict[str, str], executor: str) -> dict:

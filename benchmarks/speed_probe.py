@@ -45,7 +45,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from harness.orchestrate.job import with_stable_malloc  # noqa: E402
+from harness.orchestrate.session.job import with_stable_malloc  # noqa: E402
 
 WINDOWS = (20, 100, 300)
 

@@ -488,7 +488,7 @@ def write_report(out: Path, env: dict[str, Any], checks: list[Check], started: s
 def _time_table(figures: dict[str, Any]) -> list[str]:
     """Where each cell's seconds went (the runner's PHASES, the rest: the process's exit and the runner's own
     work), and the run's matrix efficiency: what to cut when the budget is tight."""
-    from harness.orchestrate.derive import PHASES
+    from harness.orchestrate.session.derive import PHASES
 
     head = ["", "Where each cell's time went (s; rest = the process's exit and the runner's own work):", "",
             "| cell | total | startup | build | compile | warmup (steps) | window | validation | rest |",

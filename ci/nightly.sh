@@ -96,9 +96,9 @@ confirm_ab() {
   shift 2
   if [ "${1:-}" = --only-all ]; then shift; fi  # NVBENCH_CONFIRM=every: no filter, every cell
   [ "$CONFIRM" != sequential ] || return $NO_AB
-  sha=$(python -m harness.orchestrate.nightly code "$base") || return $NO_AB
+  sha=$(python -m harness.orchestrate.workflows.nightly code "$base") || return $NO_AB
   if [ -z "$sha" ]; then log "the baseline's commit is not recorded clean: no A/B confirmation"; return $NO_AB; fi
-  head=$(python -m harness.orchestrate.nightly code)
+  head=$(python -m harness.orchestrate.workflows.nightly code)
   if [ "$CONFIRM" = auto ] && [ "$sha" = "$head" ]; then
     log "tonight runs the baseline's code ($sha): no A/B confirmation (NVBENCH_CONFIRM=interleaved forces one)"
     return $NO_AB
@@ -117,7 +117,7 @@ confirm_ab() {
   git -C "$ROOT" worktree remove --force "$src" >/dev/null 2>&1
   WORKTREE=""
   if [ "$rc" -eq 130 ]; then log "interrupted during the A/B confirmation (rows so far in $out)"; exit 130; fi
-  if [ "$rc" -eq 2 ] || [ "$rc" -gt 3 ] || ! python -m harness.orchestrate.nightly ran "$out"; then
+  if [ "$rc" -eq 2 ] || [ "$rc" -gt 3 ] || ! python -m harness.orchestrate.workflows.nightly ran "$out"; then
     log "the A/B confirmation did not run (exit $rc): no A/B confirmation"; return $NO_AB
   fi
   publish "$out/report"
@@ -136,7 +136,7 @@ log "$(nvbench run "$MATRIX" --dry-run --reports "$REPORTS" $RUN_ARGS 2>&1 | tai
 # shellcheck disable=SC2086  # RUN_ARGS is a list of flags
 child nvbench run "$MATRIX" --out "$RUN" --reports "$REPORTS" --no-progress $RUN_ARGS
 run_rc=$?
-if [ -f "$RUN/manifest.json" ]; then log "$(python -m harness.orchestrate.cost "$RUN")"; fi
+if [ -f "$RUN/manifest.json" ]; then log "$(python -m harness.orchestrate.cost.pricing "$RUN")"; fi
 if [ "$run_rc" -ge 2 ]; then log "nvbench run exited $run_rc"; exit "$run_rc"; fi
 
 report_rc=0
@@ -145,7 +145,7 @@ if [ -e "$BASELINE" ]; then
   # shellcheck disable=SC2086
   child nvbench report "$RUN" --baseline "$BASELINE" --out "$RUN/report" --fail-on-regression $REPORT_ARGS
   report_rc=$?
-  only=$(python -m harness.orchestrate.nightly targets "$RUN/report" 2>/dev/null)
+  only=$(python -m harness.orchestrate.workflows.nightly targets "$RUN/report" 2>/dev/null)
   ab_only=$only
   if [ "$CONFIRM" = every ]; then ab_only="--only-all"; fi
   ab_rc=$NO_AB
@@ -174,7 +174,7 @@ elif [ -d "$HISTORY" ] && [ -n "$(ls -A "$HISTORY" 2>/dev/null)" ]; then
   child nvbench report "$RUN" --history "$HISTORY" --out "$RUN/report" $REPORT_ARGS
   report_rc=$?
   publish "$RUN/report"
-  only=$(python -m harness.orchestrate.nightly targets "$RUN/report" 2>/dev/null)
+  only=$(python -m harness.orchestrate.workflows.nightly targets "$RUN/report" 2>/dev/null)
   ab_only=$only
   if [ "$CONFIRM" = every ]; then ab_only="--only-all"; fi
   previous=$(ls -1d "$HISTORY"/*/ 2>/dev/null | sort | tail -n 1)
@@ -215,7 +215,7 @@ case " $RUN_ARGS " in
      no_ab=""
      if [ "$CONFIRM" = sequential ]; then no_ab="NVBENCH_CONFIRM=sequential: no A/B"; fi
      # shellcheck disable=SC2086  # REPORT_ARGS is a list of flags
-     child python -m harness.orchestrate.nightly history "$HISTORY" "$RUN/history" --matrix "$MATRIX" --repo "$ROOT" \
+     child python -m harness.orchestrate.workflows.nightly history "$HISTORY" "$RUN/history" --matrix "$MATRIX" --repo "$ROOT" \
        --summary "$RUN/report/summary.md" ${GITHUB_STEP_SUMMARY:+--summary "$GITHUB_STEP_SUMMARY"} \
        ${no_ab:+--no-ab "$no_ab"} -- ${CONFIRM_REPEATS:+--repeats "$CONFIRM_REPEATS"} \
        ${CONFIRM_MAX_REPEATS:+--max-repeats "$CONFIRM_MAX_REPEATS"} $REPORT_ARGS
@@ -235,7 +235,7 @@ if [ "$run_rc" -eq 1 ]; then log "cells failed (see the report's failed and skip
 if [ "$report_rc" -eq 3 ]; then
   # Last and loud: the night could not tell for these cells; absence of evidence is not a pass.
   log "INCONCLUSIVE: nothing regressed, but these cells could not be decided (more repeats would):"
-  python -m harness.orchestrate.nightly inconclusive "$LAST_REPORT" >&2
+  python -m harness.orchestrate.workflows.nightly inconclusive "$LAST_REPORT" >&2
   exit 3
 fi
 log "ok"

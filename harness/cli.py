@@ -23,7 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from harness.orchestrate import stopping
+    from harness.orchestrate.session import stopping
 
     return stopping.run(lambda: args.func(args))  # SIGTERM and SIGHUP stop a command as Ctrl-C does
 

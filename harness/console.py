@@ -18,7 +18,7 @@ from rich.text import Text
 from harness.fit import shorten, wrap
 from harness.results.accuracy import MIN_VAL_IMAGES, chance_text, top1_text
 from harness.results.schema import STATUSES, SUPERSEDED
-from harness.spec.cells import cell_label
+from harness.matrix.cells import cell_label
 from harness.stats.inference import mean_interval
 
 STATUS_STYLE = {"ok": "green", "skipped": "dim", "failed": "red", "timeout": "red", "crashed": "red", "cancelled": "red",
@@ -255,7 +255,7 @@ def cost_lines(manifest: Mapping[str, Any]) -> list[str]:
     """The run's matrix efficiency with the largest part of its wall time that was not measuring (the next cut),
     and its estimate beside what it took, where the manifest records them."""
     from harness.analysis.runs import largest_cut
-    from harness.orchestrate.cost import took_line
+    from harness.orchestrate.cost.pricing import took_line
 
     lines = []
     efficiency = manifest.get("matrix_efficiency")

@@ -79,7 +79,7 @@ EDGES = graph()
 
 def test_the_layout_has_the_packages_the_contracts_name():
     packages = {m for m in EDGES if m.count(".") == 1 and (PACKAGE / m.split(".")[1] / "__init__.py").exists()}
-    assert packages == {"harness.spec", "harness.orchestrate", "harness.cell", "harness.data", "harness.models",
+    assert packages == {"harness.matrix", "harness.orchestrate", "harness.cell", "harness.data", "harness.models",
                         "harness.results", "harness.stats", "harness.analysis", "harness.commands"}
 
 
@@ -154,8 +154,8 @@ def test_the_circle_rule_sees_a_circle_inside_one_package():
     """The rule itself, on today's graph with one import put back: executors importing slurm again (the circle of
     610fe19) is caught, as is a longer circle; the package face importing its own modules is not one."""
     back = {m: set(t) for m, t in EDGES.items()}
-    back["harness.orchestrate.executors"].add("harness.orchestrate.slurm")
-    assert ["harness.orchestrate.executors", "harness.orchestrate.slurm"] in find_circles(back)
+    back["harness.orchestrate.placement.executors"].add("harness.orchestrate.placement.slurm")
+    assert ["harness.orchestrate.placement.executors", "harness.orchestrate.placement.slurm"] in find_circles(back)
     ring = {"harness.x.a": {"harness.x.b"}, "harness.x.b": {"harness.x.c"}, "harness.x.c": {"harness.x.a"}}
     assert find_circles(ring) == [["harness.x.a", "harness.x.b", "harness.x.c"]]
     assert find_circles({"harness.models": {"harness.models.resnet"}, "harness.models.resnet": {"harness.models"}}) == []
@@ -166,15 +166,15 @@ MODEL_DATA = {"harness.models.registry", "harness.models.user"}
 
 
 def test_the_specification_imports_no_torch():
-    spec = reachable(EDGES, "harness.spec")
-    assert spec <= within(set(EDGES), "harness.spec") | {"harness"} | MODEL_DATA, spec
-    assert not {"torch", "numpy", "nvidia"} & (third_party("harness.spec") | set().union(
+    spec = reachable(EDGES, "harness.matrix")
+    assert spec <= within(set(EDGES), "harness.matrix") | {"harness"} | MODEL_DATA, spec
+    assert not {"torch", "numpy", "nvidia"} & (third_party("harness.matrix") | set().union(
         *(third_party(m) for m in MODEL_DATA)))
 
 
-@pytest.mark.parametrize("module", ["harness.spec.matrix", "harness.spec.cells", "harness.spec.job",
-                                    "harness.spec.knobs", "harness.spec.executor", "harness.spec.rules",
-                                    "harness.spec.parse", "harness.spec.reference", "harness.spec.model_axis"])
+@pytest.mark.parametrize("module", ["harness.matrix.sections", "harness.matrix.cells", "harness.matrix.job",
+                                    "harness.matrix.knobs", "harness.matrix.executor", "harness.matrix.rules",
+                                    "harness.matrix.parse", "harness.matrix.reference", "harness.matrix.model_axis"])
 def test_the_specification_loads_without_torch(module):
     probe = f"import sys, {module}; print(sorted(m for m in ('torch', 'numpy') if m in sys.modules))"
     done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120)
@@ -230,3 +230,28 @@ def test_the_decision_is_one_pure_module():
     assert reachable(EDGES, "harness.analysis.decide") <= {"harness.analysis.decide", "harness.analysis", "harness"}
     assert third_party("harness.analysis.decide") <= {"__future__", "dataclasses", "math", "statistics", "typing",
                                                       "scipy"}
+
+
+RESERVED_FOR_TESTS = ("spec", "specs", "test", "tests", "testing", "fixtures", "__tests__")
+"""Folder names that common tools and conventions read as test folders (RSpec's spec/, pytest's test*/, ...)."""
+
+
+def test_no_package_takes_a_name_reserved_for_tests():
+    names = {p.name for p in PACKAGE.rglob("*") if p.is_dir() and (p / "__init__.py").exists()}
+    assert not names & set(RESERVED_FOR_TESTS), names & set(RESERVED_FOR_TESTS)
+    assert (PACKAGE / "matrix" / "parse.py").exists()  # the matrix file's parser, in a folder named for it
+
+
+ORCHESTRATE_ROOMS = ("session", "placement", "cost", "workflows")
+MAX_ROOM_MODULES = 12
+"""About a dozen modules: a room a reader holds in mind at once."""
+
+
+def test_the_parent_is_cut_into_rooms_by_role():
+    root = PACKAGE / "orchestrate"
+    assert sorted(p.name for p in root.glob("*.py")) == ["__init__.py"], "a module outside the rooms"
+    rooms = {p.name: sorted(q.stem for q in p.glob("*.py") if q.stem != "__init__")
+             for p in root.iterdir() if (p / "__init__.py").exists()}
+    assert set(rooms) == set(ORCHESTRATE_ROOMS)
+    crowded = {room: len(mods) for room, mods in rooms.items() if len(mods) > MAX_ROOM_MODULES}
+    assert not crowded, crowded

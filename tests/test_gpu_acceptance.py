@@ -230,7 +230,7 @@ def test_the_pretend_gpu_hook_makes_the_runner_choose_cuda():
     """ci/pretend_gpu (the audit that runs the suite as a GPU machine would, docs/gpu-validation.md) must keep
     fooling what decides a cell's device: the parent's NVML fingerprint and torch in every child."""
     code = ("import torch; from harness.results.env import collect_env; "
-            "from harness.orchestrate.capabilities import probe_capabilities; e = collect_env(); "
+            "from harness.orchestrate.session.capabilities import probe_capabilities; e = collect_env(); "
             "print(e['device_kind'], e['gpu_count'], probe_capabilities('auto', e).device, torch.cuda.is_available())")
     env = {**os.environ, "PYTHONPATH": str(ROOT / "ci" / "pretend_gpu")}
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,

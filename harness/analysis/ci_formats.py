@@ -33,7 +33,7 @@ from harness.analysis.wording import (
 )
 from harness.results.env import ENV_KEY_FIELDS
 from harness.results.schema import SUPERSEDED
-from harness.spec.cells import cell_label as label
+from harness.matrix.cells import cell_label as label
 
 
 # ---------------------------------------------------------------------------------------------

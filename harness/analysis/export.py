@@ -17,7 +17,7 @@ import numpy as np
 
 from harness import __version__
 from harness.analysis.runs import RunData, RunInputError, load_run
-from harness.spec.matrix import AXES
+from harness.matrix.sections import AXES
 
 FORMATS = ("pytest-benchmark",)
 PYTEST_BENCHMARK_VERSION = "5.1.0"

@@ -17,7 +17,7 @@ from typing import Any, Callable, Mapping, Sequence
 from harness.analysis.verdict import (
     FAILED, IMPROVEMENT, INCONCLUSIVE, INSUFFICIENT, METRIC_ATTRIBUTES, NO_BASELINE, NOT_COMPARABLE, REGRESSION,
     SKIPPED, SUSPECT_IMPROVEMENT, SUSPECT_REGRESSION, UNCHANGED, CellVerdict, Comparison, MetricVerdict)
-from harness.spec.matrix import AXES, AXIS_CHOICES
+from harness.matrix.sections import AXES, AXIS_CHOICES
 
 MAX_COLUMNS = 8
 """A second column axis joins the first only while their product stays this narrow (tiles of ~80 px)."""

@@ -19,7 +19,7 @@ import numpy as np
 
 from harness.analysis.runs import RunData, RunInputError, load_run, resolve_pointer
 from harness.analysis.verdict import DEFAULT_FLOOR_PCT
-from harness.spec.matrix import AXES
+from harness.matrix.sections import AXES
 from harness.stats import changepoint
 from harness.stats.inference import mean_interval, to_percent
 
@@ -200,7 +200,7 @@ class Change:
     """Not found without the newest night: what tonight's history added."""
     confirmation: str | None = None
     """confirmed, not confirmed or could not confirm: what an interleaved A/B of commit_from and commit_to said
-    (harness.orchestrate.confirm); null when none was asked."""
+    (harness.orchestrate.workflows.confirm); null when none was asked."""
     confirmation_note: str | None = None
     """The A/B's verdict behind it, or why there could be none."""
 

@@ -11,7 +11,7 @@ import numpy as np
 
 from harness.analysis.verdict import IMPROVEMENT, INCONCLUSIVE, REGRESSION, UNCHANGED, CellVerdict
 from harness.analysis.wording import metric_change_text
-from harness.spec.cells import cell_label
+from harness.matrix.cells import cell_label
 
 
 def backend_verdicts(verdicts: Sequence[CellVerdict]) -> dict[str, dict[str, Any]]:

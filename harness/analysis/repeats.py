@@ -10,7 +10,7 @@ import numpy as np
 from harness.analysis.verdict import FAILED, INSUFFICIENT, SKIPPED, Thresholds
 from harness.results.env import ENV_KEY_FIELDS, cell_env_fields, env_diff, env_key
 from harness.results.schema import SUPERSEDED
-from harness.spec.matrix import AXES
+from harness.matrix.sections import AXES
 
 BAD_STATUSES = ("failed", "timeout", "crashed", "cancelled")
 

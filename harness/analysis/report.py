@@ -54,7 +54,7 @@ from harness.analysis.wording import (
 )
 from harness.results import store
 from harness.results.schema import SUPERSEDED
-from harness.spec.cells import cell_label as label
+from harness.matrix.cells import cell_label as label
 
 REPORT_FILES = ("report.html", "summary.md", "verdicts.parquet", "junit.xml")
 

@@ -22,7 +22,7 @@ from harness.analysis.verdict import (
 )
 from harness.analysis.wording import self_comparison_note
 from harness.fit import wrap
-from harness.spec.cells import cell_label
+from harness.matrix.cells import cell_label
 
 ONE_LINE_EACH = (REGRESSION, SUSPECT_REGRESSION, FAILED, IMPROVEMENT, SUSPECT_IMPROVEMENT)
 """Verdicts listed cell by cell; every other verdict is a group."""

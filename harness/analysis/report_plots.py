@@ -15,8 +15,8 @@ from harness.analysis.verdict import Comparison, MetricVerdict
 from harness.analysis.wording import cell_means, change_text, css_class, esc, sorted_verdicts
 from harness.results import store
 from harness.results.schema import STEP_SCHEMA
-from harness.spec.cells import cell_label as label
-from harness.spec.matrix import AXES
+from harness.matrix.cells import cell_label as label
+from harness.matrix.sections import AXES
 
 
 _LABEL_W, _PLOT_W, _ROW_H, _TOP, _BOTTOM = 220, 340, 20, 10, 40

@@ -11,7 +11,7 @@ from harness.analysis.verdict import (
     ACCURACY_BELOW, FAILED, INSUFFICIENT, NO_BASELINE, NOT_COMPARABLE, SKIPPED, VERDICTS, CellVerdict, Comparison)
 from harness.analysis.wording import cell_means, change_text, css_class, esc, num_text, sorted_verdicts
 from harness.results.accuracy import chance_text, top1_text
-from harness.spec.cells import cell_label as label
+from harness.matrix.cells import cell_label as label
 
 
 EXTRA_COLUMNS = (("mfu_pct", "MFU %", ".1f"), ("power_avg_w", "power W", ".0f"),

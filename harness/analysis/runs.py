@@ -28,7 +28,7 @@ class RunData:
     matrix_efficiency: float | None = None
     """manifest.json's matrix_efficiency (measured window seconds / run wall seconds), where the run records it."""
     time_breakdown_s: Mapping[str, float] | None = None
-    """manifest.json's time_breakdown_s: where the run's wall time went (harness/orchestrate/derive.py)."""
+    """manifest.json's time_breakdown_s: where the run's wall time went (harness/orchestrate/session/derive.py)."""
     wall_s: float | None = None
     """manifest.json's wall_s: the wall time of every session of the run."""
 

@@ -10,7 +10,7 @@ from typing import Any, Mapping
 
 from harness.analysis import decide
 from harness.analysis.runs import RunData
-from harness.spec.matrix import AXES
+from harness.matrix.sections import AXES
 
 REGRESSION, IMPROVEMENT, UNCHANGED, INCONCLUSIVE = decide.REGRESSION, decide.IMPROVEMENT, decide.UNCHANGED, \
     decide.INCONCLUSIVE

@@ -12,7 +12,7 @@ import signal
 import sys
 from pathlib import Path
 
-from harness.spec.job import PARENT_PID_ENV
+from harness.matrix.job import PARENT_PID_ENV
 
 _PARENT_AT_START = os.getppid()
 

@@ -12,7 +12,7 @@ from harness.cell.timing import H2D, Ranges
 from harness.cell.warmup import most_warmup_steps
 from harness.data import LoaderSpec, build_loader
 from harness.models import build_model
-from harness.spec.cells import Cell
+from harness.matrix.cells import Cell
 
 
 def rank_loader(ctx: Context, split: str):

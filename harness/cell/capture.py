@@ -7,7 +7,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from harness.spec.cells import Cell
+from harness.matrix.cells import Cell
 
 KEY_AVERAGES_ROWS = 60
 """Rows of the key-averages table written beside a torch trace."""

@@ -11,7 +11,7 @@ import torch
 import torch.distributed as dist
 
 from harness.cell.timing import PhaseClock, Ranges
-from harness.spec.cells import Cell
+from harness.matrix.cells import Cell
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -11,7 +11,7 @@ from typing import Literal
 import torch
 from torch import nn
 
-from harness.spec.matrix import IMAGENET_TRAIN_IMAGES
+from harness.matrix.sections import IMAGENET_TRAIN_IMAGES
 
 Precision = Literal["fp32", "fp16", "bf16"]
 CompileMode = Literal["eager", "inductor", "cudagraph"]

@@ -14,8 +14,8 @@ from harness.cell.context import Context, all_reduce
 from harness.cell.engine import Engine
 from harness.cell.loop import run_window
 from harness.cell.timing import WARMUP, StepClock
-from harness.spec.cells import Cell
-from harness.spec.matrix import WARMUP_CHUNK, WARMUP_TOLERANCE
+from harness.matrix.cells import Cell
+from harness.matrix.sections import WARMUP_CHUNK, WARMUP_TOLERANCE
 from harness.stats.settle import has_settled
 
 

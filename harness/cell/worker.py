@@ -28,8 +28,8 @@ from harness.cell.timing import CELL, PhaseClock, make_ranges
 from harness.results import store
 from harness.results.env import cudnn_knobs, usable_cpu_count
 from harness.results.schema import step_table
-from harness.spec.cells import Cell
-from harness.spec.job import LAUNCHED_AT_ENV, cpu_list
+from harness.matrix.cells import Cell
+from harness.matrix.job import LAUNCHED_AT_ENV, cpu_list
 
 
 def _setup(job: dict[str, Any]) -> Context:

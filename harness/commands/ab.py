@@ -19,11 +19,11 @@ from harness.commands.common import (
     slot_packing,
     thresholds_from,
 )
-from harness.spec.matrix import RunConfig
-from harness.spec.parse import MatrixError, load_matrix, with_repeats
+from harness.matrix.sections import RunConfig
+from harness.matrix.parse import MatrixError, load_matrix, with_repeats
 
 DEFAULT_MAX_RERUNS = 2
-"""Re-runs of a start transient per cell and side of an A/B (harness.orchestrate.rerun). On a quiet machine a
+"""Re-runs of a start transient per cell and side of an A/B (harness.orchestrate.workflows.rerun). On a quiet machine a
 window that opens in a transient is a hiccup (docs/performance.md); a side whose every window opens in one has
 too short a warm-up, not bad luck, and re-running it more would only cost time."""
 
@@ -36,8 +36,9 @@ def cmd_ab(args: argparse.Namespace) -> int:
     from harness.analysis.report import write_report
     from harness.analysis.runs import load_run
     from harness.analysis.verdict import INCONCLUSIVE, Comparison
-    from harness.orchestrate import ab, ab_sides, capabilities, runfolder
-    from harness.spec.cells import expand
+    from harness.orchestrate.workflows import ab, ab_sides
+    from harness.orchestrate.session import capabilities, runfolder
+    from harness.matrix.cells import expand
 
     try:
         matrix = with_repeats(load_matrix(args.matrix), args.repeats)
@@ -79,8 +80,8 @@ def cmd_ab(args: argparse.Namespace) -> int:
     if out.exists() and any(out.iterdir()):
         return bad_input([f"--out {out}: not empty"])
     caps = capabilities.probe_capabilities(matrix.run.device, {k: v for k, v in envs["a"].items() if k != "env_key"})
-    from harness.orchestrate.packing import CalibrationError
-    from harness.orchestrate.slots import SlotError
+    from harness.orchestrate.placement.packing import CalibrationError
+    from harness.orchestrate.placement.slots import SlotError
 
     try:  # both sides of a pair run on the same slot; pairs run side by side, one per slot
         packing = slot_packing(args.slots or matrix.run.slots, device=caps.device, env=envs["a"],
@@ -121,7 +122,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
 def _estimate_line(cells, looks: list[int], caps, envs: dict, reports: Path) -> str:
     """The A/B's estimated wall time at its first look's pairs and, adaptive, at its last, from past rows in
     --reports measured in each side's environment."""
-    from harness.orchestrate import cost
+    from harness.orchestrate.cost import pricing as cost
 
     keys = [envs[side]["env_key"] for side in ("a", "b")]
     first = cost.ab_estimate(cells, looks[0], caps, roots=[reports], keys=keys)

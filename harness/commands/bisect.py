@@ -8,13 +8,14 @@ import sys
 from pathlib import Path
 
 from harness.commands.common import EXIT_INTERRUPTED, add_slots_flag, bad_input
-from harness.spec.parse import MatrixError, load_matrix
+from harness.matrix.parse import MatrixError, load_matrix
 
 
 def cmd_bisect(args: argparse.Namespace) -> int:
     from datetime import datetime, timezone
 
-    from harness.orchestrate import bisect, runfolder
+    from harness.orchestrate.workflows import bisect
+    from harness.orchestrate.session import runfolder
 
     try:
         if args.resume:
@@ -77,10 +78,11 @@ def _estimate_line(matrix_path: str, ab_args: list[str], bisector, roots: list[P
     bisection), each estimated as `nvbench ab` estimates itself, from past rows under `roots`."""
     from harness.analysis.verdict import Thresholds
     from harness.commands.common import env_and_caps
-    from harness.orchestrate import ab, cost
-    from harness.orchestrate.estimate import duration_text
-    from harness.spec.cells import expand
-    from harness.spec.parse import with_repeats
+    from harness.orchestrate.workflows import ab
+    from harness.orchestrate.cost import pricing as cost
+    from harness.orchestrate.cost.estimate import duration_text
+    from harness.matrix.cells import expand
+    from harness.matrix.parse import with_repeats
 
     value = {flag: int(ab_args[ab_args.index(flag) + 1]) for flag in ("--repeats", "--max-repeats")}
     only = [arg.removeprefix("--only=") for arg in ab_args if arg.startswith("--only=")]

@@ -23,16 +23,17 @@ from harness.commands.common import (
     threshold_default,
     thresholds_from,
 )
-from harness.spec.matrix import RunConfig
-from harness.spec.parse import MatrixError, load_matrix, with_repeats
+from harness.matrix.sections import RunConfig
+from harness.matrix.parse import MatrixError, load_matrix, with_repeats
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    from harness.orchestrate import calibrate, runfolder
-    from harness.orchestrate.machine import probe_machine
-    from harness.orchestrate.packing import Packing
-    from harness.orchestrate.slots import SlotError, plan_slots
-    from harness.spec.cells import expand
+    from harness.orchestrate.workflows import calibrate
+    from harness.orchestrate.session import runfolder
+    from harness.orchestrate.placement.machine import probe_machine
+    from harness.orchestrate.placement.packing import Packing
+    from harness.orchestrate.placement.slots import SlotError, plan_slots
+    from harness.matrix.cells import expand
 
     try:
         matrix = with_repeats(load_matrix(args.matrix), args.repeats)
@@ -82,7 +83,8 @@ def _judge(out: Path, args: argparse.Namespace, env: dict, key: str, slots: int,
     from harness.analysis.packing import UNCALIBRATED_NOTE, backend_verdicts
     from harness.analysis.report import write_report
     from harness.analysis.runs import load_run
-    from harness.orchestrate import calibrate, packing
+    from harness.orchestrate.workflows import calibrate
+    from harness.orchestrate.placement import packing
     from harness.results import store
 
     # No speed adjustment: the probe would take the neighbours' load for a slower machine and adjust away the

@@ -32,7 +32,7 @@ def bad_input(problems: list[str]) -> int:
 
 
 def env_and_caps(device: str):
-    from harness.orchestrate.capabilities import probe_capabilities
+    from harness.orchestrate.session.capabilities import probe_capabilities
     from harness.results.env import collect_env, env_key
 
     env = collect_env()
@@ -71,7 +71,7 @@ def own_default(action: argparse.Action, read: Callable[[], Any]) -> argparse.Ac
 
 
 def knob_default(config: type, name: str) -> Callable[[], Any]:
-    """The matrix format's default of `config`'s field `name` (harness.spec: read as the file's parser does)."""
+    """The matrix format's default of `config`'s field `name` (harness.matrix: read as the file's parser does)."""
     import dataclasses
 
     return lambda: next(f.default for f in dataclasses.fields(config) if f.name == name)
@@ -161,7 +161,7 @@ def print_report(result, fail_on_regression: bool) -> int:
 
 
 def add_slots_flag(p: argparse.ArgumentParser) -> None:
-    from harness.spec.matrix import RunConfig
+    from harness.matrix.sections import RunConfig
 
     own_default(p.add_argument(
         "--slots", type=_slots_arg, metavar="N|auto",
@@ -172,7 +172,7 @@ def add_slots_flag(p: argparse.ArgumentParser) -> None:
 
 
 def _slots_arg(text: str):
-    from harness.orchestrate.slots import parse_slots
+    from harness.orchestrate.placement.slots import parse_slots
 
     try:
         return parse_slots(text)
@@ -188,8 +188,8 @@ def slot_packing(requested, *, device: str, env: dict, key: str, backends, execu
     Raises SlotError or CalibrationError (one line each) for the caller's bad_input. `source`: the matrix file
     (or run folder) the number came from, when it was not `--slots`; a refusal then names it and its key, as
     every other bad value in a matrix file is named."""
-    from harness.orchestrate import packing
-    from harness.orchestrate.machine import probe_machine
+    from harness.orchestrate.placement import packing
+    from harness.orchestrate.placement.machine import probe_machine
 
     if executor_kind != "local":
         if requested != "auto" and requested != 1:

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from harness.commands.common import EXIT_OK, bad_input
-from harness.spec.parse import MatrixError, load_matrix
+from harness.matrix.parse import MatrixError, load_matrix
 
 
 def cmd_data_make(args: argparse.Namespace) -> int:
@@ -25,8 +25,8 @@ def cmd_data_make(args: argparse.Namespace) -> int:
 
 def cmd_data_prepare(args: argparse.Namespace) -> int:
     """Make (or find) every generated dataset the matrix's cells read, so a timed run starts measuring at once."""
-    from harness.orchestrate.job import generated_dataset, reads_generated_dataset
-    from harness.spec.cells import expand
+    from harness.orchestrate.session.job import generated_dataset, reads_generated_dataset
+    from harness.matrix.cells import expand
 
     try:
         cells = expand(load_matrix(args.matrix), smoke=args.smoke, only=args.only)

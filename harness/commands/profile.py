@@ -7,14 +7,15 @@ import sys
 from pathlib import Path
 
 from harness.commands.common import EXIT_FAILURES, EXIT_OK, bad_input, env_and_caps
-from harness.spec.parse import MatrixError, load_matrix
+from harness.matrix.parse import MatrixError, load_matrix
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
     from datetime import datetime, timezone
 
-    from harness.orchestrate import capabilities, profile, runfolder
-    from harness.spec.cells import expand
+    from harness.orchestrate.session import capabilities, runfolder
+    from harness.orchestrate.workflows import profile
+    from harness.matrix.cells import expand
 
     if args.steps < 1:
         return bad_input([f"--steps must be >= 1, got {args.steps}"])

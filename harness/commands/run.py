@@ -18,15 +18,15 @@ from harness.commands.common import (
     reach_warning,
     slot_packing,
 )
-from harness.spec.executor import ExecutorConfig
-from harness.spec.matrix import RunConfig
-from harness.spec.parse import MatrixError, load_matrix, with_repeats
+from harness.matrix.executor import ExecutorConfig
+from harness.matrix.sections import RunConfig
+from harness.matrix.parse import MatrixError, load_matrix, with_repeats
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from harness.orchestrate import capabilities, runfolder
+    from harness.orchestrate.session import capabilities, runfolder
     from harness.results import store
-    from harness.spec.cells import expand
+    from harness.matrix.cells import expand
 
     if args.resume and (args.matrix or args.only or args.smoke or args.out or args.dry_run or args.fire_drill
                         or args.repeats is not None or args.executor):
@@ -63,9 +63,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         reach_warning(matrix.run.repeats, smoke=args.smoke, what=knob)
         executor = _executor_config(matrix, args.executor)
     env, key, caps = env_and_caps(device)
-    from harness.orchestrate.packing import CalibrationError
-    from harness.orchestrate.runner import executor_for
-    from harness.orchestrate.slots import SlotError
+    from harness.orchestrate.placement.packing import CalibrationError
+    from harness.orchestrate.session.runner import executor_for
+    from harness.orchestrate.placement.slots import SlotError
 
     where = executor_for(executor)
     try:
@@ -84,7 +84,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(cost.text())
         print(f"{len(cell_list)} cells, {len(cell_list) * matrix.run.repeats} jobs; nothing was run or written")
         return EXIT_OK
-    from harness.orchestrate.executors import ExecutorUnavailable
+    from harness.orchestrate.placement.executors import ExecutorUnavailable
 
     try:
         where.check()  # before anything is written: sbatch missing or the controller down is one line, exit 2
@@ -100,8 +100,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _estimate(args, run_dir: Path | None, cells: dict, matrix, caps, key: str, slots: int):
     """The run's estimate (its pending jobs on a resume) from past runs in --reports (and the run folder itself)."""
-    from harness.orchestrate import cost, runfolder
-    from harness.spec.cells import schedule
+    from harness.orchestrate.cost import pricing as cost
+    from harness.orchestrate.session import runfolder
+    from harness.matrix.cells import schedule
 
     if run_dir is not None:
         _, jobs, _ = runfolder.load_plan(run_dir)
@@ -124,7 +125,7 @@ def _execute(run_dir: Path, caps, env, key, *, progress: bool, verbose: bool, ex
     from rich.console import Console
 
     from harness.console import RunProgress, detail_table, print_summary
-    from harness.orchestrate import derive, runfolder, runner
+    from harness.orchestrate.session import derive, runfolder, runner
     from harness.results import store
 
     console = Console(stderr=True)
@@ -134,7 +135,7 @@ def _execute(run_dir: Path, caps, env, key, *, progress: bool, verbose: bool, ex
     console.print(f"run folder: {run_dir}  ({len(todo)} of {len(jobs)} jobs to run)", soft_wrap=True)
     if estimate is not None:
         console.print(estimate.text(), highlight=False)  # wrapped at whole words to the terminal
-    from harness.orchestrate.executors import ExecutorUnavailable
+    from harness.orchestrate.placement.executors import ExecutorUnavailable
 
     try:
         with RunProgress(console, len(todo)) as bar:

@@ -6,13 +6,13 @@ from __future__ import annotations
 import argparse
 
 from harness.commands.common import EXIT_OK, bad_input, reach_warning
-from harness.spec.parse import MatrixError, load_matrix
+from harness.matrix.parse import MatrixError, load_matrix
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from harness.orchestrate.model_check import user_model_problems
-    from harness.spec.cells import expand
-    from harness.spec.model_axis import defaults_lines
+    from harness.orchestrate.session.model_check import user_model_problems
+    from harness.matrix.cells import expand
+    from harness.matrix.model_axis import defaults_lines
 
     problems = []
     for path in args.matrix:

@@ -8,7 +8,7 @@ from typing import Iterator
 import torch
 
 from harness.data import LoaderSpec
-from harness.spec.matrix import IMAGENET_TRAIN_IMAGES
+from harness.matrix.sections import IMAGENET_TRAIN_IMAGES
 
 BATCHES_PER_EPOCH = 1000
 """Nominal epoch length; iteration stops after this many batches."""

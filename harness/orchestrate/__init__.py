@@ -1,5 +1,4 @@
-"""The parent process: plans a run folder (`runfolder`), starts one process (or torchrun group) per (cell, repeat)
-through the cell's entry point (`job`, `launch`) where the run's executor says (`executors`, `local`, `slurm`),
-times it out, classifies how it ended (`classify`), writes its row, resumes (`runner`) and derives what the rows
-give (`derive`); A/B runs (`ab`), the nightly helpers (`nightly`) and profiling runs (`profile`). It starts cells
-as processes and never imports them."""
+"""The parent process, in four rooms: the session that runs a run folder's jobs (`session`), where each job
+runs (`placement`: slots, executors, launches), what a run costs before it runs (`cost`), and the workflows built
+on them (`workflows`: A/B, bisect, nightly, calibration, profiling). It starts cells as processes and never
+imports them."""

@@ -42,7 +42,7 @@ METADATA_VERSION_KEY = b"nvbench.schema_version"
 METADATA_KIND_KEY = b"nvbench.table"
 
 SUPERSEDED = "superseded"
-"""Status of an A/B repeat whose window opened in a start transient and ran again (harness.orchestrate.rerun):
+"""Status of an A/B repeat whose window opened in a start transient and ran again (harness.orchestrate.workflows.rerun):
 the row is kept for the record and never compared (only `ok` rows are)."""
 STATUSES = ("ok", "failed", "timeout", "crashed", "skipped", "cancelled", SUPERSEDED)
 
@@ -169,7 +169,7 @@ CELL_COLUMNS: tuple[Column, ...] = (
     _c("nodes", S, "", "Node(s) the job ran on, comma-separated: the runner's host for the local executor, the "
        "SLURM job's node list for the slurm executor; null for skipped rows."),
     _c("slurm_job_id", S, "", "SLURM job id of the job (executor slurm); null for local processes."),
-    _c("slot", I, "", "First slot the job held (local executor; harness/orchestrate/slots.py): slot 0 of 1 is the "
+    _c("slot", I, "", "First slot the job held (local executor; harness/orchestrate/placement/slots.py): slot 0 of 1 is the "
        "whole machine; null where SLURM placed the job, and in skipped rows."),
     _c("num_slots", I, "slots", "Slots the job held: its world size when packed; every slot of the run when it ran "
        "alone on the whole machine."),

@@ -26,7 +26,7 @@ from harness.commands.common import EXIT_INCONCLUSIVE, print_report
 from harness.results import store
 from harness.results.accuracy import top1_text
 from harness.results.schema import cell_table
-from harness.spec.cells import job_key
+from harness.matrix.cells import job_key
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -452,9 +452,9 @@ def mission_smoke_like(a: Path, dst: Path, *, repeats: int, factor) -> tuple[Pat
     (96 cells: dali-gpu and world size 8 skipped with the runner's own reasons), each cell that runs dealt the
     real rows of A's cell of its loader (synthetic, else pytorch) into `repeats` repeats 0.5 % apart, times
     `factor(index)` (a number, or None: the cell failed). Returns the folder and how many cells ran."""
-    from harness.orchestrate.capabilities import Capabilities, skip_reason
-    from harness.spec.cells import expand
-    from harness.spec.parse import load_matrix
+    from harness.orchestrate.session.capabilities import Capabilities, skip_reason
+    from harness.matrix.cells import expand
+    from harness.matrix.parse import load_matrix
 
     shutil.copytree(a, dst)
     shutil.rmtree(dst / "cells")

@@ -10,8 +10,8 @@ import pytest
 import torch
 from conftest import ROOT
 
-from harness.spec.cells import expand
-from harness.spec.parse import load_matrix
+from harness.matrix.cells import expand
+from harness.matrix.parse import load_matrix
 
 
 @pytest.fixture(scope="module")

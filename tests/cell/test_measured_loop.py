@@ -13,8 +13,8 @@ import torch
 
 from harness.cell import loop, measure, metrics, warmup, worker
 from harness.cell.timing import PHASES, PhaseClock, StepClock, make_ranges
-from harness.spec.cells import expand
-from harness.spec.parse import parse_matrix
+from harness.matrix.cells import expand
+from harness.matrix.parse import parse_matrix
 
 
 class SimulatedStream:

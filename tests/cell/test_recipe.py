@@ -12,9 +12,9 @@ from torch import nn
 
 from harness.cell.engine import Engine
 from harness.cell.build import engine_options, epoch_images
-from harness.spec.cells import expand
-from harness.spec.matrix import IMAGENET_TRAIN_IMAGES
-from harness.spec.parse import load_matrix
+from harness.matrix.cells import expand
+from harness.matrix.sections import IMAGENET_TRAIN_IMAGES
+from harness.matrix.parse import load_matrix
 
 MISSION = ROOT / "matrices" / "resnet50.toml"
 GENERATED_IMAGES = 6400

@@ -201,9 +201,9 @@ def test_digits_without_scikit_learn_is_refused_before_anything_is_written(tmp_p
 def test_data_prepare_makes_what_the_runner_then_reads_without_generating(tiny_matrix, tmp_path, monkeypatch,
                                                                           documented_run):
     from harness.data import generate
-    from harness.orchestrate import job
-    from harness.spec.cells import expand
-    from harness.spec.parse import load_matrix
+    from harness.orchestrate.session import job
+    from harness.matrix.cells import expand
+    from harness.matrix.parse import load_matrix
 
     matrix = tiny_matrix('backend = ["synthetic", "pytorch", "dali-cpu"]')
     proc = documented_run(["data", "prepare", str(matrix), "--only", "backend=synthetic"])

@@ -15,7 +15,7 @@ from torch import nn
 from harness.cell.flops import training_flops_per_image
 from harness.models import ENTRIES, MODELS, build_model, entry, model_names
 from harness.models.flops import count_flops
-from harness.spec.matrix import MODEL_NAMES, BenchmarkConfig, RecipeConfig
+from harness.matrix.sections import MODEL_NAMES, BenchmarkConfig, RecipeConfig
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -26,7 +26,8 @@ from hypothesis import strategies as st
 from harness.analysis.evidence import permutations_for
 from harness.analysis.verdict import Thresholds
 from harness.analysis.decide import smallest_permutation_p
-from harness.orchestrate import ab, job
+from harness.orchestrate.workflows import ab
+from harness.orchestrate.session import job
 
 
 def test_interleaved_rounds_pair_every_job_and_shuffle_the_order_within_rounds(tmp_path):

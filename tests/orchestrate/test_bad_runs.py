@@ -10,10 +10,10 @@ import pytest
 
 from harness.analysis import ci_formats, report
 from harness.cli import main
-from harness.orchestrate import runfolder
+from harness.orchestrate.session import runfolder
 from harness.results import store
-from harness.spec.cells import expand, job_key
-from harness.spec.parse import load_matrix
+from harness.matrix.cells import expand, job_key
+from harness.matrix.parse import load_matrix
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, TINY, first_cell, nvbench, stop_and_check, wait_for
 
-from harness.orchestrate.bisect import BAD, GOOD, SKIPPED, Search
+from harness.orchestrate.workflows.bisect import BAD, GOOD, SKIPPED, Search
 
 
 def test_the_search_halves_the_open_range_and_steps_around_skipped_points():

@@ -7,12 +7,12 @@ import json
 
 import pytest
 
-from harness.orchestrate.capabilities import Capabilities
-from harness.orchestrate.compile_cache import read_records, record_path, warm_compile_caches, warmup_key
-from harness.orchestrate.job import JobContext
+from harness.orchestrate.session.capabilities import Capabilities
+from harness.orchestrate.session.compile_cache import read_records, record_path, warm_compile_caches, warmup_key
+from harness.orchestrate.session.job import JobContext
 from harness.results import store
-from harness.spec.cells import expand
-from harness.spec.parse import load_matrix
+from harness.matrix.cells import expand
+from harness.matrix.parse import load_matrix
 from conftest import nvbench
 
 INDUCTOR = 'backend = ["synthetic"]\ncompile = ["inductor"]'

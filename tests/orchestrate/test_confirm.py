@@ -18,12 +18,12 @@ from conftest import TINY
 from test_bisect import SLOW_OPTIMIZER, harness_commits
 
 from harness.analysis import history, trend
-from harness.orchestrate import confirm
+from harness.orchestrate.workflows import confirm
 from harness.results import store
 from harness.results.schema import cell_table
-from harness.spec.cells import expand
-from harness.spec.matrix import AXES
-from harness.spec.parse import load_matrix
+from harness.matrix.cells import expand
+from harness.matrix.sections import AXES
+from harness.matrix.parse import load_matrix
 
 SLEEP = SLOW_OPTIMIZER[1].replace("time.sleep(0.04)", "time.sleep(0.2)")
 """200 ms in every optimizer step: several times the tiny cell's step on a quiet machine, and still about half
@@ -70,7 +70,7 @@ def history_step(folder: Path, out: Path, matrix: Path, repo: Path, *extra: str,
                  max_repeats: int = 10) -> subprocess.CompletedProcess:
     """The nightly's own call (ci/nightly.sh), an A/B of 5 pairs, `max_repeats` while a cell is inconclusive (at
     q 0.05: at 0.01 split over two looks, 5 + 5 pairs could never decide and the A/B would start at 10)."""
-    argv = [sys.executable, "-m", "harness.orchestrate.nightly", "history", str(folder), str(out), "--matrix",
+    argv = [sys.executable, "-m", "harness.orchestrate.workflows.nightly", "history", str(folder), str(out), "--matrix",
             str(matrix), "--repo", str(repo), *extra, "--", "--repeats", "5", "--max-repeats", str(max_repeats),
             "--fdr", "0.05"]
     return subprocess.run(argv, capture_output=True, text=True, timeout=1200, check=False)
@@ -145,7 +145,7 @@ def test_commits_that_cannot_be_checked_out_could_not_confirm_and_say_why(reposi
         assert f"could not confirm ({why}" in (tmp_path / name / "out" / "changes.md").read_text().replace("\\_", "_")
     proc = history_step(tmp_path / "same", tmp_path / "off", matrix, repo, "--no-ab", "NVBENCH_CONFIRM=sequential")
     assert proc.returncode == 0 and throughput_step(tmp_path / "off").confirmation_note == "NVBENCH_CONFIRM=sequential"
-    assert subprocess.run([sys.executable, "-m", "harness.orchestrate.nightly", "history", str(tmp_path / "none"),
+    assert subprocess.run([sys.executable, "-m", "harness.orchestrate.workflows.nightly", "history", str(tmp_path / "none"),
                            str(tmp_path / "x"), "--matrix", str(matrix)], capture_output=True, text=True,
                           check=False).returncode == 2
 

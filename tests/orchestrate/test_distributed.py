@@ -19,11 +19,11 @@ import pytest
 import torch
 from conftest import ROOT, nvbench
 
-from harness.orchestrate.capabilities import Capabilities, skip_reason
-from harness.orchestrate.classify import classify
-from harness.orchestrate.launch import Outcome, ProcessLauncher, TorchrunLauncher, launcher_for
-from harness.spec.cells import Cell, expand
-from harness.spec.parse import parse_matrix
+from harness.orchestrate.session.capabilities import Capabilities, skip_reason
+from harness.orchestrate.session.classify import classify
+from harness.orchestrate.placement.launch import Outcome, ProcessLauncher, TorchrunLauncher, launcher_for
+from harness.matrix.cells import Cell, expand
+from harness.matrix.parse import parse_matrix
 
 MEASURE_STEPS, BATCH, VAL_STEPS = 3, 4, 1
 """What the conftest's tiny matrix runs per cell."""

@@ -8,7 +8,7 @@ import json
 import pytest
 from conftest import nvbench
 
-from harness.orchestrate.estimate import (
+from harness.orchestrate.cost.estimate import (
     CPU_SMOKE_FP16_EXTRA_S,
     CPU_SMOKE_JOB_S,
     DEFAULT_BETWEEN_JOBS_S,

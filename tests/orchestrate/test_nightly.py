@@ -2,7 +2,7 @@
 baseline, only describe and join the history; a night stopped by a signal leaves no process and a resumable
 run; a fire drill against a promoted baseline fails the job with a confirmed regression and stays
 out of the history, confirmed sequentially and by an interleaved A/B against a worktree of the
-baseline's commit (on a screen's targets, or on every cell); plus harness.orchestrate.nightly, the helper that
+baseline's commit (on a screen's targets, or on every cell); plus harness.orchestrate.workflows.nightly, the helper that
 picks the targets and the baseline's code."""
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ from conftest import ROOT, first_cell, kill_plan, stop_and_check, wait_for
 from harness.analysis import verdicts_file
 from harness.analysis.runs import RunData
 from harness.analysis.verdict import CellVerdict, Comparison, MetricVerdict, Thresholds
-from harness.orchestrate import nightly, runfolder
+from harness.orchestrate.workflows import nightly
+from harness.orchestrate.session import runfolder
 from harness.results import store
 
 
@@ -227,7 +228,7 @@ def test_the_loose_screen_reads_the_change_of_the_metric_the_verdict_rests_on(tm
 def test_targets_of_a_file_that_is_no_verdicts_table_is_one_line_and_exit_2(tmp_path, capsys):
     pq.write_table(pa.table({"verdict": ["regression"]}), tmp_path / "verdicts.parquet")  # no version metadata
     assert nightly.main(["targets", str(tmp_path)]) == 2
-    assert capsys.readouterr().err == (f"harness.orchestrate.nightly: {tmp_path / 'verdicts.parquet'}: not a verdicts "
+    assert capsys.readouterr().err == (f"harness.orchestrate.workflows.nightly: {tmp_path / 'verdicts.parquet'}: not a verdicts "
                                        "table this nvbench reads (no nvbench.verdicts_version in its metadata)\n")
 
 

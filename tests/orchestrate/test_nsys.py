@@ -12,8 +12,8 @@ import pytest
 from conftest import nvbench
 
 from harness.analysis import timeline
-from harness.spec.cells import expand, job_key
-from harness.spec.parse import load_matrix
+from harness.matrix.cells import expand, job_key
+from harness.matrix.parse import load_matrix
 
 needs_nsys = pytest.mark.skipif(shutil.which("nsys") is None,
                                 reason="no nsys on PATH: ci/system-deps.sh installs Debian's nsight-systems where "

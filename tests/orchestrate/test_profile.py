@@ -11,9 +11,9 @@ from conftest import nvbench
 
 from harness.cell.capture import cell_for_job, range_modes
 from harness.cell.timing import RANGE_NAMES
-from harness.orchestrate.profile import ProfileSpec, select_cell
-from harness.spec.cells import expand, job_key
-from harness.spec.parse import load_matrix
+from harness.orchestrate.workflows.profile import ProfileSpec, select_cell
+from harness.matrix.cells import expand, job_key
+from harness.matrix.parse import load_matrix
 
 
 @pytest.mark.documented("nvbench profile matrices/resnet50.toml --only backend=synthetic --tool torch --steps 2",

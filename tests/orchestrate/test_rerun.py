@@ -1,5 +1,5 @@
-"""A/B re-runs of a repeat whose window opened in a start transient (harness.orchestrate.rerun) on a run folder of
-real Parquet files, and how an A/B names its sides (harness.orchestrate.ab_sides). The processes themselves run in
+"""A/B re-runs of a repeat whose window opened in a start transient (harness.orchestrate.workflows.rerun) on a run folder of
+real Parquet files, and how an A/B names its sides (harness.orchestrate.workflows.ab_sides). The processes themselves run in
 tests/orchestrate/test_ab.py."""
 
 from __future__ import annotations
@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from harness.orchestrate import ab_sides, job, rerun, runfolder
+from harness.orchestrate.workflows import ab_sides, rerun
+from harness.orchestrate.session import job, runfolder
 from harness.results import store
 from harness.results.schema import cell_table, step_table
-from harness.spec.cells import job_key
+from harness.matrix.cells import job_key
 
 CELL = "synthetic_nchw_fp32_ws1_ga1_0123456789"
 TRANSIENT = ("not steady: start transient: first 3 steps at 2.9-7.1x the window's median (18% of the window's "

@@ -18,7 +18,7 @@ import pytest
 from conftest import ROOT, nvbench
 
 from harness.cell import probe
-from harness.orchestrate import job
+from harness.orchestrate.session import job
 from harness.results import store
 from harness.results.schema import RESULT_SCHEMA_VERSION
 
@@ -108,8 +108,8 @@ def test_end_to_end_run_reads_back_with_pyarrow_and_duckdb(tiny_matrix, tmp_path
 
 
 def test_malloc_tunables_keep_what_the_user_set(tiny_matrix):
-    from harness.spec.cells import expand
-    from harness.spec.parse import load_matrix
+    from harness.matrix.cells import expand
+    from harness.matrix.parse import load_matrix
 
     (stable,) = expand(load_matrix(tiny_matrix()))
     (system,) = expand(load_matrix(tiny_matrix(extra='malloc = "system"\n')))
@@ -202,9 +202,9 @@ def test_kill_9_then_resume_runs_each_job_exactly_once(tiny_matrix, tmp_path):
 
 
 def test_interleaved_order_is_recorded_and_reproducible(tiny_matrix, tmp_path):
-    from harness.orchestrate.runfolder import create_run, load_plan
-    from harness.spec.cells import expand
-    from harness.spec.parse import load_matrix
+    from harness.orchestrate.session.runfolder import create_run, load_plan
+    from harness.matrix.cells import expand
+    from harness.matrix.parse import load_matrix
 
     m = load_matrix(tiny_matrix('backend = ["synthetic"]\nprecision = ["fp32", "bf16"]', repeats=3))
     a = create_run(m, expand(m), run_dir=tmp_path / "a", reports_root=tmp_path, smoke=False, only=[], env={})

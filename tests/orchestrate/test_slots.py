@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from harness.orchestrate import packing
-from harness.orchestrate.executors import Launch
-from harness.orchestrate.local import LocalExecutor
-from harness.orchestrate.slots import Gpu, Machine, SlotError, SlotPool, parse_slots, plan_slots
-from harness.spec.cells import expand
-from harness.spec.job import cpu_list, parse_cpu_list
-from harness.spec.parse import load_matrix
+from harness.orchestrate.placement import packing
+from harness.orchestrate.placement.executors import Launch
+from harness.orchestrate.placement.local import LocalExecutor
+from harness.orchestrate.placement.slots import Gpu, Machine, SlotError, SlotPool, parse_slots, plan_slots
+from harness.matrix.cells import expand
+from harness.matrix.job import cpu_list, parse_cpu_list
+from harness.matrix.parse import load_matrix
 
 # A DGX-like node: 2 sockets of 22 cores with hyperthreads (cpu n and n + 88 are siblings), 4 GPUs per socket.
 SOCKETS = [tuple(range(22)) + tuple(range(88, 110)), tuple(range(22, 44)) + tuple(range(110, 132))]

@@ -125,7 +125,7 @@ def _pretend_env(cache: dict, gpus: int) -> dict:
 
 def _pretend_calibration_path(env: dict) -> Path:
     """Where packed runs on the pretend node look for its calibration (the env key is the pretend node's)."""
-    code = ("from harness.results.env import collect_env, env_key; from harness.orchestrate.packing import "
+    code = ("from harness.results.env import collect_env, env_key; from harness.orchestrate.placement.packing import "
             "calibration_path; e = collect_env(); print(calibration_path(e, env_key(e)))")
     out = subprocess.run([sys.executable, "-c", code], env={**os.environ, **env}, cwd=ROOT, capture_output=True,
                          text=True, timeout=120, check=True)
@@ -137,7 +137,7 @@ def test_on_a_pretend_two_gpu_node_auto_packs_what_the_calibration_cleared_one_g
                                                                                           cache):
     if usable_cores() < 2:
         pytest.skip("two slots need two cores")
-    from harness.orchestrate.packing import write_calibration
+    from harness.orchestrate.placement.packing import write_calibration
 
     env = _pretend_env(cache, 2)
     write_calibration(_pretend_calibration_path(env), slots=2, created_at="2026-11-25", source="by hand",

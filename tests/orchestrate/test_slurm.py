@@ -220,9 +220,9 @@ def test_sbatch_missing_or_controller_down_is_one_line_and_exit_2(slurm, tmp_pat
 def test_the_job_script_runs_the_cells_argv_through_srun_across_nodes():
     """On paper, the multi-node cell: every node's task gets the same torchrun argv with the rendezvous on the
     job's first node (a cluster of one node cannot run it)."""
-    from harness.orchestrate.executors import Launch
-    from harness.orchestrate.slurm import job_script, sbatch_args
-    from harness.spec.executor import ExecutorConfig
+    from harness.orchestrate.placement.executors import Launch
+    from harness.orchestrate.placement.slurm import job_script, sbatch_args
+    from harness.matrix.executor import ExecutorConfig
 
     argv = ("python", "-m", "harness.cell", "exec", "python", "-m", "torch.distributed.run", "--nproc_per_node=8",
             "--nnodes=2", "--rdzv_backend=c10d", "--rdzv_endpoint=placeholder:0", "--rdzv_id=x",

@@ -15,7 +15,7 @@ from conftest import catches, first_cell, kill_plan, stop_and_check, tagged_proc
 
 COMMAND = textwrap.dedent("""
     import sys, time
-    from harness.orchestrate import stopping
+    from harness.orchestrate.session import stopping
 
     def command():
         try:
@@ -45,7 +45,7 @@ def test_a_stop_signal_ends_a_command_as_ctrl_c_does_and_a_second_one_does_not_c
 
 PARENT = textwrap.dedent("""
     import sys
-    from harness.orchestrate import stopping
+    from harness.orchestrate.session import stopping
 
     child = [sys.executable, "-c", "import time; time.sleep(120)"]
     sys.exit(stopping.run(lambda: stopping.run_child(child).returncode))

@@ -1,0 +1,385 @@
+"""`nvbench bisect`: from "BAD is slower than GOOD" to the first commit (or environment) that made it so.
+
+Two parts. `Search` is the bisection itself, pure: an ordered list of points (first-parent commits
+GOOD..BAD, or interpreters from a --pythons file) whose first is known good and last known bad, what each
+tested point turned out to be (bad, good, skipped) and which point to test next (the middle of the open
+range; a skipped point's nearest untested neighbour, as `git bisect skip` does). `Bisector` runs it: each
+point is judged by interleaved A/B comparisons (`nvbench ab` in its own process, adaptive repeats), every
+comparison and the answer go to DIR/bisect.json and DIR/bisect.md, and --resume reuses the comparisons
+already made.
+
+A point is **bad** when it is a regression against GOOD; **good** when it is unchanged or an improvement
+against GOOD, or when BAD is a regression against it (the slowdown lies after it). Either way a decision
+rests on a comparison that decided, never on one that could not tell; a point neither comparison decides
+ends the search with exit 3 and the narrowest range reached. A point whose code cannot run the cells (an
+import error, a failed cell) is skipped and said.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from harness.orchestrate.session import stopping
+
+BAD, GOOD, SKIPPED = "bad", "good", "skipped"
+STATE = "bisect.json"
+LOG = "bisect.md"
+
+
+class BisectInputError(ValueError):
+    """Bad input: one line each, exit 2."""
+
+
+# ---------------------------------------------------------------------------------------------
+# the search (pure)
+
+
+@dataclass
+class Search:
+    """Bisection over points[0] (good) .. points[-1] (bad) for the first bad point."""
+
+    points: list[str]
+    status: dict[int, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if len(self.points) < 2:
+            raise BisectInputError("bisect needs a good and a bad point with at least the bad one after the good")
+        self.status.setdefault(0, GOOD)
+        self.status.setdefault(len(self.points) - 1, BAD)
+
+    @property
+    def lo(self) -> int:
+        """The last point known good before the first known bad."""
+        return max(i for i, s in self.status.items() if s == GOOD and i < self.hi)
+
+    @property
+    def hi(self) -> int:
+        """The first point known bad."""
+        return min(i for i, s in self.status.items() if s == BAD)
+
+    def candidates(self) -> list[int]:
+        """Points between lo and hi not yet known: the first bad one is among them or is hi."""
+        return [i for i in range(self.lo + 1, self.hi) if i not in self.status]
+
+    def next(self) -> int | None:
+        """The point to test next (nearest the middle of the open range, skipped ones left out), or None
+        when the answer is known: hi is the first bad point, unless skipped points lie between lo and hi."""
+        open_ = self.candidates()
+        if not open_:
+            return None
+        middle = (self.lo + self.hi) / 2
+        return min(open_, key=lambda i: (abs(i - middle), i))
+
+    def record(self, index: int, outcome: str) -> None:
+        if outcome not in (BAD, GOOD, SKIPPED):
+            raise ValueError(outcome)
+        self.status[index] = outcome
+
+    def skipped_between(self) -> list[int]:
+        return [i for i in range(self.lo + 1, self.hi) if self.status.get(i) == SKIPPED]
+
+    def steps_left(self) -> int:
+        """About how many more points a bisection of the open range tests (log2 of its size)."""
+        n = len(self.candidates())
+        return math.ceil(math.log2(n + 1)) if n else 0
+
+
+# ---------------------------------------------------------------------------------------------
+# points: commits or interpreters
+
+
+def git(repo: Path, *args: str) -> str:
+    proc = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise BisectInputError(f"git {' '.join(args)}: {proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else 'failed'}")
+    return proc.stdout.strip()
+
+
+def commit_points(repo: Path, good: str, bad: str) -> tuple[list[str], dict[str, str]]:
+    """[GOOD, first-parent commits after it .. BAD] as full SHAs, and each one's subject line."""
+    try:
+        top = git(repo, "rev-parse", "--show-toplevel")
+    except BisectInputError:
+        raise BisectInputError(f"{repo}: not a git checkout (bisect runs in the repository of the code under test)") \
+            from None
+    repo = Path(top)
+    good_sha = _rev(repo, good, "--good")
+    bad_sha = _rev(repo, bad, "--bad")
+    if subprocess.run(["git", "-C", str(repo), "merge-base", "--is-ancestor", good_sha, bad_sha]).returncode != 0:
+        raise BisectInputError(f"--good {good} is not an ancestor of --bad {bad}")
+    between = git(repo, "rev-list", "--first-parent", "--reverse", f"{good_sha}..{bad_sha}").split()
+    points = [good_sha, *between]
+    subjects = {sha: git(repo, "log", "-1", "--format=%s", sha) for sha in points}
+    return points, subjects
+
+
+def _rev(repo: Path, rev: str, flag: str) -> str:
+    try:
+        return git(repo, "rev-parse", "--verify", f"{rev}^{{commit}}")
+    except BisectInputError:
+        raise BisectInputError(f"{flag} {rev}: no such commit in {repo}") from None
+
+
+def python_points(path: Path) -> list[str]:
+    """The interpreters of a --pythons file: one per line (blank lines and # comments ignored), oldest first."""
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as exc:
+        raise BisectInputError(f"--pythons {path}: cannot be read ({exc.strerror})") from None
+    points = [line.split("#", 1)[0].strip() for line in lines]
+    points = [p for p in points if p]
+    missing = [p for p in points if shutil.which(p) is None]
+    if missing:
+        raise BisectInputError(f"--pythons {path}: no such interpreter: {missing[0]}")
+    if len(points) < 2:
+        raise BisectInputError(f"--pythons {path}: needs at least two interpreters (good first, bad last)")
+    return [str(Path(shutil.which(p)).absolute()) for p in points]
+
+
+# ---------------------------------------------------------------------------------------------
+# running it
+
+
+@dataclass
+class Comparison:
+    """One `nvbench ab` of point a (side A) against point b (side B), as bisect.json keeps it."""
+
+    a: int
+    b: int
+    folder: str
+    exit: int
+    cells: list[dict[str, Any]]
+    """Per cell: verdict, effect_pct, ci_low_pct, ci_high_pct, num_candidate (pairs), attribution, reason."""
+    seconds: float
+    error: str = ""
+
+    @property
+    def regression(self) -> bool:
+        return any(c["verdict"] == "regression" for c in self.cells)
+
+    @property
+    def not_slower(self) -> bool:
+        """Every cell decided and none slower: unchanged (shown) or improvement."""
+        return bool(self.cells) and all(c["verdict"] in ("unchanged", "improvement") for c in self.cells)
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.error) or any(c["verdict"] == "failed" for c in self.cells)
+
+
+class Bisector:
+    """Runs a Search with `nvbench ab` comparisons; keeps its state in `out` for --resume."""
+
+    def __init__(self, *, matrix: str, points: list[str], labels: dict[str, str], kind: str, out: Path,
+                 ab_args: Sequence[str], repo: Path | None, notify: Callable[[str], None] = print) -> None:
+        self.matrix, self.points, self.labels, self.kind = matrix, points, labels, kind
+        self.out, self.ab_args, self.repo, self.notify = out, list(ab_args), repo, notify
+        self.search = Search(points)
+        self.comparisons: list[Comparison] = []
+        self.log: list[str] = []
+        self.runnable: dict[int, str] = {}
+        """Point -> why its code cannot run ("" when it can), checked once."""
+
+    # --- state -----------------------------------------------------------------------------------
+
+    def load(self) -> None:
+        state = json.loads((self.out / STATE).read_text())
+        if state["points"] != self.points or state["matrix"] != self.matrix:
+            raise BisectInputError(f"--resume {self.out}: its bisect is of other points or another matrix")
+        self.comparisons = [Comparison(**c) for c in state["comparisons"]]
+        self.log = state.get("log", [])
+        for index, outcome in state.get("status", {}).items():
+            self.search.record(int(index), outcome)
+
+    def save(self, answer: dict[str, Any] | None = None) -> None:
+        from harness.results import store
+
+        state = {"kind": self.kind, "matrix": self.matrix, "points": self.points, "labels": self.labels,
+                 "ab_args": self.ab_args, "status": {str(k): v for k, v in self.search.status.items()},
+                 "comparisons": [c.__dict__ for c in self.comparisons], "log": self.log, "answer": answer}
+        store.write_json(self.out / STATE, state)
+        store.write_bytes(self.out / LOG, self.markdown(answer).encode())
+
+    def say(self, line: str) -> None:
+        self.log.append(line)
+        self.notify(line)
+
+    def name(self, index: int) -> str:
+        point = self.points[index]
+        short = point[:10] if self.kind == "commits" else point
+        return f"{short} {self.labels.get(point, '')}".strip()
+
+    # --- comparisons -------------------------------------------------------------------------------
+
+    def compare(self, a: int, b: int) -> Comparison:
+        for c in self.comparisons:
+            if (c.a, c.b) == (a, b):
+                self.say(f"  (resumed) {self.name(b)} vs {self.name(a)}: {self._verdict_text(c)}")
+                return c
+        folder = self.out / f"ab-{len(self.comparisons) + 1:02d}-{self.points[a][:8]}-{self.points[b][:8]}"
+        shutil.rmtree(folder, ignore_errors=True)  # an interrupted comparison starts again
+        t0 = time.monotonic()
+        argv = [sys.executable, "-m", "harness", "ab", self.matrix, "--out", str(folder), *self.ab_args,
+                *self._side_args("a", a), *self._side_args("b", b)]
+        proc = stopping.run_child(argv)  # stopped with this bisect, and dies with it even when it is SIGKILLed
+        cells, error = [], ""
+        verdicts = folder / "report" / "verdicts.parquet"
+        if verdicts.exists():
+            import pyarrow.parquet as pq
+
+            for r in pq.read_table(verdicts).to_pylist():
+                cells.append({k: r.get(k) for k in ("cell_id", "verdict", "effect_pct", "ci_low_pct", "ci_high_pct",
+                                                     "num_candidate", "num_baseline", "attribution", "reason")})
+        else:
+            tail = [line for line in proc.stderr.strip().splitlines() if line.strip()][-1:] or ["no output"]
+            error = f"nvbench ab exited {proc.returncode}: {tail[0]}"
+        comparison = Comparison(a=a, b=b, folder=str(folder.relative_to(self.out)), exit=proc.returncode,
+                                cells=cells, seconds=time.monotonic() - t0, error=error)
+        self.comparisons.append(comparison)
+        self.say(f"  {self.name(b)} vs {self.name(a)}: {self._verdict_text(comparison)} "
+                 f"({comparison.seconds:.0f} s, {folder.name})")
+        return comparison
+
+    def _side_args(self, side: str, index: int) -> list[str]:
+        if self.kind == "pythons":
+            return [f"--{side}", self.points[index]]
+        return [f"--{side}-checkout", str(self.worktree(index))]
+
+    def worktree(self, index: int) -> Path:
+        path = self.out / "worktrees" / self.points[index][:12]
+        if not (path / "harness").is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+            git(self.repo, "worktree", "add", "--detach", "--force", str(path), self.points[index])
+        return path
+
+    def cleanup(self) -> None:
+        """Remove the worktrees this bisect made (a resumed one makes them again)."""
+        folder = self.out / "worktrees"
+        if self.repo is None or not folder.exists():
+            return
+        for path in folder.iterdir():
+            subprocess.run(["git", "-C", str(self.repo), "worktree", "remove", "--force", str(path)],
+                           capture_output=True)
+        shutil.rmtree(folder, ignore_errors=True)
+        subprocess.run(["git", "-C", str(self.repo), "worktree", "prune"], capture_output=True)
+
+    def cannot_run(self, index: int) -> str:
+        """Why point `index`'s code cannot run a cell ("" when it can): its harness must import."""
+        if index not in self.runnable:
+            if self.kind == "pythons":
+                argv, env = [self.points[index], "-c", "import harness.cell.worker"], None
+                cwd = None
+            else:
+                root = self.worktree(index)
+                argv = [sys.executable, "-c", "import harness.cell.worker"]
+                env, cwd = os.environ | {"PYTHONPATH": str(root), "PYTHONSAFEPATH": "1"}, root
+            proc = stopping.run_child(argv, env=env, cwd=cwd)
+            last = [line for line in proc.stderr.strip().splitlines() if line.strip()][-1:] or [""]
+            self.runnable[index] = "" if proc.returncode == 0 else f"cannot import its harness: {last[0]}"
+        return self.runnable[index]
+
+    @staticmethod
+    def _verdict_text(c: Comparison) -> str:
+        if c.error:
+            return c.error
+        return "; ".join(f"{x['verdict']} {x['effect_pct']:+.1f}% [{x['ci_low_pct']:+.1f}, {x['ci_high_pct']:+.1f}] "
+                         f"in {x['num_candidate']} pairs" if x["effect_pct"] is not None and x["ci_low_pct"] is not None
+                         else f"{x['verdict']}: {x['reason']}" for x in c.cells)
+
+    # --- the search --------------------------------------------------------------------------------
+
+    def run(self) -> tuple[int, dict[str, Any]]:
+        """(exit code, answer). 0: an answer, or BAD is not slower; 3: could not tell."""
+        last = len(self.points) - 1
+        self.say(f"confirming that {self.name(last)} is slower than {self.name(0)}")
+        confirm = self.compare(0, last)
+        if confirm.failed:
+            answer = {"result": "error", "text": f"the confirmation could not run: {self._verdict_text(confirm)}"}
+            self.say(answer["text"])
+            self.save(answer)
+            return 3, answer
+        if not confirm.regression:
+            word = "not slower" if confirm.not_slower else "not shown slower (the comparison could not tell)"
+            answer = {"result": "not slower", "text": f"{self.name(last)} is {word} than {self.name(0)}: "
+                      f"nothing to bisect ({self._verdict_text(confirm)})"}
+            self.say(answer["text"])
+            self.save(answer)
+            return (0 if confirm.not_slower else 3), answer
+        first_bad = {c.b: c for c in self.comparisons if c.a == 0 and c.regression}  # resumed ones too
+        step = 0
+        while (index := self.search.next()) is not None:
+            step += 1
+            lo, hi = self.search.lo, self.search.hi
+            self.say(f"step {step} of ~{step - 1 + self.search.steps_left()}: first bad among "
+                     f"{self.name(lo + 1)} .. {self.name(hi)} ({hi - lo} points); testing {self.name(index)}")
+            why = self.cannot_run(index)
+            if why:
+                self.say(f"  skipped {self.name(index)}: {why}")
+                self.search.record(index, SKIPPED)
+                self.save()
+                continue
+            against_good = self.compare(0, index)
+            if against_good.failed:
+                self.say(f"  skipped {self.name(index)}: its cells did not run ({self._verdict_text(against_good)})")
+                self.search.record(index, SKIPPED)
+            elif against_good.regression:
+                self.search.record(index, BAD)
+                first_bad[index] = against_good
+            elif against_good.not_slower:
+                self.search.record(index, GOOD)
+            else:  # the comparison with GOOD could not tell: is BAD slower than this point?
+                against_bad = self.compare(index, last)
+                if not against_bad.failed and against_bad.regression:
+                    self.search.record(index, GOOD)
+                else:
+                    answer = self._undecided(index)
+                    self.save(answer)
+                    return 3, answer
+            self.save()
+        hi = self.search.hi
+        skipped = self.search.skipped_between()
+        verdict = first_bad[hi]
+        cells = [c for c in verdict.cells if c["verdict"] == "regression"]
+        where = "; ".join(f"{c['cell_id']}: throughput {c['effect_pct']:+.1f}% [{c['ci_low_pct']:+.1f}, "
+                          f"{c['ci_high_pct']:+.1f}] in {c['num_candidate']} pairs"
+                          + (f"; {c['attribution']}" if c.get("attribution") else "") for c in cells)
+        answer = {"result": "found", "index": hi, "point": self.points[hi], "label": self.labels.get(self.points[hi], ""),
+                  "skipped": [self.points[i] for i in skipped], "cells": cells,
+                  "comparisons": len(self.comparisons),
+                  "pairs": sum(max(c["num_candidate"] or 0 for c in x.cells) if x.cells else 0
+                               for x in self.comparisons)}
+        lead = f"first bad: {self.name(hi)}" if not skipped else \
+            f"first bad: one of {', '.join(self.name(i) for i in skipped)} (skipped: could not run) or {self.name(hi)}"
+        answer["text"] = f"{lead}; against {self.name(0)}: {where}"
+        self.say(answer["text"])
+        self.save(answer)
+        return 0, answer
+
+    def _undecided(self, index: int) -> dict[str, Any]:
+        lo, hi = self.search.lo, self.search.hi
+        text = (f"could not tell whether {self.name(index)} is slower than {self.name(0)} within the A/B's budget "
+                f"(more pairs: --max-repeats); the first bad point is among {self.name(lo + 1)} .. {self.name(hi)} "
+                f"({hi - lo} points)")
+        self.say(text)
+        return {"result": "undecided", "range": [self.points[lo + 1], self.points[hi]], "text": text}
+
+    def markdown(self, answer: dict[str, Any] | None) -> str:
+        lines = [f"# nvbench bisect of {self.matrix}", "",
+                 f"{len(self.points)} points ({self.kind}), good first, bad last:", ""]
+        for i, p in enumerate(self.points):
+            lines.append(f"- `{self.name(i)}`: {self.search.status.get(i, 'not tested')}")
+        lines += ["", "## Comparisons (B vs A)", "", "| # | A | B | verdicts | s |", "|---|---|---|---|---|"]
+        for k, c in enumerate(self.comparisons, 1):
+            lines.append(f"| {k} | `{self.name(c.a)}` | `{self.name(c.b)}` | {self._verdict_text(c)} | {c.seconds:.0f} |")
+        lines += ["", "## Log", "", *[f"    {line}" for line in self.log], ""]
+        lines += ["## Answer", "", answer["text"] if answer else "(not finished: `nvbench bisect --resume` continues)", ""]
+        return "\n".join(lines)
