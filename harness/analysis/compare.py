@@ -27,8 +27,9 @@ from harness.analysis.repeats import (
     usable_rows)
 from harness.analysis.runs import RunData
 from harness.analysis.verdict import (
-    ACCURACY_NA, FAILED, FAST_STEPS, INCONCLUSIVE, NO_BASELINE, NOT_COMPARABLE, SAMPLE_COLUMNS, SKIPPED, THROUGHPUT,
-    CellVerdict, Comparison, MetricVerdict, Thresholds, build_verdict, merge_fields)
+    ACCURACY_NA, FAILED, INCONCLUSIVE, NO_BASELINE, NOT_COMPARABLE, SKIPPED, THROUGHPUT, CellVerdict, Comparison,
+    MetricVerdict, Thresholds, build_verdict, merge_fields)
+from harness.catalogue.judged import JUDGED, Judged
 from harness.results.env import env_diff
 from harness.stats import inference
 
@@ -58,8 +59,8 @@ def _sides(cand_ok: Sequence[Mapping[str, Any]], base_ok: Sequence[Mapping[str, 
     cv = max((c for c in (cv_of(cand_x), cv_of(base_x)) if c is not None), default=None)
     return {"num_baseline": len(base_ok), "num_unsteady": unsteady, "noise": noise_label(cv, unsteady),
             "throughput": {"candidate_cv": cv_of(cand_x), "baseline_cv": cv_of(base_x),
-                           "candidate_img_per_s": float(cand_x.mean()) if cand_x.size else None,
-                           "baseline_img_per_s": float(base_x.mean()) if base_x.size else None}}
+                           "candidate_value": float(cand_x.mean()) if cand_x.size else None,
+                           "baseline_value": float(base_x.mean()) if base_x.size else None}}
 
 
 def _prepare(cid: str, cand_rows: list, base_rows: list | None, candidate: RunData, baseline: RunData,
@@ -77,7 +78,7 @@ def _prepare(cid: str, cand_rows: list, base_rows: list | None, candidate: RunDa
         return common | {"verdict": verdict, "reason": reason}, None
     if not base_rows:
         x = throughputs(cand_ok)
-        common["throughput"] = {"candidate_img_per_s": float(x.mean()) if x.size else None, "candidate_cv": cv_of(x)}
+        common["throughput"] = {"candidate_value": float(x.mean()) if x.size else None, "candidate_cv": cv_of(x)}
         return common | {"verdict": NO_BASELINE, "reason": f"cell not in the baseline {baseline.run_id}"}, None
     common["baseline_fire_drill_pct"] = max(map(drill_pct, base_rows))
     base_ok = usable_rows(base_rows, th)
@@ -99,29 +100,34 @@ def _prepare(cid: str, cand_rows: list, base_rows: list | None, candidate: RunDa
     if min(len(cand_ok), len(base_ok)) < th.min_repeats or smallest_p > th.level:
         return merge_fields(common, untestable(cand_x, base_x, th)), None  # both sides' img/s stay beside the change
     probes = _probes(cand_ok, base_ok, th)
-    metrics = [MetricSamples(THROUGHPUT, cand_x, base_x)]
-    fast = _fast_steps(cand_ok, base_ok, th)
-    if fast is not None and 2 * smallest_p > th.level:  # split two ways the level would be out of reach
-        fast, note = None, (f" (fast steps not tested: at {len(cand_ok)} + {len(base_ok)} repeats only one metric "
-                            f"can reach p <= {th.level:.3g})")
-    else:
-        note = ""
-    if fast is not None:
-        metrics.append(MetricSamples(FAST_STEPS, *fast))
-        common["fast_step"] = {"candidate_img_per_s": float(fast[0].mean()),
-                               "baseline_img_per_s": float(fast[1].mean())}
+    metrics = [MetricSamples(JUDGED[0], cand_x, base_x)]
+    left_out = []
+    for judged in JUDGED[1:]:
+        samples = _samples(judged, cand_ok, base_ok, th)
+        if samples is None:
+            continue
+        if (len(metrics) + 1) * smallest_p > th.level:  # split one more way the level would be out of reach
+            left_out.append(judged.name)
+            continue
+        metrics.append(MetricSamples(judged, *samples))
+        common[judged.name] = {"candidate_value": float(samples[0].mean()), "baseline_value": float(samples[1].mean())}
+    note = (f" ({', '.join(left_out)} not tested: at {len(cand_ok)} + {len(base_ok)} repeats only {len(metrics)} "
+            f"metric{'s' if len(metrics) > 1 else ''} can reach p <= {th.level:.3g})") if left_out else ""
     return common, PendingCell(base=common, metrics=metrics, cand_probe=probes and probes[0],
                                base_probe=probes and probes[1], note=note)
 
 
-def _fast_steps(cand_ok: Sequence[Mapping[str, Any]], base_ok: Sequence[Mapping[str, Any]],
-                th: Thresholds) -> tuple[np.ndarray, np.ndarray] | None:
-    """Fast-step rates of both sides when the comparison tests them: every usable repeat recorded one
-    (rows written before nvbench recorded it read as null: those cells are judged on throughput)."""
-    column = SAMPLE_COLUMNS[FAST_STEPS]
-    if not th.fast_steps or any(not (r.get(column) or 0) > 0 for r in [*cand_ok, *base_ok]):
+def _samples(judged: Judged, cand_ok: Sequence[Mapping[str, Any]], base_ok: Sequence[Mapping[str, Any]],
+             th: Thresholds) -> tuple[np.ndarray, np.ndarray] | None:
+    """A judged metric's per-repeat values on both sides when the comparison tests it: its switch (if any) is
+    on and every usable repeat recorded a positive value (rows written before nvbench recorded it, or without
+    the instrument, read as null: those cells are judged on the others)."""
+    if judged.switch is not None and not getattr(th, judged.switch):
         return None
-    return (np.array([r[column] for r in cand_ok], dtype=float), np.array([r[column] for r in base_ok], dtype=float))
+    if any(not (r.get(judged.column) or 0) > 0 for r in [*cand_ok, *base_ok]):
+        return None
+    return (np.array([r[judged.column] for r in cand_ok], dtype=float),
+            np.array([r[judged.column] for r in base_ok], dtype=float))
 
 
 def compare_runs(candidate: RunData, baseline: RunData, thresholds: Thresholds | None = None, *,
@@ -197,8 +203,8 @@ def describe_only(candidate: RunData, thresholds: Thresholds | None = None) -> C
         verdicts.append(CellVerdict(
             cell_id=cid, **axes_of(rows), verdict=verdict, reason=reason, floor_pct=th.floor_pct, fdr_q=th.fdr_q,
             accuracy_tolerance=th.accuracy_tolerance, num_candidate=len(ok),
-            throughput=MetricVerdict(candidate_img_per_s=float(x.mean()) if x.size else None,
-                                     candidate_cv=cv_of(x) if x.size else None),
+            metrics={THROUGHPUT: MetricVerdict(candidate_value=float(x.mean()) if x.size else None,
+                                               candidate_cv=cv_of(x) if x.size else None)},
             num_unsteady=unsteady, noise=noise_label(cv_of(x), unsteady) if x.size else "",
             fire_drill_pct=max(map(drill_pct, rows)), is_smoke=bool(rows[0].get("is_smoke")),
             candidate_run_id=candidate.run_id))

@@ -55,13 +55,18 @@ class Evidence:
     """The test rejected "no change" at the level the cell was tested at (BH across cells, Holm within)."""
     log_sd: float | None = None
     """Within-side standard deviation of log values (the adjusted fit's residual one where adjusted)."""
+    higher_is_better: bool = True
+    """The metric's direction (harness.catalogue.judged): which side of 0 a regression lies on."""
+    worse: str = "slower"
+    """The metric's word for a change beyond the floor the wrong way."""
+    better: str = "faster"
 
     def call(self, floor_pct: float) -> str:
         """This metric alone: REGRESSION, IMPROVEMENT, UNCHANGED (interval inside the floor) or INCONCLUSIVE."""
-        if self.significant and self.ci_high_pct < 0 and self.effect_pct <= -floor_pct:
-            return REGRESSION
-        if self.significant and self.ci_low_pct > 0 and self.effect_pct >= floor_pct:
-            return IMPROVEMENT
+        down = self.significant and self.ci_high_pct < 0 and self.effect_pct <= -floor_pct
+        up = self.significant and self.ci_low_pct > 0 and self.effect_pct >= floor_pct
+        if down or up:
+            return REGRESSION if down == self.higher_is_better else IMPROVEMENT
         if -floor_pct <= self.ci_low_pct and self.ci_high_pct <= floor_pct:
             return UNCHANGED
         return INCONCLUSIVE
@@ -257,7 +262,7 @@ def decide(evidence: Sequence[Evidence], *, floor_pct: float, alpha: float, n_ca
 
 def _beyond(e: Evidence, word: str, floor_pct: float, k: int) -> str:
     whose = f"{e.name} " if k > 1 else ""
-    return f"{whose}{'slower' if word == REGRESSION else 'faster'} beyond the {floor_pct:g}% floor"
+    return f"{whose}{e.worse if word == REGRESSION else e.better} beyond the {floor_pct:g}% floor"
 
 
 def _why_open(e: Evidence, floor_pct: float, k: int) -> str:

@@ -11,19 +11,24 @@ import numpy as np
 
 from harness.analysis import decide
 from harness.analysis.repeats import cv_of
-from harness.analysis.verdict import INCONCLUSIVE, METRIC_ATTRIBUTES, THROUGHPUT, UNCHANGED, Thresholds
+from harness.analysis.verdict import INCONCLUSIVE, THROUGHPUT, UNCHANGED, Thresholds
+from harness.catalogue.judged import Judged
 from harness.stats import inference
 from harness.stats.core import Interval
 
 
 @dataclass(slots=True)
 class MetricSamples:
-    """One metric of a testable cell: its per-repeat values on both sides and its own p-value."""
+    """One judged metric of a testable cell: its per-repeat values on both sides and its own p-value."""
 
-    name: str
+    judged: Judged
     cand: np.ndarray
     baseline: np.ndarray
     p: float = 1.0
+
+    @property
+    def name(self) -> str:
+        return self.judged.name
 
 
 @dataclass(slots=True)
@@ -32,7 +37,7 @@ class PendingCell:
 
     base: dict[str, Any]
     metrics: list[MetricSamples]
-    """Throughput first, then the fast-step rate where both sides have it (Thresholds.fast_steps)."""
+    """The headline first, then every other judged metric both sides have, in the catalogue's order."""
     p: float = 1.0
     """The cell's p-value: the smallest metric p-value times the number of metrics (Bonferroni)."""
     note: str = ""
@@ -90,7 +95,7 @@ def permutations_for(th: Thresholds, num_tests: int, num_metrics: int) -> int:
 
 
 def _p_value(p: PendingCell, m: MetricSamples, th: Thresholds, num_permutations: int) -> float:
-    if p.adjusted:
+    if p.adjusted and m.judged.speed_adjusted:
         return inference.ancova_permutation_p(m.cand, m.baseline, p.cand_probe, p.base_probe,
                                               num_permutations=num_permutations, seed=th.seed)
     return inference.permutation_p_value(m.cand, m.baseline, num_permutations=num_permutations, seed=th.seed)
@@ -101,7 +106,7 @@ def _interval(pending: PendingCell, m: MetricSamples, level: float,
     """The metric's change with its interval, the speed-adjustment fields (with the metric's minimum
     detectable change at its share of the level), and the method in words."""
     n_c, n_b, alpha = m.cand.size, m.baseline.size, th.level / len(pending.metrics)
-    if not pending.adjusted:
+    if not (pending.adjusted and m.judged.speed_adjusted):
         ci = inference.bootstrap_log_ratio(m.cand, m.baseline, confidence=level, num_resamples=th.num_resamples,
                                        seed=th.seed)
         cv = cv_of(m.baseline)
@@ -160,10 +165,12 @@ def _decide(pending: PendingCell, alpha: float, p_adjusted: float, level: float,
                 out["speed_probe_change_pct"] = extra["speed_probe_change_pct"]
                 text += (f" adjusted for machine speed (probe {extra['speed_probe_change_pct']:+.1f}%, "
                          f"unadjusted {extra['unadjusted_effect_pct']:+.1f}%)")
-        out[METRIC_ATTRIBUTES[m.name]] = metric
+        e = decide.Evidence(name=m.name, effect_pct=effect, ci_low_pct=low, ci_high_pct=high, significant=significant,
+                            log_sd=extra.get("log_sd"), higher_is_better=m.judged.higher_is_better,
+                            worse=m.judged.worse, better=m.judged.better)
+        out[m.name] = metric | {"verdict": e.call(th.floor_pct)}
         texts.append(f"{m.name} {text}" if k > 1 else text)
-        evidence.append(decide.Evidence(name=m.name, effect_pct=effect, ci_low_pct=low, ci_high_pct=high,
-                                        significant=significant, log_sd=extra.get("log_sd")))
+        evidence.append(e)
     if reach:  # either metric can call a change: the comparison reaches as far as the better one
         out["mdc_pct"] = min(reach)
     probe = _probe_balance(pending, level_m, th, num_tested) if pending.adjusted else None

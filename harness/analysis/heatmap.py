@@ -14,8 +14,9 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
+from harness.catalogue.judged import BY_NAME
 from harness.analysis.verdict import (
-    FAILED, IMPROVEMENT, INCONCLUSIVE, INSUFFICIENT, METRIC_ATTRIBUTES, NO_BASELINE, NOT_COMPARABLE, REGRESSION,
+    FAILED, IMPROVEMENT, INCONCLUSIVE, INSUFFICIENT, NO_BASELINE, NOT_COMPARABLE, REGRESSION,
     SKIPPED, SUSPECT_IMPROVEMENT, SUSPECT_REGRESSION, UNCHANGED, CellVerdict, Comparison, MetricVerdict)
 from harness.matrix.sections import AXES, AXIS_CHOICES
 
@@ -49,7 +50,7 @@ def tile_kind(verdict: str) -> str:
 def shown_metric(v: CellVerdict) -> MetricVerdict:
     """The metric a tile and the table show: the one that made a regression or improvement call (throughput or
     the fast-step rate), else throughput."""
-    if v.verdict in (REGRESSION, IMPROVEMENT) and v.decided_by in METRIC_ATTRIBUTES:
+    if v.verdict in (REGRESSION, IMPROVEMENT) and v.decided_by in BY_NAME:
         m = v.metric(v.decided_by)
         if m is not None and m.effect_pct is not None:
             return m

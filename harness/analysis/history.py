@@ -19,7 +19,7 @@ import numpy as np
 
 from harness.analysis.runs import RunData, RunInputError, load_run, resolve_pointer
 from harness.analysis.verdict import DEFAULT_FLOOR_PCT
-from harness.matrix.sections import AXES
+from harness.catalogue.axes import AXES, AxisValues
 from harness.stats import changepoint
 from harness.stats.inference import mean_interval, to_percent
 
@@ -148,17 +148,10 @@ class Series:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Change:
-    """A change point or a drift of one cell's metric: one row of changes.parquet."""
+class Change(AxisValues):
+    """A change point or a drift of one cell's metric: one row of changes.parquet (its axis values: AxisValues)."""
 
     cell_id: str
-    model: str | None = None
-    backend: str | None = None
-    memory_format: str | None = None
-    precision: str | None = None
-    world_size: int | None = None
-    grad_accum: int | None = None
-    compile: str | None = None
     metric: str
     """throughput, fast steps, top1 or data wait."""
     kind: str
@@ -205,7 +198,7 @@ class Change:
     """The A/B's verdict behind it, or why there could be none."""
 
 
-CHANGE_COLUMNS = tuple(f.name for f in fields(Change))
+CHANGE_COLUMNS = ("cell_id", *AXES, *(f.name for f in fields(Change) if f.name not in AXES and f.name != "cell_id"))
 
 
 class HistoryInputError(RunInputError):

@@ -248,8 +248,8 @@ def _superseded(comparison: Comparison) -> str:
 
 
 def _heatmap(comparison: Comparison) -> str:
-    rates = {v.cell_id: v.throughput.candidate_img_per_s for v in comparison.verdicts
-             if v.throughput.candidate_img_per_s is not None}
+    rates = {v.cell_id: v.throughput.candidate_value for v in comparison.verdicts
+             if v.throughput.candidate_value is not None}
     rates = cell_means(comparison.candidate.rows, "throughput_img_per_s") | rates
     return heatmap.render(comparison, rates=rates, row_anchor=row_anchors(comparison), change=metric_change_text)
 

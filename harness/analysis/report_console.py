@@ -8,6 +8,7 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 
+from harness.catalogue.judged import JUDGED
 from harness.analysis.verdict import (
     ACCURACY_BELOW,
     FAILED,
@@ -27,7 +28,7 @@ from harness.matrix.cells import cell_label
 ONE_LINE_EACH = (REGRESSION, SUSPECT_REGRESSION, FAILED, IMPROVEMENT, SUSPECT_IMPROVEMENT)
 """Verdicts listed cell by cell; every other verdict is a group."""
 
-_CHANGE = re.compile(r"^(?:(?:throughput|fast steps) )?[+-]?\d[^:]*: ")
+_CHANGE = re.compile(r"^(?:(?:" + "|".join(re.escape(m.name) for m in JUDGED) + r") )?[+-]?\d[^:]*: ")
 """A reason's leading change figure ('+0.4% [-2.1, +3.0] at 99.0%: '), which differs from cell to cell."""
 _NUMBER = re.compile(r"\d+(?:\.\d+)?")
 

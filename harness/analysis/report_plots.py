@@ -130,7 +130,7 @@ def throughput_plots(comparison: Comparison) -> list[str]:
     if not means:
         return [_figure("Throughput by axis", "<p>no cell finished</p>")]
     axes = [a for a in AXES if len({getattr(by_id[c], a) for c in means}) > 1] or ["backend"]
-    values = list(means.values()) + _finite(by_id[c].throughput.baseline_img_per_s for c in means)
+    values = list(means.values()) + _finite(by_id[c].throughput.baseline_value for c in means)
     figures = []
     for axis in axes:
         groups = sorted({str(getattr(by_id[c], axis)) for c in means})
@@ -139,7 +139,7 @@ def throughput_plots(comparison: Comparison) -> list[str]:
         def draw(i: int, y: float, sx, members=members, groups=groups) -> str:
             out = []
             for cid in members[groups[i]]:
-                base = by_id[cid].throughput.baseline_img_per_s
+                base = by_id[cid].throughput.baseline_value
                 if base is not None:
                     out.append(_dot(sx(base), y, "base", f"{cid} baseline: {base:.1f} img/s", 4))
                 out.append(_dot(sx(means[cid]), y, "cand", f"{cid}: {means[cid]:.1f} img/s", 3.5))

@@ -133,7 +133,7 @@ def render_table(comparison: Comparison) -> str:
             _td(f'<span class="v v-{esc(css_class(v.verdict))}">{esc(v.verdict)}</span>', sort=order[v.verdict]),
             _td(f'<span class="mono">{esc(_short_change(v))}</span>', sort=heatmap.shown_metric(v).effect_pct,
                 num=True),
-            _td(esc(_pair(t.candidate_img_per_s, t.baseline_img_per_s, ".1f")), sort=t.candidate_img_per_s, num=True),
+            _td(esc(_pair(t.candidate_value, t.baseline_value, ".1f")), sort=t.candidate_value, num=True),
             _td(esc(mdc_text(v, comparison.mode)), sort=v.mdc_pct, num=True),
             _td(esc(_top1_cell(v, ok_rows.get(v.cell_id, []))), sort=v.candidate_top1, num=True),
             _td(f"{v.num_candidate} / {others}", sort=v.num_candidate, num=True),

@@ -59,7 +59,7 @@ def screen_history(candidate: RunData, history: Sequence[RunData], thresholds: T
         x = float(throughputs(ok).mean()) if ok else float(throughputs(ok_rows(rows)).mean())
         values, newest, drills = _history_values(cid, ok_rows(rows), candidate, history, th)
         common |= {"num_candidate": len(ok), "num_history_runs": len(values),
-                   "throughput": {"candidate_img_per_s": x, "candidate_cv": cv_of(throughputs(ok)) if ok else None}}
+                   "throughput": {"candidate_value": x, "candidate_cv": cv_of(throughputs(ok)) if ok else None}}
         verdicts.append(build_verdict(merge_fields(common, _screen(x, values, newest, drills, rows, candidate, th))))
         if verdicts[-1].verdict in (SUSPECT_REGRESSION, SUSPECT_IMPROVEMENT):
             suspects.append(cid)
@@ -84,7 +84,7 @@ def _screen(x: float, values: list[float], newest: RunData | None, drills: int, 
     med, mad = inference.median_mad(values)
     z = inference.robust_z(x, values)
     effect = inference.to_percent(math.log(x / med))
-    out = {"throughput": {"effect_pct": effect, "baseline_img_per_s": med}, "history_median_img_per_s": med,
+    out = {"throughput": {"effect_pct": effect, "baseline_value": med}, "history_median_img_per_s": med,
            "history_mad_img_per_s": mad, "robust_z": z if math.isfinite(z) else None,
            "mdc_pct": max(th.floor_pct, 100 * th.history_z * mad / med),
            "noise": noise_label(mad / med, 0) + " (run to run)"}

@@ -10,7 +10,9 @@ from typing import Any, Mapping
 
 from harness.analysis import decide
 from harness.analysis.runs import RunData
-from harness.matrix.sections import AXES
+from harness.catalogue import judged
+from harness.catalogue.axes import AXES, AxisValues
+from harness.catalogue.verdicts import VERDICT_COLUMNS as _VERDICT_COLUMNS
 
 REGRESSION, IMPROVEMENT, UNCHANGED, INCONCLUSIVE = decide.REGRESSION, decide.IMPROVEMENT, decide.UNCHANGED, \
     decide.INCONCLUSIVE
@@ -27,10 +29,9 @@ VERDICTS = (REGRESSION, SUSPECT_REGRESSION, FAILED, INCONCLUSIVE, IMPROVEMENT, S
 
 ACCURACY_BELOW, ACCURACY_ABOVE, ACCURACY_WITHIN, ACCURACY_NA = "below band", "above band", "within band", "n/a"
 
-THROUGHPUT, FAST_STEPS = "throughput", "fast steps"
-"""The metrics a comparison tests, by the name `decided_by` gives them."""
-SAMPLE_COLUMNS = {THROUGHPUT: "throughput_img_per_s", FAST_STEPS: "fast_step_img_per_s"}
-"""Metric -> the cells/*.parquet column holding its value for each repeat."""
+THROUGHPUT, FAST_STEPS = judged.THROUGHPUT.name, judged.FAST_STEPS.name
+"""The headline metric and the fast steps' rate, by the name `decided_by` gives them (harness.catalogue.judged
+declares every judged metric)."""
 
 DEFAULT_FLOOR_PCT = 3.0
 """Practical floor in %: the largest round number that still lets a 5 % slowdown be caught once the noise
@@ -101,50 +102,29 @@ class Thresholds:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class MetricVerdict:
-    """One metric of one cell, candidate against baseline: the change with its interval and test, and the
-    two sides' means. Throughput carries its spreads and speed adjustment too (the headline's)."""
+    """One judged metric of one cell, candidate against baseline: its own call, the change with its interval and
+    test, and the two sides' means. Each field's meaning: harness.catalogue.judged.METRIC_FIELDS."""
 
+    verdict: str | None = None
     effect_pct: float | None = None
-    """Change in %, candidate vs baseline (history: vs the median of past runs)."""
     ci_low_pct: float | None = None
-    """Interval of the change, lower end in %, at the cell's ci_level."""
     ci_high_pct: float | None = None
-    """Interval of the change, upper end in %."""
     p_value: float | None = None
-    """This metric's own permutation p-value, before Bonferroni across the cell's metrics."""
-    candidate_img_per_s: float | None = None
-    """Mean over the candidate's usable repeats."""
-    baseline_img_per_s: float | None = None
-    """Mean over the baseline's usable repeats (history: the median of past runs)."""
+    candidate_value: float | None = None
+    baseline_value: float | None = None
     candidate_cv: float | None = None
-    """Throughput only: the candidate's spread between repeats (standard deviation / mean)."""
     baseline_cv: float | None = None
-    """Throughput only: the baseline's spread between repeats."""
     unadjusted_effect_pct: float | None = None
-    """Throughput only, speed-adjusted comparisons: the change before the adjustment (mean log throughput)."""
     speed_slope: float | None = None
-    """Throughput only, speed-adjusted comparisons: fitted d log throughput / d log probe time."""
-
-
-METRIC_ATTRIBUTES = {THROUGHPUT: "throughput", FAST_STEPS: "fast_step"}
-"""Metric name (as `decided_by` spells it) -> the CellVerdict attribute holding its MetricVerdict."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class CellVerdict:
-    """A cell of the candidate run and what the comparison says about it: the cell-level call and one
-    MetricVerdict per metric tested. One row of verdicts.parquet (to_row / from_row)."""
+class CellVerdict(AxisValues):
+    """A cell of the candidate run and what the comparison says about it: its axis values (AxisValues; null in
+    verdicts written before the axis), the cell-level call and one MetricVerdict per judged metric tested. One row
+    of verdicts.parquet (to_row / from_row); each column's meaning: harness.catalogue.verdicts."""
 
     cell_id: str
-    model: str | None = None
-    """Null in verdicts written before version 7."""
-    backend: str | None = None
-    memory_format: str | None = None
-    precision: str | None = None
-    world_size: int | None = None
-    grad_accum: int | None = None
-    compile: str | None = None
-    """Null in verdicts written before version 4."""
     verdict: str
     reason: str
     method: str = ""
@@ -154,12 +134,11 @@ class CellVerdict:
     number (Bonferroni within the cell)."""
     p_adjusted: float | None = None
     decided_by: str = ""
-    """The metric the verdict rests on (throughput or fast steps; throughput, the headline, when both make
-    the same call); for `unchanged`, the one with the smaller p-value."""
-    throughput: MetricVerdict = MetricVerdict()
-    """The headline metric; also what history screening and describe-only fill in."""
-    fast_step: MetricVerdict | None = None
-    """The fast-step rate, where the comparison tested it."""
+    """The metric the verdict rests on (the headline when several make the same call); for `unchanged`, the one
+    whose interval comes nearest the floor."""
+    metrics: Mapping[str, MetricVerdict] = field(default_factory=dict)
+    """Judged metric name (harness.catalogue.judged) -> what the comparison says of it, for every metric it
+    tested or described; the headline's is always there (history screening and describe-only fill it)."""
     floor_pct: float
     fdr_q: float
     mdc_pct: float | None = None
@@ -208,69 +187,62 @@ class CellVerdict:
         return [f"{axis}={getattr(self, axis)}" for axis in AXES if getattr(self, axis) is not None]
 
     def metric(self, name: str) -> MetricVerdict | None:
-        """The MetricVerdict of THROUGHPUT or FAST_STEPS."""
-        return getattr(self, METRIC_ATTRIBUTES[name])
+        """The MetricVerdict of a judged metric, by name (None: not tested)."""
+        if name == THROUGHPUT:
+            return self.throughput
+        return self.metrics.get(name)
+
+    @property
+    def throughput(self) -> MetricVerdict:
+        """The headline metric's (empty where nothing was measured)."""
+        return self.metrics.get(THROUGHPUT) or MetricVerdict()
+
+    @property
+    def fast_step(self) -> MetricVerdict | None:
+        """The fast steps' rate, where the comparison tested it."""
+        return self.metrics.get(FAST_STEPS)
+
+    def others(self) -> list[tuple[judged.Judged, MetricVerdict]]:
+        """Every judged metric after the headline that the comparison tested, in the catalogue's order."""
+        return [(m, self.metrics[m.name]) for m in judged.JUDGED[1:] if self.metrics.get(m.name) is not None]
 
     @property
     def decided_effect_pct(self) -> float | None:
         """The change of the metric the verdict rests on."""
-        metric = self.metric(self.decided_by) if self.decided_by in METRIC_ATTRIBUTES else self.throughput
+        metric = self.metric(self.decided_by) if self.decided_by in judged.BY_NAME else self.throughput
         return metric.effect_pct if metric is not None else None
 
     @property
     def is_regression(self) -> bool:
-        """A confirmed regression: of throughput, or of accuracy below its band."""
+        """A confirmed regression: of a judged metric, or of accuracy below its band."""
         return self.verdict == REGRESSION or self.accuracy_verdict == ACCURACY_BELOW
 
     def to_row(self) -> dict[str, Any]:
         """The flat verdicts.parquet row, columns in VERDICT_COLUMNS order."""
-        cell = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in _METRIC_FIELDS}
-        metrics = {column: getattr(getattr(self, attr) or MetricVerdict(), name)
-                   for attr, columns in METRIC_COLUMNS.items() for name, column in columns.items()}
-        flat = cell | metrics
+        flat = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "metrics"}
+        for name, columns in METRIC_COLUMNS.items():
+            metric = self.metrics.get(name) or MetricVerdict()
+            flat |= {column: getattr(metric, attr) for attr, column in columns.items()}
         return {column: flat[column] for column in VERDICT_COLUMNS}
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> "CellVerdict":
         """A verdicts.parquet row (to_row's output) back as a CellVerdict; a metric whose every column is
-        null is a metric not tested."""
-        cell = {f.name: row[f.name] for f in fields(cls) if f.name not in _METRIC_FIELDS and f.name in row}
+        null (or missing from an older file) is a metric not tested."""
+        cell = {f.name: row[f.name] for f in fields(cls) if f.name != "metrics" and f.name in row}
         metrics = {}
-        for attr, columns in METRIC_COLUMNS.items():
-            values = {name: row.get(column) for name, column in columns.items()}
-            metrics[attr] = MetricVerdict(**values) if any(v is not None for v in values.values()) else None
-        return cls(**cell, throughput=metrics["throughput"] or MetricVerdict(), fast_step=metrics["fast_step"])
+        for name, columns in METRIC_COLUMNS.items():
+            values = {attr: row.get(column) for attr, column in columns.items()}
+            if any(v is not None for v in values.values()):
+                metrics[name] = MetricVerdict(**values)
+        return cls(**cell, metrics=metrics)
 
 
-METRIC_COLUMNS: dict[str, dict[str, str]] = {
-    "throughput": {"effect_pct": "effect_pct", "ci_low_pct": "ci_low_pct", "ci_high_pct": "ci_high_pct",
-                   "p_value": "throughput_p_value", "candidate_img_per_s": "candidate_img_per_s",
-                   "baseline_img_per_s": "baseline_img_per_s", "candidate_cv": "candidate_cv",
-                   "baseline_cv": "baseline_cv", "unadjusted_effect_pct": "unadjusted_effect_pct",
-                   "speed_slope": "speed_slope"},
-    "fast_step": {"effect_pct": "fast_effect_pct", "ci_low_pct": "fast_ci_low_pct", "ci_high_pct": "fast_ci_high_pct",
-                  "p_value": "fast_p_value", "candidate_img_per_s": "candidate_fast_img_per_s",
-                  "baseline_img_per_s": "baseline_fast_img_per_s"},
-}
-"""CellVerdict attribute -> {MetricVerdict field: its verdicts.parquet column}. The fast-step rate stores no
-spreads or speed adjustment (verdicts version 3), so its MetricVerdict never carries them."""
-_METRIC_FIELDS = frozenset(METRIC_COLUMNS)
+METRIC_COLUMNS: dict[str, dict[str, str]] = {m.name: m.columns() for m in judged.JUDGED}
+"""Judged metric -> {MetricVerdict field: its verdicts.parquet column} (harness.catalogue.judged)."""
 
-VERDICT_COLUMNS = (
-    "cell_id", *AXES, "verdict", "reason", "method",
-    "effect_pct", "ci_low_pct", "ci_high_pct", "ci_level", "p_value", "p_adjusted", "decided_by",
-    "throughput_p_value", "fast_effect_pct", "fast_ci_low_pct", "fast_ci_high_pct", "fast_p_value",
-    "candidate_fast_img_per_s", "baseline_fast_img_per_s", "floor_pct", "fdr_q", "mdc_pct", "repeats_needed",
-    "num_candidate",
-    "num_baseline", "candidate_img_per_s", "baseline_img_per_s", "candidate_cv", "baseline_cv", "num_unsteady",
-    "noise", "accuracy_verdict", "candidate_top1", "baseline_top1", "top1_change", "top1_ci_low", "top1_ci_high",
-    "accuracy_tolerance", "history_median_img_per_s", "history_mad_img_per_s", "robust_z", "num_history_runs",
-    "unadjusted_effect_pct", "speed_probe_change_pct", "speed_slope", "fire_drill_pct", "baseline_fire_drill_pct",
-    "is_smoke", "env_diff", "candidate_run_id", "baseline_run_id",
-    "phase", "phase_change_ms", "phase_change_low_ms", "phase_change_high_ms", "step_change_ms", "attribution",
-)
-"""The columns of verdicts.parquet (version 7), in order: CellVerdict's cell-level fields (the matrix's axes
-among them: CellVerdict names each) and every MetricVerdict flattened by METRIC_COLUMNS."""
+VERDICT_COLUMNS: tuple[str, ...] = tuple(c.name for c in _VERDICT_COLUMNS)
+"""The columns of verdicts.parquet, in order (harness.catalogue.verdicts)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -317,17 +289,16 @@ class Comparison:
 
 
 def merge_fields(*parts: Mapping[str, Any]) -> dict[str, Any]:
-    """Verdict fields merged left to right; the per-metric dicts (METRIC_COLUMNS' keys) merge key by key."""
+    """Verdict fields merged left to right; the per-metric dicts (keyed by judged metric name) merge key by key."""
     out: dict[str, Any] = {}
     for part in parts:
         for key, value in part.items():
-            out[key] = out.get(key, {}) | value if key in _METRIC_FIELDS else value
+            out[key] = out.get(key, {}) | value if key in judged.BY_NAME else value
     return out
 
 
 def build_verdict(fields_: Mapping[str, Any]) -> CellVerdict:
-    """A CellVerdict from cell-level fields and one dict per metric tested."""
-    cell = {key: value for key, value in fields_.items() if key not in _METRIC_FIELDS}
-    fast = fields_.get("fast_step")
-    return CellVerdict(**cell, throughput=MetricVerdict(**fields_.get("throughput", {})),
-                       fast_step=MetricVerdict(**fast) if fast else None)
+    """A CellVerdict from cell-level fields and one dict per judged metric described or tested."""
+    cell = {key: value for key, value in fields_.items() if key not in judged.BY_NAME}
+    metrics = {name: MetricVerdict(**fields_[name]) for name in judged.BY_NAME if fields_.get(name)}
+    return CellVerdict(**cell, metrics=metrics)

@@ -1,42 +1,25 @@
-"""verdicts.parquet: its version history, its Arrow schema, the table written from a comparison, and reading it
-back as CellVerdicts (older versions' missing columns read as null)."""
+"""verdicts.parquet: its Arrow schema (its columns and version history: harness.catalogue.verdicts), the table
+written from a comparison, and reading it back as CellVerdicts (older versions' missing columns read as null)."""
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, fields
+from dataclasses import asdict
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from harness.analysis.verdict import METRIC_COLUMNS, VERDICT_COLUMNS, CellVerdict, Comparison, MetricVerdict
+from harness.analysis.verdict import CellVerdict, Comparison
+from harness.catalogue.verdicts import VERDICT_COLUMNS, VERDICTS_VERSION
 from harness.results import store
-
-VERDICTS_VERSION = 7
-"""Version of verdicts.parquet (schema metadata nvbench.verdicts_version). 1: first release. 2: the
-speed-adjustment columns unadjusted_effect_pct, speed_probe_change_pct and speed_slope. 3: the fast-step
-rate (decided_by, throughput_p_value, fast_effect_pct, fast_ci_low_pct, fast_ci_high_pct, fast_p_value,
-candidate_fast_img_per_s, baseline_fast_img_per_s); p_value is the cell's (Bonferroni over its metrics). 4: the
-compile axis (`compile`; null when read from an older file). 5: the verdict `inconclusive` (a cell that is
-neither shown changed nor shown inside the floor; `unchanged` now means equivalence shown) and its
-`repeats_needed`; older files read with repeats_needed null, their verdicts as they were written. 6: the
-phase the change sits in (phase, phase_change_ms with its interval, step_change_ms, attribution); null or
-empty when read from an older file. 7: the model axis (`model`, after cell_id; null when read from an older
-file)."""
+from harness.results.schema import arrow_field
 
 VERSION_KEY = b"nvbench.verdicts_version"
 
-_ARROW_TYPES = {"str": pa.string(), "int": pa.int64(), "float": pa.float64(), "bool": pa.bool_()}
-
-
 def verdict_schema() -> pa.Schema:
-    """verdicts.parquet's columns (VERDICT_COLUMNS), typed from the CellVerdict and MetricVerdict fields."""
-    types = {f.name: f.type for f in fields(CellVerdict)}
-    metric = {f.name: f.type for f in fields(MetricVerdict)}
-    types |= {column: metric[name] for columns in METRIC_COLUMNS.values() for name, column in columns.items()}
-    return pa.schema([pa.field(name, _ARROW_TYPES[str(types[name]).split("|")[0].strip()])
-                      for name in VERDICT_COLUMNS])
+    """verdicts.parquet's columns as harness.catalogue.verdicts declares them, each with its unit and meaning."""
+    return pa.schema([arrow_field(c) for c in VERDICT_COLUMNS])
 
 
 def verdict_table(comparison: Comparison) -> pa.Table:
@@ -53,7 +36,7 @@ def verdict_table(comparison: Comparison) -> pa.Table:
 
 def read_verdicts(path: Path) -> list[CellVerdict]:
     """verdicts.parquet back as CellVerdicts. Older versions lack the speed-adjustment (2), fast-step (3),
-    compile (4), repeats_needed (5), phase (6) and model (7) columns: they read as null. store.UnreadableFile,
+    compile (4), repeats_needed (5), phase (6), model (7) and per-metric verdict (8) columns: they read as null. store.UnreadableFile,
     naming the file, when it is no verdicts table."""
     try:
         table = pq.read_table(path)

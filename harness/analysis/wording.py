@@ -11,6 +11,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from harness.catalogue.judged import JUDGED
 from harness.analysis.verdict import (
     ACCURACY_BELOW,
     IMPROVEMENT,
@@ -22,7 +23,6 @@ from harness.analysis.verdict import (
     Thresholds,
 )
 from harness.results import env as env_fields
-from harness.stats.window import FAST_STEP_QUANTILE
 
 
 def esc(value: Any) -> str:
@@ -54,19 +54,19 @@ def change_text(v: CellVerdict) -> str:
 
 def metric_change_text(v: CellVerdict) -> str:
     """change_text without the phase: the metrics' changes alone (a heatmap tile's tooltip)."""
-    t, f = v.throughput, v.fast_step
+    t = v.throughput
     if t.effect_pct is None:
         return "-"
-    if t.ci_low_pct is not None and t.ci_high_pct is not None:
-        text = f"{t.effect_pct:+.1f}% [{t.ci_low_pct:+.1f}, {t.ci_high_pct:+.1f}]"
-    else:
+    if t.ci_low_pct is None or t.ci_high_pct is None:
         return f"{t.effect_pct:+.1f}%" + (f" (z {v.robust_z:+.1f})" if v.robust_z is not None else "")
-    if f is None or f.effect_pct is None:
-        return text
-    fast = f"fast steps {f.effect_pct:+.1f}% [{f.ci_low_pct:+.1f}, {f.ci_high_pct:+.1f}]"
-    if v.verdict in (REGRESSION, IMPROVEMENT):  # mark the metric that made the call
-        text, fast = (text + "*", fast) if v.decided_by == THROUGHPUT else (text, fast + "*")
-    return f"{text}; {fast}"
+    called = v.verdict in (REGRESSION, IMPROVEMENT) and bool(v.others())  # mark which metric made the call
+    parts = [f"{t.effect_pct:+.1f}% [{t.ci_low_pct:+.1f}, {t.ci_high_pct:+.1f}]"
+             + ("*" if called and v.decided_by == THROUGHPUT else "")]
+    for judged, m in v.others():  # every other judged metric tested, by the catalogue's name
+        if m.effect_pct is not None and m.ci_low_pct is not None and m.ci_high_pct is not None:
+            parts.append(f"{judged.name} {m.effect_pct:+.1f}% [{m.ci_low_pct:+.1f}, {m.ci_high_pct:+.1f}]"
+                         + ("*" if called and v.decided_by == judged.name else ""))
+    return "; ".join(parts)
 
 
 def css_class(verdict: str) -> str:
@@ -143,15 +143,16 @@ def _looks_text(th: Thresholds) -> str:
 
 
 def _fast_text(comparison: Comparison) -> str:
-    tested = sum(v.fast_step is not None for v in comparison.verdicts)
-    if not tested:
-        return ""
-    return (f" Fast steps ({tested} cell(s): every repeat on both sides recorded it): images per step over the "
-            f"{100 * FAST_STEP_QUANTILE:g}th percentile of the step times, the speed of the steps "
-            "interference left alone; tested as "
-            "throughput is, Bonferroni within the cell (Holm for which metric), each interval at half the "
-            "level's error; either metric can call a regression (* marks the one that did); MDC: the better "
-            "metric's.")
+    """A sentence for every judged metric after the headline that some cell tested (harness.catalogue.judged)."""
+    out = ""
+    for judged in JUDGED[1:]:
+        tested = sum(v.metric(judged.name) is not None for v in comparison.verdicts)
+        if tested:
+            out += (f" {judged.name.capitalize()} ({tested} cell(s): every repeat on both sides recorded it): "
+                    f"{judged.meaning}; tested as throughput is, Bonferroni within the cell (Holm for which metric), "
+                    "each interval at its share of the level's error; any judged metric can call a regression "
+                    "(* marks the one that did); MDC: the better metric's.")
+    return out
 
 
 def _adjusted_text(comparison: Comparison) -> str:

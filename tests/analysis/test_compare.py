@@ -208,7 +208,7 @@ def test_describe_only_without_baseline():
     comparison = compare.describe_only(run(rows(BASE)))
     (v,) = comparison.verdicts
     assert v.verdict == NO_BASELINE and comparison.mode == "none"
-    assert v.throughput.candidate_img_per_s == pytest.approx(100.0)
+    assert v.throughput.candidate_value == pytest.approx(100.0)
 
 
 # --- history ---------------------------------------------------------------------------------
@@ -427,7 +427,7 @@ def test_no_adjustment_unless_every_repeat_has_the_same_probe(change):
 # --- the verdict's structure and its row in verdicts.parquet ----------------------------------------
 
 
-def test_a_verdict_holds_one_metric_verdict_per_metric_and_its_row_keeps_the_version_7_columns():
+def test_a_verdict_holds_one_metric_verdict_per_metric_and_its_row_keeps_the_version_8_columns():
     rng = np.random.default_rng(1)
     (pc, yc), (pb, yb) = _machine(rng, 8, 0.0), _machine(rng, 8, 0.0)
     cand, base = with_fast(probed(yc * 0.95, pc), yc * 1.2), with_fast(probed(yb, pb), yb * 1.2)
@@ -435,9 +435,10 @@ def test_a_verdict_holds_one_metric_verdict_per_metric_and_its_row_keeps_the_ver
     assert v.fast_step is not None and v.throughput.speed_slope is not None  # both metrics, speed-adjusted
     assert v.metric(FAST_STEPS) is v.fast_step and v.metric(THROUGHPUT) is v.throughput
     row = v.to_row()
-    assert tuple(row) == VERDICT_COLUMNS and len(row) == 63
+    assert tuple(row) == VERDICT_COLUMNS and len(row) == 65
+    assert (row["throughput_verdict"], row["fast_verdict"]) == (v.throughput.verdict, v.fast_step.verdict)
     assert (row["effect_pct"], row["throughput_p_value"], row["fast_effect_pct"], row["candidate_fast_img_per_s"]) \
-        == (v.throughput.effect_pct, v.throughput.p_value, v.fast_step.effect_pct, v.fast_step.candidate_img_per_s)
+        == (v.throughput.effect_pct, v.throughput.p_value, v.fast_step.effect_pct, v.fast_step.candidate_value)
     assert CellVerdict.from_row(row) == v
     untested = one(rows(BASE[:2]), rows(BASE))  # insufficient data: no fast-step rate, no change
     assert untested.fast_step is None and CellVerdict.from_row(untested.to_row()) == untested
@@ -469,8 +470,8 @@ def test_the_dali_version_matters_to_dali_cells_only_and_an_unjudged_cell_shows_
     dali = by["dali-gpu"]
     assert dali.verdict == NOT_COMPARABLE
     assert dali.reason == "environment differs: dali_version: 2.4.0+cuda130 -> 2.5.0+cuda130"
-    assert dali.throughput.candidate_img_per_s == pytest.approx(90.0)  # both sides' figures, though unjudged
-    assert dali.throughput.baseline_img_per_s == pytest.approx(100.0) and dali.throughput.effect_pct is None
+    assert dali.throughput.candidate_value == pytest.approx(90.0)  # both sides' figures, though unjudged
+    assert dali.throughput.baseline_value == pytest.approx(100.0) and dali.throughput.effect_pct is None
     # the GPU stack matters to every GPU cell, and to no CPU cell
     gpu = _env(driver_version="590.2")
     (d, s) = compare.compare_runs(run(_cells(gpu), env=gpu[0]), run(_cells(old), run_id="base", env=old[0])).verdicts

@@ -211,8 +211,10 @@ def test_report_of_a_run_against_itself(runs, documented_run):
     suite = junit(out / "junit.xml")
     assert [suite.get(k) for k in ("tests", "failures", "errors", "skipped")] == ["2", "0", "0", "2"]
     table = pq.read_table(out / "verdicts.parquet")
-    assert table.schema.metadata[b"nvbench.verdicts_version"] == b"7"
-    assert tuple(table.column_names) == VERDICTS_V7_COLUMNS
+    assert table.schema.metadata[b"nvbench.verdicts_version"] == b"8"
+    assert set(VERDICTS_V7_COLUMNS) <= set(table.column_names)  # a reader of version 7 finds every column
+    assert set(table.column_names) - set(VERDICTS_V7_COLUMNS) == {"throughput_verdict", "fast_verdict"}
+    assert all(f.metadata[b"doc"] for f in table.schema)  # every column says what it holds
     assert {(r["compile"], r["model"]) for r in table.to_pylist()} == {("eager", "resnet18")}  # every axis
     thresholds = json.loads(table.schema.metadata[b"nvbench.thresholds"])
     assert thresholds["min_repeats"] == 5 and thresholds["speed_adjust"] is True
@@ -371,15 +373,16 @@ def test_history_screening_names_suspects_but_does_not_fail(runs, documented_run
 
 
 def test_change_text_shows_the_fast_step_rate_and_marks_the_metric_that_decided():
-    common = dict(cell_id="c", floor_pct=3.0, fdr_q=0.01, accuracy_tolerance=0.01,
-                  throughput=MetricVerdict(effect_pct=-1.0, ci_low_pct=-9.0, ci_high_pct=7.0))
-    fast = dict(fast_step=MetricVerdict(effect_pct=-5.2, ci_low_pct=-6.9, ci_high_pct=-3.5))
+    common = dict(cell_id="c", floor_pct=3.0, fdr_q=0.01, accuracy_tolerance=0.01)
+    t = MetricVerdict(effect_pct=-1.0, ci_low_pct=-9.0, ci_high_pct=7.0)
+    fast = dict(metrics={"throughput": t, "fast steps": MetricVerdict(effect_pct=-5.2, ci_low_pct=-6.9,
+                                                                       ci_high_pct=-3.5)})
     regressed = CellVerdict(verdict="regression", reason="", decided_by="fast steps", **common, **fast)
     assert wording.change_text(regressed) == "-1.0% [-9.0, +7.0]; fast steps -5.2% [-6.9, -3.5]*"
     assert regressed.decided_effect_pct == -5.2
     same = CellVerdict(verdict="unchanged", reason="", decided_by="fast steps", **common, **fast)
     assert wording.change_text(same) == "-1.0% [-9.0, +7.0]; fast steps -5.2% [-6.9, -3.5]"  # nothing decided
-    alone = CellVerdict(verdict="regression", reason="", decided_by="throughput", **common)
+    alone = CellVerdict(verdict="regression", reason="", decided_by="throughput", metrics={"throughput": t}, **common)
     assert wording.change_text(alone) == "-1.0% [-9.0, +7.0]" and alone.decided_effect_pct == -1.0
 
 

@@ -160,8 +160,8 @@ def test_an_ab_verdict_confirms_only_a_change_the_same_way():
                             change=-20.0, confidence=0.95, nights_before=5, nights_after=3)
 
     def said(verdict: str, effect: float) -> tuple[str, str]:
-        v = CellVerdict(verdict=verdict, throughput=MetricVerdict(effect_pct=effect, ci_low_pct=effect - 2,
-                                                                  ci_high_pct=effect + 2), **base)
+        v = CellVerdict(verdict=verdict, metrics={"throughput": MetricVerdict(effect_pct=effect, ci_low_pct=effect - 2,
+                                                                              ci_high_pct=effect + 2)}, **base)
         return confirm.judge(slower, {"c": v})
 
     assert said("regression", -19.0) == (history.CONFIRMED, "A/B: regression -19.0% [-21.0, -17.0] in 10 pairs")

@@ -190,7 +190,10 @@ def _verdicts(folder: Path, *rows: dict) -> None:
     defaults = {"memory_format": "nchw", "precision": "fp32", "world_size": 1, "grad_accum": 1, "compile": "eager",
                 "reason": "",
                 "floor_pct": 3.0, "fdr_q": 0.01, "accuracy_tolerance": 0.01}
-    verdicts = [CellVerdict(cell_id=f"c{i}", **defaults | row) for i, row in enumerate(rows)]
+    metric_keys = {"throughput": "throughput", "fast_step": "fast steps"}
+    verdicts = [CellVerdict(cell_id=f"c{i}", **defaults | {k: v for k, v in row.items() if k not in metric_keys},
+                            metrics={name: row[k] for k, name in metric_keys.items() if k in row})
+                for i, row in enumerate(rows)]
     run = RunData(path="r", run_id="r", created_at="", environment={}, rows=())
     comparison = Comparison(mode="baseline", candidate=run, baseline_label="b", baseline_environment={},
                                     thresholds=Thresholds(), verdicts=tuple(verdicts))
