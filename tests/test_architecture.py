@@ -79,7 +79,7 @@ EDGES = graph()
 
 def test_the_layout_has_the_packages_the_contracts_name():
     packages = {m for m in EDGES if m.count(".") == 1 and (PACKAGE / m.split(".")[1] / "__init__.py").exists()}
-    assert packages == {"harness.matrix", "harness.orchestrate", "harness.cell", "harness.data", "harness.models",
+    assert packages == {"harness.catalogue", "harness.matrix", "harness.orchestrate", "harness.cell", "harness.data", "harness.models",
                         "harness.results", "harness.stats", "harness.analysis", "harness.commands"}
 
 
@@ -161,15 +161,23 @@ def test_the_circle_rule_sees_a_circle_inside_one_package():
     assert find_circles({"harness.models": {"harness.models.resnet"}, "harness.models.resnet": {"harness.models"}}) == []
 
 
-MODEL_DATA = {"harness.models.registry", "harness.models.user"}
-"""The models' torch-free side the specification reads: the registry's names and recipes, the import path's form."""
+MODEL_DATA = {"harness.models.registry", "harness.models.user", "harness.data", "harness.data.registry"}
+"""The torch-free registries the specification reads: the models' names and recipes, the import path's form, the
+data backends' names."""
 
 
 def test_the_specification_imports_no_torch():
     spec = reachable(EDGES, "harness.matrix")
-    assert spec <= within(set(EDGES), "harness.matrix") | {"harness"} | MODEL_DATA, spec
-    assert not {"torch", "numpy", "nvidia"} & (third_party("harness.matrix") | set().union(
-        *(third_party(m) for m in MODEL_DATA)))
+    allowed = within(set(EDGES), "harness.matrix") | within(set(EDGES), "harness.catalogue") | {"harness"} | MODEL_DATA
+    assert spec <= allowed, spec - allowed
+    own = {t.split(".")[0] for p in PACKAGE.rglob("*.py") if module_name(p) in MODEL_DATA for t in imports_of(p)}
+    assert not {"torch", "numpy", "nvidia", "PIL"} & (third_party("harness.matrix") | own)
+
+
+def test_the_catalogue_is_pure_data_every_process_may_read():
+    catalogue = reachable(EDGES, "harness.catalogue")
+    assert catalogue <= within(set(EDGES), "harness.catalogue") | {"harness"}, catalogue
+    assert third_party("harness.catalogue") <= set(sys.stdlib_module_names) | {"__future__"}
 
 
 @pytest.mark.parametrize("module", ["harness.matrix.sections", "harness.matrix.cells", "harness.matrix.job",

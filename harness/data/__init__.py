@@ -1,4 +1,4 @@
-"""Data backends for the `backend` axis: one module each, registered in BACKENDS.
+"""Data backends for the `backend` axis: one module each, registered in BACKENDS (harness.data.registry).
 
 Every backend turns a LoaderSpec into a Loader that yields (images, labels) already on the
 cell's device: images float32, normalised with the reference mean/std, in the cell's memory
@@ -15,6 +15,8 @@ import importlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ContextManager, Iterator, Literal, Protocol
+
+from harness.data.registry import BACKENDS
 
 # Reference normalisation (ImageNet statistics on the 0..255 scale).
 MEAN_255 = (0.485 * 255, 0.456 * 255, 0.406 * 255)
@@ -78,14 +80,6 @@ class Loader(Protocol):
         """Release workers, pipelines and pinned buffers."""
 
 
-# backend name -> module path; each module defines build(spec) -> Loader and
-# unavailable_reason(device: str) -> str | None (None when it can run here).
-BACKENDS: dict[str, str] = {
-    "synthetic": "harness.data.synthetic",
-    "pytorch": "harness.data.pytorch",
-    "dali-cpu": "harness.data.dali",
-    "dali-gpu": "harness.data.dali",
-}
 
 
 def backend_module(name: str):

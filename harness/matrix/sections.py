@@ -9,7 +9,10 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from harness.catalogue.axes import AXES
+from harness.data.registry import BACKENDS as DATA_BACKENDS
 from harness.matrix.executor import ExecutorConfig
+from harness.models.registry import ENTRIES as MODEL_ENTRIES
 from harness.matrix.knobs import FROZEN, knob
 
 SCHEMA_VERSION = 1
@@ -23,17 +26,15 @@ WARMUP_TOLERANCE = 0.02
 IMAGENET_TRAIN_IMAGES = 1_281_167
 """Images in ImageNet-1k's training split: the epoch of the reference timeline for synthetic data."""
 
-AXES = ("model", "backend", "memory_format", "precision", "world_size", "grad_accum", "compile")
-BACKENDS = ("dali-gpu", "dali-cpu", "pytorch", "synthetic")
+BACKENDS = tuple(DATA_BACKENDS)
+"""The data backends' names (harness.data.registry, plain data: no torch)."""
 COMPILE_MODES = ("eager", "inductor", "cudagraph")
 """How the training step runs: eager PyTorch (the default), under torch.compile (inductor), or captured
 whole as one CUDA graph and replayed (cudagraph)."""
 MEMORY_FORMATS = ("nchw", "nhwc")
 PRECISIONS = ("fp32", "fp16", "bf16")
-MODEL_NAMES = ("resnet18", "resnet34", "resnet50", "resnet101", "resnext101-32x4d", "se-resnext101-32x4d",
-               "efficientnet-b0", "efficientnet-b4")
-"""The model registry's names (harness.models builds them; a test keeps the two equal). Listed here so
-that validation knows them without importing torch."""
+MODEL_NAMES = tuple(e.name for e in MODEL_ENTRIES)
+"""The model registry's names (harness.models.registry, plain data: no torch; harness.models builds them)."""
 MODEL_OUTPUT_STRIDE = 32
 """Every registered model shrinks its input 32x before the classifier (the ResNet stages)."""
 DIGITS_CLASSES = 10

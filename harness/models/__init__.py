@@ -1,6 +1,6 @@
 """The models: the registry (registry.py, plain data, no torch), the user's own model by import path (user.py), and
 the networks with their builders (build.py and one module per family). A new model is a module and one entry in
-registry.ENTRIES, plus its name in harness.matrix.sections.MODEL_NAMES (a test keeps the two equal).
+registry.ENTRIES (harness.matrix.sections.MODEL_NAMES reads the names from there).
 
 Importing this package imports no torch: `build_model` and `build_user_model` load build.py on first use.
 """
