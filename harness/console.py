@@ -20,6 +20,7 @@ from harness.results.accuracy import MIN_VAL_IMAGES, chance_text, top1_text
 from harness.results.schema import STATUSES, SUPERSEDED
 from harness.matrix.cells import cell_label
 from harness.stats.inference import mean_interval
+from harness.catalogue import col
 
 STATUS_STYLE = {"ok": "green", "skipped": "dim", "failed": "red", "timeout": "red", "crashed": "red", "cancelled": "red",
                 SUPERSEDED: "yellow"}
@@ -81,13 +82,13 @@ def detail_table(rows: Iterable[dict[str, Any]]) -> Table:
     for name, justify in (("cell", "left"), ("rep", "right"), ("status", "left"), ("img/s", "right"),
                           ("±95%", "right"), ("top-1", "right"), ("data wait", "right"), ("reason", "left")):
         table.add_column(name, justify=justify, overflow="fold")
-    for r in sorted(rows, key=lambda r: (r["cell_id"], r["repeat"])):
-        tput, low, high = r.get("throughput_img_per_s"), r.get("throughput_ci_low_img_per_s"), \
-            r.get("throughput_ci_high_img_per_s")
+    for r in sorted(rows, key=lambda r: (r[col.cell_id], r["repeat"])):
+        tput, low, high = r.get(col.throughput_img_per_s), r.get(col.throughput_ci_low_img_per_s), \
+            r.get(col.throughput_ci_high_img_per_s)
         half = (high - low) / 2 if None not in (low, high) and low == low else None
-        table.add_row(r["cell_id"], str(r["repeat"]), f"[{STATUS_STYLE[r['status']]}]{r['status']}[/]",
+        table.add_row(r[col.cell_id], str(r["repeat"]), f"[{STATUS_STYLE[r['status']]}]{r['status']}[/]",
                       _fmt(tput, ".1f"), _fmt(half, ".1f"), top1_text([r]) + chance_text([r]),
-                      _fmt(r.get("exposed_data_wait_frac"), ".1%"), escape(r.get("reason") or ""))
+                      _fmt(r.get(col.exposed_data_wait_frac), ".1%"), escape(r.get("reason") or ""))
     return table
 
 
@@ -103,12 +104,12 @@ def _mean(values: Iterable[Any]) -> float | None:
 def throughput_interval_pct(ok: Sequence[Mapping[str, Any]]) -> float | None:
     """Half-width of the 95 % interval of a cell's throughput, in % of it: one repeat, its window's interval
     (batch means over its steps); several, the t interval of their mean (what a rerun would move)."""
-    values = [r["throughput_img_per_s"] for r in ok if (r.get("throughput_img_per_s") or 0) > 0]
+    values = [r[col.throughput_img_per_s] for r in ok if (r.get(col.throughput_img_per_s) or 0) > 0]
     if len(values) > 1:
         ci = mean_interval(values)
         return 100 * (ci.high - ci.low) / 2 / ci.estimate
     if len(values) == 1:
-        low, high = ok[0].get("throughput_ci_low_img_per_s"), ok[0].get("throughput_ci_high_img_per_s")
+        low, high = ok[0].get(col.throughput_ci_low_img_per_s), ok[0].get(col.throughput_ci_high_img_per_s)
         if low is not None and high is not None and math.isfinite(low) and math.isfinite(high):
             return 100 * (high - low) / 2 / values[0]
     return None
@@ -116,8 +117,8 @@ def throughput_interval_pct(ok: Sequence[Mapping[str, Any]]) -> float | None:
 
 def _by_cell(rows: Iterable[Mapping[str, Any]]) -> dict[str, list[Mapping[str, Any]]]:
     cells: dict[str, list[Mapping[str, Any]]] = {}
-    for r in sorted(rows, key=lambda r: (r["cell_id"], r["repeat"])):
-        cells.setdefault(r["cell_id"], []).append(r)
+    for r in sorted(rows, key=lambda r: (r[col.cell_id], r["repeat"])):
+        cells.setdefault(r[col.cell_id], []).append(r)
     return cells
 
 
@@ -133,10 +134,10 @@ def ran_table(cells: Mapping[str, Sequence[Mapping[str, Any]]]) -> Table:
     for cid, rows in cells.items():
         ok = [r for r in rows if r["status"] == "ok"]
         status = "ok" if len(ok) == len(rows) else f"ok {len(ok)}/{len(rows)}"
-        table.add_row(cell_label(cid), _fmt(_mean(r.get("throughput_img_per_s") for r in ok), ".1f"),
+        table.add_row(cell_label(cid), _fmt(_mean(r.get(col.throughput_img_per_s) for r in ok), ".1f"),
                       _plus_minus(throughput_interval_pct(ok)),
                       top1_text(ok, short=True),
-                      _fmt(_mean(r.get("exposed_data_wait_frac") for r in ok), ".1%"),
+                      _fmt(_mean(r.get(col.exposed_data_wait_frac) for r in ok), ".1%"),
                       Text(status, style="green" if len(ok) == len(rows) else "yellow"))
     return table
 
@@ -186,9 +187,9 @@ def ran_notes(ran: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[str]:
         notes.append("top-1 -: not measured" + (" (synthetic data has random labels: nothing to learn)" if synthetic
                                                   else " (no validation result)"))
     numbers = [r for cid, text in shown.items() if text[:1].isdigit() for r in ok[cid]]
-    chances = sorted({r["num_classes"] for r in numbers if r.get("num_classes")})
+    chances = sorted({r[col.num_classes] for r in numbers if r.get(col.num_classes)})
     if chances:
-        smoke = "; a --smoke cell's few steps leave it near that" if any(r.get("is_smoke") for r in numbers) else ""
+        smoke = "; a --smoke cell's few steps leave it near that" if any(r.get(col.is_smoke) for r in numbers) else ""
         notes.append("top-1 by chance: " + ", ".join(f"{1 / n:.3f} (1 / {n} classes)" for n in chances) + smoke)
     if any(r.get("precision") == "fp16" and r.get("device") == "cpu" for rows in ok.values() for r in rows):
         notes.append("fp16 on a CPU is slow: no fast fp16 kernels there; on a GPU fp16 is fast")
@@ -243,7 +244,7 @@ def slot_lines(rows: list[dict[str, Any]]) -> list[Text]:
         unproven = sum(r["packing"] == "uncalibrated" for r in packed)
         lines.append(Text(f"packed: {len(packed)} jobs on {slots} slots"
                           + (f"; {unproven} packed uncalibrated (packing = uncalibrated)" if unproven else "")))
-    shared = [r for r in rows if r.get("gpu_shared")]
+    shared = [r for r in rows if r.get(col.gpu_shared)]
     if shared:
         names = ", ".join(f"{cell_label(r['cell_id'])} r{r['repeat']}" for r in shared[:4])
         lines.append(Text(f"warning: {len(shared)} job(s) shared their GPU with a foreign process (gpu_shared): "

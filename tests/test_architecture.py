@@ -263,3 +263,44 @@ def test_the_parent_is_cut_into_rooms_by_role():
     assert set(rooms) == set(ORCHESTRATE_ROOMS)
     crowded = {room: len(mods) for room, mods in rooms.items() if len(mods) > MAX_ROOM_MODULES}
     assert not crowded, crowded
+
+
+LITERAL_FREE_EXEMPT = {"stats": "pure functions of numbers: a parameter's name in an error message, never a column "
+                                "(stats imports nothing of nvbench)"}
+"""Packages under harness/ where a string equal to a column name is not a column; each with its reason."""
+
+
+def literal_column_names(path: Path, names: set[str]) -> list[tuple[int, str]]:
+    """(line, name) of every string constant in `path` that spells one of `names`, docstrings and f-string parts
+    left out (they describe a column, they do not name one)."""
+    tree = ast.parse(path.read_text())
+    skip = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.JoinedStr):
+            skip |= {id(v) for v in ast.walk(node)}
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+            skip.add(id(node.value))  # a docstring, or a bare string documenting what precedes it
+    return sorted((n.lineno, n.value) for n in ast.walk(tree) if isinstance(n, ast.Constant)
+                  and isinstance(n.value, str) and n.value in names and id(n) not in skip)
+
+
+def compound_column_names() -> set[str]:
+    """Every column name with an underscore: such a string names a column and nothing else (a single word, like
+    `status` or `device`, is also a key of job files, flags and TOML, so it is left to review)."""
+    from harness.catalogue import ALL_COLUMN_NAMES
+    return {name for name in ALL_COLUMN_NAMES if "_" in name}
+
+
+def test_code_names_columns_through_the_catalogue_never_by_a_literal():
+    names = compound_column_names()
+    found = {str(p.relative_to(ROOT)): hits for p in PACKAGE.rglob("*.py")
+             if p.relative_to(PACKAGE).parts[0] not in ("catalogue", *LITERAL_FREE_EXEMPT)
+             and (hits := literal_column_names(p, names))}
+    assert found == {}, f"column names spelled as literals (use harness.catalogue.col): {found}"
+
+
+def test_the_literal_check_sees_a_column_spelled_out(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text('"""doc naming throughput_img_per_s is fine."""\nx = row["throughput_img_per_s"]\n'
+                   'y = f"{row}_throughput_img_per_s"\n')
+    assert literal_column_names(bad, compound_column_names()) == [(2, "throughput_img_per_s")]

@@ -34,6 +34,7 @@ from harness.analysis.wording import (
 from harness.results.env import ENV_KEY_FIELDS
 from harness.results.schema import SUPERSEDED
 from harness.matrix.cells import cell_label as label
+from harness.catalogue import col
 
 
 # ---------------------------------------------------------------------------------------------
@@ -121,10 +122,10 @@ def render_junit(comparison: Comparison) -> bytes:
     props = ET.SubElement(suite, "properties")
     th = asdict(comparison.thresholds)
     for name, value in [("baseline", comparison.baseline_label), ("mode", comparison.mode),
-                        ("fire_drill_pct", comparison.fire_drill_pct), *th.items()]:
+                        (col.fire_drill_pct, comparison.fire_drill_pct), *th.items()]:
         ET.SubElement(props, "property", name=_x(name), value=_x(value))
     counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
-    durations = cell_means(cand.rows, "duration_s")
+    durations = cell_means(cand.rows, col.duration_s)
     for v in sorted(comparison.verdicts, key=lambda v: v.cell_id):
         counts["tests"] += 1
         drill = f" [FIRE DRILL +{v.fire_drill_pct:g}%]" if v.fire_drill_pct or v.baseline_fire_drill_pct else ""

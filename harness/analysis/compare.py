@@ -32,6 +32,7 @@ from harness.analysis.verdict import (
 from harness.catalogue.judged import JUDGED, Judged
 from harness.results.env import env_diff
 from harness.stats import inference
+from harness.catalogue import col
 
 
 def _probes(cand_ok: Sequence[Mapping[str, Any]], base_ok: Sequence[Mapping[str, Any]],
@@ -41,11 +42,11 @@ def _probes(cand_ok: Sequence[Mapping[str, Any]], base_ok: Sequence[Mapping[str,
     if not th.speed_adjust:
         return None
     rows = [*cand_ok, *base_ok]
-    if any(not (r.get("speed_probe_s") or 0) > 0 for r in rows) or \
-            len({r.get("speed_probe_kind") for r in rows}) != 1:
+    if any(not (r.get(col.speed_probe_s) or 0) > 0 for r in rows) or \
+            len({r.get(col.speed_probe_kind) for r in rows}) != 1:
         return None
-    c = np.array([r["speed_probe_s"] for r in cand_ok], dtype=float)
-    b = np.array([r["speed_probe_s"] for r in base_ok], dtype=float)
+    c = np.array([r[col.speed_probe_s] for r in cand_ok], dtype=float)
+    b = np.array([r[col.speed_probe_s] for r in base_ok], dtype=float)
     if np.ptp(np.log(c)) <= 1e-12 and np.ptp(np.log(b)) <= 1e-12:
         return None
     return c, b
@@ -55,10 +56,10 @@ def _sides(cand_ok: Sequence[Mapping[str, Any]], base_ok: Sequence[Mapping[str, 
            all_ok: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Both sides' throughput and spread, whether or not the cell can be judged."""
     cand_x, base_x = throughputs(cand_ok), throughputs(base_ok)
-    unsteady = sum(r.get("is_steady") is False for r in all_ok)
+    unsteady = sum(r.get(col.is_steady) is False for r in all_ok)
     cv = max((c for c in (cv_of(cand_x), cv_of(base_x)) if c is not None), default=None)
-    return {"num_baseline": len(base_ok), "num_unsteady": unsteady, "noise": noise_label(cv, unsteady),
-            "throughput": {"candidate_cv": cv_of(cand_x), "baseline_cv": cv_of(base_x),
+    return {col.num_baseline: len(base_ok), col.num_unsteady: unsteady, "noise": noise_label(cv, unsteady),
+            "throughput": {col.candidate_cv: cv_of(cand_x), col.baseline_cv: cv_of(base_x),
                            "candidate_value": float(cand_x.mean()) if cand_x.size else None,
                            "baseline_value": float(base_x.mean()) if base_x.size else None}}
 
@@ -67,35 +68,35 @@ def _prepare(cid: str, cand_rows: list, base_rows: list | None, candidate: RunDa
              th: Thresholds, require_same_env: bool) -> tuple[dict[str, Any], PendingCell | None]:
     """Common verdict fields, and the samples when the cell can be tested (else a final verdict). A cell
     that cannot be judged still carries both sides' figures."""
-    common = {"cell_id": cid, **axes_of(cand_rows), "floor_pct": th.floor_pct, "fdr_q": th.fdr_q,
-              "accuracy_tolerance": th.accuracy_tolerance, "fire_drill_pct": max(map(drill_pct, cand_rows)),
-              "is_smoke": bool(cand_rows[0].get("is_smoke")), "candidate_run_id": candidate.run_id,
-              "baseline_run_id": baseline.run_id}
+    common = {col.cell_id: cid, **axes_of(cand_rows), col.floor_pct: th.floor_pct, col.fdr_q: th.fdr_q,
+              col.accuracy_tolerance: th.accuracy_tolerance, col.fire_drill_pct: max(map(drill_pct, cand_rows)),
+              col.is_smoke: bool(cand_rows[0].get(col.is_smoke)), col.candidate_run_id: candidate.run_id,
+              col.baseline_run_id: baseline.run_id}
     cand_ok = usable_rows(cand_rows, th)
-    common |= {"num_candidate": len(cand_ok)}
+    common |= {col.num_candidate: len(cand_ok)}
     if not ok_rows(cand_rows):
         verdict, reason = failure_verdict(cand_rows)
         return common | {"verdict": verdict, "reason": reason}, None
     if not base_rows:
         x = throughputs(cand_ok)
-        common["throughput"] = {"candidate_value": float(x.mean()) if x.size else None, "candidate_cv": cv_of(x)}
+        common["throughput"] = {"candidate_value": float(x.mean()) if x.size else None, col.candidate_cv: cv_of(x)}
         return common | {"verdict": NO_BASELINE, "reason": f"cell not in the baseline {baseline.run_id}"}, None
-    common["baseline_fire_drill_pct"] = max(map(drill_pct, base_rows))
+    common[col.baseline_fire_drill_pct] = max(map(drill_pct, base_rows))
     base_ok = usable_rows(base_rows, th)
     common |= _sides(cand_ok, base_ok, ok_rows(cand_rows) + ok_rows(base_rows))
-    if bool(base_rows[0].get("is_smoke")) != common["is_smoke"]:
-        which = "candidate" if common["is_smoke"] else "baseline"
+    if bool(base_rows[0].get(col.is_smoke)) != common[col.is_smoke]:
+        which = "candidate" if common[col.is_smoke] else "baseline"
         why = f"the {which} is a --smoke run; smoke and full runs measure different things"
         return common | {"verdict": NOT_COMPARABLE, "reason": why}, None
     diff = env_difference(ok_rows(cand_rows), ok_rows(base_rows), candidate.environment, baseline.environment)
     if diff:
-        common["env_diff"] = diff
+        common[col.env_diff] = diff
         if require_same_env:
             return common | {"verdict": NOT_COMPARABLE, "reason": f"environment differs: {diff}"}, None
     cand_x, base_x = throughputs(cand_ok), throughputs(base_ok)
     base_cv = cv_of(base_x)
     if base_cv and min(len(cand_ok), len(base_ok)) >= 2:
-        common["mdc_pct"] = 100 * inference.min_detectable_change(base_cv, len(cand_ok), len(base_ok), alpha=th.level)
+        common[col.mdc_pct] = 100 * inference.min_detectable_change(base_cv, len(cand_ok), len(base_ok), alpha=th.level)
     smallest_p = decide.smallest_permutation_p(len(cand_ok), len(base_ok))
     if min(len(cand_ok), len(base_ok)) < th.min_repeats or smallest_p > th.level:
         return merge_fields(common, untestable(cand_x, base_x, th)), None  # both sides' img/s stay beside the change
@@ -161,16 +162,16 @@ def compare_runs(candidate: RunData, baseline: RunData, thresholds: Thresholds |
     verdicts = []
     for common, p in prepared:
         fields_ = merge_fields(common, decided[id(p)]) if p is not None else common
-        cid = common["cell_id"]
+        cid = common[col.cell_id]
         if p is not None or common["verdict"] not in (FAILED, SKIPPED):
             fields_ |= accuracy_check(ok_rows(cand_cells[cid]), ok_rows(base_cells.get(cid, [])), th,
-                                      fields_.get("ci_level") or 1 - th.level)
+                                      fields_.get(col.ci_level) or 1 - th.level)
             if fields_["verdict"] == NOT_COMPARABLE:
-                fields_["accuracy_verdict"] = ACCURACY_NA
+                fields_[col.accuracy_verdict] = ACCURACY_NA
         if p is not None:
             fields_ |= phase_attribution(ok_rows(cand_cells[cid]), ok_rows(base_cells.get(cid, [])),
-                                         fields_.get("ci_level") or 1 - th.level)
-        drills = (fields_.get("fire_drill_pct") or 0.0, fields_.get("baseline_fire_drill_pct") or 0.0)
+                                         fields_.get(col.ci_level) or 1 - th.level)
+        drills = (fields_.get(col.fire_drill_pct) or 0.0, fields_.get(col.baseline_fire_drill_pct) or 0.0)
         if any(drills):  # never silent: a drill's verdict says so in its own words
             fields_["reason"] = f"FIRE DRILL (candidate +{drills[0]:g}%, baseline +{drills[1]:g}% injected work): " \
                 + fields_["reason"]
@@ -198,7 +199,7 @@ def describe_only(candidate: RunData, thresholds: Thresholds | None = None) -> C
     for cid, rows in sorted(by_cell(candidate.rows).items()):
         ok = usable_rows(rows, th)
         x = throughputs(ok)
-        unsteady = sum(r.get("is_steady") is False for r in ok_rows(rows))
+        unsteady = sum(r.get(col.is_steady) is False for r in ok_rows(rows))
         verdict, reason = failure_verdict(rows) if not ok_rows(rows) else (NO_BASELINE, "no baseline given")
         verdicts.append(CellVerdict(
             cell_id=cid, **axes_of(rows), verdict=verdict, reason=reason, floor_pct=th.floor_pct, fdr_q=th.fdr_q,
@@ -206,7 +207,7 @@ def describe_only(candidate: RunData, thresholds: Thresholds | None = None) -> C
             metrics={THROUGHPUT: MetricVerdict(candidate_value=float(x.mean()) if x.size else None,
                                                candidate_cv=cv_of(x) if x.size else None)},
             num_unsteady=unsteady, noise=noise_label(cv_of(x), unsteady) if x.size else "",
-            fire_drill_pct=max(map(drill_pct, rows)), is_smoke=bool(rows[0].get("is_smoke")),
+            fire_drill_pct=max(map(drill_pct, rows)), is_smoke=bool(rows[0].get(col.is_smoke)),
             candidate_run_id=candidate.run_id))
     return Comparison(mode="none", candidate=candidate, baseline_label="nothing (no baseline given)",
                       baseline_environment=None, thresholds=th, verdicts=tuple(verdicts),

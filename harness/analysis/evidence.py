@@ -15,6 +15,7 @@ from harness.analysis.verdict import INCONCLUSIVE, THROUGHPUT, UNCHANGED, Thresh
 from harness.catalogue.judged import Judged
 from harness.stats import inference
 from harness.stats.core import Interval
+from harness.catalogue import col
 
 
 @dataclass(slots=True)
@@ -65,7 +66,7 @@ def untestable(cand_x: np.ndarray, base_x: np.ndarray, th: Thresholds) -> dict[s
     n_c, n_b = cand_x.size, base_x.size
     if n_c == 0 or n_b == 0:
         n = max(th.min_repeats, decide.repeats_to_reach(th.level))
-        return {"verdict": INCONCLUSIVE, "decided_by": THROUGHPUT, "repeats_needed": n,
+        return {"verdict": INCONCLUSIVE, col.decided_by: THROUGHPUT, col.repeats_needed: n,
                 "reason": f"{n_c} candidate and {n_b} baseline repeats usable; {decide.needed_text(n)}"}
     if n_c >= 2 and n_b >= 2:
         ci = inference.bootstrap_log_ratio(cand_x, base_x, confidence=1 - th.level, num_resamples=th.num_resamples,
@@ -80,8 +81,8 @@ def untestable(cand_x: np.ndarray, base_x: np.ndarray, th: Thresholds) -> dict[s
                       min_repeats=th.min_repeats)
     change = f"{effect:+.1f}%" + (f" [{low:+.1f}, {high:+.1f}] (bootstrap, untested)" if ci else "")
     dropped = " (unsteady repeats left out)" if th.exclude_unsteady else ""
-    return {"verdict": d.verdict, "decided_by": d.decided_by, "repeats_needed": d.repeats_needed,
-            "throughput": {"effect_pct": effect, "ci_low_pct": low if ci else None, "ci_high_pct": high if ci else None},
+    return {"verdict": d.verdict, col.decided_by: d.decided_by, col.repeats_needed: d.repeats_needed,
+            "throughput": {col.effect_pct: effect, col.ci_low_pct: low if ci else None, col.ci_high_pct: high if ci else None},
             "reason": f"{change}{dropped}: {d.reason}"}
 
 
@@ -111,14 +112,14 @@ def _interval(pending: PendingCell, m: MetricSamples, level: float,
                                        seed=th.seed)
         cv = cv_of(m.baseline)
         mdc = 100 * inference.min_detectable_change(cv, n_c, n_b, alpha=alpha) if cv else None
-        return ci, {"mdc_pct": mdc, "log_sd": _log_sd(m.cand, m.baseline)}, \
+        return ci, {col.mdc_pct: mdc, "log_sd": _log_sd(m.cand, m.baseline)}, \
             f"permutation + benjamini_hochberg; {ci.method} interval"
     fit = inference.ancova_fit(m.cand, m.baseline, pending.cand_probe, pending.base_probe)
-    extra = {"unadjusted_effect_pct": inference.to_percent(fit.unadjusted),
-             "speed_probe_change_pct": inference.to_percent(fit.covariate_shift), "speed_slope": fit.slope,
+    extra = {col.unadjusted_effect_pct: inference.to_percent(fit.unadjusted),
+             col.speed_probe_change_pct: inference.to_percent(fit.covariate_shift), col.speed_slope: fit.slope,
              "log_sd": fit.residual_sd if math.isfinite(fit.residual_sd) else None,
              # what the adjusted comparison could see: its residual noise in place of the raw spread
-             "mdc_pct": 100 * inference.min_detectable_change(fit.residual_sd, n_c, n_b, alpha=alpha)
+             col.mdc_pct: 100 * inference.min_detectable_change(fit.residual_sd, n_c, n_b, alpha=alpha)
              if math.isfinite(fit.residual_sd) and fit.residual_sd > 0 else None}
     return fit.interval(level), extra, "speed-adjusted (ancova on the probe) freedman_lane permutation + " \
         "benjamini_hochberg; ancova_t interval"
@@ -147,22 +148,22 @@ def _decide(pending: PendingCell, alpha: float, p_adjusted: float, level: float,
     the `num_tested` cells: Bonferroni, since the fallback is not part of the cells' BH)."""
     k = len(pending.metrics)
     level_m = 1 - (1 - level) / k
-    out: dict[str, Any] = {"p_value": pending.p, "p_adjusted": p_adjusted, "ci_level": level_m}
+    out: dict[str, Any] = {col.p_value: pending.p, col.p_adjusted: p_adjusted, col.ci_level: level_m}
     evidence, texts, reach = [], [], []
     for m, significant in zip(pending.metrics, holm_within([m.p for m in pending.metrics], alpha)):
         ci, extra, method = _interval(pending, m, level_m, th)
-        mdc = extra.pop("mdc_pct", None)
+        mdc = extra.pop(col.mdc_pct, None)
         if mdc is not None:
             reach.append(mdc)
         effect, low, high = (inference.to_percent(x) for x in (ci.estimate, ci.low, ci.high))
-        metric = {"effect_pct": effect, "ci_low_pct": low, "ci_high_pct": high, "p_value": m.p}
+        metric = {col.effect_pct: effect, col.ci_low_pct: low, col.ci_high_pct: high, col.p_value: m.p}
         text = f"{effect:+.1f}% [{low:+.1f}, {high:+.1f}]"
         if m.name == THROUGHPUT:  # the headline carries the method and the speed adjustment
             out |= {"method": method + (f"; Bonferroni over {k} metrics" if k > 1 else "")
                     + (f"; level split over {th.looks} looks" if th.looks > 1 else "")}
             if pending.adjusted:
-                metric |= {"unadjusted_effect_pct": extra["unadjusted_effect_pct"], "speed_slope": extra["speed_slope"]}
-                out["speed_probe_change_pct"] = extra["speed_probe_change_pct"]
+                metric |= {col.unadjusted_effect_pct: extra[col.unadjusted_effect_pct], col.speed_slope: extra[col.speed_slope]}
+                out[col.speed_probe_change_pct] = extra[col.speed_probe_change_pct]
                 text += (f" adjusted for machine speed (probe {extra['speed_probe_change_pct']:+.1f}%, "
                          f"unadjusted {extra['unadjusted_effect_pct']:+.1f}%)")
         e = decide.Evidence(name=m.name, effect_pct=effect, ci_low_pct=low, ci_high_pct=high, significant=significant,
@@ -172,11 +173,11 @@ def _decide(pending: PendingCell, alpha: float, p_adjusted: float, level: float,
         texts.append(f"{m.name} {text}" if k > 1 else text)
         evidence.append(e)
     if reach:  # either metric can call a change: the comparison reaches as far as the better one
-        out["mdc_pct"] = min(reach)
+        out[col.mdc_pct] = min(reach)
     probe = _probe_balance(pending, level_m, th, num_tested) if pending.adjusted else None
     if probe is not None and not probe.balanced:  # the adjustment extrapolates: show what was judged instead
         net = probe.net
-        out["throughput"] |= {"effect_pct": net.effect_pct, "ci_low_pct": net.ci_low_pct, "ci_high_pct": net.ci_high_pct}
+        out["throughput"] |= {col.effect_pct: net.effect_pct, col.ci_low_pct: net.ci_low_pct, col.ci_high_pct: net.ci_high_pct}
         out["method"] += "; probe unbalanced: judged net of the probe's shift (slope -1)"
         texts[0] = (f"{THROUGHPUT + ' ' if k > 1 else ''}{net.text()} net of the machine's speed (probe "
                     f"{probe.shift_pct:+.1f}%, unadjusted {out['throughput']['unadjusted_effect_pct']:+.1f}%)")
@@ -185,8 +186,8 @@ def _decide(pending: PendingCell, alpha: float, p_adjusted: float, level: float,
     change = "; ".join(texts) + f" at {level_m:.1%}"
     reason = f"{change}: {d.reason}{pending.note}"
     if d.verdict == UNCHANGED or d.verdict == INCONCLUSIVE and not probe:
-        reason += _reach_note(out.get("mdc_pct", pending.base.get("mdc_pct")), evidence, th)
-    return out | {"verdict": d.verdict, "decided_by": d.decided_by, "repeats_needed": d.repeats_needed,
+        reason += _reach_note(out.get(col.mdc_pct, pending.base.get(col.mdc_pct)), evidence, th)
+    return out | {"verdict": d.verdict, col.decided_by: d.decided_by, col.repeats_needed: d.repeats_needed,
                   "reason": reason}
 
 

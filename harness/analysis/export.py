@@ -18,6 +18,7 @@ import numpy as np
 from harness import __version__
 from harness.analysis.runs import RunData, RunInputError, load_run
 from harness.matrix.sections import AXES
+from harness.catalogue import col
 
 FORMATS = ("pytest-benchmark",)
 PYTEST_BENCHMARK_VERSION = "5.1.0"
@@ -32,12 +33,12 @@ def _step_times(run: RunData) -> dict[str, list[float]]:
         steps = store.read_steps(Path(run.path))
     except store.UnreadableFile as exc:
         raise RunInputError([str(exc)]) from None
-    ok = {(r["cell_id"], r["repeat"]) for r in run.rows if r["status"] == "ok"}
+    ok = {(r[col.cell_id], r["repeat"]) for r in run.rows if r["status"] == "ok"}
     out: dict[str, list[float]] = {}
-    for row in steps.select(["cell_id", "repeat", "rank", "is_warmup", "step_time_s"]).to_pylist():
-        if row["rank"] == 0 and not row["is_warmup"] and (row["cell_id"], row["repeat"]) in ok \
-                and row["step_time_s"] is not None:
-            out.setdefault(row["cell_id"], []).append(float(row["step_time_s"]))
+    for row in steps.select([col.cell_id, "repeat", "rank", col.is_warmup, col.step_time_s]).to_pylist():
+        if row["rank"] == 0 and not row[col.is_warmup] and (row[col.cell_id], row["repeat"]) in ok \
+                and row[col.step_time_s] is not None:
+            out.setdefault(row[col.cell_id], []).append(float(row[col.step_time_s]))
     return out
 
 
@@ -75,10 +76,10 @@ def timing_stats(data: Sequence[float], ops: float) -> dict[str, Any]:
 
 
 def _benchmark(run: RunData, cell_id: str, rows: Sequence[Mapping[str, Any]], times: Sequence[float]) -> dict[str, Any]:
-    tput = [float(r["throughput_img_per_s"]) for r in rows]
+    tput = [float(r[col.throughput_img_per_s]) for r in rows]
     params = {axis: rows[0].get(axis) for axis in AXES}
     if not times:  # no steps/: each repeat's mean step time stands in for its steps
-        times = [float(r["step_time_mean_s"]) for r in rows if r.get("step_time_mean_s")]
+        times = [float(r[col.step_time_mean_s]) for r in rows if r.get(col.step_time_mean_s)]
     top1 = [float(r["top1"]) for r in rows if r.get("top1") is not None]
     return {
         "group": run.run_id, "name": cell_id, "fullname": f"nvbench::{run.run_id}::{cell_id}",
@@ -86,9 +87,9 @@ def _benchmark(run: RunData, cell_id: str, rows: Sequence[Mapping[str, Any]], ti
         "extra_info": {"unit": "img/s", "ops_is": "throughput_img_per_s: mean over the ok repeats",
                        "num_repeats": len(rows), "throughput_cv": float(np.std(tput, ddof=1) / np.mean(tput))
                        if len(tput) > 1 else None, "top1": statistics.fmean(top1) if top1 else None,
-                       "images_per_step": rows[0].get("images_per_step"), "device": rows[0].get("device"),
-                       "fire_drill_pct": max(float(r.get("fire_drill_pct") or 0.0) for r in rows),
-                       "is_smoke": bool(rows[0].get("is_smoke")), "run_id": run.run_id},
+                       col.images_per_step: rows[0].get(col.images_per_step), "device": rows[0].get("device"),
+                       col.fire_drill_pct: max(float(r.get(col.fire_drill_pct) or 0.0) for r in rows),
+                       col.is_smoke: bool(rows[0].get(col.is_smoke)), col.run_id: run.run_id},
         "options": {"disable_gc": False, "timer": "nvbench step clock", "min_rounds": 1, "max_time": None,
                     "min_time": None, "warmup": False},
         "stats": timing_stats(times, statistics.fmean(tput)),
@@ -100,8 +101,8 @@ def pytest_benchmark_json(run: RunData) -> dict[str, Any]:
     env = run.environment
     cells: dict[str, list[Mapping[str, Any]]] = {}
     for row in run.rows:
-        if row["status"] == "ok" and (row.get("throughput_img_per_s") or 0) > 0:
-            cells.setdefault(row["cell_id"], []).append(row)
+        if row["status"] == "ok" and (row.get(col.throughput_img_per_s) or 0) > 0:
+            cells.setdefault(row[col.cell_id], []).append(row)
     times = _step_times(run)
     benchmarks = [_benchmark(run, cid, rows, times.get(cid, [])) for cid, rows in sorted(cells.items())]
     benchmarks = [b for b in benchmarks if b["stats"]["rounds"]]
@@ -115,7 +116,7 @@ def pytest_benchmark_json(run: RunData) -> dict[str, Any]:
         "benchmarks": benchmarks,
         "datetime": run.created_at or datetime.now(timezone.utc).isoformat(),
         "version": PYTEST_BENCHMARK_VERSION,
-        "nvbench_version": __version__,
+        col.nvbench_version: __version__,
     }
 
 

@@ -12,6 +12,7 @@ from harness.analysis.verdict import ACCURACY_ABOVE, ACCURACY_BELOW, ACCURACY_NA
 from harness.results import accuracy
 from harness.stats import inference
 from harness.stats.changepoint import welch_difference
+from harness.catalogue import col
 
 
 def accuracy_check(cand: Sequence[Mapping[str, Any]], base: Sequence[Mapping[str, Any]],
@@ -23,17 +24,17 @@ def accuracy_check(cand: Sequence[Mapping[str, Any]], base: Sequence[Mapping[str
     c = [r for r in cand if accuracy.meaningful(r)]  # fewer than 100 images: noise, not judged
     b = [r for r in base if accuracy.meaningful(r)]
     if not c or not b:
-        return {"accuracy_verdict": ACCURACY_NA}
+        return {col.accuracy_verdict: ACCURACY_NA}
     p_c, p_b = float(np.mean([r["top1"] for r in c])), float(np.mean([r["top1"] for r in b]))
-    n_c, n_b = float(np.mean([r["num_val_images"] for r in c])), float(np.mean([r["num_val_images"] for r in b]))
+    n_c, n_b = float(np.mean([r[col.num_val_images] for r in c])), float(np.mean([r[col.num_val_images] for r in b]))
     ci = inference.two_proportion_interval(p_c, n_c, p_b, n_b, confidence=confidence)
     verdict = ACCURACY_WITHIN
     if ci.high < 0 and ci.estimate < -th.accuracy_tolerance:
         verdict = ACCURACY_BELOW
     elif ci.low > 0 and ci.estimate > th.accuracy_tolerance:
         verdict = ACCURACY_ABOVE
-    return {"accuracy_verdict": verdict, "candidate_top1": p_c, "baseline_top1": p_b, "top1_change": ci.estimate,
-            "top1_ci_low": ci.low, "top1_ci_high": ci.high}
+    return {col.accuracy_verdict: verdict, col.candidate_top1: p_c, col.baseline_top1: p_b, col.top1_change: ci.estimate,
+            col.top1_ci_low: ci.low, col.top1_ci_high: ci.high}
 
 
 PHASE_NAMES = ("data", "h2d", "forward", "backward", "optimizer", "allreduce")
@@ -61,11 +62,11 @@ def phase_attribution(cand: Sequence[Mapping[str, Any]], base: Sequence[Mapping[
     if not found:
         return {}
     name, change, low, high = max(found, key=lambda f: abs(f[1]))
-    a, b = series(base, "step_time_median_s"), series(cand, "step_time_median_s")
+    a, b = series(base, col.step_time_median_s), series(cand, col.step_time_median_s)
     step = float(np.mean(b) - np.mean(a)) if a and b else None
     whole = f" of {step:+.1f} ms per step" if step is not None else " per step"
-    return {"phase": name, "phase_change_ms": change, "phase_change_low_ms": low, "phase_change_high_ms": high,
-            "step_change_ms": step, "attribution": f"{name} {change:+.1f} ms [{low:+.1f}, {high:+.1f}]{whole}"}
+    return {"phase": name, col.phase_change_ms: change, col.phase_change_low_ms: low, col.phase_change_high_ms: high,
+            col.step_change_ms: step, "attribution": f"{name} {change:+.1f} ms [{low:+.1f}, {high:+.1f}]{whole}"}
 
 
 def node_notes(cand_cells: Mapping[str, list[Mapping[str, Any]]],

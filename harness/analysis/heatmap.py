@@ -19,6 +19,7 @@ from harness.analysis.verdict import (
     FAILED, IMPROVEMENT, INCONCLUSIVE, INSUFFICIENT, NO_BASELINE, NOT_COMPARABLE, REGRESSION,
     SKIPPED, SUSPECT_IMPROVEMENT, SUSPECT_REGRESSION, UNCHANGED, CellVerdict, Comparison, MetricVerdict)
 from harness.matrix.sections import AXES, AXIS_CHOICES
+from harness.catalogue import col
 
 MAX_COLUMNS = 8
 """A second column axis joins the first only while their product stays this narrow (tiles of ~80 px)."""
@@ -107,7 +108,7 @@ def layout(verdicts: Sequence[CellVerdict]) -> Layout:
 
 def _key_text(axes: Sequence[str], values: Sequence[Any]) -> str:
     """'nhwc fp16'; a number says its axis ('ws8', 'ga2') as cell ids do."""
-    short = {"world_size": "ws", "grad_accum": "ga"}
+    short = {col.world_size: "ws", col.grad_accum: "ga"}
     return " ".join(f"{short[a]}{v}" if a in short else str(v) for a, v in zip(axes, values))
 
 

@@ -22,6 +22,7 @@ from harness.analysis.verdict import DEFAULT_FLOOR_PCT
 from harness.catalogue.axes import AXES, AxisValues
 from harness.stats import changepoint
 from harness.stats.inference import mean_interval, to_percent
+from harness.catalogue import col
 
 CHANGES_VERSION = 3
 """Version of changes.parquet (schema metadata nvbench.changes_version). 1: first release. 2: p_floor, the
@@ -48,10 +49,10 @@ class Metric:
 
 
 METRICS = (
-    Metric(name="throughput", column="throughput_img_per_s", unit="img/s", relative=True),
-    Metric(name="fast steps", column="fast_step_img_per_s", unit="img/s", relative=True),
+    Metric(name="throughput", column=col.throughput_img_per_s, unit="img/s", relative=True),
+    Metric(name="fast steps", column=col.fast_step_img_per_s, unit="img/s", relative=True),
     Metric(name="top1", column="top1", unit="fraction", relative=False),
-    Metric(name="data wait", column="exposed_data_wait_frac", unit="fraction of the window", relative=False),
+    Metric(name="data wait", column=col.exposed_data_wait_frac, unit="fraction of the window", relative=False),
 )
 """Every metric a history follows, headline first."""
 METRIC_BY_NAME = {m.name: m for m in METRICS}
@@ -198,7 +199,7 @@ class Change(AxisValues):
     """The A/B's verdict behind it, or why there could be none."""
 
 
-CHANGE_COLUMNS = ("cell_id", *AXES, *(f.name for f in fields(Change) if f.name not in AXES and f.name != "cell_id"))
+CHANGE_COLUMNS = (col.cell_id, *AXES, *(f.name for f in fields(Change) if f.name not in AXES and f.name != col.cell_id))
 
 
 class HistoryInputError(RunInputError):
@@ -236,7 +237,7 @@ def _night(path: Path) -> Night:
         manifest = store.read_json(Path(run.path) / "manifest.json")
     except store.UnreadableFile as exc:
         raise RunInputError([str(exc)]) from None
-    drill = max((float(r.get("fire_drill_pct") or 0.0) for r in run.rows), default=0.0)
+    drill = max((float(r.get(col.fire_drill_pct) or 0.0) for r in run.rows), default=0.0)
     return Night(run=run, matrix=_matrix_name(manifest if isinstance(manifest, dict) else {}),
                  commit=_commit(run.environment), fire_drill_pct=drill)
 
@@ -288,9 +289,9 @@ def _point(night: int, rows: Sequence[Mapping[str, Any]], metric: Metric) -> Poi
         return None
     ci = mean_interval(values)
     low, high = ci.low, ci.high
-    if len(values) == 1 and metric.column == "throughput_img_per_s":  # one repeat: its own window's interval
-        low = rows[0].get("throughput_ci_low_img_per_s") or math.nan
-        high = rows[0].get("throughput_ci_high_img_per_s") or math.nan
+    if len(values) == 1 and metric.column == col.throughput_img_per_s:  # one repeat: its own window's interval
+        low = rows[0].get(col.throughput_ci_low_img_per_s) or math.nan
+        high = rows[0].get(col.throughput_ci_high_img_per_s) or math.nan
     return Point(night=night, value=ci.estimate, low=float(low), high=float(high), num_repeats=len(values),
                  repeats=tuple(values))
 
@@ -301,9 +302,9 @@ def build_series(nights: Sequence[Night]) -> list[Series]:
     axes: dict[str, dict[str, Any]] = {}
     for i, night in enumerate(nights):
         for row in night.run.rows:
-            if row["status"] == "ok" and (row.get("throughput_img_per_s") or 0) > 0:
-                cells.setdefault(row["cell_id"], {}).setdefault(i, []).append(row)
-                axes.setdefault(row["cell_id"], {a: row.get(a) for a in AXES})
+            if row["status"] == "ok" and (row.get(col.throughput_img_per_s) or 0) > 0:
+                cells.setdefault(row[col.cell_id], {}).setdefault(i, []).append(row)
+                axes.setdefault(row[col.cell_id], {a: row.get(a) for a in AXES})
     out = []
     for cid in sorted(cells):
         for metric in METRICS:
@@ -355,9 +356,9 @@ def _detect(series: Series, settings: HistorySettings) -> tuple[list[changepoint
 
 
 def _base(series: Series, night: Night, position: int) -> dict[str, Any]:
-    return {"cell_id": series.cell_id, **{a: series.axes.get(a) for a in AXES}, "metric": series.metric,
-            "run_id": night.run_id, "night": position + 1, "created_at": night.run.created_at,
-            "fire_drill_pct": night.fire_drill_pct}
+    return {col.cell_id: series.cell_id, **{a: series.axes.get(a) for a in AXES}, "metric": series.metric,
+            col.run_id: night.run_id, "night": position + 1, "created_at": night.run.created_at,
+            col.fire_drill_pct: night.fire_drill_pct}
 
 
 def _step_change(series: Series, step: changepoint.ChangePoint, nights: Sequence[Night],

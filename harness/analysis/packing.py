@@ -12,6 +12,7 @@ import numpy as np
 from harness.analysis.verdict import IMPROVEMENT, INCONCLUSIVE, REGRESSION, UNCHANGED, CellVerdict
 from harness.analysis.wording import metric_change_text
 from harness.matrix.cells import cell_label
+from harness.catalogue import col
 
 
 def backend_verdicts(verdicts: Sequence[CellVerdict]) -> dict[str, dict[str, Any]]:
@@ -53,7 +54,7 @@ def packing_notes(rows: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
     """Warnings naming the rows whose numbers packing may carry: a foreign process on their GPU (gpu_shared),
     or packed with no calibration of the machine clearing their backend (packing = uncalibrated)."""
     notes = []
-    shared = [r for r in rows if r.get("gpu_shared")]
+    shared = [r for r in rows if r.get(col.gpu_shared)]
     if shared:
         names = "; ".join(f"{cell_label(r['cell_id'])} r{r['repeat']} (pid {r.get('gpu_foreign_pids') or '?'})"
                           for r in shared)

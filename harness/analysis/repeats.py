@@ -11,30 +11,31 @@ from harness.analysis.verdict import FAILED, INSUFFICIENT, SKIPPED, Thresholds
 from harness.results.env import ENV_KEY_FIELDS, cell_env_fields, env_diff, env_key
 from harness.results.schema import SUPERSEDED
 from harness.matrix.sections import AXES
+from harness.catalogue import col
 
 BAD_STATUSES = ("failed", "timeout", "crashed", "cancelled")
 
 
 def drill_pct(row: Mapping[str, Any]) -> float:
-    return float(row.get("fire_drill_pct") or 0.0)
+    return float(row.get(col.fire_drill_pct) or 0.0)
 
 
 def by_cell(rows: Iterable[Mapping[str, Any]]) -> dict[str, list[Mapping[str, Any]]]:
     out: dict[str, list[Mapping[str, Any]]] = {}
     for row in rows:
-        out.setdefault(row["cell_id"], []).append(row)
+        out.setdefault(row[col.cell_id], []).append(row)
     for cell_rows in out.values():
         cell_rows.sort(key=lambda r: r["repeat"])
     return out
 
 
 def ok_rows(rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    return [r for r in rows if r["status"] == "ok" and (r.get("throughput_img_per_s") or 0) > 0]
+    return [r for r in rows if r["status"] == "ok" and (r.get(col.throughput_img_per_s) or 0) > 0]
 
 
 def usable_rows(rows: Sequence[Mapping[str, Any]], th: Thresholds) -> list[Mapping[str, Any]]:
     ok = ok_rows(rows)
-    return [r for r in ok if r.get("is_steady") is not False] if th.exclude_unsteady else ok
+    return [r for r in ok if r.get(col.is_steady) is not False] if th.exclude_unsteady else ok
 
 
 def num_superseded(rows: Iterable[Mapping[str, Any]]) -> int:
@@ -52,7 +53,7 @@ def rerun_words(cand_rows: Sequence[Mapping[str, Any]], base_rows: Sequence[Mapp
 
 
 def throughputs(rows: Sequence[Mapping[str, Any]]) -> np.ndarray:
-    return np.array([r["throughput_img_per_s"] for r in rows], dtype=float)
+    return np.array([r[col.throughput_img_per_s] for r in rows], dtype=float)
 
 
 def cv_of(x: np.ndarray) -> float | None:
@@ -88,7 +89,7 @@ def format_diff(diff: Sequence[tuple[str, Any, Any]]) -> str:
 
 
 def _keys(rows: Sequence[Mapping[str, Any]]) -> set:
-    return {r.get("env_key") for r in rows}
+    return {r.get(col.env_key) for r in rows}
 
 
 def env_difference(cand_rows: Sequence[Mapping[str, Any]], base_rows: Sequence[Mapping[str, Any]],
@@ -104,7 +105,7 @@ def env_difference(cand_rows: Sequence[Mapping[str, Any]], base_rows: Sequence[M
     if {env_key(cand_env)} == cand_keys and {env_key(base_env)} == base_keys:
         first = cand_rows[0]
         relevant = cell_env_fields(backend=str(first.get("backend")), device=first.get("device"),
-                                   world_size=int(first.get("world_size") or 1))
+                                   world_size=int(first.get(col.world_size) or 1))
         return format_diff(env_diff(base_env, cand_env, fields=relevant))
     return format_diff(env_diff(base_env, cand_env, fields=ENV_KEY_FIELDS)) or \
         f"env_key {sorted(map(str, base_keys))} -> {sorted(map(str, cand_keys))}"

@@ -55,6 +55,7 @@ from harness.analysis.wording import (
 from harness.results import store
 from harness.results.schema import SUPERSEDED
 from harness.matrix.cells import cell_label as label
+from harness.catalogue import col
 
 REPORT_FILES = ("report.html", "summary.md", "verdicts.parquet", "junit.xml")
 
@@ -117,8 +118,8 @@ def suspects(comparison: Comparison) -> list[dict[str, Any]]:
     out = []
     for v in comparison.verdicts:
         if v.cell_id in comparison.suspects:
-            out.append({"cell_id": v.cell_id, "verdict": v.verdict, "effect_pct": v.throughput.effect_pct,
-                        "robust_z": v.robust_z, "only": v.axis_filters()})
+            out.append({col.cell_id: v.cell_id, "verdict": v.verdict, col.effect_pct: v.throughput.effect_pct,
+                        col.robust_z: v.robust_z, "only": v.axis_filters()})
     return out
 
 
@@ -216,7 +217,7 @@ def _failures(comparison: Comparison) -> str:
     reason under the cell table."""
     rows = comparison.candidate.rows
     bad = sorted((r for r in rows if r["status"] not in ("ok", "skipped", SUPERSEDED)),
-                 key=lambda r: (r["cell_id"], r["repeat"]))
+                 key=lambda r: (r[col.cell_id], r["repeat"]))
     skipped = sum(v.verdict == SKIPPED for v in comparison.verdicts)
     out = []
     if bad:
@@ -250,7 +251,7 @@ def _superseded(comparison: Comparison) -> str:
 def _heatmap(comparison: Comparison) -> str:
     rates = {v.cell_id: v.throughput.candidate_value for v in comparison.verdicts
              if v.throughput.candidate_value is not None}
-    rates = cell_means(comparison.candidate.rows, "throughput_img_per_s") | rates
+    rates = cell_means(comparison.candidate.rows, col.throughput_img_per_s) | rates
     return heatmap.render(comparison, rates=rates, row_anchor=row_anchors(comparison), change=metric_change_text)
 
 
@@ -263,13 +264,13 @@ def render_html(comparison: Comparison, steps: Mapping[str, Sequence[StepSeries]
     cand = comparison.candidate
     banner = drill_banner(comparison)
     plots = [change_plot(comparison), *throughput_plots(comparison), accuracy_plot(comparison),
-             bar_plot(comparison, "exposed_data_wait_frac", "Exposed data wait",
+             bar_plot(comparison, col.exposed_data_wait_frac, "Exposed data wait",
                       "% of the window the GPU waited for data",
                       "The time the training stream sat idle waiting for a batch (CUDA events around each fetch; "
                       "on CPU the host's wait), over the window. Lower is better; good: 0, the loader never stalled "
                       "the GPU. The host's own time in next() (host_data_wait_frac) overlaps queued GPU work and is "
                       "not shown here.", percent=True, at_least=0.05),
-             bar_plot(comparison, "loader_efficiency", "Loader efficiency", "throughput / synthetic twin (ratio)",
+             bar_plot(comparison, col.loader_efficiency, "Loader efficiency", "throughput / synthetic twin (ratio)",
                       "Real-data cells with a synthetic twin: their throughput over the twin's. Higher is better; "
                       "good: 1.0, the loader keeps up with the compute.")]
     env = cand.environment

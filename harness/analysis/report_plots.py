@@ -17,6 +17,7 @@ from harness.results import store
 from harness.results.schema import STEP_SCHEMA
 from harness.matrix.cells import cell_label as label
 from harness.matrix.sections import AXES
+from harness.catalogue import col
 
 
 _LABEL_W, _PLOT_W, _ROW_H, _TOP, _BOTTOM = 220, 340, 20, 10, 40
@@ -126,7 +127,7 @@ def throughput_plots(comparison: Comparison) -> list[str]:
     """One dot plot per axis that varies: each cell's mean throughput at its axis value (filled: this run,
     hollow: the baseline)."""
     by_id = {v.cell_id: v for v in comparison.verdicts}
-    means = cell_means(comparison.candidate.rows, "throughput_img_per_s")
+    means = cell_means(comparison.candidate.rows, col.throughput_img_per_s)
     if not means:
         return [_figure("Throughput by axis", "<p>no cell finished</p>")]
     axes = [a for a in AXES if len({getattr(by_id[c], a) for c in means}) > 1] or ["backend"]
@@ -229,11 +230,11 @@ def load_steps(run_dir: Path) -> dict[str, list[StepSeries]]:
         table = table.filter(pc.equal(table.column("rank"), 0)).sort_by("step")
         if not table.num_rows:
             continue
-        column = {name: table.column(name) for name in ("step", "step_time_s", "is_warmup", "is_epoch_start")}
-        out.setdefault(table.column("cell_id")[0].as_py(), []).append(StepSeries(
+        column = {name: table.column(name) for name in ("step", col.step_time_s, col.is_warmup, col.is_epoch_start)}
+        out.setdefault(table.column(col.cell_id)[0].as_py(), []).append(StepSeries(
             repeat=int(table.column("repeat")[0].as_py()), step=column["step"].to_numpy(),
-            time_s=column["step_time_s"].to_numpy(), is_warmup=column["is_warmup"].fill_null(False).to_numpy(),
-            is_epoch_start=column["is_epoch_start"].fill_null(False).to_numpy()))
+            time_s=column[col.step_time_s].to_numpy(), is_warmup=column[col.is_warmup].fill_null(False).to_numpy(),
+            is_epoch_start=column[col.is_epoch_start].fill_null(False).to_numpy()))
     return {cid: sorted(series, key=lambda s: s.repeat) for cid, series in out.items()}
 
 

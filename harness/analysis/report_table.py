@@ -12,10 +12,11 @@ from harness.analysis.verdict import (
 from harness.analysis.wording import cell_means, change_text, css_class, esc, num_text, sorted_verdicts
 from harness.results.accuracy import chance_text, top1_text
 from harness.matrix.cells import cell_label as label
+from harness.catalogue import col
 
 
-EXTRA_COLUMNS = (("mfu_pct", "MFU %", ".1f"), ("power_avg_w", "power W", ".0f"),
-                 ("img_per_joule", "img/J", ".2f"), ("exposed_data_wait_frac", "data wait", ".1%"))
+EXTRA_COLUMNS = ((col.mfu_pct, "MFU %", ".1f"), (col.power_avg_w, "power W", ".0f"),
+                 (col.img_per_joule, "img/J", ".2f"), (col.exposed_data_wait_frac, "data wait", ".1%"))
 """Row columns a cell's detail row shows beside its verdict: (column, name with unit, format), as each side's
 mean."""
 
@@ -117,7 +118,7 @@ def render_table(comparison: Comparison) -> str:
     ok_rows: dict[str, list[Mapping[str, Any]]] = {}
     for r in comparison.candidate.rows:
         if r["status"] == "ok":
-            ok_rows.setdefault(r["cell_id"], []).append(r)
+            ok_rows.setdefault(r[col.cell_id], []).append(r)
     head = "".join(f'<th title="{esc(words)}; click to sort">{esc(name)}</th>' for name, words in TABLE_HEAD)
     out = [f'<table class="cells sortable"><thead><tr>{head}</tr></thead>']
     for v in sorted_verdicts(comparison):

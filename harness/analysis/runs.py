@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
+from harness.catalogue import col
 
 
 class RunInputError(ValueError):
@@ -47,7 +48,7 @@ class RunData:
         return f"matrix efficiency {self.matrix_efficiency:.2f}" + (f"; largest other part: {cut}" if cut else "")
 
 
-NON_WINDOW = ("startup_s", "build_s", "autotune_s", "compile_s", "warmup_window_s", "val_s", "rest_of_jobs_s",
+NON_WINDOW = (col.startup_s, col.build_s, col.autotune_s, col.compile_s, col.warmup_window_s, col.val_s, "rest_of_jobs_s",
               "compile_warmups_s", "between_jobs_s")
 """The parts of a run's time breakdown that are not measuring."""
 
@@ -83,7 +84,7 @@ def load_run(path: Path | str) -> RunData:
         raise RunInputError([f"{run_dir / 'cells'}: no result rows (the run has not finished a job)"])
     efficiency = manifest.get("matrix_efficiency")
     breakdown = manifest.get("time_breakdown_s")
-    return RunData(path=str(run_dir), run_id=str(manifest.get("run_id") or run_dir.name),
+    return RunData(path=str(run_dir), run_id=str(manifest.get(col.run_id) or run_dir.name),
                    created_at=str(manifest.get("created_at") or ""), environment=manifest.get("environment") or {},
                    rows=rows, matrix_efficiency=float(efficiency) if isinstance(efficiency, (int, float)) else None,
                    time_breakdown_s=breakdown if isinstance(breakdown, dict) else None,

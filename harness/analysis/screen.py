@@ -16,6 +16,7 @@ from harness.analysis.verdict import (
     Comparison, Thresholds, build_verdict, merge_fields)
 from harness.results.env import cell_env_fields, env_diff
 from harness.stats import inference
+from harness.catalogue import col
 
 
 def _history_values(cid: str, cand_ok: Sequence[Mapping[str, Any]], candidate: RunData,
@@ -23,13 +24,13 @@ def _history_values(cid: str, cand_ok: Sequence[Mapping[str, Any]], candidate: R
     """Mean throughput of the cell in each comparable past run (newest last, at most history_runs),
     the newest past run holding the cell at all, and how many drill runs were left out."""
     values, newest, drills = [], None, 0
-    is_smoke = bool(cand_ok[0].get("is_smoke"))
+    is_smoke = bool(cand_ok[0].get(col.is_smoke))
     for run in history:
         rows = by_cell(run.rows).get(cid)
         if not rows:
             continue
         newest = run
-        ok = [r for r in usable_rows(rows, th) if bool(r.get("is_smoke")) == is_smoke]
+        ok = [r for r in usable_rows(rows, th) if bool(r.get(col.is_smoke)) == is_smoke]
         if any(drill_pct(r) for r in rows):
             drills += 1
             continue
@@ -47,10 +48,10 @@ def screen_history(candidate: RunData, history: Sequence[RunData], thresholds: T
     th = thresholds or Thresholds()
     verdicts, suspects = [], []
     for cid, rows in sorted(by_cell(candidate.rows).items()):
-        common = {"cell_id": cid, **axes_of(rows), "floor_pct": th.floor_pct, "fdr_q": th.fdr_q,
-                  "accuracy_tolerance": th.accuracy_tolerance, "fire_drill_pct": max(map(drill_pct, rows)),
-                  "is_smoke": bool(rows[0].get("is_smoke")), "candidate_run_id": candidate.run_id,
-                  "baseline_run_id": label, "method": "history_median_mad"}
+        common = {col.cell_id: cid, **axes_of(rows), col.floor_pct: th.floor_pct, col.fdr_q: th.fdr_q,
+                  col.accuracy_tolerance: th.accuracy_tolerance, col.fire_drill_pct: max(map(drill_pct, rows)),
+                  col.is_smoke: bool(rows[0].get(col.is_smoke)), col.candidate_run_id: candidate.run_id,
+                  col.baseline_run_id: label, "method": "history_median_mad"}
         ok = usable_rows(rows, th)
         if not ok_rows(rows):
             verdict, reason = failure_verdict(rows)
@@ -58,8 +59,8 @@ def screen_history(candidate: RunData, history: Sequence[RunData], thresholds: T
             continue
         x = float(throughputs(ok).mean()) if ok else float(throughputs(ok_rows(rows)).mean())
         values, newest, drills = _history_values(cid, ok_rows(rows), candidate, history, th)
-        common |= {"num_candidate": len(ok), "num_history_runs": len(values),
-                   "throughput": {"candidate_value": x, "candidate_cv": cv_of(throughputs(ok)) if ok else None}}
+        common |= {col.num_candidate: len(ok), col.num_history_runs: len(values),
+                   "throughput": {"candidate_value": x, col.candidate_cv: cv_of(throughputs(ok)) if ok else None}}
         verdicts.append(build_verdict(merge_fields(common, _screen(x, values, newest, drills, rows, candidate, th))))
         if verdicts[-1].verdict in (SUSPECT_REGRESSION, SUSPECT_IMPROVEMENT):
             suspects.append(cid)
@@ -73,20 +74,20 @@ def _screen(x: float, values: list[float], newest: RunData | None, drills: int, 
         return {"verdict": NO_BASELINE, "reason": "cell in no past run"}
     if not values:
         fields_ = cell_env_fields(backend=str(rows[0].get("backend")), device=rows[0].get("device"),
-                                  world_size=int(rows[0].get("world_size") or 1))
+                                  world_size=int(rows[0].get(col.world_size) or 1))
         diff = format_diff(env_diff(newest.environment, candidate.environment, fields=fields_))
         why = f"environment differs from the newest past run {newest.run_id}: {diff}" if diff else \
             f"no past run with the same environment and smoke setting ({drills} fire drill(s) left out)"
-        return {"verdict": NOT_COMPARABLE, "reason": why, "env_diff": diff}
+        return {"verdict": NOT_COMPARABLE, "reason": why, col.env_diff: diff}
     if len(values) < th.history_min_runs:
         return {"verdict": INSUFFICIENT,
                 "reason": f"{len(values)} comparable past run(s); need at least {th.history_min_runs}"}
     med, mad = inference.median_mad(values)
     z = inference.robust_z(x, values)
     effect = inference.to_percent(math.log(x / med))
-    out = {"throughput": {"effect_pct": effect, "baseline_value": med}, "history_median_img_per_s": med,
-           "history_mad_img_per_s": mad, "robust_z": z if math.isfinite(z) else None,
-           "mdc_pct": max(th.floor_pct, 100 * th.history_z * mad / med),
+    out = {"throughput": {col.effect_pct: effect, "baseline_value": med}, col.history_median_img_per_s: med,
+           col.history_mad_img_per_s: mad, col.robust_z: z if math.isfinite(z) else None,
+           col.mdc_pct: max(th.floor_pct, 100 * th.history_z * mad / med),
            "noise": noise_label(mad / med, 0) + " (run to run)"}
     shown = f"{effect:+.1f}% vs the median of {len(values)} runs (robust z {z:+.1f})"
     if abs(z) >= th.history_z and abs(effect) >= th.floor_pct:

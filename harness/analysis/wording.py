@@ -23,6 +23,7 @@ from harness.analysis.verdict import (
     Thresholds,
 )
 from harness.results import env as env_fields
+from harness.catalogue import col
 
 
 def esc(value: Any) -> str:
@@ -179,5 +180,5 @@ def cell_means(rows: Sequence[Mapping[str, Any]], column: str) -> dict[str, floa
     values: dict[str, list[float]] = {}
     for r in rows:
         if r["status"] == "ok" and r.get(column) is not None and math.isfinite(r[column]):
-            values.setdefault(r["cell_id"], []).append(float(r[column]))
+            values.setdefault(r[col.cell_id], []).append(float(r[column]))
     return {cid: float(np.mean(v)) for cid, v in values.items()}

@@ -17,6 +17,7 @@ import torch
 
 from harness.models import build_model
 from harness.models.flops import count_flops
+from harness.catalogue import col
 
 # Dense peaks (no structured sparsity) in TFLOP/s. Datasheets print sparse figures with an asterisk:
 # the dense figure is half of it. fp32 is the CUDA-core (non-tensor) rate; tf32, fp16 and bf16 are
@@ -118,12 +119,12 @@ def mfu_columns(*, flops_per_image: float | None, throughput_img_per_s: float,
                 throughput_per_process_img_per_s: float, peak: Peak) -> dict[str, float | None]:
     """flops_per_image, achieved_tflops (all processes), mfu_peak_tflops and mfu_pct (per process)."""
     if flops_per_image is None:
-        return {"flops_per_image": None, "achieved_tflops": None, "mfu_peak_tflops": peak.tflops,
-                "mfu_pct": None}
+        return {col.flops_per_image: None, col.achieved_tflops: None, col.mfu_peak_tflops: peak.tflops,
+                col.mfu_pct: None}
     per_process = flops_per_image * throughput_per_process_img_per_s / 1e12
     return {
-        "flops_per_image": flops_per_image,
-        "achieved_tflops": flops_per_image * throughput_img_per_s / 1e12,
-        "mfu_peak_tflops": peak.tflops,
-        "mfu_pct": 100 * per_process / peak.tflops if peak.tflops else None,
+        col.flops_per_image: flops_per_image,
+        col.achieved_tflops: flops_per_image * throughput_img_per_s / 1e12,
+        col.mfu_peak_tflops: peak.tflops,
+        col.mfu_pct: 100 * per_process / peak.tflops if peak.tflops else None,
     }

@@ -24,6 +24,7 @@ from harness.cell.telemetry import TelemetrySampler
 from harness.cell.timing import DATA, FORWARD, MEASURE, PHASES, StepClock
 from harness.cell.warmup import Warmup, warm_up
 from harness.stats import window
+from harness.catalogue import col
 
 
 class NonFiniteLoss(RuntimeError):
@@ -74,37 +75,37 @@ def train(ctx: Context, engine: Engine, loader,
     steady, start = window.window_steadiness(warm.step_times_s, step_times)
     fast = window.fast_step_rate(step_times, ctx.cell.images_per_step)
     metrics = {
-        "warmup_steps_used": warm.steps, "num_measure_steps": b.measure_steps, "images_measured": images,
-        "window_s": window_s, "warmup_window_s": warm.wall_s, "compile_s": compile_s, "autotune_s": autotune_s,
-        "throughput_img_per_s": interval.estimate,
-        "throughput_ci_low_img_per_s": interval.low, "throughput_ci_high_img_per_s": interval.high,
-        "throughput_per_process_img_per_s": images / window_s / ctx.world_size,  # all ranks of all nodes
-        "step_time_mean_s": float(step_times.mean()), "step_time_median_s": float(np.median(step_times)),
-        "step_time_cv": float(step_times.std(ddof=1) / step_times.mean()) if len(step_times) > 1 else None,
-        "step_time_total_s": float(step_times.sum()),
-        "step_time_p10_s": ctx.cell.images_per_step / fast, "fast_step_img_per_s": fast,
-        "exposed_data_wait_s": exposed_wait, "exposed_data_wait_frac": exposed_wait / window_s,
-        "host_data_wait_s": host_wait, "host_data_wait_frac": host_wait / window_s,
-        "is_steady": steady.is_steady, "steadiness": steady.reason,
-        "start_transient_steps": start.num_steps,
-        "train_loss": train_loss, "lr_final": engine.lr(), "loss_scale": engine.loss_scale(),
+        col.warmup_steps_used: warm.steps, col.num_measure_steps: b.measure_steps, col.images_measured: images,
+        col.window_s: window_s, col.warmup_window_s: warm.wall_s, col.compile_s: compile_s, col.autotune_s: autotune_s,
+        col.throughput_img_per_s: interval.estimate,
+        col.throughput_ci_low_img_per_s: interval.low, col.throughput_ci_high_img_per_s: interval.high,
+        col.throughput_per_process_img_per_s: images / window_s / ctx.world_size,  # all ranks of all nodes
+        col.step_time_mean_s: float(step_times.mean()), col.step_time_median_s: float(np.median(step_times)),
+        col.step_time_cv: float(step_times.std(ddof=1) / step_times.mean()) if len(step_times) > 1 else None,
+        col.step_time_total_s: float(step_times.sum()),
+        col.step_time_p10_s: ctx.cell.images_per_step / fast, col.fast_step_img_per_s: fast,
+        col.exposed_data_wait_s: exposed_wait, col.exposed_data_wait_frac: exposed_wait / window_s,
+        col.host_data_wait_s: host_wait, col.host_data_wait_frac: host_wait / window_s,
+        col.is_steady: steady.is_steady, "steadiness": steady.reason,
+        col.start_transient_steps: start.num_steps,
+        col.train_loss: train_loss, col.lr_final: engine.lr(), col.loss_scale: engine.loss_scale(),
     } | _phase_medians(phase_s, engine) | telemetry_columns(ctx, sampler.summary, images, sampler.foreign_pids) \
         | (probe.summary() if probe is not None else {})
     n = warm.steps + b.measure_steps
     local_images = ctx.cell.benchmark.batch_size * accum
     epoch, is_epoch_start = epoch_marks(n, local_images, loader.samples_per_epoch)
     steps = {
-        "step": np.arange(n), "is_warmup": np.arange(n) < warm.steps,
-        "step_time_s": np.concatenate([warm.step_times_s, step_times]),
-        "host_data_wait_s": np.concatenate([warm.host_data_wait_s, meas.host_data_wait_s]),
-        "exposed_data_wait_s": np.concatenate([warm.exposed_data_wait_s, exposed]),
-        "loss": step_loss, "lr": step_lr, "epoch": epoch, "is_epoch_start": is_epoch_start,
+        "step": np.arange(n), col.is_warmup: np.arange(n) < warm.steps,
+        col.step_time_s: np.concatenate([warm.step_times_s, step_times]),
+        col.host_data_wait_s: np.concatenate([warm.host_data_wait_s, meas.host_data_wait_s]),
+        col.exposed_data_wait_s: np.concatenate([warm.exposed_data_wait_s, exposed]),
+        "loss": step_loss, "lr": step_lr, "epoch": epoch, col.is_epoch_start: is_epoch_start,
         "images": np.full(n, local_images),
     } | {f"phase_{name}_s": _nulls_where_nan(np.concatenate([np.full(warm.steps, np.nan), phase_s[:, k]]))
          for k, name in enumerate(PHASES)}
     if probe is not None:
         ran = np.concatenate([np.full(warm.steps, np.nan), probe.per_step])
-        steps["speed_probe_s"] = _nulls_where_nan(ran)  # null where none ran
+        steps[col.speed_probe_s] = _nulls_where_nan(ran)  # null where none ran
     return metrics, steps
 
 
@@ -138,7 +139,7 @@ def _phase_times(ctx: Context, engine: Engine, step_times: np.ndarray) -> np.nda
 
 
 def _phase_medians(phase_s: np.ndarray, engine: Engine) -> dict[str, Any]:
-    out: dict[str, Any] = {"phases_graphed": engine.is_graphed}
+    out: dict[str, Any] = {col.phases_graphed: engine.is_graphed}
     for k, name in enumerate(PHASES):
         column = phase_s[:, k]
         out[f"phase_{name}_median_s"] = float(np.median(column)) if np.isfinite(column).all() and len(column) else None

@@ -22,6 +22,7 @@ from harness.cell.telemetry import THROTTLE_REASON_BITS, TelemetrySummary
 from harness.cell.timing import VALIDATION
 from harness.models import build_model
 from harness.results import store
+from harness.catalogue import col
 
 
 def validate(ctx: Context, engine: Engine) -> dict[str, Any]:
@@ -38,12 +39,12 @@ def validate(ctx: Context, engine: Engine) -> dict[str, Any]:
     loader.close()
     loss_sum, correct1, correct5, count = totals
     real = c.backend != "synthetic" and count > 0  # synthetic labels are random: accuracy means nothing
-    return {"val_loss": loss_sum / count if real else None, "top1": correct1 / count if real else None,
-            "top5": correct5 / count if real else None, "num_val_images": int(count),
-            "val_s": time.perf_counter() - t0}
+    return {col.val_loss: loss_sum / count if real else None, "top1": correct1 / count if real else None,
+            "top5": correct5 / count if real else None, col.num_val_images: int(count),
+            col.val_s: time.perf_counter() - t0}
 
 
-NO_VALIDATION = {"val_loss": None, "top1": None, "top5": None, "num_val_images": 0, "val_s": 0.0}
+NO_VALIDATION = {col.val_loss: None, "top1": None, "top5": None, col.num_val_images: 0, col.val_s: 0.0}
 
 
 def non_finite_reason(train_loss: float, step_loss: np.ndarray, step_lr: np.ndarray, warmup_steps: int) -> str:
@@ -62,11 +63,11 @@ def telemetry_columns(ctx: Context, summary: TelemetrySummary, images: int,
     """The ranks' NVML summaries as one row: power and energy summed over the cell's GPUs, rates averaged,
     memory at its highest, throttling on any GPU, a foreign process on any GPU (`foreign`: this rank's, from
     its sampler). A figure missing on some rank is null, never partial."""
-    mine = {"foreign_pids": foreign, "power_avg_w": summary.power_avg_w, "energy_j": summary.energy_j,
-            "gpu_util_avg_pct": summary.gpu_util_avg_pct, "sm_clock_avg_mhz": summary.sm_clock_avg_mhz,
-            "mem_clock_avg_mhz": summary.mem_clock_avg_mhz, "gpu_mem_used_peak_bytes": summary.mem_used_peak_bytes,
-            "is_throttled": summary.is_throttled, "throttle_reasons": summary.throttle_reasons,
-            "num_telemetry_samples": summary.num_samples}
+    mine = {"foreign_pids": foreign, col.power_avg_w: summary.power_avg_w, col.energy_j: summary.energy_j,
+            col.gpu_util_avg_pct: summary.gpu_util_avg_pct, col.sm_clock_avg_mhz: summary.sm_clock_avg_mhz,
+            col.mem_clock_avg_mhz: summary.mem_clock_avg_mhz, col.gpu_mem_used_peak_bytes: summary.mem_used_peak_bytes,
+            col.is_throttled: summary.is_throttled, col.throttle_reasons: summary.throttle_reasons,
+            col.num_telemetry_samples: summary.num_samples}
     ranks = [mine]
     if ctx.is_distributed:  # outside the window; a collective every rank reaches
         ranks = [None] * ctx.world_size
@@ -81,22 +82,22 @@ def telemetry_columns(ctx: Context, summary: TelemetrySummary, images: int,
         return None if values is None else sum(values) / len(values)
 
     energy, power, peak, throttled, reasons, foreign_by_rank = map(
-        every, ("energy_j", "power_avg_w", "gpu_mem_used_peak_bytes", "is_throttled", "throttle_reasons",
+        every, (col.energy_j, col.power_avg_w, col.gpu_mem_used_peak_bytes, col.is_throttled, col.throttle_reasons,
                 "foreign_pids"))
     foreign_all = sorted({pid for pids in foreign_by_rank or () for pid in pids})
     seen = {name for names in reasons or () for name in names}
     known = [name for _, name in THROTTLE_REASON_BITS]
     ordered = [name for name in known if name in seen] + sorted(seen.difference(known))
     return {
-        "power_avg_w": sum(power) if power else None, "energy_j": sum(energy) if energy else None,
-        "img_per_joule": images / sum(energy) if energy and sum(energy) > 0 else None,
-        "gpu_util_avg_pct": mean("gpu_util_avg_pct"), "sm_clock_avg_mhz": mean("sm_clock_avg_mhz"),
-        "mem_clock_avg_mhz": mean("mem_clock_avg_mhz"), "gpu_mem_used_peak_bytes": max(peak) if peak else None,
-        "is_throttled": any(throttled) if throttled else None,
-        "throttle_reasons": ",".join(ordered) if reasons is not None else None,
-        "num_telemetry_samples": min(r["num_telemetry_samples"] for r in ranks),
-        "gpu_shared": bool(foreign_all) if foreign_by_rank is not None else None,
-        "gpu_foreign_pids": ",".join(map(str, foreign_all)) if foreign_by_rank is not None else None,
+        col.power_avg_w: sum(power) if power else None, col.energy_j: sum(energy) if energy else None,
+        col.img_per_joule: images / sum(energy) if energy and sum(energy) > 0 else None,
+        col.gpu_util_avg_pct: mean(col.gpu_util_avg_pct), col.sm_clock_avg_mhz: mean(col.sm_clock_avg_mhz),
+        col.mem_clock_avg_mhz: mean(col.mem_clock_avg_mhz), col.gpu_mem_used_peak_bytes: max(peak) if peak else None,
+        col.is_throttled: any(throttled) if throttled else None,
+        col.throttle_reasons: ",".join(ordered) if reasons is not None else None,
+        col.num_telemetry_samples: min(r[col.num_telemetry_samples] for r in ranks),
+        col.gpu_shared: bool(foreign_all) if foreign_by_rank is not None else None,
+        col.gpu_foreign_pids: ",".join(map(str, foreign_all)) if foreign_by_rank is not None else None,
     }
 
 
@@ -132,12 +133,12 @@ def mfu_columns(ctx: Context, flops_per_image: float | None, metrics: dict[str, 
     peak = flops.peak_tflops(name, ctx.cell.precision, tf32_allowed=tf32)
     if peak.tflops is None:
         print(f"nvbench: warning: mfu_pct is null: {peak.why_none}", file=sys.stderr)
-    return flops.mfu_columns(flops_per_image=flops_per_image, throughput_img_per_s=metrics["throughput_img_per_s"],
-                             throughput_per_process_img_per_s=metrics["throughput_per_process_img_per_s"], peak=peak)
+    return flops.mfu_columns(flops_per_image=flops_per_image, throughput_img_per_s=metrics[col.throughput_img_per_s],
+                             throughput_per_process_img_per_s=metrics[col.throughput_per_process_img_per_s], peak=peak)
 
 
 def memory_columns(ctx: Context) -> dict[str, Any]:
     """Peak memory: the allocator's on CUDA, the process's resident set on CPU."""
     if ctx.device.type == "cuda":
-        return {"mem_peak_bytes": torch.cuda.max_memory_allocated(ctx.device), "mem_kind": "device"}
-    return {"mem_peak_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "mem_kind": "host_rss"}
+        return {col.mem_peak_bytes: torch.cuda.max_memory_allocated(ctx.device), col.mem_kind: "device"}
+    return {col.mem_peak_bytes: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, col.mem_kind: "host_rss"}

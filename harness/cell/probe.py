@@ -39,6 +39,7 @@ from functools import cache
 from pathlib import Path
 
 import numpy as np
+from harness.catalogue import col
 
 _MIB = 1 << 20
 _SIZE_UNITS = {"K": 1 << 10, "M": _MIB, "G": 1 << 30}
@@ -163,6 +164,6 @@ class SpeedProbe:
     def summary(self) -> dict[str, object]:
         """The row's probe columns. The median, not the mean: one probe preempted by the host would move a mean."""
         done = self._times[~np.isnan(self._times)]
-        return {"speed_probe_kind": PROBE_KIND, "speed_probe_s": float(np.median(done)) if done.size else None,
-                "speed_probe_count": int(done.size), "speed_probe_every": self.every,
-                "speed_probe_total_s": self.total_s}
+        return {col.speed_probe_kind: PROBE_KIND, col.speed_probe_s: float(np.median(done)) if done.size else None,
+                col.speed_probe_count: int(done.size), col.speed_probe_every: self.every,
+                col.speed_probe_total_s: self.total_s}

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Callable, NamedTuple, Sequence
 
 from harness.results.env import call_or_none, load_nvml, visible_gpu_handles
+from harness.catalogue import col
 
 # NVML clock-event reason bits (nvmlClocksEventReason* / nvmlClocksThrottleReason*), lowest first.
 THROTTLE_REASON_BITS: tuple[tuple[int, str], ...] = (
@@ -92,9 +93,9 @@ class TelemetrySummary:
         """Flat columns for the result record, plus img_per_joule for `images` processed in the window."""
         row: dict[str, object] = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "samples"}
         if self.throttle_reasons is not None:
-            row["throttle_reasons"] = ",".join(self.throttle_reasons)
+            row[col.throttle_reasons] = ",".join(self.throttle_reasons)
         has_energy = images is not None and self.energy_j is not None and self.energy_j > 0
-        row["img_per_joule"] = images / self.energy_j if has_energy else None
+        row[col.img_per_joule] = images / self.energy_j if has_energy else None
         return row
 
 

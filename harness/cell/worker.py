@@ -30,6 +30,7 @@ from harness.results.env import cudnn_knobs, usable_cpu_count
 from harness.results.schema import step_table
 from harness.matrix.cells import Cell
 from harness.matrix.job import LAUNCHED_AT_ENV, cpu_list
+from harness.catalogue import col
 
 
 def _setup(job: dict[str, Any]) -> Context:
@@ -64,12 +65,12 @@ def _setup(job: dict[str, Any]) -> Context:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
-    return Context(cell=cell, run_id=job["run_id"], repeat=job["repeat"], out_dir=Path(job["out_dir"]),
+    return Context(cell=cell, run_id=job[col.run_id], repeat=job["repeat"], out_dir=Path(job["out_dir"]),
                    data_root=Path(job["data_root"]) if job.get("data_root") else None, fault=job.get("fault"),
                    rank=rank, local_rank=local_rank, world_size=world_size, device=device,
                    ranges=make_ranges(nvtx_on, profiler=profiler_ranges, phases=phases), phases=phases,
                    profile=job.get("profile"),
-                   fire_drill_pct=float(job.get("fire_drill_pct") or 0.0), flops_cache=job.get("flops_cache"),
+                   fire_drill_pct=float(job.get(col.fire_drill_pct) or 0.0), flops_cache=job.get("flops_cache"),
                    slot_cores=slot_cores)
 
 
@@ -117,7 +118,7 @@ def run_cell(ctx: Context) -> dict[str, Any]:
         # Synthetic labels are random: validation would cost time and mean nothing.
         metrics |= validate(ctx, engine) if ctx.cell.backend != "synthetic" else NO_VALIDATION
     n = len(steps["step"])
-    steps |= {"run_id": [ctx.run_id] * n, "cell_id": [ctx.cell.cell_id] * n, "repeat": np.full(n, ctx.repeat),
+    steps |= {col.run_id: [ctx.run_id] * n, col.cell_id: [ctx.cell.cell_id] * n, "repeat": np.full(n, ctx.repeat),
               "rank": np.full(n, ctx.rank)}
     store.write_table(ctx.out_dir / f"steps-rank{ctx.rank}.parquet", step_table(steps))
     tf32 = ctx.device.type == "cuda" and ctx.cell.recipe.allow_tf32
@@ -125,8 +126,8 @@ def run_cell(ctx: Context) -> dict[str, Any]:
     # what this process really started with (the runner sets it from run.malloc): the row shows the fact
     # cuDNN's knobs as this process trained (null on CPU, where no convolution goes through cuDNN)
     cudnn = cudnn_knobs() if ctx.device.type == "cuda" else {}
-    return metrics | mfu | memory_columns(ctx) | cudnn | {"build_s": build_s, "tf32_allowed": tf32,
-                                                          "glibc_tunables": os.environ.get("GLIBC_TUNABLES", "")}
+    return metrics | mfu | memory_columns(ctx) | cudnn | {col.build_s: build_s, col.tf32_allowed: tf32,
+                                                          col.glibc_tunables: os.environ.get("GLIBC_TUNABLES", "")}
 
 
 def warm_compile_cache(ctx: Context) -> dict[str, Any]:
@@ -144,7 +145,7 @@ def warm_compile_cache(ctx: Context) -> dict[str, Any]:
             vec_isa.probe_once()  # once for the run: its repeats reuse the answer
         compile_s = engine.prepare(*next(batches))
         loader.close()
-    return {"build_s": build_s, "compile_s": compile_s}
+    return {col.build_s: build_s, col.compile_s: compile_s}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -161,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         ctx = _setup(job)
         work = warm_compile_cache if job.get("compile_warmup") else run_cell
-        result = work(ctx) | {"startup_s": startup_s}
+        result = work(ctx) | {col.startup_s: startup_s}
         # The metrics are all-reduced, so every node's local rank 0 holds the global figures: each node's
         # runner (out_dir is node-local) gets a full row. Per-rank extras (step times, memory) are its own.
         if ctx.local_rank == 0:

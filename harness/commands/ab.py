@@ -21,6 +21,7 @@ from harness.commands.common import (
 )
 from harness.matrix.sections import RunConfig
 from harness.matrix.parse import MatrixError, load_matrix, with_repeats
+from harness.catalogue import col
 
 DEFAULT_MAX_RERUNS = 2
 """Re-runs of a start transient per cell and side of an A/B (harness.orchestrate.workflows.rerun). On a quiet machine a
@@ -79,13 +80,13 @@ def cmd_ab(args: argparse.Namespace) -> int:
         f"{matrix.benchmark.name}-ab", datetime.now(timezone.utc))
     if out.exists() and any(out.iterdir()):
         return bad_input([f"--out {out}: not empty"])
-    caps = capabilities.probe_capabilities(matrix.run.device, {k: v for k, v in envs["a"].items() if k != "env_key"})
+    caps = capabilities.probe_capabilities(matrix.run.device, {k: v for k, v in envs["a"].items() if k != col.env_key})
     from harness.orchestrate.placement.packing import CalibrationError
     from harness.orchestrate.placement.slots import SlotError
 
     try:  # both sides of a pair run on the same slot; pairs run side by side, one per slot
         packing = slot_packing(args.slots or matrix.run.slots, device=caps.device, env=envs["a"],
-                               key=envs["a"]["env_key"], backends={c.backend for c in cells},
+                               key=envs["a"][col.env_key], backends={c.backend for c in cells},
                                source=None if args.slots else args.matrix)
     except (SlotError, CalibrationError) as exc:
         return bad_input([str(exc)])
@@ -124,7 +125,7 @@ def _estimate_line(cells, looks: list[int], caps, envs: dict, reports: Path) -> 
     --reports measured in each side's environment."""
     from harness.orchestrate.cost import pricing as cost
 
-    keys = [envs[side]["env_key"] for side in ("a", "b")]
+    keys = [envs[side][col.env_key] for side in ("a", "b")]
     first = cost.ab_estimate(cells, looks[0], caps, roots=[reports], keys=keys)
     last = cost.ab_estimate(cells, looks[-1], caps, roots=[reports], keys=keys) if len(looks) > 1 else None
     return cost.ab_line(first, last, looks)

@@ -25,6 +25,7 @@ from harness.commands.common import (
 )
 from harness.matrix.sections import RunConfig
 from harness.matrix.parse import MatrixError, load_matrix, with_repeats
+from harness.catalogue import col
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
@@ -96,7 +97,7 @@ def _judge(out: Path, args: argparse.Namespace, env: dict, key: str, slots: int,
     comparison = dataclasses.replace(comparison, notes=tuple(n for n in comparison.notes if UNCALIBRATED_NOTE not in n))
     result = write_report(comparison, out / "report")
     backends = backend_verdicts(comparison.verdicts)
-    record = store.read_json(out / calibrate.RECORD) | {"backends": backends, "floor_pct": thresholds.floor_pct}
+    record = store.read_json(out / calibrate.RECORD) | {"backends": backends, col.floor_pct: thresholds.floor_pct}
     store.write_json(out / calibrate.RECORD, record)
     for backend, b in backends.items():
         then = "cleared: packed under --slots auto" if b["cleared"] else "runs solo under --slots auto"
@@ -137,12 +138,12 @@ def add_parser(subparsers) -> None:
     c.add_argument("--reports", default="reports", metavar="DIR",
                    help="where calibration folders go (default: %(default)s)")
     add_slots_flag(c)
-    own_default(c.add_argument("--floor", dest="floor_pct", type=float, metavar="PCT",
+    own_default(c.add_argument("--floor", dest=col.floor_pct, type=float, metavar="PCT",
                                help="what packing may move a number by and still clear a backend (default: the "
-                                    "report's floor, %(own_default)s %%)"), threshold_default("floor_pct"))
-    own_default(c.add_argument("--fdr", dest="fdr_q", type=float, metavar="Q",
+                                    "report's floor, %(own_default)s %%)"), threshold_default(col.floor_pct))
+    own_default(c.add_argument("--fdr", dest=col.fdr_q, type=float, metavar="Q",
                                help="Benjamini-Hochberg FDR across cells (default: %(own_default)s)"),
-                threshold_default("fdr_q"))
+                threshold_default(col.fdr_q))
     own_default(c.add_argument("--min-repeats", type=int, metavar="N",
                                help="fewest usable pairs per cell (default: %(own_default)s)"),
                 threshold_default("min_repeats"))

@@ -8,6 +8,7 @@ import shutil
 import sys
 from collections.abc import Callable
 from typing import Any
+from harness.catalogue import col
 
 EXIT_OK, EXIT_FAILURES, EXIT_BAD_INPUT, EXIT_INCONCLUSIVE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 """nvbench report / ab with --fail-on-regression: 0 every judged cell unchanged or improved (nothing failed);
@@ -91,9 +92,9 @@ def add_threshold_flags(p: argparse.ArgumentParser, *, history: bool) -> None:
                    help="exit 1 on a confirmed regression or a failed cell, 3 when nothing regressed but a cell "
                         "stayed inconclusive, 0 otherwise")
     flags = [
-        (("--floor",), {"dest": "floor_pct", "type": float, "metavar": "PCT"},
+        (("--floor",), {"dest": col.floor_pct, "type": float, "metavar": "PCT"},
          "practical floor: smaller changes are never a regression (default: %(own_default)s %%)"),
-        (("--fdr",), {"dest": "fdr_q", "type": float, "metavar": "Q"},
+        (("--fdr",), {"dest": col.fdr_q, "type": float, "metavar": "Q"},
          "Benjamini-Hochberg FDR across cells (default: %(own_default)s)"),
         (("--min-repeats",), {"type": int, "metavar": "N"},
          "fewest usable repeats per side (default: %(own_default)s)"),
@@ -120,8 +121,8 @@ def thresholds_from(args: argparse.Namespace):
     """verdict.Thresholds from the report/ab flags that were given (the rest keep their defaults)."""
     from harness.analysis.verdict import Thresholds
 
-    given = {name: getattr(args, name) for name in ("floor_pct", "fdr_q", "min_repeats", "exclude_unsteady",
-                                                     "history_runs", "accuracy_tolerance", "speed_adjust",
+    given = {name: getattr(args, name) for name in (col.floor_pct, col.fdr_q, "min_repeats", "exclude_unsteady",
+                                                     "history_runs", col.accuracy_tolerance, "speed_adjust",
                                                      "fast_steps")
              if getattr(args, name, None) is not None}
     return Thresholds(**given)

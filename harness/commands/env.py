@@ -6,6 +6,7 @@ import argparse
 import json
 
 from harness.commands.common import EXIT_OK
+from harness.catalogue import col
 
 
 def cmd_env(args: argparse.Namespace) -> int:
@@ -13,7 +14,7 @@ def cmd_env(args: argparse.Namespace) -> int:
 
     env = collect_env()
     if args.json:
-        print(json.dumps(env | {"env_key": env_key(env)}, indent=2, sort_keys=True, default=str))
+        print(json.dumps(env | {col.env_key: env_key(env)}, indent=2, sort_keys=True, default=str))
     else:
         print(format_env(env))
         print(f"{'env_key':<20} {env_key(env)}")

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from harness.commands.common import EXIT_OK, bad_input, own_default
+from harness.catalogue import col
 
 
 def cmd_history(args: argparse.Namespace) -> int:
@@ -18,7 +19,7 @@ def cmd_history(args: argparse.Namespace) -> int:
 
     folder = Path(args.history_dir)
     out = Path(args.out) if args.out else folder / "trend"
-    given = {name: getattr(args, name) for name in ("floor_pct", "min_segment", "alpha", "drift_nights")
+    given = {name: getattr(args, name) for name in (col.floor_pct, "min_segment", "alpha", "drift_nights")
              if getattr(args, name) is not None}
     try:
         result = trend.write_history(history.load_history(folder, history.HistorySettings(**given)), out)
@@ -78,7 +79,7 @@ def add_parser(subparsers) -> None:
     h.add_argument("--out", metavar="DIR", help="where history.html, changes.md, changes.parquet go "
                    "(default: HISTORY_DIR/trend)")
     for names, kwargs, words in (
-            (("--floor",), {"dest": "floor_pct", "type": float, "metavar": "PCT"},
+            (("--floor",), {"dest": col.floor_pct, "type": float, "metavar": "PCT"},
              "practical floor of throughput and fast-step changes (default: %(own_default)s %%)"),
             (("--min-segment",), {"type": int, "metavar": "N"},
              "fewest nights on each side of a change (default: %(own_default)s)"),

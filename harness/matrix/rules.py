@@ -21,6 +21,7 @@ from harness.matrix.sections import (
     RecipeConfig,
     SmokeConfig,
 )
+from harness.catalogue import col
 
 
 def cross_problems(sections: dict[str, Any], axes: Axes, excludes: tuple[Exclude, ...], *,
@@ -86,7 +87,7 @@ def _data_shards(axes: Axes, excludes: tuple[Exclude, ...]) -> set[tuple[str, in
     for values in itertools.product(*(getattr(axes, axis) for axis in AXES)):
         cell = dict(zip(AXES, values))
         if cell["backend"] != "synthetic" and not any(ex.matches(cell) for ex in excludes):
-            pairs.add((cell["backend"], cell["world_size"]))
+            pairs.add((cell["backend"], cell[col.world_size]))
     return pairs
 
 

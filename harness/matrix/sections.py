@@ -14,6 +14,7 @@ from harness.data.registry import BACKENDS as DATA_BACKENDS
 from harness.matrix.executor import ExecutorConfig
 from harness.models.registry import ENTRIES as MODEL_ENTRIES
 from harness.matrix.knobs import FROZEN, knob
+from harness.catalogue import col
 
 SCHEMA_VERSION = 1
 """Version of the matrix file format; every file states it as top-level `version`."""
@@ -42,10 +43,10 @@ DIGITS_CLASSES = 10
 AXIS_CHOICES: dict[str, tuple[str, ...] | None] = {
     "model": MODEL_NAMES,  # and the user's own models, 'package.module:builder' (harness.matrix.model_axis)
     "backend": BACKENDS,
-    "memory_format": MEMORY_FORMATS,
+    col.memory_format: MEMORY_FORMATS,
     "precision": PRECISIONS,
-    "world_size": None,  # positive integers
-    "grad_accum": None,
+    col.world_size: None,  # positive integers
+    col.grad_accum: None,
     "compile": COMPILE_MODES,
 }
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Literal
+from harness.catalogue import col
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -39,7 +40,7 @@ class Recipe:
 
     def matrix_defaults(self) -> dict[str, dict[str, Any]]:
         """The defaults the matrix's sections can take today, by section and key."""
-        return {"benchmark": {"batch_size": self.batch_size, "image_size": self.image_size},
+        return {"benchmark": {col.batch_size: self.batch_size, col.image_size: self.image_size},
                 "recipe": {"lr_per_256": self.lr_per_256, "momentum": self.momentum,
                            "weight_decay": self.weight_decay, "label_smoothing": self.label_smoothing,
                            "lr_warmup_epochs": self.lr_warmup_epochs, "epochs": self.epochs}}

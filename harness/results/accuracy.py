@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from typing import Any, Iterable, Mapping
+from harness.catalogue import col
 
 MIN_VAL_IMAGES = 100
 """Fewer validation images than this: top-1's standard error is above 0.05 at any accuracy in (0.2, 0.8)."""
@@ -13,7 +14,7 @@ MIN_VAL_IMAGES = 100
 
 def meaningful(row: Mapping[str, Any]) -> bool:
     """The row's top-1 was measured on at least MIN_VAL_IMAGES images."""
-    return row.get("top1") is not None and (row.get("num_val_images") or 0) >= MIN_VAL_IMAGES
+    return row.get("top1") is not None and (row.get(col.num_val_images) or 0) >= MIN_VAL_IMAGES
 
 
 def top1_text(rows: Iterable[Mapping[str, Any]], fmt: str = ".3f", *, short: bool = False) -> str:
@@ -22,7 +23,7 @@ def top1_text(rows: Iterable[Mapping[str, Any]], fmt: str = ".3f", *, short: boo
     rows = [r for r in rows if r.get("top1") is not None and math.isfinite(r["top1"])]
     if not rows:
         return "-"
-    images = min(int(r.get("num_val_images") or 0) for r in rows)
+    images = min(int(r.get(col.num_val_images) or 0) for r in rows)
     if images < MIN_VAL_IMAGES:
         return f"n/a: {images} img" if short else f"n/a: {images} images"
     return format(sum(r["top1"] for r in rows) / len(rows), fmt)
@@ -31,8 +32,8 @@ def top1_text(rows: Iterable[Mapping[str, Any]], fmt: str = ".3f", *, short: boo
 def chance_text(rows: Iterable[Mapping[str, Any]], fmt: str = ".3f") -> str:
     """" (chance 0.100)" beside the top-1 of a --smoke cell, whose few steps leave it near a guess (1 / classes);
     "" for a full run, a cell without a top-1 to show, or rows of differing class counts."""
-    rows = [r for r in rows if meaningful(r) and r.get("is_smoke")]
-    classes = {r.get("num_classes") for r in rows}
+    rows = [r for r in rows if meaningful(r) and r.get(col.is_smoke)]
+    classes = {r.get(col.num_classes) for r in rows}
     if len(classes) != 1 or not all(classes):
         return ""
     return f" (chance {1 / classes.pop():{fmt}})"

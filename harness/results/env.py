@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, TypeVar
 
 import harness
+from harness.catalogue import col
 
 T = TypeVar("T")
 
@@ -199,7 +200,7 @@ def collect_env(
     env["hostname"] = call_or_none(socket.gethostname)
     env["os"] = call_or_none(platform.platform)
     env["container_image"] = next((environ[v] for v in CONTAINER_IMAGE_VARS if environ.get(v)), None)
-    env["nvbench_version"] = harness.__version__
+    env[col.nvbench_version] = harness.__version__
     sha, is_dirty = git_state(Path(harness.__file__).resolve().parent)
     env["nvbench_git_sha"] = sha
     env["nvbench_git_dirty"] = is_dirty
@@ -247,8 +248,8 @@ def _torch_facts() -> dict[str, object]:
     # Only version queries: none of these loads a CUDA context or calls cuInit. torch.cuda.is_available()
     # is deliberately avoided: by default it calls cudaGetDeviceCount, which runs cuInit.
     facts: dict[str, object] = dict.fromkeys(
-        ("cuda_runtime", "cudnn_version", "nccl_version", "torch_version", "torch_git", "cudnn_benchmark",
-         "cudnn_benchmark_limit")
+        ("cuda_runtime", "cudnn_version", "nccl_version", "torch_version", "torch_git", col.cudnn_benchmark,
+         col.cudnn_benchmark_limit)
     )
     try:
         import torch
@@ -273,8 +274,8 @@ def cudnn_knobs() -> dict[str, object]:
 
     cudnn = torch.backends.cudnn
     if not cudnn.is_available():
-        return {"cudnn_benchmark": None, "cudnn_benchmark_limit": None}
-    return {"cudnn_benchmark": bool(cudnn.benchmark), "cudnn_benchmark_limit": call_or_none(lambda: int(cudnn.benchmark_limit))}
+        return {col.cudnn_benchmark: None, col.cudnn_benchmark_limit: None}
+    return {col.cudnn_benchmark: bool(cudnn.benchmark), col.cudnn_benchmark_limit: call_or_none(lambda: int(cudnn.benchmark_limit))}
 
 
 def _cudnn_version() -> int | None:

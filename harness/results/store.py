@@ -13,6 +13,7 @@ import pyarrow.compute  # noqa: F401  (pa.compute)
 import pyarrow.parquet as pq
 
 from harness.results.schema import CELL_SCHEMA, METADATA_VERSION_KEY, RESULT_SCHEMA_VERSION, STEP_SCHEMA
+from harness.catalogue import col
 
 
 def _file_mode() -> int:
@@ -112,8 +113,8 @@ def read_json(path: Path) -> Any:
         raise UnreadableFile(f"{path}: not valid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
 
 
-RENAMED_IN_2 = {"data_wait_s": "host_data_wait_s", "data_wait_frac": "host_data_wait_frac",
-                "num_warmup_steps": "warmup_steps_used"}
+RENAMED_IN_2 = {"data_wait_s": col.host_data_wait_s, "data_wait_frac": col.host_data_wait_frac,
+                "num_warmup_steps": col.warmup_steps_used}
 """Version 1 name -> version 2 name, in both tables."""
 
 
@@ -144,7 +145,7 @@ def _from_version_1(table: pa.Table) -> pa.Table:
     if "device" not in names:
         return table
     on_cpu = pa.compute.equal(table.column("device"), "cpu")
-    for host, exposed in (("host_data_wait_s", "exposed_data_wait_s"), ("host_data_wait_frac", "exposed_data_wait_frac")):
+    for host, exposed in ((col.host_data_wait_s, col.exposed_data_wait_s), (col.host_data_wait_frac, col.exposed_data_wait_frac)):
         if host in names and exposed not in names:
             column = table.column(host)
             table = table.append_column(exposed, pa.compute.if_else(on_cpu, column, pa.nulls(len(table), column.type)))

@@ -24,6 +24,7 @@ from harness.orchestrate.session.runfolder import MANIFEST
 from harness.results import store
 from harness.results.env import env_key
 from harness.matrix.cells import Cell
+from harness.catalogue import col
 
 MAX_JOBS_PER_CELL = 10
 """Past jobs of one cell that its estimate uses, newest runs first."""
@@ -60,10 +61,10 @@ def read_past(roots: Iterable[Path], cell_ids: Iterable[str], key: str) -> Past:
             continue
         used.append(run_dir.name)
         for row in rows:
-            job_s.setdefault(row["cell_id"], []).append(float(row["duration_s"]))
+            job_s.setdefault(row[col.cell_id], []).append(float(row[col.duration_s]))
         for cid, record in warm.items():
             if record.get("status") == "ok":
-                warmup_s[cid] = [float(record["duration_s"])]
+                warmup_s[cid] = [float(record[col.duration_s])]
         per_job = _between_per_job(run_dir, manifest)
         if per_job is not None:
             between.append(per_job)
@@ -92,7 +93,7 @@ def _rows(run_dir: Path, cell_ids: Sequence[str]) -> list[dict[str, Any]]:
     for cid in cell_ids:
         for path in sorted((run_dir / "cells").glob(f"{cid}-r*.parquet")):
             row = _cost_row(path)
-            if row is not None and row["status"] == "ok" and row["duration_s"] and not row["profile_tool"]:
+            if row is not None and row["status"] == "ok" and row[col.duration_s] and not row[col.profile_tool]:
                 rows.append(row)
     return rows
 
@@ -100,7 +101,7 @@ def _rows(run_dir: Path, cell_ids: Sequence[str]) -> list[dict[str, Any]]:
 def _cost_row(path: Path) -> dict[str, Any] | None:
     """The columns the estimate reads, or None: an unreadable or foreign file says nothing about cost."""
     try:
-        return pq.read_table(path, columns=["cell_id", "status", "duration_s", "profile_tool"]).to_pylist()[0]
+        return pq.read_table(path, columns=[col.cell_id, "status", col.duration_s, col.profile_tool]).to_pylist()[0]
     except (OSError, ValueError, KeyError, IndexError, pa.ArrowException):
         return None
 
@@ -156,7 +157,7 @@ def took_line(manifest: dict[str, Any]) -> str | None:
     slots = f"{est['slots']} slot{'s' if est['slots'] != 1 else ''}"
     if not session.get("finished_at"):
         return f"not finished; estimated {duration_text(est['wall_s'])} with {slots}: {est['source']}"
-    took = (datetime.fromisoformat(session["finished_at"]) - datetime.fromisoformat(session["started_at"])).total_seconds()
+    took = (datetime.fromisoformat(session["finished_at"]) - datetime.fromisoformat(session[col.started_at])).total_seconds()
     off = f" ({100 * (took / est['wall_s'] - 1):+.0f} %)" if est["wall_s"] > 0 else ""
     return f"took {duration_text(took)}; estimated {duration_text(est['wall_s'])}{off} with {slots}: {est['source']}"
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from harness.matrix.job import cpu_list
+from harness.catalogue import col
 
 Requested = int | Literal["auto"]
 """`--slots N|auto` and `[run] slots`."""
@@ -154,9 +155,9 @@ class Grant:
         """The row's slot columns (packing aside): the first slot held, how many, the first GPU's NVML index and
         the cores, as a cpu list."""
         first = self.slots[0]
-        return {"slot": first.index, "num_slots": len(self.slots),
-                "gpu_index": None if self.whole_machine or first.gpu is None else first.gpu.index,
-                "cpu_affinity": cpu_list(self.cpus)}
+        return {"slot": first.index, col.num_slots: len(self.slots),
+                col.gpu_index: None if self.whole_machine or first.gpu is None else first.gpu.index,
+                col.cpu_affinity: cpu_list(self.cpus)}
 
 
 class SlotPool:

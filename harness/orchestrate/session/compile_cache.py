@@ -18,8 +18,9 @@ from harness.orchestrate.placement.local import LocalExecutor
 from harness.orchestrate.session.runfolder import WARMUPS
 from harness.results import store
 from harness.matrix.cells import Cell
+from harness.catalogue import col
 
-RECORD_FIELDS = ("startup_s", "build_s", "compile_s")
+RECORD_FIELDS = (col.startup_s, col.build_s, col.compile_s)
 """What a warm-up's record keeps of its process's result (beside status, reason, duration_s, log_path)."""
 
 
@@ -79,7 +80,7 @@ def _warm_one(cell: Cell, ctx: JobContext, executor: Executor) -> dict[str, Any]
         raise
     status, reason = ended.verdict or classify(ended.outcome, launch.work, launch.log_path, launch.timeout_s)
     record = _record(cell, status, reason, time.time() - prepared.started_at)
-    record["log_path"] = str(launch.log_path.relative_to(ctx.run_dir))
+    record[col.log_path] = str(launch.log_path.relative_to(ctx.run_dir))
     if status == "ok":
         result = store.read_json(launch.work / "result.json")
         record |= {k: result.get(k) for k in RECORD_FIELDS}
@@ -88,7 +89,7 @@ def _warm_one(cell: Cell, ctx: JobContext, executor: Executor) -> dict[str, Any]
 
 
 def _record(cell: Cell, status: str, reason: str, duration_s: float) -> dict[str, Any]:
-    return {"cell_id": cell.cell_id, "status": status, "reason": reason, "duration_s": duration_s,
+    return {col.cell_id: cell.cell_id, "status": status, "reason": reason, col.duration_s: duration_s,
             "finished_at": time.time()}
 
 

@@ -29,6 +29,7 @@ from harness.results import store
 from harness.results.schema import CELL_SCHEMA
 from harness.matrix.cells import Cell, job_key
 from harness.matrix.job import FAULT_ENV, LAUNCHED_AT_ENV, PARENT_PID_ENV
+from harness.catalogue import col
 
 
 def fault_for(cell: Cell, spec: str | None, **job: Any) -> str | None:
@@ -94,15 +95,15 @@ def generated_dataset(cell: Cell, notify: Callable[[str], None] = print) -> Path
 
 def base_row(cell: Cell, repeat: int, ctx: JobContext, fault: str | None) -> dict[str, Any]:
     return {
-        "run_id": ctx.run_id, "cell_id": cell.cell_id, "repeat": repeat, **cell.axes,
-        "nnodes": cell.launch.nnodes, "model": cell.benchmark.model, "batch_size": cell.benchmark.batch_size,
-        "image_size": cell.benchmark.image_size, "num_classes": cell.benchmark.num_classes,
-        "images_per_step": cell.images_per_step, "device": ctx.caps.device, "device_name": ctx.caps.device_name,
-        "is_smoke": cell.is_smoke, "env_key": ctx.env_key, "hostname": ctx.env.get("hostname"),
-        "glibc_tunables": malloc_tunables(cell, os.environ.get("GLIBC_TUNABLES")) or "",
-        "nvbench_version": __version__, "git_sha": ctx.env.get("nvbench_git_sha"), "injected_fault": fault,
-        "profile_tool": ctx.profile.tool if ctx.profile else None, "fire_drill_pct": ctx.fire_drill_pct,
-        "config_json": json.dumps(cell.to_plain(), sort_keys=True),
+        col.run_id: ctx.run_id, col.cell_id: cell.cell_id, "repeat": repeat, **cell.axes,
+        "nnodes": cell.launch.nnodes, "model": cell.benchmark.model, col.batch_size: cell.benchmark.batch_size,
+        col.image_size: cell.benchmark.image_size, col.num_classes: cell.benchmark.num_classes,
+        col.images_per_step: cell.images_per_step, "device": ctx.caps.device, col.device_name: ctx.caps.device_name,
+        col.is_smoke: cell.is_smoke, col.env_key: ctx.env_key, "hostname": ctx.env.get("hostname"),
+        col.glibc_tunables: malloc_tunables(cell, os.environ.get("GLIBC_TUNABLES")) or "",
+        col.nvbench_version: __version__, col.git_sha: ctx.env.get("nvbench_git_sha"), col.injected_fault: fault,
+        col.profile_tool: ctx.profile.tool if ctx.profile else None, col.fire_drill_pct: ctx.fire_drill_pct,
+        col.config_json: json.dumps(cell.to_plain(), sort_keys=True),
     }
 
 
@@ -134,7 +135,7 @@ class Placement:
 
     def job_section(self) -> dict[str, Any]:
         """The job file's `slot`: what the cell sizes its threads and loader workers to (None: the machine)."""
-        return {"index": self.grant.slots[0].index, "num_slots": len(self.grant.slots),
+        return {"index": self.grant.slots[0].index, col.num_slots: len(self.grant.slots),
                 "cpus": list(self.grant.pinned_cpus) if self.grant.pinned_cpus else None,
                 "packing": self.packing}
 
@@ -165,7 +166,7 @@ def prepare_job(cell: Cell, repeat: int, ctx: JobContext, *, executor: str = "lo
     started = datetime.now(timezone.utc)
     reason = skip_reason(cell, ctx.caps)
     if reason:
-        row |= {"status": "skipped", "reason": reason, "started_at": started, "duration_s": 0.0}
+        row |= {"status": "skipped", "reason": reason, col.started_at: started, col.duration_s: 0.0}
         if not compile_warmup:
             write_row(ctx.run_dir, key, row)
         return row
@@ -178,14 +179,14 @@ def prepare_job(cell: Cell, repeat: int, ctx: JobContext, *, executor: str = "lo
     try:
         data_root = _data_root(cell, ctx)
     except Exception as exc:  # a dataset that cannot be made is this cell's failure, not the matrix's
-        row |= {"status": "failed", "reason": f"dataset: {exc}", "started_at": started, "duration_s": 0.0}
+        row |= {"status": "failed", "reason": f"dataset: {exc}", col.started_at: started, col.duration_s: 0.0}
         if not compile_warmup:
             write_row(ctx.run_dir, key, row)
         return row
-    job = {"cell": cell.to_plain(), "run_id": ctx.run_id, "repeat": repeat, "device": ctx.caps.device,
+    job = {"cell": cell.to_plain(), col.run_id: ctx.run_id, "repeat": repeat, "device": ctx.caps.device,
            "data_root": str(data_root) if data_root else None, "out_dir": str(work), "fault": fault,
            "profile": ctx.profile.job_section(key) if ctx.profile else None,
-           "fire_drill_pct": ctx.fire_drill_pct, "flops_cache": str(ctx.run_dir / "flops.json"),
+           col.fire_drill_pct: ctx.fire_drill_pct, "flops_cache": str(ctx.run_dir / "flops.json"),
            "slot": placed.job_section() if placed else None, "compile_warmup": compile_warmup}
     argv = launcher_for(cell).command(cell, work / "job.json", key)
     if ctx.python:  # every interpreter slot of the command (torchrun's agent and its ranks alike)
@@ -199,9 +200,9 @@ def prepare_job(cell: Cell, repeat: int, ctx: JobContext, *, executor: str = "lo
         env.pop(PARENT_PID_ENV, None)
     if ctx.profile and ctx.profile.tool == "nsys":  # nsys's launcher is the cell's parent, not this process
         env.pop(PARENT_PID_ENV, None)
-    row |= {"started_at": started, "log_path": str(log_rel)}
+    row |= {col.started_at: started, col.log_path: str(log_rel)}
     if placed:  # a job that never started (skipped, no dataset) held no slot worth recording
-        row |= placed.columns() | {"cuda_visible_devices": env.get("CUDA_VISIBLE_DEVICES")}
+        row |= placed.columns() | {col.cuda_visible_devices: env.get("CUDA_VISIBLE_DEVICES")}
     launch = Launch(key=key, argv=tuple(argv), env=env, log_path=log_path, work=work,
                     timeout_s=cell.benchmark.timeout_s, nnodes=cell.launch.nnodes,
                     cpus=placed.grant.pinned_cpus if placed else None)
@@ -219,8 +220,8 @@ def finish_job(prepared: PreparedJob, ended: Ended, ctx: JobContext) -> dict[str
         status, reason = classify(ended.outcome, launch.work, launch.log_path, launch.timeout_s)
         if ended.job_id and status != "ok":
             reason += f" (SLURM job {ended.job_id})"
-    row |= {"status": status, "reason": reason, "duration_s": time.time() - prepared.started_at,
-            "nodes": ended.nodes or ctx.env.get("hostname"), "slurm_job_id": ended.job_id}
+    row |= {"status": status, "reason": reason, col.duration_s: time.time() - prepared.started_at,
+            "nodes": ended.nodes or ctx.env.get("hostname"), col.slurm_job_id: ended.job_id}
     if status == "ok":
         result = store.read_json(launch.work / "result.json")
         row |= {k: v for k, v in result.items() if k in CELL_SCHEMA.names}

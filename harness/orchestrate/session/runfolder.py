@@ -20,6 +20,7 @@ from harness.results.schema import cell_table
 from harness.matrix.cells import Cell, job_key, schedule
 from harness.matrix.executor import ExecutorConfig
 from harness.matrix.sections import Matrix, from_plain, to_plain
+from harness.catalogue import col
 
 PLAN = "plan.json"
 MANIFEST = "manifest.json"
@@ -50,14 +51,14 @@ def create_run(matrix: Matrix, cells: list[Cell], *, run_dir: Path | None, repor
         raise FileExistsError(f"{run_dir} already holds a run; finish it with `nvbench run --resume {run_dir}`")
     by_id = {c.cell_id: c for c in cells}
     jobs = schedule(list(by_id), matrix.run.repeats, matrix.run.order, matrix.run.shuffle_seed)
-    plan = {"run_id": run_id, "jobs": jobs, "cells": {cid: c.to_plain() for cid, c in by_id.items()},
-            "fire_drill_pct": fire_drill_pct, "executor": to_plain(executor or matrix.executor)}
+    plan = {col.run_id: run_id, "jobs": jobs, "cells": {cid: c.to_plain() for cid, c in by_id.items()},
+            col.fire_drill_pct: fire_drill_pct, "executor": to_plain(executor or matrix.executor)}
     manifest = {
-        "run_id": run_id, "created_at": now.isoformat(), "nvbench_version": __version__,
-        "git_sha": env.get("nvbench_git_sha"), "host": env.get("hostname"), "matrix_source": matrix.source,
+        col.run_id: run_id, "created_at": now.isoformat(), col.nvbench_version: __version__,
+        col.git_sha: env.get("nvbench_git_sha"), "host": env.get("hostname"), "matrix_source": matrix.source,
         "matrix_text": matrix.source_text, "smoke": smoke, "only": only, "repeats": matrix.run.repeats,
         "order": matrix.run.order, "shuffle_seed": matrix.run.shuffle_seed, "num_cells": len(by_id),
-        "num_jobs": len(jobs), "environment": env, "sessions": [], "fire_drill_pct": fire_drill_pct,
+        "num_jobs": len(jobs), "environment": env, "sessions": [], col.fire_drill_pct: fire_drill_pct,
     }
     store.write_json(run_dir / PLAN, plan)
     store.write_json(run_dir / MANIFEST, manifest)
@@ -75,14 +76,14 @@ def load_plan(run_dir: Path) -> tuple[str, list[tuple[str, int]], dict[str, Cell
     plan, manifest = _run_file(run_dir, PLAN), _run_file(run_dir, MANIFEST)
     if not isinstance(manifest.get("sessions"), list):
         raise RunFolderError(f"{run_dir / MANIFEST}: not an nvbench manifest (no list of sessions)")
-    made_by = manifest.get("nvbench_version")
+    made_by = manifest.get(col.nvbench_version)
     if made_by != __version__:
         raise RunFolderError(f"{run_dir / MANIFEST}: the run was made by nvbench {made_by}, this is {__version__}; "
                              "finish it with that version or start a new run")
     try:
         cells = {str(cid): Cell.from_plain(c) for cid, c in plan["cells"].items()}
         jobs = [(str(cid), int(r)) for cid, r in plan["jobs"]]
-        run_id = str(plan["run_id"])
+        run_id = str(plan[col.run_id])
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise RunFolderError(f"{run_dir / PLAN}: not a plan this nvbench can read "
                              f"({type(exc).__name__}: {exc})") from None
@@ -106,7 +107,7 @@ def _run_file(run_dir: Path, name: str) -> dict[str, Any]:
 
 def plan_fire_drill(run_dir: Path) -> float:
     """The run's fire-drill percentage (0.0 for real runs and for plans written before fire drills)."""
-    return float(store.read_json(Path(run_dir) / PLAN).get("fire_drill_pct") or 0.0)
+    return float(store.read_json(Path(run_dir) / PLAN).get(col.fire_drill_pct) or 0.0)
 
 
 def plan_executor(run_dir: Path) -> ExecutorConfig:

@@ -27,6 +27,7 @@ from harness.results import store
 from harness.matrix.cells import Cell, job_key
 from harness.matrix.job import FAULT_ENV
 from harness.matrix.executor import ExecutorConfig
+from harness.catalogue import col
 
 INFLIGHT = "inflight.json"
 """Jobs of the run submitted to an executor and not yet rows: key -> the executor's record (SLURM job id)."""
@@ -67,7 +68,7 @@ def execute(run_dir: Path, *, caps: Capabilities, env: dict[str, Any], env_key: 
                      fault_spec=os.environ.get(FAULT_ENV), notify=notify,
                      fire_drill_pct=plan_fire_drill(run_dir))
     manifest = store.read_json(run_dir / MANIFEST)
-    session = {"started_at": datetime.now(timezone.utc).isoformat(), "pending_at_start": len(todo),
+    session = {col.started_at: datetime.now(timezone.utc).isoformat(), "pending_at_start": len(todo),
                "executor": executor.kind} | ({"estimate": estimate} if estimate else {})
     manifest["sessions"].append(session)
     store.write_json(run_dir / MANIFEST, manifest)
@@ -208,7 +209,7 @@ def _readopted(cell: Cell, repeat: int, ctx: JobContext, record: dict[str, Any])
     if record.get("state") not in ("submitted", "submitting") or not (work / "job.json").exists():
         return None
     row = dict(record["row"])
-    row["started_at"] = datetime.fromisoformat(row["started_at"])
+    row[col.started_at] = datetime.fromisoformat(row[col.started_at])
     launch = Launch(key=key, argv=(), env={}, log_path=ctx.run_dir / "logs" / f"{key}.log", work=work,
                     timeout_s=cell.benchmark.timeout_s, nnodes=cell.launch.nnodes)
     return PreparedJob(cell=cell, repeat=repeat, launch=launch, row=row, started_at=float(record["submitted_at"]))

@@ -30,6 +30,7 @@ from harness.results import store
 from harness.matrix.cells import Cell
 from harness.matrix.job import FAULT_ENV
 from harness.matrix.sections import Matrix
+from harness.catalogue import col
 
 AB_FILE = "ab.json"
 SIDES = ("a", "b")
@@ -165,7 +166,7 @@ def _again(link: lanes.Link, row: dict[str, Any], reruns: rerun.Reruns) -> lanes
 
 def _open_session(side: Side) -> dict[str, Any]:
     manifest = store.read_json(side.ctx.run_dir / runfolder.MANIFEST)
-    session = {"started_at": datetime.now(timezone.utc).isoformat(), "pending_at_start": len(side.jobs)}
+    session = {col.started_at: datetime.now(timezone.utc).isoformat(), "pending_at_start": len(side.jobs)}
     manifest["sessions"].append(session)
     store.write_json(side.ctx.run_dir / runfolder.MANIFEST, manifest)
     return session
@@ -197,13 +198,13 @@ def create_ab(matrix: Matrix, cells: list[Cell], *, out_dir: Path, pythons: dict
         raise AbInputError([f"{out_dir}: already holds an A/B run"])
     dirs = {}
     for name in SIDES:
-        env = {k: v for k, v in envs[name].items() if k != "env_key"}
+        env = {k: v for k, v in envs[name].items() if k != col.env_key}
         dirs[name] = runfolder.create_run(matrix, cells, run_dir=out_dir / name, reports_root=out_dir, smoke=smoke,
                                           only=only, env=env, fire_drill_pct=fire_drill_pct if name == "b" else 0.0)
     store.write_json(out_dir / AB_FILE, {
         "created_at": datetime.now(timezone.utc).isoformat(), "matrix_source": matrix.source, "seed": seed,
         "python": pythons, "checkout": {n: str(checkouts[n]) if checkouts.get(n) else None for n in SIDES},
-        "env_key": {n: envs[n]["env_key"] for n in SIDES}, "order": [], "max_reruns": max_reruns,
+        col.env_key: {n: envs[n][col.env_key] for n in SIDES}, "order": [], "max_reruns": max_reruns,
         "labels": labels or {}})
     return dirs
 
@@ -214,8 +215,8 @@ def run_ab(out_dir: Path, *, caps: capabilities.Capabilities, envs: dict[str, di
     """Run both sides interleaved, re-running start transients as ab.json allows; the order actually run is
     appended to ab.json."""
     checkouts = checkouts or {}
-    sides = [side_for(out_dir / name, caps=caps, env={k: v for k, v in envs[name].items() if k != "env_key"},
-                      env_key=envs[name]["env_key"], python=pythons[name], checkout=checkouts.get(name),
+    sides = [side_for(out_dir / name, caps=caps, env={k: v for k, v in envs[name].items() if k != col.env_key},
+                      env_key=envs[name][col.env_key], python=pythons[name], checkout=checkouts.get(name),
                       notify=notify) for name in SIDES]
     max_reruns = int(store.read_json(out_dir / AB_FILE).get("max_reruns") or 0)
     order = run_interleaved(sides, seed=seed, on_done=on_done, packing=packing, max_reruns=max_reruns)

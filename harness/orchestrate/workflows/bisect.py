@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from harness.orchestrate.session import stopping
+from harness.catalogue import col
 
 BAD, GOOD, SKIPPED = "bad", "good", "skipped"
 STATE = "bisect.json"
@@ -237,8 +238,8 @@ class Bisector:
             import pyarrow.parquet as pq
 
             for r in pq.read_table(verdicts).to_pylist():
-                cells.append({k: r.get(k) for k in ("cell_id", "verdict", "effect_pct", "ci_low_pct", "ci_high_pct",
-                                                     "num_candidate", "num_baseline", "attribution", "reason")})
+                cells.append({k: r.get(k) for k in (col.cell_id, "verdict", col.effect_pct, col.ci_low_pct, col.ci_high_pct,
+                                                     col.num_candidate, col.num_baseline, "attribution", "reason")})
         else:
             tail = [line for line in proc.stderr.strip().splitlines() if line.strip()][-1:] or ["no output"]
             error = f"nvbench ab exited {proc.returncode}: {tail[0]}"
@@ -292,7 +293,7 @@ class Bisector:
         if c.error:
             return c.error
         return "; ".join(f"{x['verdict']} {x['effect_pct']:+.1f}% [{x['ci_low_pct']:+.1f}, {x['ci_high_pct']:+.1f}] "
-                         f"in {x['num_candidate']} pairs" if x["effect_pct"] is not None and x["ci_low_pct"] is not None
+                         f"in {x['num_candidate']} pairs" if x[col.effect_pct] is not None and x[col.ci_low_pct] is not None
                          else f"{x['verdict']}: {x['reason']}" for x in c.cells)
 
     # --- the search --------------------------------------------------------------------------------
@@ -355,7 +356,7 @@ class Bisector:
         answer = {"result": "found", "index": hi, "point": self.points[hi], "label": self.labels.get(self.points[hi], ""),
                   "skipped": [self.points[i] for i in skipped], "cells": cells,
                   "comparisons": len(self.comparisons),
-                  "pairs": sum(max(c["num_candidate"] or 0 for c in x.cells) if x.cells else 0
+                  "pairs": sum(max(c[col.num_candidate] or 0 for c in x.cells) if x.cells else 0
                                for x in self.comparisons)}
         lead = f"first bad: {self.name(hi)}" if not skipped else \
             f"first bad: one of {', '.join(self.name(i) for i in skipped)} (skipped: could not run) or {self.name(hi)}"

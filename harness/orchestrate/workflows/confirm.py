@@ -22,6 +22,7 @@ from harness.analysis.history import CONFIRMED, COULD_NOT_CONFIRM, NOT_CONFIRMED
 from harness.analysis.runs import load_run
 from harness.orchestrate.session import stopping
 from harness.matrix.sections import AXES
+from harness.catalogue import col
 
 Confirmation = tuple[str, str]
 """(confirmed | not confirmed | could not confirm, the note that says why)."""
@@ -33,9 +34,9 @@ def unusable_side(ab_dir: Path) -> str | None:
     """Why an A/B run confirms nothing (a side with a cell that has no ok repeat), or None. Cells skipped
     on this machine (a GPU cell on a CPU box, caught by the widened --only filters) do not count."""
     runs = {side: load_run(ab_dir / side) for side in ("a", "b")}
-    cells = {row["cell_id"] for run in runs.values() for row in run.rows if row["status"] != "skipped"}
+    cells = {row[col.cell_id] for run in runs.values() for row in run.rows if row["status"] != "skipped"}
     for side, run in runs.items():
-        ok = {row["cell_id"] for row in run.rows if row["status"] == "ok"}
+        ok = {row[col.cell_id] for row in run.rows if row["status"] == "ok"}
         if missing := sorted(cells - ok):
             return f"{ab_dir / side}: no ok repeat of {', '.join(missing)} (see its logs/)"
     return None

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, Literal
 
 from harness.matrix.cells import Cell, job_key
+from harness.catalogue import col
 
 Tool = Literal["nsys", "torch"]
 PROFILE_DIR = "profile"
@@ -172,12 +173,12 @@ def profile_cell(cell: Cell, spec: ProfileSpec, *, run_id: str, caps, env: dict[
             row = {**row, "status": "failed", "reason": f"profile: {exc}"}
     files = [p for p in spec.outputs(key, cell.world_size * cell.launch.nnodes) if p.exists()]
     index_path = spec.out_dir / INDEX
-    index = store.read_json(index_path) if index_path.exists() else {"run_id": run_id, "profiles": []}
+    index = store.read_json(index_path) if index_path.exists() else {col.run_id: run_id, "profiles": []}
     index["profiles"].append({
-        "cell_id": cell.cell_id, "tool": spec.tool, "steps": spec.steps, "status": row["status"],
-        "reason": row["reason"], "started_at": started.isoformat(), "matrix_source": matrix_source,
+        col.cell_id: cell.cell_id, "tool": spec.tool, "steps": spec.steps, "status": row["status"],
+        "reason": row["reason"], col.started_at: started.isoformat(), "matrix_source": matrix_source,
         "command": sys.argv, "files": [str(p.relative_to(spec.out_dir)) for p in files],
-        "env_key": env_key, "environment": env,
+        col.env_key: env_key, "environment": env,
     })
     store.write_json(index_path, index)
-    return ProfileResult(row=row, files=files, log_path=spec.out_dir / (row.get("log_path") or ""))
+    return ProfileResult(row=row, files=files, log_path=spec.out_dir / (row.get(col.log_path) or ""))

@@ -17,11 +17,12 @@ from harness.orchestrate.session import job
 from harness.results import store
 from harness.results.schema import SUPERSEDED, cell_table
 from harness.matrix.cells import Cell, job_key
+from harness.catalogue import col
 
 
 def has_start_transient(row: dict[str, Any]) -> bool:
     """The row ran to the end and its window opened in a transient (harness.stats.settle)."""
-    return row.get("status") == "ok" and (row.get("start_transient_steps") or 0) > 0
+    return row.get("status") == "ok" and (row.get(col.start_transient_steps) or 0) > 0
 
 
 @dataclass(slots=True)
@@ -38,26 +39,26 @@ class Reruns:
         used: dict[tuple[str, str], int] = {}
         for run_dir in map(Path, run_dirs):
             for path in sorted((run_dir / "cells").glob(f"*-{SUPERSEDED}*.parquet")):
-                key = (str(run_dir), pq.read_table(path, columns=["cell_id"]).column("cell_id")[0].as_py())
+                key = (str(run_dir), pq.read_table(path, columns=[col.cell_id]).column(col.cell_id)[0].as_py())
                 used[key] = used.get(key, 0) + 1
         return cls(limit=limit, used=used)
 
     def wanted(self, run_dir: Path, row: dict[str, Any]) -> bool:
-        return has_start_transient(row) and self.used.get((str(run_dir), row["cell_id"]), 0) < self.limit
+        return has_start_transient(row) and self.used.get((str(run_dir), row[col.cell_id]), 0) < self.limit
 
     def supersede(self, run_dir: Path, row: dict[str, Any]) -> str:
         """Keep `row` (and its steps and log) under a name of its own, status superseded, and take its job's
         row away so the job runs again; returns the reason written. The kept copy is written before the
         original goes: an interruption in between leaves the job done with its transient row beside it."""
-        cid = row["cell_id"]
+        cid = row[col.cell_id]
         n = self.used[(str(run_dir), cid)] = self.used.get((str(run_dir), cid), 0) + 1
         key = job_key(cid, row["repeat"])
         kept = f"{key}-{SUPERSEDED}{n}"
         reason = (f"window opened in a start transient ({_transient_words(row)}): run again "
                   f"(re-run {n} of at most {self.limit} for this cell on this side)")
-        log = Path(row["log_path"]) if row.get("log_path") else None
+        log = Path(row[col.log_path]) if row.get(col.log_path) else None
         copy = dict(row, status=SUPERSEDED, reason=reason,
-                    log_path=str(log.with_name(f"{kept}.log")) if log else row.get("log_path"))
+                    log_path=str(log.with_name(f"{kept}.log")) if log else row.get(col.log_path))
         store.write_table(run_dir / "cells" / f"{kept}.parquet", cell_table([copy]))
         for folder, suffix in (("steps", ".parquet"), ("logs", ".log")):
             source = run_dir / folder / f"{key}{suffix}"
