@@ -40,7 +40,6 @@ import pyarrow as pa
 from harness.catalogue.cells import CELL_COLUMNS
 from harness.catalogue.columns import B, F, I, S, TS, Column
 from harness.catalogue.steps import STEP_COLUMNS
-from harness.catalogue.verdicts import VERDICT_COLUMNS
 
 RESULT_SCHEMA_VERSION = 5
 METADATA_VERSION_KEY = b"nvbench.schema_version"
@@ -101,8 +100,7 @@ def markdown_reference() -> str:
     """Column tables for docs/results.md."""
     out = []
     for title, cols in (("cells/*.parquet: one row per (cell, repeat)", CELL_COLUMNS),
-                        ("steps/*.parquet: one row per step per rank", STEP_COLUMNS),
-                        ("verdicts.parquet: one row per cell of a comparison", VERDICT_COLUMNS)):
+                        ("steps/*.parquet: one row per step per rank", STEP_COLUMNS)):
         out.append(f"### {title}\n\n| column | type | unit | meaning |\n|---|---|---|---|")
         out += [f"| `{c.name}` | {ARROW_TYPES[c.type]} | {c.unit} | {c.doc} |" for c in cols]
         out.append("")
