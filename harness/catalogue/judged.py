@@ -90,7 +90,14 @@ FAST_STEPS = Judged(
     renamed={"candidate_value": "candidate_fast_img_per_s", "baseline_value": "baseline_fast_img_per_s"})
 """The fast steps' rate: far less noisy than throughput on a shared machine, blind to a slowdown of a few steps."""
 
-JUDGED: tuple[Judged, ...] = (THROUGHPUT, FAST_STEPS)
+ENERGY = Judged(
+    name="energy", column="img_per_joule", higher_is_better=True, worse="less efficient", better="more efficient",
+    meaning="images per joule of GPU energy over the measured window (NVML's energy counter, differenced)",
+    speed_adjusted=False, prefix="energy_")
+"""Energy efficiency: judged where every repeat of both sides read the GPU's energy counter (null on a CPU and
+without NVML). Not speed-adjusted: the probe times the host, not the GPU's draw."""
+
+JUDGED: tuple[Judged, ...] = (THROUGHPUT, FAST_STEPS, ENERGY)
 """Every judged metric, the headline first, then in the order a cell's level is split among them: a metric is
 tested only while the cell's repeats can still reach the level split that many ways."""
 

@@ -7,7 +7,7 @@ from harness.catalogue.axes import AXES_RECORD
 from harness.catalogue.columns import B, F, I, S, Column, per_cell
 from harness.catalogue.judged import JUDGED, METRIC_FIELDS, Judged
 
-VERDICTS_VERSION = 8
+VERDICTS_VERSION = 9
 """Version of verdicts.parquet (schema metadata nvbench.verdicts_version). 1: first release. 2: the
 speed-adjustment columns unadjusted_effect_pct, speed_probe_change_pct and speed_slope. 3: the fast-step
 rate (decided_by, throughput_p_value, fast_effect_pct, fast_ci_low_pct, fast_ci_high_pct, fast_p_value,
@@ -18,7 +18,9 @@ neither shown changed nor shown inside the floor; `unchanged` now means equivale
 phase the change sits in (phase, phase_change_ms with its interval, step_change_ms, attribution); null or
 empty when read from an older file. 7: the model axis (`model`, after cell_id; null when read from an older
 file). 8: each judged metric's own call (`throughput_verdict`, `fast_verdict`; null when read from an older
-file); the columns derived from harness.catalogue.judged, every column with its unit and meaning."""
+file); the columns derived from harness.catalogue.judged, every column with its unit and meaning. 9: energy judged
+(img_per_joule: energy_verdict, energy_effect_pct, energy_ci_low_pct, energy_ci_high_pct, energy_p_value,
+candidate_img_per_joule, baseline_img_per_joule; null when read from an older file or where it was not tested)."""
 
 _F, _I, _S, _B = F, I, S, B
 

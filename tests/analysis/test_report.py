@@ -211,9 +211,11 @@ def test_report_of_a_run_against_itself(runs, documented_run):
     suite = junit(out / "junit.xml")
     assert [suite.get(k) for k in ("tests", "failures", "errors", "skipped")] == ["2", "0", "0", "2"]
     table = pq.read_table(out / "verdicts.parquet")
-    assert table.schema.metadata[b"nvbench.verdicts_version"] == b"8"
+    assert table.schema.metadata[b"nvbench.verdicts_version"] == b"9"
     assert set(VERDICTS_V7_COLUMNS) <= set(table.column_names)  # a reader of version 7 finds every column
-    assert set(table.column_names) - set(VERDICTS_V7_COLUMNS) == {"throughput_verdict", "fast_verdict"}
+    assert set(table.column_names) - set(VERDICTS_V7_COLUMNS) == {
+        "throughput_verdict", "fast_verdict", "energy_verdict", "energy_effect_pct", "energy_ci_low_pct",
+        "energy_ci_high_pct", "energy_p_value", "candidate_img_per_joule", "baseline_img_per_joule"}
     assert all(f.metadata[b"doc"] for f in table.schema)  # every column says what it holds
     assert {(r["compile"], r["model"]) for r in table.to_pylist()} == {("eager", "resnet18")}  # every axis
     thresholds = json.loads(table.schema.metadata[b"nvbench.thresholds"])
