@@ -60,13 +60,13 @@ class RunProgress:
 
     def done(self, row: dict[str, Any]) -> None:
         status = row["status"]
-        key = f"{row['cell_id']}-r{row['repeat']}"
+        key = f"{row[col.cell_id]}-r{row['repeat']}"
         if key in self.running:
             self.running.remove(key)
             self._describe()
         where = f" s{row['slot']}" if row.get("packing") not in (None, "solo") else ""
-        head = f" {row['cell_id']} r{row['repeat']}{where}  "
-        detail = (f"{_fmt(row.get('throughput_img_per_s'), '.1f')} img/s  top1 {top1_text([row])}"
+        head = f" {row[col.cell_id]} r{row['repeat']}{where}  "
+        detail = (f"{_fmt(row.get(col.throughput_img_per_s), '.1f')} img/s  top1 {top1_text([row])}"
                   if status == "ok" else _first_line(row["reason"]))
         # one line per job whatever the width: a long reason ends at a whole word here, and the summary (or
         # --verbose) shows it in full; soft_wrap: rich neither folds nor crops what is left
@@ -246,7 +246,7 @@ def slot_lines(rows: list[dict[str, Any]]) -> list[Text]:
                           + (f"; {unproven} packed uncalibrated (packing = uncalibrated)" if unproven else "")))
     shared = [r for r in rows if r.get(col.gpu_shared)]
     if shared:
-        names = ", ".join(f"{cell_label(r['cell_id'])} r{r['repeat']}" for r in shared[:4])
+        names = ", ".join(f"{cell_label(r[col.cell_id])} r{r['repeat']}" for r in shared[:4])
         lines.append(Text(f"warning: {len(shared)} job(s) shared their GPU with a foreign process (gpu_shared): "
                           f"{names}{' ...' if len(shared) > 4 else ''}", style="yellow"))
     return lines

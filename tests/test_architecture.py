@@ -276,8 +276,8 @@ def literal_column_names(path: Path, names: set[str]) -> list[tuple[int, str]]:
     tree = ast.parse(path.read_text())
     skip = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.JoinedStr):
-            skip |= {id(v) for v in ast.walk(node)}
+        if isinstance(node, ast.JoinedStr):  # its text, not the expressions in its braces
+            skip |= {id(v) for v in node.values if isinstance(v, ast.Constant)}
         if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
             skip.add(id(node.value))  # a docstring, or a bare string documenting what precedes it
     return sorted((n.lineno, n.value) for n in ast.walk(tree) if isinstance(n, ast.Constant)
@@ -302,5 +302,6 @@ def test_code_names_columns_through_the_catalogue_never_by_a_literal():
 def test_the_literal_check_sees_a_column_spelled_out(tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text('"""doc naming throughput_img_per_s is fine."""\nx = row["throughput_img_per_s"]\n'
-                   'y = f"{row}_throughput_img_per_s"\n')
-    assert literal_column_names(bad, compound_column_names()) == [(2, "throughput_img_per_s")]
+                   'y = f"{row}_throughput_img_per_s"\nz = f"{row[\'fast_step_img_per_s\']:.1f}"\n')
+    assert literal_column_names(bad, compound_column_names()) == [(2, "throughput_img_per_s"),
+                                                                  (4, "fast_step_img_per_s")]

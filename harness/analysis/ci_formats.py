@@ -76,7 +76,7 @@ def render_markdown(comparison: Comparison) -> str:
     bad = [r for r in cand.rows if r["status"] not in ("ok", SUPERSEDED)]
     if bad:
         lines += ["", "**Failed and skipped:**", ""]
-        lines += [f"- {esc_md(r['cell_id'])} r{r['repeat']}: {esc_md(r['status'])}: {esc_md(r.get('reason'))}"
+        lines += [f"- {esc_md(r[col.cell_id])} r{r['repeat']}: {esc_md(r['status'])}: {esc_md(r.get('reason'))}"
                   for r in bad]
     lines += _superseded_lines(comparison)
     if comparison.environment_diff:
@@ -95,7 +95,7 @@ def _superseded_lines(comparison: Comparison) -> list[str]:
     sides = [("B" if comparison.mode == "ab" else "candidate", comparison.candidate)]
     if comparison.baseline is not None:
         sides.append(("A" if comparison.mode == "ab" else "baseline", comparison.baseline))
-    items = [f"- {side} {esc_md(r['cell_id'])} r{r['repeat']}: {esc_md(r.get('reason'))}"
+    items = [f"- {side} {esc_md(r[col.cell_id])} r{r['repeat']}: {esc_md(r.get('reason'))}"
              for side, run in sides for r in run.rows if r["status"] == SUPERSEDED]
     return ["", "**Re-run after a start transient** (kept, not compared):", "", *items] if items else []
 

@@ -164,8 +164,8 @@ def _decide(pending: PendingCell, alpha: float, p_adjusted: float, level: float,
             if pending.adjusted:
                 metric |= {col.unadjusted_effect_pct: extra[col.unadjusted_effect_pct], col.speed_slope: extra[col.speed_slope]}
                 out[col.speed_probe_change_pct] = extra[col.speed_probe_change_pct]
-                text += (f" adjusted for machine speed (probe {extra['speed_probe_change_pct']:+.1f}%, "
-                         f"unadjusted {extra['unadjusted_effect_pct']:+.1f}%)")
+                text += (f" adjusted for machine speed (probe {extra[col.speed_probe_change_pct]:+.1f}%, "
+                         f"unadjusted {extra[col.unadjusted_effect_pct]:+.1f}%)")
         e = decide.Evidence(name=m.name, effect_pct=effect, ci_low_pct=low, ci_high_pct=high, significant=significant,
                             log_sd=extra.get("log_sd"), higher_is_better=m.judged.higher_is_better,
                             worse=m.judged.worse, better=m.judged.better)
@@ -180,7 +180,7 @@ def _decide(pending: PendingCell, alpha: float, p_adjusted: float, level: float,
         out["throughput"] |= {col.effect_pct: net.effect_pct, col.ci_low_pct: net.ci_low_pct, col.ci_high_pct: net.ci_high_pct}
         out["method"] += "; probe unbalanced: judged net of the probe's shift (slope -1)"
         texts[0] = (f"{THROUGHPUT + ' ' if k > 1 else ''}{net.text()} net of the machine's speed (probe "
-                    f"{probe.shift_pct:+.1f}%, unadjusted {out['throughput']['unadjusted_effect_pct']:+.1f}%)")
+                    f"{probe.shift_pct:+.1f}%, unadjusted {out['throughput'][col.unadjusted_effect_pct]:+.1f}%)")
     d = decide.decide(evidence, floor_pct=th.floor_pct, alpha=th.level, n_candidate=pending.metrics[0].cand.size,
                       n_baseline=pending.metrics[0].baseline.size, min_repeats=th.min_repeats, probe=probe)
     change = "; ".join(texts) + f" at {level_m:.1%}"

@@ -56,7 +56,7 @@ def packing_notes(rows: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
     notes = []
     shared = [r for r in rows if r.get(col.gpu_shared)]
     if shared:
-        names = "; ".join(f"{cell_label(r['cell_id'])} r{r['repeat']} (pid {r.get('gpu_foreign_pids') or '?'})"
+        names = "; ".join(f"{cell_label(r[col.cell_id])} r{r['repeat']} (pid {r.get(col.gpu_foreign_pids) or '?'})"
                           for r in shared)
         notes.append(f"warning: {len(shared)} row(s) shared their GPU with a process of no job of the run during "
                      f"their window (gpu_shared), so their numbers may carry its load: {names}")

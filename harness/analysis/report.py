@@ -163,7 +163,7 @@ def _setup_value(env: Mapping[str, Any] | None, name: str, field_: str | None) -
     if name == "nvbench":
         sha = env.get("nvbench_git_sha")
         dirty = " (uncommitted changes)" if env.get("nvbench_git_dirty") else ""
-        return f"{env.get('nvbench_version') or '?'} git {str(sha)[:10] if sha else 'not recorded'}{dirty}"
+        return f"{env.get(col.nvbench_version) or '?'} git {str(sha)[:10] if sha else 'not recorded'}{dirty}"
     return "-" if env.get(field_) is None else str(env[field_])
 
 
@@ -221,9 +221,9 @@ def _failures(comparison: Comparison) -> str:
     skipped = sum(v.verdict == SKIPPED for v in comparison.verdicts)
     out = []
     if bad:
-        body = "".join(f'<tr><td><code title="{esc(r["cell_id"])}">{esc(label(r["cell_id"]))}</code></td>'
+        body = "".join(f'<tr><td><code title="{esc(r[col.cell_id])}">{esc(label(r[col.cell_id]))}</code></td>'
                        f'<td class="num">{r["repeat"]}</td><td><span class="v v-failed">{esc(r["status"])}</span></td>'
-                       f'<td class="reason">{esc(r.get("reason"))}</td><td><code>{esc(r.get("log_path") or "-")}</code>'
+                       f'<td class="reason">{esc(r.get("reason"))}</td><td><code>{esc(r.get(col.log_path) or "-")}</code>'
                        "</td></tr>" for r in bad)
         out.append("<table class=\"failures\"><thead><tr><th>cell</th><th>repeat</th><th>status</th><th>reason</th>"
                    f"<th>log</th></tr></thead><tbody>{body}</tbody></table>")
@@ -239,7 +239,7 @@ def _superseded(comparison: Comparison) -> str:
     runs = [("B" if comparison.mode == "ab" else "candidate", comparison.candidate)]
     if comparison.baseline is not None:
         runs.append(("A" if comparison.mode == "ab" else "baseline", comparison.baseline))
-    body = "".join(f'<tr><td>{side}</td><td><code title="{esc(r["cell_id"])}">{esc(label(r["cell_id"]))}</code></td>'
+    body = "".join(f'<tr><td>{side}</td><td><code title="{esc(r[col.cell_id])}">{esc(label(r[col.cell_id]))}</code></td>'
                    f'<td class="num">{r["repeat"]}</td><td class="reason">{esc(r.get("reason"))}</td></tr>'
                    for side, run in runs for r in run.rows if r["status"] == SUPERSEDED)
     if not body:

@@ -78,7 +78,7 @@ def _say_where(slot: dict[str, Any] | None, rank: int, local_world: int) -> int 
     """One line in the job's log: the cores this process runs on and the GPUs it sees; returns its share of the
     slot's cores when the runner pinned the job to a slot (None: the whole machine)."""
     cores = cpu_list(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else "?"
-    where = f" (slot {slot['index']}, holding {slot['num_slots']}; packing {slot['packing']})" if slot else ""
+    where = f" (slot {slot['index']}, holding {slot[col.num_slots]}; packing {slot['packing']})" if slot else ""
     # One write, its newline included: the runner sets PYTHONUNBUFFERED, where print() writes the text and the
     # newline in two calls, and a rank torn down between them (torchrun ends the group when another rank
     # fails) leaves its line open for the next writer of the shared log to run into.

@@ -101,9 +101,9 @@ def cmd_ab(args: argparse.Namespace) -> int:
     print(_estimate_line(cells, looks, caps, envs, Path(args.reports)), file=sys.stderr)
 
     def done(side: str, row: dict) -> None:
-        detail = f"{row['throughput_img_per_s']:.1f} img/s" if row["status"] == "ok" else row["reason"]
+        detail = f"{row[col.throughput_img_per_s]:.1f} img/s" if row["status"] == "ok" else row["reason"]
         where = f" s{row['slot']}" if row.get("packing") not in (None, "solo") else ""
-        print(f"{side.upper()} {row['status']:>8} {row['cell_id']} r{row['repeat']}{where}  {detail}", file=sys.stderr)
+        print(f"{side.upper()} {row['status']:>8} {row[col.cell_id]} r{row['repeat']}{where}  {detail}", file=sys.stderr)
 
     def judge() -> Comparison:
         return compare.compare_runs(load_run(out / "b"), load_run(out / "a"), thresholds, require_same_env=False,

@@ -64,8 +64,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
           f"machine load {_load()})", file=sys.stderr)
 
     def done(side: str, row: dict) -> None:
-        detail = f"{row['throughput_img_per_s']:.1f} img/s" if row["status"] == "ok" else row["reason"]
-        print(f"{side:>6} {row['status']:>8} {row['cell_id']} r{row['repeat']} s{row.get('slot')}  {detail}",
+        detail = f"{row[col.throughput_img_per_s]:.1f} img/s" if row["status"] == "ok" else row["reason"]
+        print(f"{side:>6} {row['status']:>8} {row[col.cell_id]} r{row['repeat']} s{row.get('slot')}  {detail}",
               file=sys.stderr)
 
     try:

@@ -17,7 +17,7 @@ def cmd_env(args: argparse.Namespace) -> int:
         print(json.dumps(env | {col.env_key: env_key(env)}, indent=2, sort_keys=True, default=str))
     else:
         print(format_env(env))
-        print(f"{'env_key':<20} {env_key(env)}")
+        print(f"{col.env_key:<20} {env_key(env)}")
     return EXIT_OK
 
 

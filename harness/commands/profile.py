@@ -8,6 +8,7 @@ from pathlib import Path
 
 from harness.commands.common import EXIT_FAILURES, EXIT_OK, bad_input, env_and_caps
 from harness.matrix.parse import MatrixError, load_matrix
+from harness.catalogue import col
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
@@ -60,7 +61,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
             return EXIT_FAILURES
         print(f"NVTX ranges of the measured window ({args.steps} steps):\n" + timeline.render_summary(summary),
               file=sys.stderr)
-    print(f"profiled throughput {row['throughput_img_per_s']:.1f} img/s (not a timed result); "
+    print(f"profiled throughput {row[col.throughput_img_per_s]:.1f} img/s (not a timed result); "
           f"row in {spec.out_dir / 'cells'}", file=sys.stderr)
     return EXIT_OK
 

@@ -95,8 +95,8 @@ def _record(cell: Cell, status: str, reason: str, duration_s: float) -> dict[str
 
 def _line(record: dict[str, Any]) -> str:
     if record["status"] != "ok":
-        return (f"compile cache: {record['cell_id']}: warm-up {record['status']}: {record['reason']} "
+        return (f"compile cache: {record[col.cell_id]}: warm-up {record['status']}: {record['reason']} "
                 "(its repeats compile for themselves)")
-    return (f"compile cache: {record['cell_id']}: warmed in {record['duration_s']:.1f} s "
-            f"(compile {record.get('compile_s') or 0:.1f} s; untimed, not a result)")
+    return (f"compile cache: {record[col.cell_id]}: warmed in {record[col.duration_s]:.1f} s "
+            f"(compile {record.get(col.compile_s) or 0:.1f} s; untimed, not a result)")
 

@@ -292,8 +292,8 @@ class Bisector:
     def _verdict_text(c: Comparison) -> str:
         if c.error:
             return c.error
-        return "; ".join(f"{x['verdict']} {x['effect_pct']:+.1f}% [{x['ci_low_pct']:+.1f}, {x['ci_high_pct']:+.1f}] "
-                         f"in {x['num_candidate']} pairs" if x[col.effect_pct] is not None and x[col.ci_low_pct] is not None
+        return "; ".join(f"{x['verdict']} {x[col.effect_pct]:+.1f}% [{x[col.ci_low_pct]:+.1f}, {x[col.ci_high_pct]:+.1f}] "
+                         f"in {x[col.num_candidate]} pairs" if x[col.effect_pct] is not None and x[col.ci_low_pct] is not None
                          else f"{x['verdict']}: {x['reason']}" for x in c.cells)
 
     # --- the search --------------------------------------------------------------------------------
@@ -350,8 +350,8 @@ class Bisector:
         skipped = self.search.skipped_between()
         verdict = first_bad[hi]
         cells = [c for c in verdict.cells if c["verdict"] == "regression"]
-        where = "; ".join(f"{c['cell_id']}: throughput {c['effect_pct']:+.1f}% [{c['ci_low_pct']:+.1f}, "
-                          f"{c['ci_high_pct']:+.1f}] in {c['num_candidate']} pairs"
+        where = "; ".join(f"{c[col.cell_id]}: throughput {c[col.effect_pct]:+.1f}% [{c[col.ci_low_pct]:+.1f}, "
+                          f"{c[col.ci_high_pct]:+.1f}] in {c[col.num_candidate]} pairs"
                           + (f"; {c['attribution']}" if c.get("attribution") else "") for c in cells)
         answer = {"result": "found", "index": hi, "point": self.points[hi], "label": self.labels.get(self.points[hi], ""),
                   "skipped": [self.points[i] for i in skipped], "cells": cells,

@@ -73,7 +73,7 @@ def _transient_words(row: dict[str, Any]) -> str:
     text = row.get("steadiness") or ""
     start = text.find("start transient: ")
     if start < 0:
-        return f"first {row['start_transient_steps']} step(s) slow"
+        return f"first {row[col.start_transient_steps]} step(s) slow"
     return text[start + len("start transient: "):].split(" (")[0]
 
 
