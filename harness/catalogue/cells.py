@@ -5,6 +5,11 @@ from __future__ import annotations
 from harness.catalogue.axes import AXES_RECORD
 from harness.catalogue.columns import B, F, I, S, TS, Column, per_repeat
 
+INTERFERENCE_THRESHOLD = 0.10
+"""A window is taken under interference when other processes used more than this share of its cores' time
+(foreign_cpu_frac) or the hypervisor stole more than it (steal_frac). Quiet windows on the 2-core machine read a
+few per cent at most; a neighbour busy on the cores reads tens of per cent (docs/performance.md, "Interference")."""
+
 CELL_COLUMNS: tuple[Column, ...] = (
     per_repeat("run_id", S, "", "Run this row belongs to (the reports/<run_id> folder)."),
     per_repeat("cell_id", S, "", "Stable id: axis values + hash of every knob that affects the measurement."),
@@ -62,6 +67,15 @@ CELL_COLUMNS: tuple[Column, ...] = (
     per_repeat("start_transient_steps", I, "steps", "Measured steps at the window's start still in a transient (MSER-1 on the "
        "warm-up + window step times, each step beyond the settled steps' noise: harness.stats.settle); 0: the "
        "window starts settled; null before schema version 5."),
+    per_repeat("foreign_cpu_frac", F, "fraction", "Share of the time of the cores this cell may use that processes "
+               "other than the cell's own (its session: ranks, loader workers) used during the measured window, the "
+               "hypervisor's steal included (/proc/stat less the session's own CPU time); above "
+               "INTERFERENCE_THRESHOLD the window was taken under interference (is_steady false, and an A/B runs "
+               "it again). Null before schema version 6 and where /proc is not there."),
+    per_repeat("steal_frac", F, "fraction", "Share of those cores' time a hypervisor gave another guest during the "
+               "window (/proc/stat steal; 0 on bare metal)."),
+    per_repeat("num_involuntary_switches", I, "switches", "Involuntary context switches of the cell's process "
+               "(all its threads, rank 0) during the window: how often the scheduler took a core away from it."),
     per_repeat("train_loss", F, "", "Mean training loss over the measured window (all ranks)."),
     per_repeat("val_loss", F, "", "Mean validation cross-entropy (all ranks)."),
     per_repeat("top1", F, "fraction", "Validation top-1 accuracy (all ranks); null for synthetic data."),

@@ -22,6 +22,9 @@ STEP_COLUMNS: tuple[Column, ...] = (
        "null for synthetic data."),
     per_step("is_epoch_start", B, "", "The step holds the first image of an epoch; null for synthetic data."),
     per_step("images", I, "images", "Images this rank processed in the step."),
+    per_step("foreign_cpu_frac", F, "fraction", "Share of the cell's cores' time other processes used while this "
+             "step ran (the interference meter's samples around it, every 0.1 s); null for warm-up steps and before "
+             "schema version 6."),
     per_step("speed_probe_s", F, "s", "Machine-speed probe run right after this step, outside its time; null where none ran."),
     per_step("phase_data_s", F, "s", "This step's time waiting for the step's batches (the data range; CUDA events on GPU: the stream's view); null where the step never entered it (warmup steps are not timed by phase)."),
     per_step("phase_h2d_s", F, "s", "This step's time copying the batches to the device (real-data backends); null where the step never entered it (warmup steps are not timed by phase)."),

@@ -3,6 +3,7 @@ and what it yields: the cell's metrics and this rank's step rows."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from collections.abc import Iterator
@@ -16,6 +17,7 @@ from harness.cell import capture, vec_isa
 from harness.cell.context import Context, all_reduce
 from harness.cell.engine import Engine
 from harness.cell.faults import FireDrill, inject_fault, slow_start_for
+from harness.cell.interference import InterferenceMeter, interference_reason
 from harness.cell.loop import run_window
 from harness.cell.metrics import non_finite_reason, telemetry_columns
 from harness.cell.probe import MIN_PROBES, SpeedProbe, probe_every
@@ -46,6 +48,7 @@ def train(ctx: Context, engine: Engine, loader,
     # NVML sampling of this process's GPU (nothing on CPU) and the profiler: started before the opening
     # fence, stopped after the closing one.
     sampler = TelemetrySampler(ctx.device.index if ctx.device.type == "cuda" else None)
+    meter = InterferenceMeter()  # what else ran on this process's cores (a thread that sleeps between reads)
     recorder = capture.capture(ctx.profile, rank=ctx.rank, is_cuda=ctx.device.type == "cuda")
     drill = FireDrill(ctx.device, ctx.fire_drill_pct, warm.step_times_s) if ctx.fire_drill_pct else None
     if drill is not None:
@@ -55,7 +58,7 @@ def train(ctx: Context, engine: Engine, loader,
     probe = _speed_probe(ctx, warm)
     if ctx.phases is not None:
         ctx.phases.arm(b.measure_steps, ctx.device, accum)
-    window_s = run_window(ctx, engine, batches, meas, MEASURE, [i for i in (recorder, sampler) if i is not None],
+    window_s = run_window(ctx, engine, batches, meas, MEASURE, [i for i in (meter, recorder, sampler) if i is not None],
                           drill=drill, probe=probe)
     loader.close()
     # Everything below reads device values: outside the window, after its closing fence.
@@ -73,6 +76,10 @@ def train(ctx: Context, engine: Engine, loader,
     images = b.measure_steps * ctx.cell.images_per_step
     interval = window.window_throughput_interval(step_times, ctx.cell.images_per_step, images, window_s)
     steady, start = window.window_steadiness(warm.step_times_s, step_times)
+    busy = meter.columns()
+    if why := interference_reason(busy[col.foreign_cpu_frac], busy[col.steal_frac]):  # a neighbour: not steady
+        steady = dataclasses.replace(steady, is_steady=False, reason=f"taken under interference: {why}"
+                                     + ("" if steady.is_steady is not False else f"; also {steady.reason}"))
     fast = window.fast_step_rate(step_times, ctx.cell.images_per_step)
     metrics = {
         col.warmup_steps_used: warm.steps, col.num_measure_steps: b.measure_steps, col.images_measured: images,
@@ -87,7 +94,7 @@ def train(ctx: Context, engine: Engine, loader,
         col.exposed_data_wait_s: exposed_wait, col.exposed_data_wait_frac: exposed_wait / window_s,
         col.host_data_wait_s: host_wait, col.host_data_wait_frac: host_wait / window_s,
         col.is_steady: steady.is_steady, "steadiness": steady.reason,
-        col.start_transient_steps: start.num_steps,
+        col.start_transient_steps: start.num_steps, **busy,
         col.train_loss: train_loss, col.lr_final: engine.lr(), col.loss_scale: engine.loss_scale(),
     } | _phase_medians(phase_s, engine) | telemetry_columns(ctx, sampler.summary, images, sampler.foreign_pids) \
         | (probe.summary() if probe is not None else {})
@@ -103,6 +110,9 @@ def train(ctx: Context, engine: Engine, loader,
         "images": np.full(n, local_images),
     } | {f"phase_{name}_s": _nulls_where_nan(np.concatenate([np.full(warm.steps, np.nan), phase_s[:, k]]))
          for k, name in enumerate(PHASES)}
+    step_ends = meter.started_at_s + np.cumsum(step_times)  # the step clock's times laid from the window's start
+    steps[col.foreign_cpu_frac] = _nulls_where_nan(np.concatenate([np.full(warm.steps, np.nan),
+                                                                    meter.per_step(step_ends)]))
     if probe is not None:
         ran = np.concatenate([np.full(warm.steps, np.nan), probe.per_step])
         steps[col.speed_probe_s] = _nulls_where_nan(ran)  # null where none ran

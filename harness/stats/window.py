@@ -44,7 +44,8 @@ class Pettitt:
 class Steadiness:
     """Whether a measurement window shows neither a trend nor a level shift."""
 
-    is_steady: bool
+    is_steady: bool | None
+    """None: the window was too short to judge (window_steadiness)."""
     """True when neither test rejects at alpha (and there were enough values to test)."""
     trend_p: float
     """Mann-Kendall p-value on the batch means; NaN when not testable."""
@@ -282,6 +283,11 @@ def steadiness(
     return Steadiness(is_steady=trend_ok and change_ok, trend_p=mk.p, change_p=pt.p, reason=reason)
 
 
+MIN_JUDGED_STEPS = 6
+"""Fewest measured steps whose steadiness can be judged: below it Mann-Kendall's smallest two-sided p (2 / n!)
+is above 0.01, so no window could ever be found unsteady by the trend test (a --smoke window of 3 steps)."""
+
+
 def window_steadiness(warmup_s: Sequence[float], window_s: Sequence[float], *,
                       alpha: float = 0.01) -> tuple[Steadiness, StartTransient]:
     """A measured window's steadiness as a cell records it: :func:`steadiness` of the window (trend, level
@@ -291,6 +297,10 @@ def window_steadiness(warmup_s: Sequence[float], window_s: Sequence[float], *,
     steady = steadiness(window_s, alpha=alpha)
     start = start_transient(warmup_s, window_s)
     if not start.found:
+        if len(window_s) < MIN_JUDGED_STEPS:  # the rank tests cannot reject at any data: say so, not "steady"
+            steady = replace(steady, is_steady=None, reason=(
+                f"window of {len(window_s)} steps: too short to test for a trend or level shift (at least "
+                f"{MIN_JUDGED_STEPS} needed); no start transient found"))
         return steady, start
     also = "" if steady.is_steady else f"; also {steady.reason}"
     return replace(steady, is_steady=False, reason=f"not steady: {start.reason}{also}"), start

@@ -1,0 +1,162 @@
+"""What else ran during a measured window, from the kernel's own accounting: the CPU time other processes took on
+the cores this cell may use (and the hypervisor's steal on a virtual machine), as a share of those cores' time,
+and this process's involuntary context switches. Started after the opening fence, stopped after the closing one
+(an Instrument); a background thread samples the same counters so each step can say when it happened."""
+
+from __future__ import annotations
+
+import os
+import resource
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from harness.catalogue import col
+from harness.catalogue.cells import INTERFERENCE_THRESHOLD
+
+SAMPLE_INTERVAL_S = 0.1
+"""How often the background thread reads the counters (the per-step record's resolution)."""
+_BUSY = (0, 1, 2, 5, 6, 7)
+"""/proc/stat per-core fields counted as busy: user, nice, system, irq, softirq, steal (not idle, iowait)."""
+_STEAL = 7
+
+
+@dataclass(frozen=True, slots=True)
+class Counters:
+    """One reading: per-core busy and total ticks of the cell's cores, their steal, and the cell's own CPU ticks."""
+
+    t_s: float
+    busy: int
+    total: int
+    steal: int
+    own: int
+
+
+def read_proc_stat(cores: Iterable[int], text: str | None = None) -> tuple[int, int, int]:
+    """(busy, total, steal) ticks summed over `cores`, from /proc/stat (or `text`, its contents)."""
+    wanted = {f"cpu{c}" for c in cores}
+    busy = total = steal = 0
+    for line in (text if text is not None else Path("/proc/stat").read_text()).splitlines():
+        name, _, rest = line.partition(" ")
+        if name in wanted:
+            fields = [int(x) for x in rest.split()]
+            busy += sum(fields[i] for i in _BUSY if i < len(fields))
+            total += sum(fields[:8])
+            steal += fields[_STEAL] if len(fields) > _STEAL else 0
+    return busy, total, steal
+
+
+def session_cpu_ticks(sid: int | None = None, proc: Path = Path("/proc")) -> int:
+    """utime + stime (all threads) of every live process in session `sid` (default: this process's): the cell's
+    own processes, its loader workers and its torchrun group included (the runner starts each job in a session
+    of its own). A process that ended during the window takes its ticks with it: an undercount of our own time
+    that reads as interference only if such a process burned CPU and exited inside the window."""
+    sid = os.getsid(0) if sid is None else sid
+    ticks = 0
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:  # gone between the listing and the read
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()  # after the command name, which may hold spaces
+        if int(fields[3]) == sid:  # field 6 of the line: the session id
+            ticks += int(fields[11]) + int(fields[12])  # fields 14, 15: utime, stime
+    return ticks
+
+
+class InterferenceMeter:
+    """Counters at the window's two ends and every SAMPLE_INTERVAL_S between (a thread of its own, which sleeps
+    between reads). `read` is the seam tests replace: () -> Counters."""
+
+    def __init__(self, cores: Iterable[int] | None = None, *, read: Callable[[], Counters] | None = None,
+                 interval_s: float = SAMPLE_INTERVAL_S):
+        self.cores = tuple(sorted(os.sched_getaffinity(0) if cores is None else cores))
+        self._read = read or self._read_proc
+        self._interval_s = interval_s
+        self._samples: list[Counters] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._nivcsw = 0
+
+    def _read_proc(self) -> Counters:
+        busy, total, steal = read_proc_stat(self.cores)
+        return Counters(time.perf_counter(), busy, total, steal, session_cpu_ticks())
+
+    def start(self) -> InterferenceMeter:
+        self._nivcsw = resource.getrusage(resource.RUSAGE_SELF).ru_nivcsw
+        self._samples = [self._read()]
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._loop, name="nvbench-interference", daemon=True)
+        self._thread.start()
+        return self
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self._interval_s):
+            self._samples.append(self._read())
+
+    def stop(self) -> InterferenceMeter:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self._samples.append(self._read())
+        self._nivcsw = resource.getrusage(resource.RUSAGE_SELF).ru_nivcsw - self._nivcsw
+        return self
+
+    @property
+    def started_at_s(self) -> float:
+        """perf_counter time of the first reading (the window's start, before its opening fence)."""
+        return self._samples[0].t_s
+
+    def columns(self) -> dict[str, Any]:
+        """The window's figures as cells columns (null where the counters said nothing, e.g. no /proc)."""
+        first, last = self._samples[0], self._samples[-1]
+        return {col.foreign_cpu_frac: foreign_share(first, last), col.steal_frac: steal_share(first, last),
+                col.num_involuntary_switches: self._nivcsw}
+
+    def per_step(self, step_ends_s: np.ndarray) -> np.ndarray:
+        """The foreign share over each step, from the samples around it (a step between two samples takes the
+        share of the interval it falls in): `step_ends_s` are perf_counter times of each step's end, in order."""
+        samples = self._samples
+        times = np.array([s.t_s for s in samples])
+        out = np.full(len(step_ends_s), np.nan)
+        start = samples[0].t_s
+        for i, end in enumerate(step_ends_s):
+            lo = max(int(np.searchsorted(times, start, side="right")) - 1, 0)
+            hi = min(int(np.searchsorted(times, end, side="left")), len(samples) - 1)
+            if hi > lo:
+                share = foreign_share(samples[lo], samples[hi])
+                out[i] = np.nan if share is None else share
+            start = end
+        return out
+
+
+def foreign_share(a: Counters, b: Counters) -> float | None:
+    """Share of the cores' time between two readings that processes other than the cell's used: (busy - own) /
+    total, clamped at 0 (tick rounding), None when no time passed on those cores."""
+    total = b.total - a.total
+    if total <= 0:
+        return None
+    return min(1.0, max(0.0, ((b.busy - a.busy) - (b.own - a.own)) / total))
+
+
+def steal_share(a: Counters, b: Counters) -> float | None:
+    """Share of the cores' time the hypervisor gave another guest between two readings."""
+    total = b.total - a.total
+    return None if total <= 0 else (b.steal - a.steal) / total
+
+
+def interference_reason(foreign: float | None, steal: float | None) -> str | None:
+    """The words of a window taken under interference, or None when it was not (or nothing was measured)."""
+    parts = []
+    if foreign is not None and foreign > INTERFERENCE_THRESHOLD:
+        parts.append(f"other processes used {foreign:.0%} of this cell's cores")
+    if steal is not None and steal > INTERFERENCE_THRESHOLD:
+        parts.append(f"the hypervisor took {steal:.0%} of them (steal)")
+    return "; ".join(parts) or None

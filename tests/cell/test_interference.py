@@ -1,0 +1,90 @@
+"""The interference meter: /proc/stat's per-core ticks less the cell's own session's CPU time, over exactly the
+window; a real neighbour on this machine's cores is seen, the cell's own work is not."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import time
+
+import numpy as np
+import pytest
+
+from harness.catalogue import col
+from harness.catalogue.cells import INTERFERENCE_THRESHOLD
+from harness.cell.interference import (
+    Counters,
+    InterferenceMeter,
+    foreign_share,
+    interference_reason,
+    read_proc_stat,
+    session_cpu_ticks,
+)
+
+STAT = """cpu  100 0 50 1000 5 0 0 0 0 0
+cpu0 10 1 5 100 2 3 4 6 0 0
+cpu1 20 0 10 200 0 0 0 0 0 0
+intr 1 2 3
+"""
+
+
+def test_proc_stat_sums_the_cells_cores_only():
+    # cpu0: busy = user 10 + nice 1 + system 5 + irq 3 + softirq 4 + steal 6 = 29, total 131, steal 6
+    assert read_proc_stat([0], STAT) == (29, 131, 6)
+    assert read_proc_stat([0, 1], STAT) == (29 + 30, 131 + 230, 6)
+
+
+def test_the_share_is_others_busy_time_over_the_cores_time():
+    a, b = Counters(0.0, 100, 1000, 0, 40), Counters(1.0, 160, 1200, 10, 80)  # 60 busy, 40 of them ours, 200 ticks
+    assert foreign_share(a, b) == pytest.approx(20 / 200)
+    assert foreign_share(a, Counters(1.0, 130, 1200, 0, 90)) == 0.0  # tick rounding never reads negative
+    assert foreign_share(a, a) is None
+    assert interference_reason(0.61, 0.0) == "other processes used 61% of this cell's cores"
+    assert interference_reason(INTERFERENCE_THRESHOLD / 2, None) is None
+
+
+def test_per_step_shares_follow_the_samples_around_each_step():
+    samples = iter([Counters(0.0, 0, 0, 0, 0), Counters(1.0, 50, 100, 0, 50),     # quiet second
+                    Counters(2.0, 150, 200, 0, 100), Counters(3.0, 200, 300, 0, 150)])  # second 2: 50 % others
+    meter = InterferenceMeter([0], read=lambda: next(samples), interval_s=60)
+    meter.start()
+    meter._samples += [next(samples), next(samples)]  # what the thread would have read
+    meter.stop()
+    shares = meter.per_step(np.array([1.0, 2.0, 3.0]))
+    np.testing.assert_allclose(shares, [0.0, 0.5, 0.0])
+    assert meter.columns()[col.foreign_cpu_frac] == pytest.approx(50 / 300)
+
+
+def _spin(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def _spin_in_own_session(seconds: float) -> None:
+    os.setsid()  # another session: not the cell's
+    _spin(seconds)
+
+
+def test_a_neighbour_on_the_cells_core_is_seen_and_the_cells_own_work_is_not():
+    saved = os.sched_getaffinity(0)
+    core = min(saved)
+    os.sched_setaffinity(0, {core})
+    try:
+        own = InterferenceMeter([core]).start()
+        _spin(0.6)  # the cell's own work
+        quiet = own.stop().columns()[col.foreign_cpu_frac]
+        ctx = multiprocessing.get_context("fork")
+        neighbour = ctx.Process(target=_spin_in_own_session, args=(3.0,))
+        neighbour.start()
+        time.sleep(0.3)
+        busy = InterferenceMeter([core]).start()
+        _spin(1.0)
+        loaded = busy.stop().columns()[col.foreign_cpu_frac]
+        neighbour.join()
+    finally:
+        os.sched_setaffinity(0, saved)
+    assert session_cpu_ticks() > 0
+    assert quiet is not None and loaded is not None
+    # the neighbour shares the one core: it takes about half of it; the cell's own spinning counts for nothing
+    assert loaded > max(0.25, quiet)
