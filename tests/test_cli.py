@@ -121,10 +121,10 @@ def test_a_smoke_cell_of_the_mission_validates_on_every_class_and_its_console_fi
     assert proc.returncode == 0, proc.stderr
     (row,) = pq.read_table(out / "cells").to_pylist()
     assert row["status"] == "ok" and row["num_val_images"] == 100 and 0.0 <= row["top1"] <= 1.0
-    line = next(l for l in proc.stderr.splitlines() if l.startswith("pytorch_nchw_fp32_ws1_ga1 "))
+    line = next(l for l in proc.stdout.splitlines() if l.startswith("pytorch_nchw_fp32_ws1_ga1 "))
     assert line.split()[3] == f"{row['top1']:.3f}"  # shown as a result: it is one
     # and beside it what a guess would score; the dataset line says it was made, and where
-    assert "\ntop-1 by chance: 0.100 (1 / 10 classes); a --smoke cell's few steps leave it" in proc.stderr
+    assert "\ntop-1 by chance: 0.100 (1 / 10 classes); a --smoke cell's few steps leave it" in proc.stdout
     datasets = tmp_path / "cache" / "datasets"
     assert f"\ndataset: generating shapes 24px x 10 classes into {datasets}/shapes-24px-10c-" in proc.stderr
     wide = [l for l in (proc.stdout + proc.stderr).splitlines() if len(l) > 80 and "/" not in l]

@@ -45,8 +45,9 @@ def cmd_ab(args: argparse.Namespace) -> int:
         thresholds = thresholds_from(args)
         note = None
         if (decisive := ab.decisive_looks(looks, thresholds.fdr_q)) != looks:
-            note = (f"note: {looks[0]} + {looks[0]} pairs cannot decide at the level split over the looks "
-                    f"{looks}: the A/B starts at {decisive[0]} pairs (looks {decisive})")
+            note = (f"note: --max-repeats adds pairs at planned looks {looks}, and each look spends a share of "
+                    f"--fdr {thresholds.fdr_q:g}; {looks[0]} pairs a side are too few to show a change with their "
+                    f"share, so the A/B starts at {decisive[0]} pairs a side (looks {decisive})")
             looks, matrix = decisive, with_repeats(matrix, decisive[0])
         thresholds = dataclasses.replace(thresholds, looks=len(looks))
         knob = f"--max-repeats {looks[-1]}" if args.max_repeats else f"--repeats {looks[-1]}" \
@@ -132,7 +133,7 @@ def _estimate_line(cells, looks: list[int], caps, envs: dict, reports: Path) -> 
 def add_parser(subparsers) -> None:
     ab = subparsers.add_parser(
         "ab", help="run a matrix under two interpreters or checkouts, interleaved; compare B with A")
-    ab.add_argument("matrix")
+    ab.add_argument("matrix", help="the matrix file (TOML) both sides run")
     ab.add_argument("--a", default=sys.executable, metavar="PYTHON",
                     help="interpreter of side A, the baseline (default: this one, %(default)s)")
     ab.add_argument("--b", default=sys.executable, metavar="PYTHON",
@@ -154,8 +155,10 @@ def add_parser(subparsers) -> None:
                     help="filter cells as in run (default: every cell)")
     ab.add_argument("--smoke", action="store_true", help="shrink every cell as `run --smoke` does")
     own_default(ab.add_argument("--repeats", type=int, metavar="N",
-                                help="repeats per side (default: the matrix's run.repeats, itself %(own_default)s "
-                                     "when unset)"), knob_default(RunConfig, "repeats"))
+                                help="pairs (repeats per side) the A/B starts with (default: the matrix's run.repeats, "
+                                     "itself %(own_default)s when unset; with --max-repeats, raised to the fewest "
+                                     "that can decide, which the A/B says before it starts)"),
+                knob_default(RunConfig, "repeats"))
     ab.add_argument("--max-repeats", type=int, metavar="M",
                     help="while a cell is inconclusive, run more interleaved pairs of it, up to M a side (looks at "
                          "N, 2N, 4N, ..., M, leaving out looks too small to decide at the split level; the level is split "

@@ -69,10 +69,12 @@ def runs(tmp_path_factory):
     a, d = root / "A", root / "D"
     with ThreadPoolExecutor(2) as pool:  # two run folders, one core each: half the wall time
         runs = [pool.submit(nvbench, "run", str(both), "--out", "A", "--no-progress", cwd=root, env={"COLUMNS": "80"}),
-                pool.submit(nvbench, "run", str(one), "--out", str(d), "--no-progress", "--fire-drill", "900")]
+                pool.submit(nvbench, "run", str(one), "--out", str(d), "--quiet", "--fire-drill", "900")]
         for proc in (r.result() for r in runs):
             assert proc.returncode == 0, proc.stdout + proc.stderr
-    (root / "A.stderr").write_text(runs[0].result().stderr)  # what `nvbench run` showed, for the summary's test
+    (root / "A.stdout").write_text(runs[0].result().stdout)  # the summary `nvbench run` printed, for its test
+    (root / "A.stderr").write_text(runs[0].result().stderr)  # and its progress
+    (root / "D.out").write_text(runs[1].result().stdout + "\0" + runs[1].result().stderr)  # --quiet
     return root, a, d
 
 
@@ -166,8 +168,10 @@ def junit(path: Path) -> ET.Element:
 
 def test_a_run_ends_with_a_summary_that_fits_80_columns(runs):
     root, a, _ = runs
-    stderr = (root / "A.stderr").read_text()
-    summary = stderr[stderr.index("ran: 2 cells"):].splitlines()
+    stdout, stderr = (root / "A.stdout").read_text(), (root / "A.stderr").read_text()
+    assert stdout.startswith("ran: 2 cells") and "ran: " not in stderr  # results on stdout, progress on stderr
+    assert "run folder: A" in stderr and " ok synthetic_nchw_fp32_ws1_ga1" in " ".join(stderr.split())
+    summary = stdout.splitlines()
     assert max(map(len, summary)) <= 80
     lines = {line.split()[0]: line.split() for line in summary if line.startswith(("synthetic_", "pytorch_"))}
     rows = {r["backend"]: r for r in store.read_cells(a).to_pylist()}
@@ -181,6 +185,8 @@ def test_a_run_ends_with_a_summary_that_fits_80_columns(runs):
         assert top1 == top1_text([row], short=True)  # "n/a: N img" below 100 validation images, never 0.000
         assert wait == f"{row['exposed_data_wait_frac']:.1%}"
     assert summary[-3:] == ["2 rows: 2 ok", "results: A", "next:    nvbench report A"]
+    quiet_out, quiet_err = (root / "D.out").read_text().split("\0")  # --quiet: the summary alone
+    assert "results: " in quiet_out and "run folder:" not in quiet_err and " ok " not in quiet_err
 
 
 @pytest.mark.documented("nvbench report reports/<run_id> --baseline reports/baselines/current --fail-on-regression",
