@@ -163,3 +163,25 @@ def test_every_flag_says_its_default_in_help_read_from_the_code_that_owns_it():
             if "default" not in words.lower() or not all(e in words for e in expected):
                 missing.append(f"{name} {action.option_strings[0]}: {words!r} (expected {expected})")
     assert checked > 40 and missing == []
+
+
+def test_every_command_opens_its_help_with_what_it_does_and_every_positional_says_what_it_is():
+    from harness.cli import build_parser
+    from harness.commands import common
+
+    missing, positionals = [], 0
+    for name, parser in _parsers(build_parser()):
+        first = (parser.format_help().split("\n\n") + [""])[1].strip()  # the paragraph after usage
+        if not parser.description or " ".join(first.split()) != " ".join(parser.description.split()):
+            missing.append(f"{name}: no description line ({first!r})")
+        for action in parser._actions:
+            if not action.option_strings:
+                positionals += 1
+                if not action.help:
+                    missing.append(f"{name} {action.metavar or action.dest}: no help")
+    assert positionals >= 12 and missing == []
+    top = build_parser().format_help()
+    codes = top[top.index("exit codes:"):].splitlines()[1:]
+    assert [int(line.split()[0]) for line in codes] == [common.EXIT_OK, common.EXIT_FAILURES, common.EXIT_BAD_INPUT,
+                                                       common.EXIT_INCONCLUSIVE, common.EXIT_INTERRUPTED]
+    assert top.rstrip().endswith(codes[-1].rstrip())  # the last thing --help says
