@@ -94,6 +94,7 @@ def add_parser(subparsers) -> None:
     x = subparsers.add_parser("export", help="a run's cells in another tool's format (pytest-benchmark JSON)")
     x.add_argument("run_dir", metavar="RUN", help="the run folder to export")
     x.add_argument("--format", required=True, choices=("pytest-benchmark",),
-                   help="pytest-benchmark: one benchmark per cell, img/s as ops, step times as stats")
+                   help="pytest-benchmark: one benchmark per cell (named and grouped by cell id), seconds per image "
+                        "of each measured step as its rounds, so ops (1 / mean) is img/s")
     x.add_argument("--out", required=True, metavar="FILE", help="the JSON file to write")
     x.set_defaults(func=cmd_export)

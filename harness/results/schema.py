@@ -45,6 +45,9 @@ SUPERSEDED = "superseded"
 """Status of an A/B repeat whose window opened in a start transient and ran again (harness.orchestrate.rerun):
 the row is kept for the record and never compared (only `ok` rows are)."""
 STATUSES = ("ok", "failed", "timeout", "crashed", "skipped", "cancelled", SUPERSEDED)
+SUPERSEDED_STEPS = "steps-superseded"
+"""Folder of a run beside steps/ that holds a superseded repeat's steps (`<cell>-r<k>-superseded<n>.parquet`), so
+that a query over `steps/*.parquet` counts each repeat's measured steps once: those of the attempt kept."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 
 from harness.orchestrate import ab_sides, job, rerun, runfolder
 from harness.results import store
-from harness.results.schema import cell_table, step_table
+from harness.results.schema import SUPERSEDED_STEPS, cell_table, step_table
 from harness.spec.cells import job_key
 
 CELL = "synthetic_nchw_fp32_ws1_ga1_0123456789"
@@ -46,7 +46,8 @@ def test_a_transient_row_is_kept_as_superseded_with_its_steps_and_log_and_its_jo
     (cells,) = pq.read_table(run_dir / "cells").to_pylist()  # one row: the transient one, renamed
     assert cells["status"] == "superseded" and cells["reason"] == reason and cells["log_path"] == f"logs/{kept}.log"
     assert cells["throughput_img_per_s"] == 100.0 and cells["start_transient_steps"] == 3  # the row as it ran
-    assert pq.read_table(run_dir / "steps" / f"{kept}.parquet").column("step_time_s").to_pylist() == [0.3, 0.1]
+    assert pq.read_table(run_dir / SUPERSEDED_STEPS / f"{kept}.parquet").column("step_time_s").to_pylist() == [0.3, 0.1]
+    assert not list((run_dir / "steps").glob("*.parquet"))  # a glob over steps/ no longer counts it
     assert (run_dir / "logs" / f"{kept}.log").read_text() == "the cell's output\n"
     assert runfolder.pending(run_dir, [(CELL, 4)]) == [(CELL, 4)]
     # a resumed A/B counts what it spent, per side
