@@ -17,7 +17,7 @@ from pytest_benchmark.storage.file import FileStorage
 
 from harness import cli
 from harness.results import store
-from harness.results.schema import SUPERSEDED_STEPS, cell_table, step_table
+from harness.results.schema import cell_table, step_table
 
 CELLS = {"synthetic_nchw_fp32_ws1_ga1_aa": 800.0, "synthetic_nhwc_bf16_ws1_ga1_bb": 1200.0}
 
@@ -42,7 +42,8 @@ def hand_made_run(path: Path, *, failed: bool = True, seed: int = 0) -> Path:
             steps["step_time_s"] += list(times) + list(times * 3)
     first = next(iter(CELLS))
     rows.append(dict(rows[0], status="superseded", throughput_img_per_s=10.0, is_steady=False))  # never exported
-    store.write_table(path / SUPERSEDED_STEPS / f"{first}-r0-superseded1.parquet",
+    # its steps where A/B folders kept them before steps-superseded/ (harness.results.schema.SUPERSEDED_STEPS)
+    store.write_table(path / "steps" / f"{first}-r0-superseded1.parquet",
                       step_table({"run_id": [path.name] * 5, "cell_id": [first] * 5, "repeat": [0] * 5,
                                   "rank": [0] * 5, "step": list(range(5)), "is_warmup": [False] * 5,
                                   "step_time_s": [9.0] * 5}))
@@ -79,7 +80,7 @@ def test_the_export_reads_back_with_pytest_benchmarks_loader_one_benchmark_per_c
         for name in ("min", "max", "mean", "stddev", "median", "q1", "q3", "iqr", "ld15iqr", "hd15iqr", "total",
                      "iqr_outliers", "stddev_outliers", "outliers"):
             assert bench[name] == pytest.approx(getattr(oracle, name)), name
-        assert bench["params"]["memory_format"] == cid.split("_")[1]
+        assert bench["params"]["memory_format"] == cid.split("_")[1] and bench["extra_info"]["repeats"] == [0, 1, 2]
     doc = json.loads(out.read_text())
     assert doc["commit_info"]["id"] == "abc123" and doc["machine_info"]["node"] == "ci"
 
