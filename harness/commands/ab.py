@@ -39,6 +39,8 @@ def cmd_ab(args: argparse.Namespace) -> int:
     from harness.orchestrate import ab, ab_sides, capabilities, runfolder
     from harness.spec.cells import expand
 
+    if warning := ab_sides.code_warning(Path.cwd(), ab.checkout_root(), {"a": args.a_checkout, "b": args.b_checkout}):
+        print(warning, file=sys.stderr)  # before anything runs: the A/B the user meant may not be this one
     try:
         matrix = with_repeats(load_matrix(args.matrix), args.repeats)
         looks = ab.look_schedule(matrix.run.repeats, args.max_repeats or matrix.run.repeats)
@@ -90,7 +92,8 @@ def cmd_ab(args: argparse.Namespace) -> int:
     except (SlotError, CalibrationError) as exc:
         return bad_input([str(exc)])
     names = ab_sides.labels(envs, {"a": args.a_label, "b": args.b_label})
-    sides = ab_sides.side_lines(names, {n: ab_sides.where(pythons[n], checkouts[n]) for n in ab.SIDES})
+    sides = ab_sides.side_lines(names, {n: ab_sides.where(pythons[n], checkouts[n] or ab.checkout_root(), envs[n])
+                                        for n in ab.SIDES})
     ab.create_ab(matrix, cells, out_dir=out, pythons=pythons, envs=envs, smoke=args.smoke, only=args.only,
                  seed=args.seed, checkouts=checkouts, fire_drill_pct=args.fire_drill or 0.0,
                  max_reruns=args.max_reruns, labels=names)
@@ -139,8 +142,9 @@ def add_parser(subparsers) -> None:
     ab.add_argument("--b", default=sys.executable, metavar="PYTHON",
                     help="interpreter of side B, the candidate (default: this one, %(default)s)")
     ab.add_argument("--a-checkout", metavar="DIR", help="checkout whose harness side A runs, e.g. a git worktree "
-                    "of the baseline's commit (default: this one)")
-    ab.add_argument("--b-checkout", metavar="DIR", help="checkout whose harness side B runs (default: this one)")
+                    "of the baseline's commit (default: the code this nvbench imports; the A/B warns first when you "
+                    "stand in another checkout)")
+    ab.add_argument("--b-checkout", metavar="DIR", help="checkout whose harness side B runs (default: as --a-checkout)")
     ab.add_argument("--a-label", metavar="TEXT", help="what side A is, in the verdict's words (default: the "
                     "environment fields that differ between the sides, e.g. 'torch 2.12.1'; else 'baseline')")
     ab.add_argument("--b-label", metavar="TEXT", help="what side B is (default: as --a-label; else 'candidate')")
