@@ -6,9 +6,9 @@ import argparse
 import sys
 
 from harness import __version__
-from harness.commands import ab, bisect, calibrate, data, env, history, profile, report, run, validate
+from harness.commands import ab, bisect, calibrate, columns, data, env, history, profile, report, run, validate
 
-_COMMANDS = (validate, run, calibrate, profile, report, ab, bisect, env, data, history)
+_COMMANDS = (validate, run, calibrate, profile, report, ab, bisect, env, data, history, columns)
 """The command modules in the order `nvbench --help` lists them (history also adds export)."""
 
 

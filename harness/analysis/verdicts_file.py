@@ -10,6 +10,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from harness.analysis.columns import described, verdict_docs
 from harness.analysis.verdict import METRIC_COLUMNS, VERDICT_COLUMNS, CellVerdict, Comparison, MetricVerdict
 from harness.results import store
 
@@ -40,8 +41,9 @@ def verdict_schema() -> pa.Schema:
 
 
 def verdict_table(comparison: Comparison) -> pa.Table:
-    """One row per cell; schema metadata carries the version, mode, baseline and thresholds."""
-    schema = verdict_schema().with_metadata({
+    """One row per cell; schema metadata carries the version, mode, baseline and thresholds, each field its unit
+    and meaning (harness.analysis.columns)."""
+    schema = described(verdict_schema(), verdict_docs()).with_metadata({
         VERSION_KEY: str(VERDICTS_VERSION).encode(), b"nvbench.table": b"verdicts",
         b"nvbench.mode": comparison.mode.encode(), b"nvbench.baseline": comparison.baseline_label.encode(),
         b"nvbench.thresholds": json.dumps(asdict(comparison.thresholds), sort_keys=True).encode(),

@@ -219,6 +219,9 @@ def test_report_of_a_run_against_itself(runs, documented_run):
     table = pq.read_table(out / "verdicts.parquet")
     assert table.schema.metadata[b"nvbench.verdicts_version"] == b"7"
     assert tuple(table.column_names) == VERDICTS_V7_COLUMNS
+    # every column says its unit and meaning to a reader of the file alone (DuckDB, pandas, nvbench columns)
+    assert [f.name for f in pq.read_schema(out / "verdicts.parquet") if b"unit" not in (f.metadata or {})
+            or not f.metadata.get(b"doc")] == []
     assert {(r["compile"], r["model"]) for r in table.to_pylist()} == {("eager", "resnet18")}  # every axis
     thresholds = json.loads(table.schema.metadata[b"nvbench.thresholds"])
     assert thresholds["min_repeats"] == 5 and thresholds["speed_adjust"] is True
