@@ -55,6 +55,10 @@ def cmd_run(args: argparse.Namespace) -> int:
             cell_list = expand(matrix, smoke=args.smoke, only=args.only)
         except MatrixError as exc:
             return bad_input(exc.problems)
+        from harness.orchestrate.model_check import user_model_problems
+
+        if built := user_model_problems(matrix, {c.model for c in cell_list}):  # as validate: before anything is written
+            return bad_input([f"{args.matrix}: {problem}" for problem in built])
         if args.out and (Path(args.out) / runfolder.PLAN).exists():
             return bad_input([f"--out {args.out}: already holds a run; use --resume {args.out}"])
         device = matrix.run.device
