@@ -18,10 +18,12 @@ def entries(text: str) -> dict[str, tuple[str, str]]:
     return {head.split()[0]: (head.split()[-1], doc.strip()) for head, doc in zip(lines[::2], lines[1::2])}
 
 
-def test_columns_prints_every_column_of_cells_and_steps_with_its_unit_and_meaning(tmp_path, capsys):
+@pytest.mark.documented("nvbench columns reports/<run_id>/cells", bound_s=60)
+def test_columns_prints_every_column_of_cells_and_steps_with_its_unit_and_meaning(tmp_path, documented_run):
     run = hand_made_run(tmp_path / "run")
-    assert cli.main(["columns", str(run / "cells"), str(run / "steps" / "all.parquet")]) == 0
-    cells_text, steps_text = capsys.readouterr().out.split("\n\n")
+    proc = documented_run(["columns", str(run / "cells"), str(run / "steps" / "all.parquet")])
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    cells_text, steps_text = proc.stdout.rstrip("\n").split("\n\n")
     assert cells_text.startswith(f"{run / 'cells' / 'all.parquet'}: cells table, {len(CELL_COLUMNS)} columns")
     for text, declared in ((cells_text, CELL_COLUMNS), (steps_text, STEP_COLUMNS)):
         shown = entries(text)
