@@ -109,7 +109,8 @@ def verdict_rows(run: RunData) -> dict[str, list[Mapping[str, Any]]]:
     thresholds: ok, a throughput, steady where unsteady ones are left out); superseded, failed and profiled
     repeats never are."""
     th = Thresholds()
-    out = {cid: usable_rows([r for r in rows if not r.get("profile_tool")], th) for cid, rows in by_cell(run.rows).items()}
+    out = {cid: usable_rows([r for r in rows if not r.get("profile_tool")], th)
+           for cid, rows in by_cell(run.rows).items()}
     return {cid: rows for cid, rows in sorted(out.items()) if rows}
 
 

@@ -57,7 +57,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             return bad_input(exc.problems)
         from harness.orchestrate.model_check import user_model_problems
 
-        if built := user_model_problems(matrix, {c.model for c in cell_list}):  # as validate: before anything is written
+        # as validate does, before anything is written
+        if built := user_model_problems(matrix, {c.model for c in cell_list}):
             return bad_input([f"{args.matrix}: {problem}" for problem in built])
         if args.out and (Path(args.out) / runfolder.PLAN).exists():
             return bad_input([f"--out {args.out}: already holds a run; use --resume {args.out}"])

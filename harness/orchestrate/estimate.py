@@ -71,7 +71,8 @@ class Past:
     between_jobs_s: float | None = None
     runs: Sequence[str] = ()
     scaled_s: Mapping[str, float] = field(default_factory=dict)
-    """Cells without past jobs: one job's seconds from this machine's rows of other cells (harness.orchestrate.scaled)."""
+    """Cells without past jobs: one job's seconds from this machine's rows of other cells
+    (harness.orchestrate.scaled)."""
     scaled_runs: Sequence[str] = ()
 
 

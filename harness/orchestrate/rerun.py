@@ -46,8 +46,8 @@ class Reruns:
         return has_start_transient(row) and self.used.get((str(run_dir), row["cell_id"]), 0) < self.limit
 
     def supersede(self, run_dir: Path, row: dict[str, Any]) -> str:
-        """Keep `row` (its steps in SUPERSEDED_STEPS, its log) under a name of its own, status superseded, and take its job's
-        row away so the job runs again; returns the reason written. The kept copy is written before the
+        """Keep `row` (its steps in SUPERSEDED_STEPS, its log) under a name of its own, status superseded, and take
+        its job's row away so the job runs again; returns the reason written. The kept copy is written before the
         original goes: an interruption in between leaves the job done with its transient row beside it."""
         cid = row["cell_id"]
         n = self.used[(str(run_dir), cid)] = self.used.get((str(run_dir), cid), 0) + 1

@@ -5,7 +5,7 @@ time scaled by model cost (forward FLOPs per image, the registry's at the image 
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,7 +56,8 @@ def cell_gflops(cell: Cell) -> float | None:
     return gflops(cell.model, b.image_size, cell.images_per_step * (warmup + b.measure_steps))
 
 
-def scaled_seconds(cells: Mapping[str, Cell], device: str, donors: Sequence[Donor]) -> tuple[dict[str, float], tuple[str, ...]]:
+def scaled_seconds(cells: Mapping[str, Cell], device: str,
+                   donors: Sequence[Donor]) -> tuple[dict[str, float], tuple[str, ...]]:
     """cell_id -> seconds of one job from the donors of its kind (the median of their seconds outside the steps,
     plus the median seconds per GFLOP times the cell's), and the runs those donors came from; a cell without a
     known cost or a donor of its kind is left out."""
@@ -67,10 +68,8 @@ def scaled_seconds(cells: Mapping[str, Cell], device: str, donors: Sequence[Dono
         same = [d for d in donors if d.kind == kind]
         cost = cell_gflops(cell)
         if same and cost:
-            out[cid] = statistics.median(d.other_s for d in same) + statistics.median(d.s_per_gflop for d in same) * cost
+            per_gflop = statistics.median(d.s_per_gflop for d in same)
+            out[cid] = statistics.median(d.other_s for d in same) + per_gflop * cost
             runs.update(dict.fromkeys(d.run for d in same))
     return out, tuple(runs)
 
-
-def usable(donors: Iterable[Donor | None]) -> list[Donor]:
-    return [d for d in donors if d is not None][:MAX_DONORS]

@@ -48,8 +48,8 @@ def test_a_verdicts_or_changes_file_without_field_metadata_is_described_from_its
 
 
 def test_the_unit_is_read_from_the_name_as_the_house_names_columns():
-    assert [columns.unit_of(n) for n in ("effect_pct", "phase_change_ms", "candidate_fast_img_per_s", "num_baseline",
-                                         "candidate_top1", "p_value")] == ["%", "ms", "images/s", "count", "fraction", ""]
+    names = ("effect_pct", "phase_change_ms", "candidate_fast_img_per_s", "num_baseline", "candidate_top1", "p_value")
+    assert [columns.unit_of(n) for n in names] == ["%", "ms", "images/s", "count", "fraction", ""]
 
 
 def test_columns_of_a_file_that_is_no_table_is_one_line_and_exit_2(tmp_path, capsys):

@@ -140,8 +140,8 @@ def test_cells_without_rows_are_scaled_by_model_cost_from_other_cells_and_no_dou
     past_run(tmp_path / "stopped", doubtful, finished=False)
     past_run(tmp_path / "ab-1" / "b", doubtful)
     (tmp_path / "ab-1" / "ab.json").write_text("{}")
-    past_run(tmp_path / "noisy", [resnet18_smoke_row("y", duration_s=60.0, window_s=50.0, **bad)
-                                  for bad in ({"fire_drill_pct": 50.0}, {"injected_fault": "slow"}, {"gpu_shared": True})])
+    interfered = ({"fire_drill_pct": 50.0}, {"injected_fault": "slow"}, {"gpu_shared": True})
+    past_run(tmp_path / "noisy", [resnet18_smoke_row("y", duration_s=60.0, window_s=50.0, **bad) for bad in interfered])
     caps = Capabilities(device="cpu", gpu_count=0, cpu_count=2, device_name="cpu")
     got = cost.estimate_jobs({cell.cell_id: cell}, [(cell.cell_id, 0)], caps, roots=[tmp_path], key=env_key({}))
     ratio = MODELS["resnet50"].forward_flops / MODELS["resnet18"].forward_flops  # same image size and images

@@ -94,7 +94,8 @@ def test_the_sides_are_named_by_what_tells_them_apart():
     assert ab_sides.labels({"a": a, "b": a}, {"a": "old", "b": None}) == {"a": "old", "b": "candidate"}
     lines = ab_sides.side_lines({"a": "torch 2.12.1", "b": "torch 2.13.0"},
                                 {"a": ab_sides.where("/v1/bin/python", "/src/main", a),
-                                 "b": ab_sides.where("/v2/bin/python", "/src/tonight", dict(c, nvbench_git_dirty=True))})
+                                 "b": ab_sides.where("/v2/bin/python", "/src/tonight",
+                                                     dict(c, nvbench_git_dirty=True))})
     # each side by its interpreter and the code it ran: checkout, commit, dirty or not
     assert lines == ("A: torch 2.12.1 (/v1/bin/python; code /src/main @ 1111111111)",
                      "B: torch 2.13.0 (/v2/bin/python; code /src/tonight @ abcdef0123, dirty)")
