@@ -126,10 +126,11 @@ COST_COLUMNS = ("cell_id", "status", "duration_s", "profile_tool", "fire_drill_p
 def _cost_row(path: Path, extra: Sequence[str] = ()) -> dict[str, Any] | None:
     """The columns the estimate reads, or None: an unreadable or foreign file says nothing about cost (a column
     an older file lacks reads as null)."""
+    wanted = (*COST_COLUMNS, *extra)
     try:
-        table = pq.read_table(path)
-        return {name: table.column(name)[0].as_py() if name in table.column_names else None
-                for name in (*COST_COLUMNS, *extra)}
+        present = set(pq.read_schema(path).names)
+        row = pq.read_table(path, columns=[n for n in wanted if n in present]).to_pylist()[0]
+        return {name: row.get(name) for name in wanted}
     except (OSError, ValueError, KeyError, IndexError, pa.ArrowException):
         return None
 
