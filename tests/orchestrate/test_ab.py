@@ -294,7 +294,7 @@ def test_ab_with_more_pairs_while_inconclusive_starts_at_once_and_finishes(tiny_
         proc.kill()
         pytest.fail("`nvbench ab MATRIX --repeats 5 --max-repeats 8` did not finish within 900 s")
     assert proc.returncode == 0, err
-    assert "the A/B starts at 8 pairs (looks [8])" in err
+    assert "so the A/B starts at 8 pairs a side (looks [8])" in " ".join(err.split())
     (out,) = (tmp_path / "reports").iterdir()
     for side in ("a", "b"):
         assert sorted(r["repeat"] for r in pq.read_table(out / side / "cells").to_pylist()) == list(range(8))
