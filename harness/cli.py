@@ -6,19 +6,36 @@ import argparse
 import sys
 
 from harness import __version__
-from harness.commands import ab, bisect, calibrate, data, env, history, profile, report, run, validate
+from harness.commands import ab, bisect, calibrate, columns, data, env, history, profile, report, run, validate
 
-_COMMANDS = (validate, run, calibrate, profile, report, ab, bisect, env, data, history)
+_COMMANDS = (validate, run, calibrate, profile, report, ab, bisect, env, data, history, columns)
 """The command modules in the order `nvbench --help` lists them (history also adds export)."""
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="nvbench", description="Benchmark deep-learning training recipes.")
+    from harness.commands.common import EXIT_CODES_TEXT
+
+    p = argparse.ArgumentParser(prog="nvbench", description="Benchmark deep-learning training recipes.",
+                                epilog=EXIT_CODES_TEXT, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--version", action="version", version=f"nvbench {__version__}")
-    sub = p.add_subparsers(dest="command", required=True)
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                           help="one of these; `nvbench COMMAND --help` says what it takes")
     for command in _COMMANDS:
         command.add_parser(sub)
+    _describe(sub)
     return p
+
+
+def _describe(sub: argparse._SubParsersAction) -> None:
+    """Open each command's --help with the line `nvbench --help` lists it by (one declaration, two places),
+    its subcommands' too."""
+    for choice in sub._choices_actions:
+        parser = sub.choices[choice.dest]
+        if parser.description is None and choice.help:
+            parser.description = choice.help[0].upper() + choice.help[1:] + "."
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                _describe(action)
 
 
 def main(argv: list[str] | None = None) -> int:

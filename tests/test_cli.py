@@ -121,10 +121,10 @@ def test_a_smoke_cell_of_the_mission_validates_on_every_class_and_its_console_fi
     assert proc.returncode == 0, proc.stderr
     (row,) = pq.read_table(out / "cells").to_pylist()
     assert row["status"] == "ok" and row["num_val_images"] == 100 and 0.0 <= row["top1"] <= 1.0
-    line = next(l for l in proc.stderr.splitlines() if l.startswith("pytorch_nchw_fp32_ws1_ga1 "))
+    line = next(l for l in proc.stdout.splitlines() if l.startswith("pytorch_nchw_fp32_ws1_ga1 "))
     assert line.split()[3] == f"{row['top1']:.3f}"  # shown as a result: it is one
     # and beside it what a guess would score; the dataset line says it was made, and where
-    assert "\ntop-1 by chance: 0.100 (1 / 10 classes); a --smoke cell's few steps leave it" in proc.stderr
+    assert "\ntop-1 by chance: 0.100 (1 / 10 classes); a --smoke cell's few steps leave it" in proc.stdout
     datasets = tmp_path / "cache" / "datasets"
     assert f"\ndataset: generating shapes 24px x 10 classes into {datasets}/shapes-24px-10c-" in proc.stderr
     wide = [l for l in (proc.stdout + proc.stderr).splitlines() if len(l) > 80 and "/" not in l]
@@ -163,3 +163,25 @@ def test_every_flag_says_its_default_in_help_read_from_the_code_that_owns_it():
             if "default" not in words.lower() or not all(e in words for e in expected):
                 missing.append(f"{name} {action.option_strings[0]}: {words!r} (expected {expected})")
     assert checked > 40 and missing == []
+
+
+def test_every_command_opens_its_help_with_what_it_does_and_every_positional_says_what_it_is():
+    from harness.cli import build_parser
+    from harness.commands import common
+
+    missing, positionals = [], 0
+    for name, parser in _parsers(build_parser()):
+        first = (parser.format_help().split("\n\n") + [""])[1].strip()  # the paragraph after usage
+        if not parser.description or " ".join(first.split()) != " ".join(parser.description.split()):
+            missing.append(f"{name}: no description line ({first!r})")
+        for action in parser._actions:
+            if not action.option_strings:
+                positionals += 1
+                if not action.help:
+                    missing.append(f"{name} {action.metavar or action.dest}: no help")
+    assert positionals >= 12 and missing == []
+    top = build_parser().format_help()
+    codes = top[top.index("exit codes:"):].splitlines()[1:]
+    assert [int(line.split()[0]) for line in codes] == [common.EXIT_OK, common.EXIT_FAILURES, common.EXIT_BAD_INPUT,
+                                                       common.EXIT_INCONCLUSIVE, common.EXIT_INTERRUPTED]
+    assert top.rstrip().endswith(codes[-1].rstrip())  # the last thing --help says

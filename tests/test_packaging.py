@@ -77,6 +77,7 @@ def test_the_test_extra_covers_the_suite_and_the_optional_datasets():
     for name in _imports("tests"):
         assert _distributions(name) & available, f"tests import {name}; add it to the `test` extra"
     assert declared["digits"] <= declared["test"], "the suite covers the digits dataset: `test` needs its extra"
+    assert declared["read"] <= declared["test"] and {"pandas", "duckdb"} <= declared["read"]  # README: read results
 
 
 def test_ci_runs_exactly_the_readme_test_command():

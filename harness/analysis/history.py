@@ -162,6 +162,7 @@ class Change(AxisValues):
     night: int
     """That night's position in the history (1-based, oldest first)."""
     created_at: str
+    """When that night's run was created (UTC, ISO 8601)."""
     previous_run_id: str
     """The night before (a drift: the window's last night)."""
     commit_from: str
@@ -177,8 +178,11 @@ class Change(AxisValues):
     change: float
     """The change in `unit` (a drift: across its whole window)."""
     ci_low: float | None = None
+    """Lower end of the change's interval, in `unit`."""
     ci_high: float | None = None
+    """Upper end of the change's interval, in `unit`."""
     confidence: float
+    """Confidence level of the interval (e.g. 0.95)."""
     p_value: float | None = None
     """A step's p-value (the best split over the series, its choice paid for); null for a drift (its interval
     excludes 0 at `confidence`)."""

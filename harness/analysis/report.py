@@ -47,6 +47,7 @@ from harness.analysis.wording import (
     drill_banner,
     esc,
     field_scope,
+    human_time,
     method_text,
     metric_change_text,
     num_text,
@@ -274,7 +275,7 @@ def render_html(comparison: Comparison, steps: Mapping[str, Sequence[StepSeries]
                       "Real-data cells with a synthetic twin: their throughput over the twin's. Higher is better; "
                       "good: 1.0, the loader keeps up with the compute.")]
     env = cand.environment
-    subtitle = (f"{comparison.title} \u00b7 created {cand.created_at or '?'} \u00b7 "
+    subtitle = (f"{comparison.title} \u00b7 created {human_time(cand.created_at)} \u00b7 "
                 f"host {env.get('hostname') or '?'}")
     return string.Template(_template("report.html")).substitute(
         title=esc(f"nvbench report: {cand.run_id}"), css=_template("report.css"), subtitle=esc(subtitle),
@@ -282,5 +283,5 @@ def render_html(comparison: Comparison, steps: Mapping[str, Sequence[StepSeries]
         headline=_cards(comparison), heatmap=_heatmap(comparison), table=render_table(comparison),
         plots="\n".join(plots), steps=step_details(steps or {}), environment=_environment(comparison),
         failures=_failures(comparison),
-        method=esc(f"{method_text(comparison)} Written {datetime.now(timezone.utc).isoformat(timespec='seconds')}."),
+        method=esc(f"{method_text(comparison)} Written {human_time(datetime.now(timezone.utc).isoformat())}."),
         script=_template("report.js"))

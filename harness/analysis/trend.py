@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from harness.analysis.columns import change_docs, described
 from harness.analysis.history import CHANGE_COLUMNS, CHANGES_VERSION, METRICS, Change, History, Series
 from harness.analysis.report_plots import ticks
 from harness.analysis.runs import RunInputError
@@ -55,8 +56,9 @@ def change_schema() -> pa.Schema:
 
 
 def change_table(history: History) -> pa.Table:
-    """One row per change point or drift; the metadata carries the version, the nights and the settings."""
-    schema = change_schema().with_metadata({
+    """One row per change point or drift; the metadata carries the version, the nights and the settings, each
+    field its unit and meaning (harness.analysis.columns)."""
+    schema = described(change_schema(), change_docs()).with_metadata({
         VERSION_KEY: str(CHANGES_VERSION).encode(), b"nvbench.table": b"changes",
         b"nvbench.history": history.folder.encode(),
         b"nvbench.nights": json.dumps([n.run_id for n in history.nights]).encode(),

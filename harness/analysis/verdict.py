@@ -126,13 +126,20 @@ class CellVerdict(AxisValues):
 
     cell_id: str
     verdict: str
+    """regression, improvement, unchanged (equivalence shown: the interval inside the floor), inconclusive, or a
+    cell that could not be judged (failed, skipped, insufficient, ...)."""
     reason: str
+    """Why, in words: the change with its interval and test, or what would decide the cell."""
     method: str = ""
+    """How the change was tested and its interval made (e.g. permutation + benjamini_hochberg;
+    bootstrap_percentile interval)."""
     ci_level: float | None = None
+    """Confidence level of the intervals (e.g. 0.95)."""
     p_value: float | None = None
     """The cell's p-value as Benjamini-Hochberg saw it: the smallest of the metrics' p-values times their
     number (Bonferroni within the cell)."""
     p_adjusted: float | None = None
+    """p_value after Benjamini-Hochberg across the run's cells (and its looks): what is compared with fdr_q."""
     decided_by: str = ""
     """The metric the verdict rests on (the headline when several make the same call); for `unchanged`, the one
     whose interval comes nearest the floor."""
@@ -140,42 +147,69 @@ class CellVerdict(AxisValues):
     """Judged metric name (harness.catalogue.judged) -> what the comparison says of it, for every metric it
     tested or described; the headline's is always there (history screening and describe-only fill it)."""
     floor_pct: float
+    """Practical floor: a change smaller than this is never a regression or an improvement."""
     fdr_q: float
+    """False discovery rate the cells were tested at (Benjamini-Hochberg)."""
     mdc_pct: float | None = None
+    """Minimum detectable change at these repeats and this spread: smaller changes cannot be told from noise."""
     repeats_needed: int | None = None
     """Inconclusive cells: about how many usable repeats per side would likely decide (decide.repeats_needed);
     null in verdicts written before version 5."""
     num_candidate: int = 0
+    """Usable repeats of the candidate (an A/B: side B's pairs)."""
     num_baseline: int = 0
+    """Usable repeats of the baseline (an A/B: side A's)."""
     num_unsteady: int = 0
+    """Repeats whose window failed the steadiness check (left out with --exclude-unsteady)."""
     noise: str = ""
+    """Spread of throughput between repeats in words: quiet (< 1 %), moderate (< 3 %), noisy (< 10 %), very
+    noisy."""
     accuracy_verdict: str = ACCURACY_NA
+    """Top-1 accuracy against its band: within, below (a regression), above, or n/a (not judged)."""
     candidate_top1: float | None = None
+    """Candidate's mean validation top-1 (fraction); null where not judged."""
     baseline_top1: float | None = None
+    """Baseline's mean validation top-1 (fraction)."""
     top1_change: float | None = None
+    """candidate_top1 - baseline_top1 (fraction)."""
     top1_ci_low: float | None = None
+    """Lower end of top1_change's interval (fraction)."""
     top1_ci_high: float | None = None
+    """Upper end of top1_change's interval (fraction)."""
     accuracy_tolerance: float
+    """Half-width of the top-1 band (fraction): a drop beyond it is a regression."""
     history_median_img_per_s: float | None = None
+    """History mode: median throughput of the past runs compared with."""
     history_mad_img_per_s: float | None = None
+    """History mode: median absolute deviation of those runs' throughput."""
     robust_z: float | None = None
+    """History mode: (throughput - history median) / (1.4826 MAD)."""
     num_history_runs: int = 0
+    """History mode: past runs in the baseline."""
     speed_probe_change_pct: float | None = None
     """Speed-adjusted comparisons: change of the probe's time, candidate vs baseline (+ = machine slower)."""
     fire_drill_pct: float = 0.0
+    """Fire drill of the candidate (extra work in % of each step; 0 in real runs): a drill is a calibration,
+    never a result."""
     baseline_fire_drill_pct: float = 0.0
+    """Fire drill of the baseline."""
     is_smoke: bool = False
+    """The candidate ran with --smoke (shrunk): not comparable with full runs."""
     env_diff: str = ""
     """The environment fields that differ and matter to this cell (harness.results.env.cell_env_fields)."""
     candidate_run_id: str = ""
+    """Run id of the candidate (an A/B: b)."""
     baseline_run_id: str = ""
+    """Run id of the baseline (an A/B: a); empty in history mode."""
     phase: str | None = None
     """The step phase whose time changed most (by |change|; phase_attribution), where both sides timed
     phases; null in verdicts written before version 6."""
     phase_change_ms: float | None = None
     """That phase's change, candidate - baseline, in ms per step, with its interval at ci_level."""
     phase_change_low_ms: float | None = None
+    """Lower end of phase_change_ms's interval, ms per step."""
     phase_change_high_ms: float | None = None
+    """Upper end of phase_change_ms's interval, ms per step."""
     step_change_ms: float | None = None
     """The whole step's change (median step time), candidate - baseline, in ms."""
     attribution: str = ""

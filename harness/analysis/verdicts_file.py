@@ -23,7 +23,8 @@ def verdict_schema() -> pa.Schema:
 
 
 def verdict_table(comparison: Comparison) -> pa.Table:
-    """One row per cell; schema metadata carries the version, mode, baseline and thresholds."""
+    """One row per cell; schema metadata carries the version, mode, baseline and thresholds, each field its unit
+    and meaning (harness.catalogue.verdicts)."""
     schema = verdict_schema().with_metadata({
         VERSION_KEY: str(VERDICTS_VERSION).encode(), b"nvbench.table": b"verdicts",
         b"nvbench.mode": comparison.mode.encode(), b"nvbench.baseline": comparison.baseline_label.encode(),

@@ -26,6 +26,21 @@ from harness.results import env as env_fields
 from harness.catalogue import col
 
 
+def human_time(iso: str | None) -> str:
+    """An ISO 8601 timestamp as a person reads it, to the minute in UTC ('2026-11-27 04:25 UTC'); '?' when
+    there is none, the text itself when it is no timestamp."""
+    from datetime import datetime, timezone
+
+    if not iso:
+        return "?"
+    try:
+        when = datetime.fromisoformat(iso)
+    except ValueError:
+        return iso
+    when = when.astimezone(timezone.utc) if when.tzinfo else when.replace(tzinfo=timezone.utc)
+    return when.strftime("%Y-%m-%d %H:%M UTC")
+
+
 def esc(value: Any) -> str:
     return html.escape("" if value is None else str(value), quote=True)
 

@@ -41,14 +41,17 @@ def cmd_ab(args: argparse.Namespace) -> int:
     from harness.orchestrate.session import capabilities, runfolder
     from harness.matrix.cells import expand
 
+    if warning := ab_sides.code_warning(Path.cwd(), ab.checkout_root(), {"a": args.a_checkout, "b": args.b_checkout}):
+        print(warning, file=sys.stderr)  # before anything runs: the A/B the user meant may not be this one
     try:
         matrix = with_repeats(load_matrix(args.matrix), args.repeats)
         looks = ab.look_schedule(matrix.run.repeats, args.max_repeats or matrix.run.repeats)
         thresholds = thresholds_from(args)
         note = None
         if (decisive := ab.decisive_looks(looks, thresholds.fdr_q)) != looks:
-            note = (f"note: {looks[0]} + {looks[0]} pairs cannot decide at the level split over the looks "
-                    f"{looks}: the A/B starts at {decisive[0]} pairs (looks {decisive})")
+            note = (f"note: --max-repeats adds pairs at planned looks {looks}, and each look spends a share of "
+                    f"--fdr {thresholds.fdr_q:g}; {looks[0]} pairs a side are too few to show a change with their "
+                    f"share, so the A/B starts at {decisive[0]} pairs a side (looks {decisive})")
             looks, matrix = decisive, with_repeats(matrix, decisive[0])
         thresholds = dataclasses.replace(thresholds, looks=len(looks))
         knob = f"--max-repeats {looks[-1]}" if args.max_repeats else f"--repeats {looks[-1]}" \
@@ -91,7 +94,8 @@ def cmd_ab(args: argparse.Namespace) -> int:
     except (SlotError, CalibrationError) as exc:
         return bad_input([str(exc)])
     names = ab_sides.labels(envs, {"a": args.a_label, "b": args.b_label})
-    sides = ab_sides.side_lines(names, {n: ab_sides.where(pythons[n], checkouts[n]) for n in ab.SIDES})
+    sides = ab_sides.side_lines(names, {n: ab_sides.where(pythons[n], checkouts[n] or ab.checkout_root(), envs[n])
+                                        for n in ab.SIDES})
     ab.create_ab(matrix, cells, out_dir=out, pythons=pythons, envs=envs, smoke=args.smoke, only=args.only,
                  seed=args.seed, checkouts=checkouts, fire_drill_pct=args.fire_drill or 0.0,
                  max_reruns=args.max_reruns, labels=names)
@@ -134,14 +138,15 @@ def _estimate_line(cells, looks: list[int], caps, envs: dict, reports: Path) -> 
 def add_parser(subparsers) -> None:
     ab = subparsers.add_parser(
         "ab", help="run a matrix under two interpreters or checkouts, interleaved; compare B with A")
-    ab.add_argument("matrix")
+    ab.add_argument("matrix", help="the matrix file (TOML) both sides run")
     ab.add_argument("--a", default=sys.executable, metavar="PYTHON",
                     help="interpreter of side A, the baseline (default: this one, %(default)s)")
     ab.add_argument("--b", default=sys.executable, metavar="PYTHON",
                     help="interpreter of side B, the candidate (default: this one, %(default)s)")
     ab.add_argument("--a-checkout", metavar="DIR", help="checkout whose harness side A runs, e.g. a git worktree "
-                    "of the baseline's commit (default: this one)")
-    ab.add_argument("--b-checkout", metavar="DIR", help="checkout whose harness side B runs (default: this one)")
+                    "of the baseline's commit (default: the code this nvbench imports; the A/B warns first when you "
+                    "stand in another checkout)")
+    ab.add_argument("--b-checkout", metavar="DIR", help="checkout whose harness side B runs (default: as --a-checkout)")
     ab.add_argument("--a-label", metavar="TEXT", help="what side A is, in the verdict's words (default: the "
                     "environment fields that differ between the sides, e.g. 'torch 2.12.1'; else 'baseline')")
     ab.add_argument("--b-label", metavar="TEXT", help="what side B is (default: as --a-label; else 'candidate')")
@@ -156,8 +161,10 @@ def add_parser(subparsers) -> None:
                     help="filter cells as in run (default: every cell)")
     ab.add_argument("--smoke", action="store_true", help="shrink every cell as `run --smoke` does")
     own_default(ab.add_argument("--repeats", type=int, metavar="N",
-                                help="repeats per side (default: the matrix's run.repeats, itself %(own_default)s "
-                                     "when unset)"), knob_default(RunConfig, "repeats"))
+                                help="pairs (repeats per side) the A/B starts with (default: the matrix's run.repeats, "
+                                     "itself %(own_default)s when unset; with --max-repeats, raised to the fewest "
+                                     "that can decide, which the A/B says before it starts)"),
+                knob_default(RunConfig, "repeats"))
     ab.add_argument("--max-repeats", type=int, metavar="M",
                     help="while a cell is inconclusive, run more interleaved pairs of it, up to M a side (looks at "
                          "N, 2N, 4N, ..., M, leaving out looks too small to decide at the split level; the level is split "

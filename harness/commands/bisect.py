@@ -100,7 +100,8 @@ def _estimate_line(matrix_path: str, ab_args: list[str], bisector, roots: list[P
 def add_parser(subparsers) -> None:
     bi = subparsers.add_parser(
         "bisect", help="find the first commit (or interpreter) that made a matrix slower, by A/B")
-    bi.add_argument("matrix", nargs="?")
+    bi.add_argument("matrix", nargs="?", help="the matrix file (TOML) each A/B runs "
+                    "(default: none; not with --resume)")
     bi.add_argument("--good", metavar="REV", help="a commit known fast (bisect runs in the repository under test; "
                     "default: none, needed unless --pythons or --resume)")
     bi.add_argument("--bad", metavar="REV", help="a later commit known slower (default: HEAD)")

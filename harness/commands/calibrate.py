@@ -127,7 +127,7 @@ def _load() -> str:
 def add_parser(subparsers) -> None:
     c = subparsers.add_parser(
         "calibrate-slots", help="measure whether packing jobs into slots moves each backend's numbers here")
-    c.add_argument("matrix")
+    c.add_argument("matrix", help="the matrix file (TOML) whose cells are run solo and packed")
     c.add_argument("--only", action="append", default=[], metavar="AXIS=VALUE", help="filter cells as in run (default: every cell)")
     c.add_argument("--smoke", action="store_true", help="shrink every cell (tries the command; writes no calibration)")
     own_default(c.add_argument("--repeats", type=int, metavar="N",

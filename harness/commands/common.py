@@ -15,6 +15,14 @@ EXIT_OK, EXIT_FAILURES, EXIT_BAD_INPUT, EXIT_INCONCLUSIVE, EXIT_INTERRUPTED = 0,
 1 a confirmed regression or a failed cell; 3 nothing regressed but some cell stayed inconclusive; 2 bad
 input; 130 interrupted."""
 
+EXIT_CODES_TEXT = f"""exit codes:
+  {EXIT_OK}    done: every cell ran (run), nothing regressed (report, ab with --fail-on-regression)
+  {EXIT_FAILURES}    a cell failed, or (--fail-on-regression) a confirmed regression
+  {EXIT_BAD_INPUT}    bad input: one line per problem, naming the file and key; nothing was written
+  {EXIT_INCONCLUSIVE}    (--fail-on-regression) nothing regressed, but some cell stayed inconclusive
+  {EXIT_INTERRUPTED}  interrupted (Ctrl-C, SIGTERM, SIGHUP): a run resumes with nvbench run --resume RUN_DIR"""
+"""What `nvbench --help` ends with: the codes above, in a user's words."""
+
 
 def reach_warning(repeats: int, *, smoke: bool, what: str) -> None:
     """One line up front when runs of `repeats` repeats could never be told apart at the report's default level

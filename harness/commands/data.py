@@ -44,8 +44,9 @@ def cmd_data_prepare(args: argparse.Namespace) -> int:
 
 
 def add_parser(subparsers) -> None:
-    d = subparsers.add_parser("data", help="datasets")
-    dsub = d.add_subparsers(dest="data_command", required=True)
+    d = subparsers.add_parser("data", help="write generated image datasets: one, or every one a matrix's cells read")
+    dsub = d.add_subparsers(dest="data_command", required=True, metavar="COMMAND",
+                            help="make: one dataset; prepare: every dataset a matrix reads")
     m = dsub.add_parser("make", help="write a learnable JPEG ImageFolder (train/ and val/)")
     m.add_argument("--out", required=True, metavar="DIR", help="the folder to write (train/, val/, dataset.json)")
     m.add_argument("--image-size", type=int, default=64, metavar="PX", help="image side (default: %(default)s)")
@@ -60,7 +61,7 @@ def add_parser(subparsers) -> None:
                         "(default: %(default)s)")
     m.set_defaults(func=cmd_data_make)
     pp = dsub.add_parser("prepare", help="make every generated dataset a matrix's cells read, before a timed run")
-    pp.add_argument("matrix")
+    pp.add_argument("matrix", help="the matrix file (TOML) whose datasets to make")
     pp.add_argument("--only", action="append", default=[], metavar="AXIS=VALUE",
                     help="filter cells as in run (default: every cell)")
     pp.add_argument("--smoke", action="store_true", help="the datasets of the --smoke run")

@@ -75,7 +75,7 @@ def _setting_default(name: str):
 
 def add_parser(subparsers) -> None:
     h = subparsers.add_parser("history", help="change points and drifts per cell over a folder of nightly runs")
-    h.add_argument("history_dir", metavar="HISTORY_DIR")
+    h.add_argument("history_dir", metavar="HISTORY_DIR", help="folder of nightly run folders, one per night")
     h.add_argument("--out", metavar="DIR", help="where history.html, changes.md, changes.parquet go "
                    "(default: HISTORY_DIR/trend)")
     for names, kwargs, words in (
@@ -93,8 +93,9 @@ def add_parser(subparsers) -> None:
                    help="append tonight's new change points to this Markdown file (repeatable; default: none)")
     h.set_defaults(func=cmd_history)
     x = subparsers.add_parser("export", help="a run's cells in another tool's format (pytest-benchmark JSON)")
-    x.add_argument("run_dir", metavar="RUN")
+    x.add_argument("run_dir", metavar="RUN", help="the run folder to export")
     x.add_argument("--format", required=True, choices=("pytest-benchmark",),
-                   help="pytest-benchmark: one benchmark per cell, img/s as ops, step times as stats")
+                   help="pytest-benchmark: one benchmark per cell (named and grouped by cell id), seconds per image "
+                        "of each measured step as its rounds, so ops (1 / mean) is img/s")
     x.add_argument("--out", required=True, metavar="FILE", help="the JSON file to write")
     x.set_defaults(func=cmd_export)

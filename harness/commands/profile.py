@@ -68,7 +68,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
 def add_parser(subparsers) -> None:
     pr = subparsers.add_parser("profile", help="run one cell under nsys or torch.profiler, apart from timed runs")
-    pr.add_argument("matrix")
+    pr.add_argument("matrix", help="the matrix file (TOML) that holds the cell")
     pr.add_argument("--cell", metavar="ID", help="cell id or a unique prefix (default: the one cell --only leaves)")
     pr.add_argument("--only", action="append", default=[], metavar="AXIS=VALUE",
                     help="filter cells as in run (default: every cell)")

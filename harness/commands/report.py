@@ -34,7 +34,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 def add_parser(subparsers) -> None:
     rp = subparsers.add_parser(
         "report", help="verdicts vs a baseline run or a history: HTML, Markdown, JUnit, Parquet")
-    rp.add_argument("run_dir", metavar="RUN_DIR")
+    rp.add_argument("run_dir", metavar="RUN_DIR", help="the run folder to judge")
     side = rp.add_mutually_exclusive_group()
     side.add_argument("--baseline", metavar="RUN_DIR", help="run folder (or pointer file) to compare with (default: "
                       "none, the run is described alone)")

@@ -55,6 +55,11 @@ def cmd_run(args: argparse.Namespace) -> int:
             cell_list = expand(matrix, smoke=args.smoke, only=args.only)
         except MatrixError as exc:
             return bad_input(exc.problems)
+        from harness.orchestrate.session.model_check import user_model_problems
+
+        # as validate does, before anything is written
+        if built := user_model_problems(matrix, {c.model for c in cell_list}):
+            return bad_input([f"{args.matrix}: {problem}" for problem in built])
         if args.out and (Path(args.out) / runfolder.PLAN).exists():
             return bad_input([f"--out {args.out}: already holds a run; use --resume {args.out}"])
         device = matrix.run.device
@@ -95,7 +100,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                                     reports_root=Path(args.reports), smoke=args.smoke, only=args.only, env=env,
                                     fire_drill_pct=args.fire_drill or 0.0, executor=executor)
     return _execute(run_dir, caps, env, key, progress=not args.no_progress, verbose=args.verbose, executor=where,
-                    packing=packing, estimate=cost)
+                    packing=packing, estimate=cost, quiet=args.quiet)
 
 
 def _estimate(args, run_dir: Path | None, cells: dict, matrix, caps, key: str, slots: int):
@@ -121,14 +126,16 @@ def _executor_config(matrix, flag: str | None):
 
 
 def _execute(run_dir: Path, caps, env, key, *, progress: bool, verbose: bool, executor=None, packing=None,
-             estimate=None) -> int:
+             estimate=None, quiet: bool = False) -> int:
+    """Progress (the bar, a line per job, the runner's notes) on stderr, silent under --quiet; the summary, the
+    run's result, on stdout, where `> out.txt` keeps it, as report and ab keep their verdicts."""
     from rich.console import Console
 
     from harness.console import RunProgress, detail_table, print_summary
     from harness.orchestrate.session import derive, runfolder, runner
     from harness.results import store
 
-    console = Console(stderr=True)
+    console, errors = Console(stderr=True, quiet=quiet), Console(stderr=True)
     _, jobs, _ = runfolder.load_plan(run_dir)
     todo = runfolder.pending(run_dir, jobs)
     # soft_wrap: a path must stay one copyable line whatever the terminal's width
@@ -144,28 +151,29 @@ def _execute(run_dir: Path, caps, env, key, *, progress: bool, verbose: bool, ex
                            executor=executor, packing=packing,
                            estimate=estimate.to_plain() if estimate is not None else None)
     except ExecutorUnavailable as exc:
-        console.print(f"error: {exc}; the run is resumable: nvbench run --resume {run_dir}", soft_wrap=True)
+        errors.print(f"error: {exc}; the run is resumable: nvbench run --resume {run_dir}", soft_wrap=True)
         return EXIT_BAD_INPUT
     except runner.Interrupted as exc:
         if exc.cancelled:
-            console.print(f"interrupted; cancelled SLURM job(s) {', '.join(exc.cancelled)} (scancel); finish with: "
-                          f"nvbench run --resume {run_dir}", soft_wrap=True)
+            errors.print(f"interrupted; cancelled SLURM job(s) {', '.join(exc.cancelled)} (scancel); finish with: "
+                         f"nvbench run --resume {run_dir}", soft_wrap=True)
         else:
-            console.print(f"interrupted; finish with: nvbench run --resume {run_dir}", soft_wrap=True)
+            errors.print(f"interrupted; finish with: nvbench run --resume {run_dir}", soft_wrap=True)
         return EXIT_INTERRUPTED
     except KeyboardInterrupt:
-        console.print(f"interrupted; finish with: nvbench run --resume {run_dir}", soft_wrap=True)
+        errors.print(f"interrupted; finish with: nvbench run --resume {run_dir}", soft_wrap=True)
         return EXIT_INTERRUPTED
-    rows = store.read_cells(run_dir).to_pylist()
+    rows, results = store.read_cells(run_dir).to_pylist(), Console()
     if verbose:
-        Console().print(detail_table(rows))
-    print_summary(console, rows, run_dir, store.read_json(run_dir / runfolder.MANIFEST))
+        results.print(detail_table(rows))
+    print_summary(results, rows, run_dir, store.read_json(run_dir / runfolder.MANIFEST))
     return derive.exit_code(rows)
 
 
 def add_parser(subparsers) -> None:
     r = subparsers.add_parser("run", help="run a matrix, one isolated process per cell")
-    r.add_argument("matrix", nargs="?")
+    r.add_argument("matrix", nargs="?", help="the matrix file (TOML) to run (default: none; "
+                   "--resume RUN_DIR instead)")
     r.add_argument("--smoke", action="store_true", help="shrink every cell to run anywhere in minutes")
     r.add_argument("--only", action="append", default=[], metavar="AXIS=VALUE",
                    help="keep cells with this axis value (repeat: same axis widens, other axes narrow; default: "
@@ -183,6 +191,8 @@ def add_parser(subparsers) -> None:
     r.add_argument("--reports", default="reports", metavar="DIR", help="where run folders go (default: %(default)s)")
     add_slots_flag(r)
     r.add_argument("--no-progress", action="store_true", help="no progress bar (a line per cell is still printed)")
+    r.add_argument("--quiet", action="store_true",
+                   help="print only the summary (stdout) and problems (stderr): no progress, no line per job")
     r.add_argument("--verbose", action="store_true",
                    help="end with every (cell, repeat) row in full, before the summary (stdout)")
     r.add_argument("--fire-drill", type=float, metavar="PCT",

@@ -36,7 +36,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def add_parser(subparsers) -> None:
     v = subparsers.add_parser("validate", help="check matrix files and report every problem at once")
-    v.add_argument("matrix", nargs="+")
+    v.add_argument("matrix", nargs="+", help="matrix files (TOML) to check")
     v.add_argument("--only", action="append", default=[], metavar="AXIS=VALUE",
                    help="count the cells these filters keep, as run would (default: every cell)")
     v.set_defaults(func=cmd_validate)

@@ -53,6 +53,9 @@ SUPERSEDED = "superseded"
 """Status of an A/B repeat whose window opened in a start transient and ran again (harness.orchestrate.workflows.rerun):
 the row is kept for the record and never compared (only `ok` rows are)."""
 STATUSES = ("ok", "failed", "timeout", "crashed", "skipped", "cancelled", SUPERSEDED)
+SUPERSEDED_STEPS = "steps-superseded"
+"""Folder of a run beside steps/ that holds a superseded repeat's steps (`<cell>-r<k>-superseded<n>.parquet`), so
+that a query over `steps/*.parquet` counts each repeat's measured steps once: those of the attempt kept."""
 
 
 ARROW_TYPES = {S: pa.string(), F: pa.float64(), I: pa.int64(), B: pa.bool_(), TS: pa.timestamp("us", tz="UTC")}

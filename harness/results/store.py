@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.compute  # noqa: F401  (pa.compute)
 import pyarrow.parquet as pq
 
-from harness.results.schema import CELL_SCHEMA, METADATA_VERSION_KEY, RESULT_SCHEMA_VERSION, STEP_SCHEMA
+from harness.results.schema import CELL_SCHEMA, METADATA_VERSION_KEY, RESULT_SCHEMA_VERSION, STEP_SCHEMA, SUPERSEDED
 from harness.catalogue import col
 
 
@@ -161,8 +161,8 @@ def read_table(path: Path, target: pa.Schema) -> pa.Table:
         raise UnreadableFile(f"{path}: not a readable nvbench result table ({reason})") from None
 
 
-def _read_dir(folder: Path, target: pa.Schema) -> pa.Table:
-    tables = [read_table(f, target) for f in sorted(Path(folder).glob("*.parquet"))]
+def _read_dir(folder: Path, target: pa.Schema, *, skip: str | None = None) -> pa.Table:
+    tables = [read_table(f, target) for f in sorted(Path(folder).glob("*.parquet")) if not (skip and skip in f.stem)]
     return pa.concat_tables(tables) if tables else target.empty_table()
 
 
@@ -171,4 +171,6 @@ def read_cells(run_dir: Path) -> pa.Table:
 
 
 def read_steps(run_dir: Path) -> pa.Table:
-    return _read_dir(Path(run_dir) / "steps", STEP_SCHEMA)
+    """The steps of the attempts kept: a superseded repeat's live in steps-superseded/ (A/B folders written before
+    it kept them in steps/, named `...-superseded<n>`: left out here too)."""
+    return _read_dir(Path(run_dir) / "steps", STEP_SCHEMA, skip=f"-{SUPERSEDED}")

@@ -69,6 +69,9 @@ def run_cli(*args: str, capsys) -> tuple[int, str, str]:
 def read_changes(path: Path) -> list[dict]:
     table = pq.read_table(path)  # an independent reader: plain pyarrow
     assert table.schema.metadata[b"nvbench.changes_version"] == b"3"
+    # every column says its unit and meaning to a reader of the file alone (DuckDB, pandas, nvbench columns)
+    assert [f.name for f in pq.read_schema(path) if b"unit" not in (f.metadata or {})
+            or not f.metadata.get(b"doc")] == []
     return table.to_pylist()
 
 

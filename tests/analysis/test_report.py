@@ -69,10 +69,12 @@ def runs(tmp_path_factory):
     a, d = root / "A", root / "D"
     with ThreadPoolExecutor(2) as pool:  # two run folders, one core each: half the wall time
         runs = [pool.submit(nvbench, "run", str(both), "--out", "A", "--no-progress", cwd=root, env={"COLUMNS": "80"}),
-                pool.submit(nvbench, "run", str(one), "--out", str(d), "--no-progress", "--fire-drill", "900")]
+                pool.submit(nvbench, "run", str(one), "--out", str(d), "--quiet", "--fire-drill", "900")]
         for proc in (r.result() for r in runs):
             assert proc.returncode == 0, proc.stdout + proc.stderr
-    (root / "A.stderr").write_text(runs[0].result().stderr)  # what `nvbench run` showed, for the summary's test
+    (root / "A.stdout").write_text(runs[0].result().stdout)  # the summary `nvbench run` printed, for its test
+    (root / "A.stderr").write_text(runs[0].result().stderr)  # and its progress
+    (root / "D.out").write_text(runs[1].result().stdout + "\0" + runs[1].result().stderr)  # --quiet
     return root, a, d
 
 
@@ -166,8 +168,10 @@ def junit(path: Path) -> ET.Element:
 
 def test_a_run_ends_with_a_summary_that_fits_80_columns(runs):
     root, a, _ = runs
-    stderr = (root / "A.stderr").read_text()
-    summary = stderr[stderr.index("ran: 2 cells"):].splitlines()
+    stdout, stderr = (root / "A.stdout").read_text(), (root / "A.stderr").read_text()
+    assert stdout.startswith("ran: 2 cells") and "ran: " not in stderr  # results on stdout, progress on stderr
+    assert "run folder: A" in stderr and " ok synthetic_nchw_fp32_ws1_ga1" in " ".join(stderr.split())
+    summary = stdout.splitlines()
     assert max(map(len, summary)) <= 80
     lines = {line.split()[0]: line.split() for line in summary if line.startswith(("synthetic_", "pytorch_"))}
     rows = {r["backend"]: r for r in store.read_cells(a).to_pylist()}
@@ -181,6 +185,8 @@ def test_a_run_ends_with_a_summary_that_fits_80_columns(runs):
         assert top1 == top1_text([row], short=True)  # "n/a: N img" below 100 validation images, never 0.000
         assert wait == f"{row['exposed_data_wait_frac']:.1%}"
     assert summary[-3:] == ["2 rows: 2 ok", "results: A", "next:    nvbench report A"]
+    quiet_out, quiet_err = (root / "D.out").read_text().split("\0")  # --quiet: the summary alone
+    assert "results: " in quiet_out and "run folder:" not in quiet_err and " ok " not in quiet_err
 
 
 @pytest.mark.documented("nvbench report reports/<run_id> --baseline reports/baselines/current --fail-on-regression",
@@ -205,6 +211,11 @@ def test_report_of_a_run_against_itself(runs, documented_run):
                     "Failed and skipped cells"):
         assert heading in html_text, heading
     assert "None: both sides ran in the same recorded environment." in html_text
+    created = json.loads((a / "manifest.json").read_text())["created_at"]  # microseconds and all
+    assert f"created {wording.human_time(created)} \u00b7" in html_text and created not in html_text
+    assert wording.human_time("2026-11-27T04:25:38.123456+00:00") == "2026-11-27 04:25 UTC"
+    assert wording.human_time("2026-11-27T05:25:38.5+01:00") == "2026-11-27 04:25 UTC"
+    assert wording.human_time(None) == "?"
     assert "<p>note: this run is compared with itself (the same folder)" in html_text
     md = (out / "summary.md").read_text()
     assert md.startswith("## nvbench: A vs run A") and "no confirmed regression" in md
@@ -216,7 +227,9 @@ def test_report_of_a_run_against_itself(runs, documented_run):
     assert set(table.column_names) - set(VERDICTS_V7_COLUMNS) == {
         "throughput_verdict", "fast_verdict", "energy_verdict", "energy_effect_pct", "energy_ci_low_pct",
         "energy_ci_high_pct", "energy_p_value", "candidate_img_per_joule", "baseline_img_per_joule"}
-    assert all(f.metadata[b"doc"] for f in table.schema)  # every column says what it holds
+    # every column says its unit and meaning to a reader of the file alone (DuckDB, pandas, nvbench columns)
+    assert [f.name for f in pq.read_schema(out / "verdicts.parquet") if b"unit" not in (f.metadata or {})
+            or not f.metadata.get(b"doc")] == []
     assert {(r["compile"], r["model"]) for r in table.to_pylist()} == {("eager", "resnet18")}  # every axis
     thresholds = json.loads(table.schema.metadata[b"nvbench.thresholds"])
     assert thresholds["min_repeats"] == 5 and thresholds["speed_adjust"] is True

@@ -17,17 +17,20 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+import duckdb
 import pyarrow.parquet as pq
 import pytest
 from conftest import ROOT, first_cell, kill_plan, nvbench, stop_and_check, wait_for
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from harness import cli
 from harness.analysis.evidence import permutations_for
 from harness.analysis.verdict import Thresholds
 from harness.analysis.decide import smallest_permutation_p
 from harness.orchestrate.workflows import ab
 from harness.orchestrate.session import job
+from harness.results.schema import SUPERSEDED_STEPS
 
 
 def test_interleaved_rounds_pair_every_job_and_shuffle_the_order_within_rounds(tmp_path):
@@ -84,7 +87,7 @@ def test_ab_runs_both_interpreters_interleaved_and_reports(tiny_matrix, tmp_path
     assert verdict["verdict"] == "inconclusive" and verdict["num_candidate"] == 1
     assert verdict["candidate_run_id"] == "b" and verdict["baseline_run_id"] == "a"
     summary = (out / "report" / "summary.md").read_text().replace("\\_", "_")  # Markdown escapes underscores
-    assert summary.startswith("## nvbench: B vs A\n") and f"- B: candidate ({python_b})" in summary
+    assert summary.startswith("## nvbench: B vs A\n") and f"- B: candidate ({python_b}; code {ROOT} @" in summary
 
 
 def test_ab_rejects_an_interpreter_that_cannot_run_nvbench(tiny_matrix, tmp_path):
@@ -125,7 +128,7 @@ def test_ab_side_a_runs_another_checkout_and_the_fire_drill_slows_only_b(tiny_ma
     assert [r["fire_drill_pct"] for r in rows["b"]] == [50.0]
     summary = (out / "report" / "summary.md").read_text().replace("\\_", "_")  # Markdown escapes underscores
     # side A is named by what differs (the copy is no git checkout: no commit) and where it ran
-    assert f"- A: nvbench (none) ({other})" in summary and "B vs A" in proc.stdout
+    assert f"- A: nvbench (none) ({sys.executable}; code {other} (not in git))" in summary and "B vs A" in proc.stdout
 
 
 def test_ab_rejects_a_folder_that_is_not_a_checkout(tiny_matrix, tmp_path):
@@ -244,19 +247,28 @@ def test_a_repeat_whose_window_opens_in_a_transient_runs_again_and_the_verdict_o
     (kept,) = [r for r in superseded["b"] if r["injected_fault"] == "slow_start"]
     assert kept["start_transient_steps"] >= 3 and kept["is_steady"] is False
     assert kept["reason"].startswith("window opened in a start transient (first ") and "run again" in kept["reason"]
-    assert (out / "b" / "steps" / f"{Path(kept['log_path']).stem}.parquet").exists()  # its steps as they ran
+    assert (out / "b" / SUPERSEDED_STEPS / f"{Path(kept['log_path']).stem}.parquet").exists()  # its steps as they ran
+    # a user's own query over steps/*.parquet counts each repeat's measured steps once: the kept attempt's
+    counted = duckdb.sql(f"SELECT repeat, count(*) FROM '{out}/b/steps/*.parquet' WHERE rank = 0 AND NOT is_warmup "
+                         "GROUP BY repeat").fetchall()
+    assert counted == [(0, 12)]
+    # and the export counts the kept repeat's rounds alone
+    assert cli.main(["export", str(out / "b"), "--format", "pytest-benchmark", "--out", str(tmp_path / "b.json")]) == 0
+    (bench,) = json.loads((tmp_path / "b.json").read_text())["benchmarks"]
+    assert bench["stats"]["rounds"] == 12 and bench["extra_info"]["repeats"] == [0]
     assert [r["injected_fault"] for r in rows["b"] if r["status"] == "ok"] == [None]
     order = json.loads((out / "ab.json").read_text())["order"]
     first_b = [side for side, _, _ in order].index("b")
     assert order[first_b + 1][0] == "b"  # the re-run came at once, still beside its pair
     # the verdict lines went to stdout, both sides named alike, with how many repeats ran again
     n, a, b = sum(map(len, superseded.values())), len(superseded["a"]), len(superseded["b"])
-    assert f"A: baseline ({sys.executable})\nB: candidate ({sys.executable})\n" in text
+    code = f"{sys.executable}; code {ROOT} @ {kept['git_sha'][:10]}"  # the rows' own commit: the code that ran
+    assert f"A: baseline ({code}" in text and f"B: candidate ({code}" in text
     assert f"B vs A: 1 inconclusive ({n} repeat{'s' if n > 1 else ''} re-run after a start transient)" in text
     words = " ".join(text.split())  # the cell's reason is wrapped to the terminal's width
     assert f"; {n} repeat{'s' if n > 1 else ''} re-run after a start transient (A {a}, B {b})" in words
     assert "B vs A" not in proc.stderr and "A/B folder:" in proc.stderr  # diagnostics stay on stderr
-    assert f"A: baseline ({sys.executable})" in (out / "report" / "report.html").read_text()
+    assert f"A: baseline ({code}" in (out / "report" / "report.html").read_text()
 
 
 def test_an_ab_no_schedule_can_decide_is_one_line_and_exit_2(tiny_matrix, tmp_path):
@@ -283,7 +295,7 @@ def test_ab_with_more_pairs_while_inconclusive_starts_at_once_and_finishes(tiny_
         proc.kill()
         pytest.fail("`nvbench ab MATRIX --repeats 5 --max-repeats 8` did not finish within 900 s")
     assert proc.returncode == 0, err
-    assert "the A/B starts at 8 pairs (looks [8])" in err
+    assert "so the A/B starts at 8 pairs a side (looks [8])" in " ".join(err.split())
     (out,) = (tmp_path / "reports").iterdir()
     for side in ("a", "b"):
         assert sorted(r["repeat"] for r in pq.read_table(out / side / "cells").to_pylist()) == list(range(8))

@@ -3,10 +3,21 @@ estimate, from the first run's rows, comes within 25 % of what it took."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from pathlib import Path
 
 import pytest
-from conftest import nvbench
+from conftest import ROOT, nvbench
+
+from harness.models.registry import MODELS
+from harness.orchestrate.cost import pricing as cost
+from harness.orchestrate.session.capabilities import Capabilities
+from harness.results import store
+from harness.results.env import env_key
+from harness.results.schema import cell_table
+from harness.matrix.cells import expand
+from harness.matrix.parse import load_matrix
 
 from harness.orchestrate.cost.estimate import (
     CPU_SMOKE_FP16_EXTRA_S,
@@ -48,7 +59,8 @@ def test_a_cpu_smoke_takes_the_cpu_smokes_defaults_and_the_words_name_which_defa
     assert h100.wall_s == pytest.approx(DEFAULT_JOB_S["synthetic"]) and "(an H100's, full windows; no past" in h100.text()
     for elsewhere in ({"device": "cpu", "smoke": False}, {"device": "cuda", "smoke": True}):  # no defaults fit
         far = estimate([PlannedJob(cell_id="a", backend="synthetic", compile="eager", **elsewhere)], Past())
-        assert "(an H100's, full windows: far off for these cells; no past rows" in far.text()
+        assert "(a guess: an H100's full-window seconds, far off for these cells, and no rows here to scale; no past " \
+            "rows" in far.text()
     mixed = in_sequence([got, estimate([job("c")], Past(job_s={"c": [1.0]}, runs=("r1",)))])
     assert mixed.defaults == ("a 2-core CPU's, --smoke",)
     assert mixed.to_plain()["defaults"] == ["a 2-core CPU's, --smoke"]
@@ -97,6 +109,53 @@ def test_estimates_in_sequence_add_up():
     assert duration_text(12.4) == "12 s" and duration_text(185) == "3m05s" and duration_text(7620) == "2h07m"
 
 
+def past_run(folder: Path, rows: list[dict], *, finished: bool = True) -> Path:
+    """A run folder as the runner leaves it, of this environment (env {}): rows and a manifest whose last session
+    finished, or not (an interrupted run)."""
+    for k, row in enumerate(rows):
+        store.write_table(folder / "cells" / f"{row['cell_id']}-r{k}.parquet", cell_table([row]))
+    session = {"started_at": "2026-01-01T00:00:00+00:00"} | ({"finished_at": "2026-01-01T00:01:00+00:00"}
+                                                             if finished else {})
+    store.write_json(folder / "manifest.json", {"run_id": folder.name, "created_at": "2026-01-01T00:00:00+00:00",
+                                                "environment": {}, "sessions": [session]})
+    return folder
+
+
+def resnet18_smoke_row(cid: str, **changes) -> dict:
+    """A CPU --smoke job of resnet18 (24 px, batch 4, 1 + 3 steps): 1 s in its steps of 3 s."""
+    return {"cell_id": cid, "repeat": 0, "status": "ok", "model": "resnet18", "image_size": 24, "images_per_step": 4,
+            "warmup_steps_used": 1, "num_measure_steps": 3, "backend": "synthetic", "compile": "eager",
+            "device": "cpu", "is_smoke": True, "window_s": 0.8, "warmup_window_s": 0.2, "duration_s": 3.0} | changes
+
+
+def test_cells_without_rows_are_scaled_by_model_cost_from_other_cells_and_no_doubtful_row_is_learned_from(tmp_path):
+    """README's main job (resnet50, --smoke) on a machine that ran only resnet18 (another matrix): the job
+    keeps resnet18's time outside its steps and scales its steps' time by resnet50's FLOPs (2.25x at one image
+    size); an interrupted run, an A/B's side, a drill, a fault and a shared GPU teach nothing."""
+    cells = expand(load_matrix(str(ROOT / "matrices" / "resnet50.toml")), smoke=True,
+                   only=["backend=synthetic", "precision=fp32", "world_size=1", "grad_accum=1", "memory_format=nchw"])
+    (cell,) = cells
+    past_run(tmp_path / "other", [resnet18_smoke_row("r18a"), resnet18_smoke_row("r18b")])
+    doubtful = [resnet18_smoke_row("x", duration_s=60.0, window_s=50.0)]
+    past_run(tmp_path / "stopped", doubtful, finished=False)
+    past_run(tmp_path / "ab-1" / "b", doubtful)
+    (tmp_path / "ab-1" / "ab.json").write_text("{}")
+    interfered = ({"fire_drill_pct": 50.0}, {"injected_fault": "slow"}, {"gpu_shared": True})
+    past_run(tmp_path / "noisy", [resnet18_smoke_row("y", duration_s=60.0, window_s=50.0, **bad) for bad in interfered])
+    caps = Capabilities(device="cpu", gpu_count=0, cpu_count=2, device_name="cpu")
+    got = cost.estimate_jobs({cell.cell_id: cell}, [(cell.cell_id, 0)], caps, roots=[tmp_path], key=env_key({}))
+    ratio = MODELS["resnet50"].forward_flops / MODELS["resnet18"].forward_flops  # same image size and images
+    assert got.from_scaled == 1 and got.scaled_runs == ("other",)
+    assert got.wall_s == pytest.approx(2.0 + 1.0 * ratio + DEFAULT_BETWEEN_JOBS_S)
+    assert "1 job(s); every job scaled by model cost from this machine's rows of other cells (run other)" in got.text()
+    # an A/B's own estimate learns from past A/Bs, named by their folder
+    assert cost.read_past([tmp_path], ["x"], env_key({}), ab_sides=True).runs == ("ab-1/b",)
+    assert cost.read_past([tmp_path], ["x", "y"], env_key({})).runs == ()
+    user = dataclasses.replace(cell, benchmark=dataclasses.replace(cell.benchmark, model="mynets:build"))
+    unknown = cost.estimate_jobs({"u": user}, [("u", 0)], caps, roots=[tmp_path], key=env_key({}))
+    assert unknown.from_scaled == 0 and "a 2-core CPU's, --smoke" in unknown.text()  # its cost is not known
+
+
 @pytest.mark.slow
 def test_a_second_run_is_estimated_from_the_first_within_a_quarter(tiny_matrix, tmp_path):
     """The first run has no past: its estimate says it used the defaults. The second run (same matrix, same
@@ -117,5 +176,5 @@ def test_a_second_run_is_estimated_from_the_first_within_a_quarter(tiny_matrix, 
     took = (datetime.fromisoformat(session["finished_at"]) - datetime.fromisoformat(session["started_at"])).total_seconds()
     assert session["estimate"]["from_past"] == 2 and session["estimate"]["jobs"] == 2
     assert took == pytest.approx(session["estimate"]["wall_s"], rel=0.25), (took, session["estimate"])
-    words = " ".join(second.stderr.split())
+    words = " ".join(second.stdout.split())  # the summary's line, beside the run's other results
     assert "took " in words and "; estimated " in words

@@ -5,15 +5,18 @@ tests/orchestrate/test_ab.py."""
 from __future__ import annotations
 
 import dataclasses
+import os
+import subprocess
 import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
+from conftest import ROOT
 
 from harness.orchestrate.workflows import ab_sides, rerun
 from harness.orchestrate.session import job, runfolder
 from harness.results import store
-from harness.results.schema import cell_table, step_table
+from harness.results.schema import SUPERSEDED_STEPS, cell_table, step_table
 from harness.matrix.cells import job_key
 
 CELL = "synthetic_nchw_fp32_ws1_ga1_0123456789"
@@ -47,7 +50,8 @@ def test_a_transient_row_is_kept_as_superseded_with_its_steps_and_log_and_its_jo
     (cells,) = pq.read_table(run_dir / "cells").to_pylist()  # one row: the transient one, renamed
     assert cells["status"] == "superseded" and cells["reason"] == reason and cells["log_path"] == f"logs/{kept}.log"
     assert cells["throughput_img_per_s"] == 100.0 and cells["start_transient_steps"] == 3  # the row as it ran
-    assert pq.read_table(run_dir / "steps" / f"{kept}.parquet").column("step_time_s").to_pylist() == [0.3, 0.1]
+    assert pq.read_table(run_dir / SUPERSEDED_STEPS / f"{kept}.parquet").column("step_time_s").to_pylist() == [0.3, 0.1]
+    assert not list((run_dir / "steps").glob("*.parquet"))  # a glob over steps/ no longer counts it
     assert (run_dir / "logs" / f"{kept}.log").read_text() == "the cell's output\n"
     assert runfolder.pending(run_dir, [(CELL, 4)]) == [(CELL, 4)]
     # a resumed A/B counts what it spent, per side
@@ -90,7 +94,37 @@ def test_the_sides_are_named_by_what_tells_them_apart():
     assert ab_sides.labels({"a": a, "b": a}) == {"a": "baseline", "b": "candidate"}
     assert ab_sides.labels({"a": a, "b": a}, {"a": "old", "b": None}) == {"a": "old", "b": "candidate"}
     lines = ab_sides.side_lines({"a": "torch 2.12.1", "b": "torch 2.13.0"},
-                                {"a": ab_sides.where("/v1/bin/python", None),
-                                 "b": ab_sides.where(sys.executable, "/src/tonight")})
-    assert lines == ("A: torch 2.12.1 (/v1/bin/python)", "B: torch 2.13.0 (/src/tonight)")
-    assert ab_sides.where("/v1/bin/python", "/src") == "/v1/bin/python in /src"
+                                {"a": ab_sides.where("/v1/bin/python", "/src/main", a),
+                                 "b": ab_sides.where("/v2/bin/python", "/src/tonight",
+                                                     dict(c, nvbench_git_dirty=True))})
+    # each side by its interpreter and the code it ran: checkout, commit, dirty or not
+    assert lines == ("A: torch 2.12.1 (/v1/bin/python; code /src/main @ 1111111111)",
+                     "B: torch 2.13.0 (/v2/bin/python; code /src/tonight @ abcdef0123, dirty)")
+    assert ab_sides.where("/v1/bin/python", "/copy", {}) == "/v1/bin/python; code /copy (not in git)"
+
+
+def checkout(path: Path) -> Path:
+    (path / "harness").mkdir(parents=True)
+    (path / "harness" / "__init__.py").write_text("")
+    (path / "pyproject.toml").write_text("[project]\nname = 'nvbench'\n")
+    return path
+
+
+def test_an_ab_typed_in_a_checkout_whose_code_it_does_not_import_says_so_before_it_starts(tmp_path):
+    """The user stands in checkout B (say, a subfolder of it); the nvbench they run imports another checkout's code:
+    a side without its own --x-checkout would run that code, and B's change never. One warning, before anything."""
+    here, installed = checkout(tmp_path / "B"), checkout(tmp_path / "installed")
+    (here / "matrices").mkdir()
+    warning = ab_sides.code_warning(here / "matrices", installed, {"a": tmp_path / "A", "b": None})
+    assert warning == (f"warning: you are in the checkout {here}, but this nvbench imports its code from {installed}: "
+                       f"side(s) B will run {installed}'s code, not {here}'s; give --b-checkout {here} to run it (or "
+                       f"run {here}'s own nvbench: python -m harness from {here})")
+    assert ab_sides.code_warning(here, here, {"a": tmp_path / "A", "b": None}) is None  # B's code runs
+    assert ab_sides.code_warning(here, installed, {"a": tmp_path / "A", "b": here}) is None  # as it was asked to
+    assert ab_sides.code_warning(tmp_path, installed, {"a": None, "b": None}) is None  # in no checkout
+    # the command says it first, before its own checks of the rest (here: a matrix that does not exist)
+    proc = subprocess.run([sys.executable, "-m", "harness", "ab", "none.toml", "--a-checkout", str(ROOT)], cwd=here,
+                          capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT), PYTHONSAFEPATH="1"))  # as the `nvbench` script
+    assert proc.returncode == 2 and proc.stderr.splitlines()[0].startswith(
+        f"warning: you are in the checkout {here}, but this nvbench imports its code from {ROOT}: side(s) B will run")

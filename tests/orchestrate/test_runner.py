@@ -41,7 +41,8 @@ def test_end_to_end_run_reads_back_with_pyarrow_and_duckdb(tiny_matrix, tmp_path
     out = tmp_path / "run"
     proc = documented_run(["run", str(matrix), "--out", str(out), "--no-progress"])
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "4 rows: 4 ok" in proc.stderr and f"results: {out}" in proc.stderr
+    assert "4 rows: 4 ok" in proc.stdout and f"results: {out}" in proc.stdout  # the summary: a result
+    assert f"run folder: {out}" in proc.stderr and "4 rows" not in proc.stderr  # progress, apart from it
 
     cells = pq.read_table(out / "cells")
     assert cells.num_rows == 4

@@ -48,7 +48,7 @@ class PlannedJob:
 
 H100_FULL = "an H100's, full windows"
 CPU_SMOKE = "a 2-core CPU's, --smoke"
-FAR_OFF = "an H100's, full windows: far off for these cells"
+FAR_OFF = "a guess: an H100's full-window seconds, far off for these cells, and no rows here to scale"
 
 
 def default_job_s(job: PlannedJob) -> tuple[float, str]:
@@ -70,6 +70,10 @@ class Past:
     warmup_s: Mapping[str, Sequence[float]] = field(default_factory=dict)
     between_jobs_s: float | None = None
     runs: Sequence[str] = ()
+    scaled_s: Mapping[str, float] = field(default_factory=dict)
+    """Cells without past jobs: one job's seconds from this machine's rows of other cells
+    (harness.orchestrate.cost.scaled)."""
+    scaled_runs: Sequence[str] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -88,10 +92,14 @@ class Estimate:
     """The past runs the figures came from."""
     defaults: tuple[str, ...]
     """Which defaults the jobs without past rows took (H100_FULL, CPU_SMOKE, FAR_OFF), each once."""
+    from_scaled: int = 0
+    """Jobs without past rows of their cell, scaled from this machine's rows of other cells."""
+    scaled_runs: tuple[str, ...] = ()
 
     def to_plain(self) -> dict:
         return {"wall_s": round(self.wall_s, 1), "slots": self.slots, "jobs": self.jobs, "from_past": self.from_past,
-                "warmups": self.warmups, "runs": list(self.runs), "defaults": list(self.defaults), "text": self.text(),
+                "warmups": self.warmups, "runs": list(self.runs), "defaults": list(self.defaults),
+                "from_scaled": self.from_scaled, "scaled_runs": list(self.scaled_runs), "text": self.text(),
                 "source": self.source_text()}
 
     def text(self) -> str:
@@ -102,18 +110,24 @@ class Estimate:
         return f"{self.slots} slot{'s' if self.slots != 1 else ''}"
 
     def source_text(self) -> str:
-        """The jobs and where their figures came from: past rows (which runs) or the stated defaults."""
-        defaults = self.jobs - self.from_past
+        """The jobs and where their figures came from: past rows of their cells (which runs), rows of other cells
+        scaled by model cost, or the stated defaults."""
+        defaults = self.jobs - self.from_past - self.from_scaled
+        scaled = f"scaled by model cost from this machine's rows of other cells ({_runs_text(self.scaled_runs)})"
+        parts = [f"{n} {words}" for n, words in (
+            (self.from_past, f"from past rows ({_runs_text(self.runs)})"), (self.from_scaled, scaled),
+            (defaults, f"from the defaults per backend and compile mode ({self.defaults_text()})")) if n]
         if not self.jobs:
             source = "nothing to launch"
-        elif not defaults:
+        elif self.from_past == self.jobs:
             source = f"every job from past rows ({_runs_text(self.runs)})"
-        elif not self.from_past:
+        elif self.from_scaled == self.jobs:
+            source = f"every job {scaled}"
+        elif defaults == self.jobs:
             source = (f"every job from the defaults per backend and compile mode ({self.defaults_text()}; no past "
                       "rows on this machine)")
         else:
-            source = (f"{self.from_past} from past rows ({_runs_text(self.runs)}), {defaults} from the defaults per "
-                      f"backend and compile mode ({self.defaults_text()})")
+            source = ", ".join(parts)
         warm = f" and {self.warmups} compile warm-up(s)" if self.warmups else ""
         return f"{self.jobs} job(s){warm}; {source}"
 
@@ -132,18 +146,21 @@ def estimate(jobs: Sequence[PlannedJob], past: Past, slots: int = 1) -> Estimate
     warm_cells = list(dict.fromkeys(j.cell_id for j in running if j.compile == "inductor"))
     warm_s = sum(_median(past.warmup_s.get(cid)) or DEFAULT_WARMUP_S for cid in warm_cells)
     lanes = [0.0] * slots
-    from_past = 0
+    from_past = from_scaled = 0
     defaults: dict[str, None] = {}
     for j in running:
         seconds = _median(past.job_s.get(j.cell_id))
         from_past += seconds is not None
+        if seconds is None and j.cell_id in past.scaled_s:
+            seconds, from_scaled = past.scaled_s[j.cell_id], from_scaled + 1
         if seconds is None:
             seconds, which = default_job_s(j)
             defaults.setdefault(which)
         heapq.heapreplace(lanes, lanes[0] + seconds + between)  # lanes is a heap: [0] frees first
     wall = warm_s + max(lanes) + between * (len(jobs) - len(running))  # a skipped job: its row alone
     return Estimate(wall_s=wall, slots=slots, jobs=len(running), from_past=from_past, warmups=len(warm_cells),
-                    runs=tuple(past.runs), defaults=tuple(defaults))
+                    runs=tuple(past.runs), defaults=tuple(defaults), from_scaled=from_scaled,
+                    scaled_runs=tuple(past.scaled_runs) if from_scaled else ())
 
 
 def in_sequence(parts: Sequence[Estimate]) -> Estimate:
@@ -151,7 +168,9 @@ def in_sequence(parts: Sequence[Estimate]) -> Estimate:
     return Estimate(wall_s=sum(e.wall_s for e in parts), slots=max((e.slots for e in parts), default=1),
                     jobs=sum(e.jobs for e in parts), from_past=sum(e.from_past for e in parts),
                     warmups=sum(e.warmups for e in parts), runs=tuple(dict.fromkeys(r for e in parts for r in e.runs)),
-                    defaults=tuple(dict.fromkeys(d for e in parts for d in e.defaults)))
+                    defaults=tuple(dict.fromkeys(d for e in parts for d in e.defaults)),
+                    from_scaled=sum(e.from_scaled for e in parts),
+                    scaled_runs=tuple(dict.fromkeys(r for e in parts for r in e.scaled_runs)))
 
 
 def _median(values: Sequence[float] | None) -> float | None:

@@ -1,6 +1,7 @@
 """The past a run's estimate rests on: earlier run folders of this machine's environment (a reports folder, a
-history, an A/B's sides, a bisect's A/Bs) read for the planned cells' job and warm-up seconds; and the estimate
-of planned jobs (harness/orchestrate/cost/estimate.py does the arithmetic).
+history; an A/B's sides and a bisect's A/Bs for an A/B's estimate) read for the planned cells' job and warm-up
+seconds, or other cells' rows to scale (harness/orchestrate/cost/scaled.py); never an interrupted run's rows, nor a
+row another process interfered with. The arithmetic: harness/orchestrate/cost/estimate.py.
 
     python -m harness.orchestrate.cost.pricing RUN_DIR   # the run's estimate beside what it took (the nightly's log line)
 """
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 import statistics
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from harness.orchestrate.cost import scaled
+from harness.orchestrate.workflows.ab import AB_FILE
 from harness.orchestrate.session.capabilities import Capabilities, skip_reason
 from harness.orchestrate.session.compile_cache import record_path
 from harness.orchestrate.cost.estimate import Estimate, Past, PlannedJob, duration_text, estimate, in_sequence
@@ -45,21 +48,24 @@ def run_folders(roots: Iterable[Path]) -> list[Path]:
     return list(found)
 
 
-def read_past(roots: Iterable[Path], cell_ids: Iterable[str], key: str) -> Past:
+def read_past(roots: Iterable[Path], cell_ids: Iterable[str], key: str, *, cells: Mapping[str, Cell] | None = None,
+              device: str = "", ab_sides: bool = False) -> Past:
     """What the newest run folders under `roots` measured on this environment (`key`, env_key) for `cell_ids`:
-    the seconds of their ok jobs (profiled ones left out) and compile warm-ups, and the runner's own seconds
-    per job; a folder that does not read back is passed over."""
+    the seconds of their clean ok jobs (is_clean) and compile warm-ups, and the runner's own seconds per job; for
+    `cells` without such jobs, seconds scaled from other cells' rows (scaled.py). A folder that does not read
+    back, an interrupted run, and (unless `ab_sides`: an A/B's own estimate) an A/B's side are passed over."""
     wanted = list(dict.fromkeys(cell_ids))
     job_s: dict[str, list[float]] = {}
     warmup_s: dict[str, list[float]] = {}
     between, used = [], []
-    for run_dir, manifest in _same_env(run_folders(roots), key):
+    folders = _same_env(run_folders(roots), key, ab_sides=ab_sides)
+    for run_dir, manifest in folders:
         rows = _rows(run_dir, [c for c in wanted if len(job_s.get(c, ())) < MAX_JOBS_PER_CELL])
         warm = {c: store.read_json(record_path(run_dir, c)) for c in wanted
                 if c not in warmup_s and record_path(run_dir, c).is_file()}
         if not rows and not warm:
             continue
-        used.append(run_dir.name)
+        used.append(_name(run_dir))
         for row in rows:
             job_s.setdefault(row[col.cell_id], []).append(float(row[col.duration_s]))
         for cid, record in warm.items():
@@ -70,40 +76,77 @@ def read_past(roots: Iterable[Path], cell_ids: Iterable[str], key: str) -> Past:
             between.append(per_job)
         if all(len(job_s.get(c, ())) >= MAX_JOBS_PER_CELL for c in wanted):
             break
+    missing = {c: cell for c, cell in (cells or {}).items() if c not in job_s}
+    scaled_s, scaled_runs = scaled.scaled_seconds(missing, device, _donors([f for f, _ in folders])) if missing \
+        else ({}, ())
     return Past(job_s={c: v[:MAX_JOBS_PER_CELL] for c, v in job_s.items()}, warmup_s=warmup_s,
-                between_jobs_s=statistics.median(between) if between else None, runs=tuple(used))
+                between_jobs_s=statistics.median(between) if between else None, runs=tuple(used),
+                scaled_s=scaled_s, scaled_runs=scaled_runs)
 
 
-def _same_env(folders: Sequence[Path], key: str) -> list[tuple[Path, dict[str, Any]]]:
-    """(folder, manifest) of the folders measured on environment `key`, newest first."""
+def _name(run_dir: Path) -> str:
+    """A past run as the estimate names it: an A/B's side by its A/B folder too (ab-xyz/b, not b)."""
+    return f"{run_dir.parent.name}/{run_dir.name}" if (run_dir.parent / AB_FILE).is_file() else run_dir.name
+
+
+def _same_env(folders: Sequence[Path], key: str, *, ab_sides: bool = False) -> list[tuple[Path, dict[str, Any]]]:
+    """(folder, manifest) of the finished runs measured on environment `key`, newest first: an interrupted run
+    (its last session never finished) is passed over, as an A/B's side is unless `ab_sides`."""
     out = []
     for folder in folders:
         try:
             manifest = store.read_json(folder / MANIFEST)
         except (OSError, store.UnreadableFile):
             continue
-        if isinstance(manifest, dict) and env_key(manifest.get("environment") or {}) == key:
+        if not isinstance(manifest, dict) or env_key(manifest.get("environment") or {}) != key:
+            continue
+        sessions = manifest.get("sessions") or [{}]
+        if not isinstance(sessions[-1], dict) or not sessions[-1].get("finished_at"):
+            continue
+        if ab_sides or not (folder.parent / AB_FILE).is_file():
             out.append((folder, manifest))
     out.sort(key=lambda item: str(item[1].get("created_at") or ""), reverse=True)
     return out[:MAX_RUNS]
 
 
 def _rows(run_dir: Path, cell_ids: Sequence[str]) -> list[dict[str, Any]]:
-    rows = []
-    for cid in cell_ids:
-        for path in sorted((run_dir / "cells").glob(f"{cid}-r*.parquet")):
-            row = _cost_row(path)
-            if row is not None and row["status"] == "ok" and row[col.duration_s] and not row[col.profile_tool]:
-                rows.append(row)
-    return rows
+    return [row for cid in cell_ids for path in sorted((run_dir / "cells").glob(f"{cid}-r*.parquet"))
+            if (row := _cost_row(path)) is not None and is_clean(row)]
 
 
-def _cost_row(path: Path) -> dict[str, Any] | None:
-    """The columns the estimate reads, or None: an unreadable or foreign file says nothing about cost."""
+def is_clean(row: Mapping[str, Any]) -> bool:
+    """An ok job whose seconds are its own: not profiled, no fire drill or injected fault, and no process of
+    another job on its GPU (gpu_shared)."""
+    return row["status"] == "ok" and bool(row[col.duration_s]) and not row.get(col.profile_tool) and \
+        not row.get(col.fire_drill_pct) and not row.get(col.injected_fault) and not row.get(col.gpu_shared)
+
+
+COST_COLUMNS = (col.cell_id, "status", col.duration_s, col.profile_tool, col.fire_drill_pct, col.injected_fault, col.gpu_shared)
+
+
+def _cost_row(path: Path, extra: Sequence[str] = ()) -> dict[str, Any] | None:
+    """The columns the estimate reads, or None: an unreadable or foreign file says nothing about cost (a column
+    an older file lacks reads as null)."""
+    wanted = (*COST_COLUMNS, *extra)
     try:
-        return pq.read_table(path, columns=[col.cell_id, "status", col.duration_s, col.profile_tool]).to_pylist()[0]
+        present = set(pq.read_schema(path).names)
+        row = pq.read_table(path, columns=[n for n in wanted if n in present]).to_pylist()[0]
+        return {name: row.get(name) for name in wanted}
     except (OSError, ValueError, KeyError, IndexError, pa.ArrowException):
         return None
+
+
+def _donors(folders: Sequence[Path]) -> list[scaled.Donor]:
+    """The clean ok jobs of `folders` (newest first), any cell, as scaling donors (at most scaled.MAX_DONORS)."""
+    out: list[scaled.Donor] = []
+    for run_dir in folders:
+        for path in sorted((run_dir / "cells").glob("*.parquet")):
+            row = _cost_row(path, scaled.DONOR_COLUMNS)
+            if row is not None and is_clean(row) and (d := scaled.donor(row, float(row[col.duration_s]), _name(run_dir))):
+                out.append(d)
+                if len(out) >= scaled.MAX_DONORS:
+                    return out
+    return out
 
 
 def _between_per_job(run_dir: Path, manifest: dict[str, Any]) -> float | None:
@@ -123,9 +166,11 @@ def planned(cells: dict[str, Cell], jobs: Sequence[tuple[str, int]], caps: Capab
 
 
 def estimate_jobs(cells: dict[str, Cell], jobs: Sequence[tuple[str, int]], caps: Capabilities, *,
-                  roots: Iterable[Path], key: str, slots: int = 1) -> Estimate:
-    """The estimate of running `jobs` of `cells` here, from the past under `roots` on environment `key`."""
-    return estimate(planned(cells, jobs, caps), read_past(roots, cells, key), slots)
+                  roots: Iterable[Path], key: str, slots: int = 1, ab_sides: bool = False) -> Estimate:
+    """The estimate of running `jobs` of `cells` here, from the past under `roots` on environment `key` (A/B sides
+    too when `ab_sides`)."""
+    past = read_past(roots, cells, key, cells=cells, device=caps.device, ab_sides=ab_sides)
+    return estimate(planned(cells, jobs, caps), past, slots)
 
 
 def ab_estimate(cells: Sequence[Cell], pairs: int, caps: Capabilities, *, roots: Iterable[Path],
@@ -135,7 +180,7 @@ def ab_estimate(cells: Sequence[Cell], pairs: int, caps: Capabilities, *, roots:
     by_id = {c.cell_id: c for c in cells}
     jobs = [(cid, r) for r in range(pairs) for cid in by_id]
     roots = list(roots)
-    return in_sequence([estimate_jobs(by_id, jobs, caps, roots=roots, key=key) for key in keys])
+    return in_sequence([estimate_jobs(by_id, jobs, caps, roots=roots, key=key, ab_sides=True) for key in keys])
 
 
 def ab_line(first: Estimate, last: Estimate | None, pairs: Sequence[int]) -> str:

@@ -1,9 +1,9 @@
-"""How an A/B names its two sides, alike wherever it is read: `A: <label> (<interpreter or checkout>)`, the label
-being what tells the sides apart (the user's, else the environment fields that differ, else baseline/candidate)."""
+"""How an A/B names its two sides, alike wherever it is read: `A: <label> (<interpreter>; code <checkout> @ <commit>)`,
+the label being what tells the sides apart (the user's, else the environment fields that differ, else
+baseline/candidate); and the warning when the code a side runs is not the checkout the user stands in."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -18,11 +18,33 @@ MOST_FIELDS = 2
 DEFAULT_LABELS = {"a": "baseline", "b": "candidate"}
 
 
-def where(python: str, checkout: Path | str | None) -> str:
-    """The interpreter, or the checkout when only it was given (the interpreter is then this one)."""
-    if checkout and python == sys.executable:
-        return str(checkout)
-    return python + (f" in {checkout}" if checkout else "")
+def where(python: str, code: Path | str, env: Mapping[str, Any]) -> str:
+    """The interpreter and the code it runs: its checkout, commit (10 digits) and whether it was dirty, as the
+    side's own fingerprint (collected under that interpreter and checkout) says."""
+    sha = env.get("nvbench_git_sha")
+    state = f"@ {str(sha)[:10]}" + (", dirty" if env.get("nvbench_git_dirty") else "") if sha else "(not in git)"
+    return f"{python}; code {code} {state}"
+
+
+def enclosing_checkout(cwd: Path) -> Path | None:
+    """The nvbench checkout `cwd` lies in (a folder with harness/__init__.py and pyproject.toml), if any."""
+    for folder in (cwd, *cwd.parents):
+        if (folder / "harness" / "__init__.py").is_file() and (folder / "pyproject.toml").is_file():
+            return folder
+    return None
+
+
+def code_warning(cwd: Path, imported: Path, checkouts: Mapping[str, Path | None]) -> str | None:
+    """One line when a side without its own checkout would run `imported` (the code this nvbench imports) while
+    the user stands in another checkout, whose change would then never run; None otherwise."""
+    here = enclosing_checkout(cwd.resolve())
+    bare = [side for side in ("a", "b") if not checkouts.get(side)]
+    if here is None or here == imported.resolve() or not bare:
+        return None
+    flags = " and ".join(f"--{side}-checkout" for side in bare)
+    return (f"warning: you are in the checkout {here}, but this nvbench imports its code from {imported}: side(s) "
+            f"{', '.join(s.upper() for s in bare)} will run {imported}'s code, not {here}'s; give {flags} {here} "
+            f"to run it (or run {here}'s own nvbench: python -m harness from {here})")
 
 
 def labels(envs: Mapping[str, Mapping[str, Any]], given: Mapping[str, str | None] | None = None) -> dict[str, str]:
@@ -43,5 +65,5 @@ def _value(name: str, value: Any) -> str:
 
 
 def side_lines(names: Mapping[str, str], places: Mapping[str, str]) -> tuple[str, str]:
-    """('A: <label> (<where>)', 'B: ...')."""
+    """('A: <label> (<where>)', 'B: ...'): the header, the summary and the report name the sides with these."""
     return tuple(f"{side.upper()}: {names[side]} ({places[side]})" for side in ("a", "b"))  # type: ignore[return-value]

@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 
 from harness.orchestrate.session import job
 from harness.results import store
-from harness.results.schema import SUPERSEDED, cell_table
+from harness.results.schema import SUPERSEDED, SUPERSEDED_STEPS, cell_table
 from harness.matrix.cells import Cell, job_key
 from harness.catalogue import col
 
@@ -47,8 +47,8 @@ class Reruns:
         return has_start_transient(row) and self.used.get((str(run_dir), row[col.cell_id]), 0) < self.limit
 
     def supersede(self, run_dir: Path, row: dict[str, Any]) -> str:
-        """Keep `row` (and its steps and log) under a name of its own, status superseded, and take its job's
-        row away so the job runs again; returns the reason written. The kept copy is written before the
+        """Keep `row` (its steps in SUPERSEDED_STEPS, its log) under a name of its own, status superseded, and take
+        its job's row away so the job runs again; returns the reason written. The kept copy is written before the
         original goes: an interruption in between leaves the job done with its transient row beside it."""
         cid = row[col.cell_id]
         n = self.used[(str(run_dir), cid)] = self.used.get((str(run_dir), cid), 0) + 1
@@ -60,10 +60,12 @@ class Reruns:
         copy = dict(row, status=SUPERSEDED, reason=reason,
                     log_path=str(log.with_name(f"{kept}.log")) if log else row.get(col.log_path))
         store.write_table(run_dir / "cells" / f"{kept}.parquet", cell_table([copy]))
-        for folder, suffix in (("steps", ".parquet"), ("logs", ".log")):
+        # its steps leave steps/ (a glob over it must not count the repeat twice); its log stays beside the others
+        for folder, target, suffix in (("steps", SUPERSEDED_STEPS, ".parquet"), ("logs", "logs", ".log")):
             source = run_dir / folder / f"{key}{suffix}"
             if source.exists():
-                os.replace(source, run_dir / folder / f"{kept}{suffix}")
+                (run_dir / target).mkdir(exist_ok=True)
+                os.replace(source, run_dir / target / f"{kept}{suffix}")
         (run_dir / "cells" / f"{key}.parquet").unlink()
         return reason
 
