@@ -21,6 +21,7 @@ from harness.results.schema import STATUSES, SUPERSEDED
 from harness.matrix.cells import cell_label
 from harness.stats.inference import mean_interval
 from harness.catalogue import col
+from harness.results.interference import row_interference
 
 STATUS_STYLE = {"ok": "green", "skipped": "dim", "failed": "red", "timeout": "red", "crashed": "red", "cancelled": "red",
                 SUPERSEDED: "yellow"}
@@ -196,6 +197,21 @@ def ran_notes(ran: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[str]:
     return notes
 
 
+def interference_lines(rows: Sequence[Mapping[str, Any]], width: int) -> list[str]:
+    """'taken under interference: 2 cells, 3 repeats' and a line per cell naming its repeats and how busy the
+    machine was: a number taken beside another process's load says so (harness.results.interference)."""
+    hit = [r for r in rows if r["status"] == "ok" and row_interference(r) is not None]
+    if not hit:
+        return []
+    cells = _by_cell(hit)
+    out = [f"taken under interference: {_cells_word(len(cells))}, {len(hit)} repeat(s) (not steady; a report "
+           "leaves them out)"]
+    for cid, members in sorted(cells.items()):
+        shares = ", ".join(f"r{r['repeat']} {r.get(col.foreign_cpu_frac) or 0:.0%}" for r in members)
+        out += wrap(f"{cid}: other processes on its cores: {shares}", width, indent="  ")
+    return out
+
+
 def counts_line(rows: list[dict[str, Any]]) -> str:
     counts = Counter(r["status"] for r in rows)
     return f"{len(rows)} rows: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
@@ -225,6 +241,8 @@ def print_summary(console: Console, rows: list[dict[str, Any]], run_dir: Path, m
             for line in lines:
                 console.print(line, **whole)
     console.print()
+    for line in interference_lines(rows, console.width):
+        console.print(line, highlight=False, **whole)
     for line in slot_lines(rows):
         console.print(line, **fit)
     for line in cost_lines(manifest):  # wrapped, not cut: where an estimate came from is part of it

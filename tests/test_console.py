@@ -168,3 +168,15 @@ def test_each_finished_job_is_one_line_at_80_columns_ending_at_a_whole_word():
     assert lines[0].startswith(" skipped dali-gpu_nhwc_bf16_ws4_ga1_0123456789 r0  dali-gpu needs CUDA")
     shown = lines[0].split("  ", 2)[-1].removesuffix("…")
     assert GPU_REASON.startswith(shown) and GPU_REASON[len(shown)] == " "  # cut between two words, not inside one
+
+
+def test_the_summary_names_the_cells_and_repeats_taken_under_interference():
+    from harness.console import interference_lines
+
+    rows = [{"status": "ok", "cell_id": "c1", "repeat": 0, "foreign_cpu_frac": 0.61},
+            {"status": "ok", "cell_id": "c1", "repeat": 1, "foreign_cpu_frac": 0.01},
+            {"status": "ok", "cell_id": "c2", "repeat": 0, "foreign_cpu_frac": 0.02}]
+    lines = interference_lines(rows, 120)
+    assert lines[0].startswith("taken under interference: 1 cell, 1 repeat(s)")
+    assert lines[1:] == ["c1: other processes on its cores: r0 61%"]
+    assert interference_lines(rows[1:], 120) == []  # a quiet run says nothing

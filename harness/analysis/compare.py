@@ -23,8 +23,8 @@ from harness.analysis.evidence import MetricSamples, PendingCell, tested_verdict
 from harness.analysis.findings import accuracy_check, node_notes, phase_attribution
 from harness.analysis.packing import packing_notes
 from harness.analysis.repeats import (
-    axes_of, by_cell, cv_of, drill_pct, env_difference, failure_verdict, noise_label, ok_rows, rerun_words, throughputs,
-    usable_rows)
+    axes_of, by_cell, cv_of, drill_pct, env_difference, failure_verdict, interference_words, noise_label, ok_rows,
+    rerun_words, throughputs, usable_rows)
 from harness.analysis.runs import RunData
 from harness.analysis.verdict import (
     ACCURACY_NA, FAILED, INCONCLUSIVE, NO_BASELINE, NOT_COMPARABLE, SKIPPED, THROUGHPUT, CellVerdict, Comparison,
@@ -64,8 +64,24 @@ def _sides(cand_ok: Sequence[Mapping[str, Any]], base_ok: Sequence[Mapping[str, 
                            "baseline_value": float(base_x.mean()) if base_x.size else None}}
 
 
+def _ab_probes(probes: tuple[np.ndarray, np.ndarray] | None,
+               th: Thresholds) -> tuple[tuple[np.ndarray, np.ndarray] | None, str]:
+    """An interleaved A/B's probes, or None with a note when the probe differs between its sides. Pairs run side
+    by side in time, so the machine's state falls on both sides alike: a probe that reads differently on one side
+    was moved by that side's software (its libraries, its threads), and adjusting for it, or holding the cell on it,
+    would judge the instrument instead of the change. The cell is then judged unadjusted."""
+    if probes is None:
+        return None, ""
+    shift, _, _, balanced = decide.probe_balance(*probes, floor_pct=th.floor_pct, alpha=th.level,
+                                                 confidence=1 - th.level)
+    if balanced:
+        return probes, ""
+    return None, (f" (the machine-speed probe read {shift:+.1f}% on B: interleaved pairs share the machine's state, "
+                  "so the sides' software moved it; judged unadjusted)")
+
+
 def _prepare(cid: str, cand_rows: list, base_rows: list | None, candidate: RunData, baseline: RunData,
-             th: Thresholds, require_same_env: bool) -> tuple[dict[str, Any], PendingCell | None]:
+             th: Thresholds, require_same_env: bool, mode: str = "baseline") -> tuple[dict[str, Any], PendingCell | None]:
     """Common verdict fields, and the samples when the cell can be tested (else a final verdict). A cell
     that cannot be judged still carries both sides' figures."""
     common = {col.cell_id: cid, **axes_of(cand_rows), col.floor_pct: th.floor_pct, col.fdr_q: th.fdr_q,
@@ -100,7 +116,9 @@ def _prepare(cid: str, cand_rows: list, base_rows: list | None, candidate: RunDa
     smallest_p = decide.smallest_permutation_p(len(cand_ok), len(base_ok))
     if min(len(cand_ok), len(base_ok)) < th.min_repeats or smallest_p > th.level:
         return merge_fields(common, untestable(cand_x, base_x, th)), None  # both sides' img/s stay beside the change
-    probes = _probes(cand_ok, base_ok, th)
+    probes, probe_note = _probes(cand_ok, base_ok, th), ""
+    if mode == "ab":
+        probes, probe_note = _ab_probes(probes, th)
     metrics = [MetricSamples(JUDGED[0], cand_x, base_x)]
     left_out = []
     for judged in JUDGED[1:]:
@@ -114,6 +132,7 @@ def _prepare(cid: str, cand_rows: list, base_rows: list | None, candidate: RunDa
         common[judged.name] = {"candidate_value": float(samples[0].mean()), "baseline_value": float(samples[1].mean())}
     note = (f" ({', '.join(left_out)} not tested: at {len(cand_ok)} + {len(base_ok)} repeats only {len(metrics)} "
             f"metric{'s' if len(metrics) > 1 else ''} can reach p <= {th.level:.3g})") if left_out else ""
+    note += probe_note
     return common, PendingCell(base=common, metrics=metrics, cand_probe=probes and probes[0],
                                base_probe=probes and probes[1], note=note)
 
@@ -155,7 +174,7 @@ def compare_runs(candidate: RunData, baseline: RunData, thresholds: Thresholds |
     """
     th = thresholds or Thresholds()
     cand_cells, base_cells = by_cell(candidate.rows), by_cell(baseline.rows)
-    prepared = [_prepare(cid, rows, base_cells.get(cid), candidate, baseline, th, require_same_env)
+    prepared = [_prepare(cid, rows, base_cells.get(cid), candidate, baseline, th, require_same_env, mode)
                 for cid, rows in sorted(cand_cells.items())]
     testable = [p for _, p in prepared if p is not None]
     decided = tested_verdicts(testable, th)
@@ -175,7 +194,8 @@ def compare_runs(candidate: RunData, baseline: RunData, thresholds: Thresholds |
         if any(drills):  # never silent: a drill's verdict says so in its own words
             fields_["reason"] = f"FIRE DRILL (candidate +{drills[0]:g}%, baseline +{drills[1]:g}% injected work): " \
                 + fields_["reason"]
-        fields_["reason"] += rerun_words(cand_cells[cid], base_cells.get(cid, []), ab=mode == "ab")
+        fields_["reason"] += rerun_words(cand_cells[cid], base_cells.get(cid, []), ab=mode == "ab") \
+            + interference_words(cand_cells[cid], base_cells.get(cid, []), ab=mode == "ab")
         verdicts.append(build_verdict(fields_))
     missing = sorted(set(base_cells) - set(cand_cells))
     notes = (f"{len(missing)} baseline cell(s) not in this run: {', '.join(missing)}",) if missing else ()

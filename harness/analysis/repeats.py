@@ -9,6 +9,7 @@ import numpy as np
 
 from harness.analysis.verdict import FAILED, INSUFFICIENT, SKIPPED, Thresholds
 from harness.results.env import ENV_KEY_FIELDS, cell_env_fields, env_diff, env_key
+from harness.results.interference import row_interference
 from harness.results.schema import SUPERSEDED
 from harness.matrix.sections import AXES
 from harness.catalogue import col
@@ -34,8 +35,28 @@ def ok_rows(rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
 
 
 def usable_rows(rows: Sequence[Mapping[str, Any]], th: Thresholds) -> list[Mapping[str, Any]]:
-    ok = ok_rows(rows)
+    """The ok rows a comparison may use: never one taken under interference (another process's load, not the
+    cell's), nor an unsteady one where Thresholds.exclude_unsteady says so."""
+    ok = [r for r in ok_rows(rows) if row_interference(r) is None]
     return [r for r in ok if r.get(col.is_steady) is not False] if th.exclude_unsteady else ok
+
+
+def interference_words(cand_rows: Sequence[Mapping[str, Any]], base_rows: Sequence[Mapping[str, Any]], *,
+                       ab: bool) -> str:
+    """'; the machine was busy: other processes used 35-71% of the cell's cores in repeats 3, 4 of B and 3 of A
+    (left out)', or '' when no ok row was taken under interference: what a verdict's reason adds, so that a cell
+    short of repeats says why instead of asking for more."""
+    parts, shares = [], []
+    for name, rows in (("B" if ab else "the candidate", cand_rows), ("A" if ab else "the baseline", base_rows)):
+        hit = [r for r in ok_rows(rows) if row_interference(r) is not None]
+        if hit:
+            parts.append(f"{', '.join(str(r['repeat']) for r in hit)} of {name}")
+            shares += [r.get(col.foreign_cpu_frac) or 0.0 for r in hit]
+    if not parts:
+        return ""
+    span = f"{min(shares):.0%}" if min(shares) == max(shares) else f"{min(shares):.0%}-{max(shares):.0%}"
+    return (f"; the machine was busy: other processes used {span} of the cell's cores in repeat(s) "
+            f"{' and '.join(parts)} (left out)")
 
 
 def num_superseded(rows: Iterable[Mapping[str, Any]]) -> int:
@@ -49,7 +70,10 @@ def rerun_words(cand_rows: Sequence[Mapping[str, Any]], base_rows: Sequence[Mapp
     if not cand + base:
         return ""
     sides = f"A {base}, B {cand}" if ab else f"baseline {base}, candidate {cand}"
-    return f"; {cand + base} repeat{'s' if cand + base != 1 else ''} re-run after a start transient ({sides})"
+    busy = sum(r["status"] == SUPERSEDED and "interference" in (r.get("reason") or "") for r in [*cand_rows, *base_rows])
+    why = "a start transient" if not busy else "interference" if busy == cand + base else \
+        f"a start transient or interference ({busy} interference)"
+    return f"; {cand + base} repeat{'s' if cand + base != 1 else ''} re-run after {why} ({sides})"
 
 
 def throughputs(rows: Sequence[Mapping[str, Any]]) -> np.ndarray:

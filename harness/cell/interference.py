@@ -17,7 +17,6 @@ from typing import Any
 import numpy as np
 
 from harness.catalogue import col
-from harness.catalogue.cells import INTERFERENCE_THRESHOLD
 
 SAMPLE_INTERVAL_S = 0.1
 """How often the background thread reads the counters (the per-step record's resolution)."""
@@ -150,13 +149,3 @@ def steal_share(a: Counters, b: Counters) -> float | None:
     """Share of the cores' time the hypervisor gave another guest between two readings."""
     total = b.total - a.total
     return None if total <= 0 else (b.steal - a.steal) / total
-
-
-def interference_reason(foreign: float | None, steal: float | None) -> str | None:
-    """The words of a window taken under interference, or None when it was not (or nothing was measured)."""
-    parts = []
-    if foreign is not None and foreign > INTERFERENCE_THRESHOLD:
-        parts.append(f"other processes used {foreign:.0%} of this cell's cores")
-    if steal is not None and steal > INTERFERENCE_THRESHOLD:
-        parts.append(f"the hypervisor took {steal:.0%} of them (steal)")
-    return "; ".join(parts) or None

@@ -17,7 +17,8 @@ from harness.cell import capture, vec_isa
 from harness.cell.context import Context, all_reduce
 from harness.cell.engine import Engine
 from harness.cell.faults import FireDrill, inject_fault, slow_start_for
-from harness.cell.interference import InterferenceMeter, interference_reason
+from harness.cell.interference import InterferenceMeter
+from harness.results.interference import interference_reason
 from harness.cell.loop import run_window
 from harness.cell.metrics import non_finite_reason, telemetry_columns
 from harness.cell.probe import MIN_PROBES, SpeedProbe, probe_every

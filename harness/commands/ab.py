@@ -24,7 +24,8 @@ from harness.matrix.parse import MatrixError, load_matrix, with_repeats
 from harness.catalogue import col
 
 DEFAULT_MAX_RERUNS = 2
-"""Re-runs of a start transient per cell and side of an A/B (harness.orchestrate.workflows.rerun). On a quiet machine a
+"""Re-runs of a spoiled window (interference, a start transient) per cell and side of an A/B
+(harness.orchestrate.workflows.rerun). On a quiet machine a
 window that opens in a transient is a hiccup (docs/performance.md); a side whose every window opens in one has
 too short a warm-up, not bad luck, and re-running it more would only cost time."""
 
@@ -101,7 +102,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
                  max_reruns=args.max_reruns, labels=names)
     adaptive = f"; more pairs of inconclusive cells up to {looks[-1]} a side, looks at {looks}" if len(looks) > 1 else ""
     print(f"A/B folder: {out}  ({2 * len(cells) * matrix.run.repeats} jobs{adaptive}; a repeat whose window opens "
-          f"in a start transient runs again, at most {args.max_reruns} per cell and side)", *sides, sep="\n", file=sys.stderr)
+          f"in a start transient or under interference runs again, at most {args.max_reruns} per cell and side)", *sides, sep="\n", file=sys.stderr)
     print(_estimate_line(cells, looks, caps, envs, Path(args.reports)), file=sys.stderr)
 
     def done(side: str, row: dict) -> None:

@@ -553,3 +553,29 @@ def test_the_phases_compare_reads_are_the_phases_cells_record():
     from harness.cell.timing import PHASES
 
     assert PHASE_NAMES == PHASES  # the analysis keeps its own copy so as not to import torch
+
+
+def test_rows_taken_under_interference_are_left_out_and_the_verdict_says_the_machine_was_busy():
+    quiet = rows(BASE * 2)
+    busy = rows([x * 0.3 for x in BASE] + BASE)  # the first five ran beside a neighbour
+    for r in busy[:5]:
+        r["foreign_cpu_frac"] = 0.61
+    for r in busy[5:] + quiet:
+        r["foreign_cpu_frac"] = 0.01
+    v = one(busy, quiet)
+    assert v.num_candidate == 5 and v.verdict != REGRESSION  # the slow, spoiled repeats never count
+    assert "the machine was busy: other processes used 61% of the cell's cores in repeat(s) 0, 1, 2, 3, 4 of " \
+        "the candidate (left out)" in v.reason
+    assert "busy" not in one(rows(BASE * 2), quiet).reason
+
+
+def test_an_interleaved_ab_whose_software_moves_the_probe_is_judged_unadjusted_not_held():
+    rng = np.random.default_rng(5)
+    a = probed(100 * np.exp(rng.normal(0, 0.01, 10)), 1e-3 * np.exp(rng.normal(0, 0.005, 10)))
+    b = probed(101 * np.exp(rng.normal(0, 0.01, 10)), 1.035e-3 * np.exp(rng.normal(0, 0.005, 10)))  # B's probe +3.5 %
+    baseline = one(b, a)  # two nights: a machine that differed, so the cell is held on it
+    assert "machine speed differed between the sides" in baseline.reason
+    v = one(b, a, mode="ab", require_same_env=False)
+    assert "machine speed differed" not in v.reason and "judged unadjusted" in v.reason
+    assert v.throughput.unadjusted_effect_pct is None  # no adjustment was made
+    assert v.verdict == UNCHANGED  # +1 % at 10 + 10 pairs, inside the 3 % floor

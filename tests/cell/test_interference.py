@@ -16,10 +16,10 @@ from harness.cell.interference import (
     Counters,
     InterferenceMeter,
     foreign_share,
-    interference_reason,
     read_proc_stat,
     session_cpu_ticks,
 )
+from harness.results.interference import interference_reason
 
 STAT = """cpu  100 0 50 1000 5 0 0 0 0 0
 cpu0 10 1 5 100 2 3 4 6 0 0

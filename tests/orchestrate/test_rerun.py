@@ -55,7 +55,26 @@ def test_a_transient_row_is_kept_as_superseded_with_its_steps_and_log_and_its_jo
     assert (run_dir / "logs" / f"{kept}.log").read_text() == "the cell's output\n"
     assert runfolder.pending(run_dir, [(CELL, 4)]) == [(CELL, 4)]
     # a resumed A/B counts what it spent, per side
-    assert rerun.Reruns.of([run_dir, tmp_path / "a"], 2).used == {(str(run_dir), CELL): 1}
+    assert rerun.Reruns.of([run_dir, tmp_path / "a"], 2).used == {(str(run_dir), CELL, False): 1}
+
+
+def test_a_window_taken_under_interference_runs_again_on_a_budget_of_its_own(tmp_path):
+    run_dir = tmp_path / "b"
+    quiet = finished(run_dir, 1, transient=0) | {"foreign_cpu_frac": 0.02}
+    reruns = rerun.Reruns.of([run_dir], 0, busy_limit=2)  # no start transient re-runs at all
+    assert not reruns.wanted(run_dir, quiet)
+    busy = finished(run_dir, 2, transient=0) | {"foreign_cpu_frac": 0.61, "is_steady": False}
+    store.write_table(run_dir / "cells" / f"{job_key(CELL, 2)}.parquet", cell_table([busy]))
+    assert reruns.wanted(run_dir, busy)
+    reason = reruns.supersede(run_dir, busy)
+    assert reason == ("window taken under interference (other processes used 61% of this cell's cores): run again "
+                      "(re-run 1 of at most 2 for this cell on this side)")
+    assert runfolder.pending(run_dir, [(CELL, 2)]) == [(CELL, 2)]
+    assert reruns.wanted(run_dir, busy)  # one left: the re-run was busy too
+    store.write_table(run_dir / "cells" / f"{job_key(CELL, 2)}.parquet", cell_table([busy]))
+    reruns.supersede(run_dir, busy)
+    assert not reruns.wanted(run_dir, busy)  # spent: the row stays, and the comparison leaves it out
+    assert rerun.Reruns.of([run_dir], 0, busy_limit=2).used == {(str(run_dir), CELL, True): 2}
 
 
 def test_re_runs_stop_at_the_budget_and_never_repeat_an_injected_fault(tmp_path, monkeypatch):

@@ -134,7 +134,8 @@ def run_interleaved(sides: Sequence[Side], *, seed: int,
 
     Returns (side, cell_id, repeat) in the order started. Each side's manifest gets a session entry and its
     twin columns are derived at the end, as `nvbench run` does; a side whose jobs are all done is skipped.
-    A job whose window opens in a start transient runs again at once on its slot, up to `max_reruns` per cell
+    A job whose window was taken under interference or opens in a start transient runs again at once on its slot,
+    up to `max_reruns` per cell
     and side (harness.orchestrate.workflows.rerun): it appears once more in the order, still beside its pair.
     """
     order: list[tuple[str, str, int]] = []

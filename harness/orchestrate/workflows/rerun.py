@@ -1,6 +1,6 @@
-"""A/B re-runs: a repeat whose window opened in a start transient runs again at once, as a fresh process, so it
-stays beside its pair; the transient row stays in the run folder as `superseded`. At most a stated number per cell
-and side."""
+"""A/B re-runs: a repeat whose window was taken under interference or opened in a start transient runs again at
+once, as a fresh process, so it stays beside its pair; the spoiled row stays in the run folder as `superseded`. At
+most a stated number per cell and side."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 
 from harness.orchestrate.session import job
 from harness.results import store
+from harness.results.interference import row_interference
 from harness.results.schema import SUPERSEDED, SUPERSEDED_STEPS, cell_table
 from harness.matrix.cells import Cell, job_key
 from harness.catalogue import col
@@ -25,37 +26,64 @@ def has_start_transient(row: dict[str, Any]) -> bool:
     return row.get("status") == "ok" and (row.get(col.start_transient_steps) or 0) > 0
 
 
+def spoiled(row: dict[str, Any]) -> str | None:
+    """Why an ok row's window cannot stand for its cell, or None: taken under interference (another process on its
+    cores: harness.results.interference), or opened in a start transient."""
+    if row.get("status") != "ok":
+        return None
+    if busy := row_interference(row):
+        return f"window taken under interference ({busy})"
+    if has_start_transient(row):
+        return f"window opened in a start transient ({_transient_words(row)})"
+    return None
+
+
+BUSY_RERUNS = 6
+"""Re-runs of a window taken under interference per cell and side of an A/B, apart from the start transients'
+budget: a neighbour is the machine's doing, not the side's, and a burst of it spoils several pairs in a row. Once
+spent, the spoiled rows stay, are left out of the comparison, and the verdict says the machine was busy."""
+
+
 @dataclass(slots=True)
 class Reruns:
-    """The re-run budget of an A/B: `limit` per cell and side (run folder), counted from the folders' superseded
-    rows, so a resumed A/B keeps what it spent. Per side: a side whose every window opens in a transient (its
-    code's, not the machine's) cannot spend the other side's budget."""
+    """The re-run budgets of an A/B per cell and side (run folder): `limit` for start transients, `busy_limit` for
+    interference, counted from the folders' superseded rows, so a resumed A/B keeps what it spent. Per side: a side
+    whose every window opens in a transient (its code's, not the machine's) cannot spend the other side's budget."""
 
     limit: int
-    used: dict[tuple[str, str], int] = field(default_factory=dict)
+    busy_limit: int = BUSY_RERUNS
+    used: dict[tuple[str, str, bool], int] = field(default_factory=dict)
+    """(run folder, cell id, for interference) -> re-runs spent."""
 
     @classmethod
-    def of(cls, run_dirs: Sequence[Path], limit: int) -> Reruns:
-        used: dict[tuple[str, str], int] = {}
+    def of(cls, run_dirs: Sequence[Path], limit: int, busy_limit: int = BUSY_RERUNS) -> Reruns:
+        used: dict[tuple[str, str, bool], int] = {}
         for run_dir in map(Path, run_dirs):
             for path in sorted((run_dir / "cells").glob(f"*-{SUPERSEDED}*.parquet")):
-                key = (str(run_dir), pq.read_table(path, columns=[col.cell_id]).column(col.cell_id)[0].as_py())
+                row = pq.read_table(path, columns=[col.cell_id, "reason"]).to_pylist()[0]
+                key = (str(run_dir), row[col.cell_id], "interference" in (row["reason"] or ""))
                 used[key] = used.get(key, 0) + 1
-        return cls(limit=limit, used=used)
+        return cls(limit=limit, busy_limit=busy_limit, used=used)
+
+    def _key(self, run_dir: Path, row: dict[str, Any]) -> tuple[str, str, bool]:
+        return str(run_dir), row[col.cell_id], row_interference(row) is not None
 
     def wanted(self, run_dir: Path, row: dict[str, Any]) -> bool:
-        return has_start_transient(row) and self.used.get((str(run_dir), row[col.cell_id]), 0) < self.limit
+        if spoiled(row) is None:
+            return False
+        key = self._key(run_dir, row)
+        return self.used.get(key, 0) < (self.busy_limit if key[2] else self.limit)
 
     def supersede(self, run_dir: Path, row: dict[str, Any]) -> str:
         """Keep `row` (its steps in SUPERSEDED_STEPS, its log) under a name of its own, status superseded, and take
         its job's row away so the job runs again; returns the reason written. The kept copy is written before the
         original goes: an interruption in between leaves the job done with its transient row beside it."""
-        cid = row[col.cell_id]
-        n = self.used[(str(run_dir), cid)] = self.used.get((str(run_dir), cid), 0) + 1
+        cid, budget = row[col.cell_id], self._key(run_dir, row)
+        n = self.used[budget] = self.used.get(budget, 0) + 1
         key = job_key(cid, row["repeat"])
-        kept = f"{key}-{SUPERSEDED}{n}"
-        reason = (f"window opened in a start transient ({_transient_words(row)}): run again "
-                  f"(re-run {n} of at most {self.limit} for this cell on this side)")
+        kept = f"{key}-{SUPERSEDED}{n}{'b' if budget[2] else ''}"
+        limit = self.busy_limit if budget[2] else self.limit
+        reason = f"{spoiled(row)}: run again (re-run {n} of at most {limit} for this cell on this side)"
         log = Path(row[col.log_path]) if row.get(col.log_path) else None
         copy = dict(row, status=SUPERSEDED, reason=reason,
                     log_path=str(log.with_name(f"{kept}.log")) if log else row.get(col.log_path))
