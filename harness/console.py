@@ -242,7 +242,7 @@ def print_summary(console: Console, rows: list[dict[str, Any]], run_dir: Path, m
                 console.print(line, **whole)
     console.print()
     for line in interference_lines(rows, console.width):
-        console.print(line, highlight=False, **whole)
+        console.print(line, **whole)
     for line in slot_lines(rows):
         console.print(line, **fit)
     for line in cost_lines(manifest):  # wrapped, not cut: where an estimate came from is part of it

@@ -180,3 +180,8 @@ def test_the_summary_names_the_cells_and_repeats_taken_under_interference():
     assert lines[0].startswith("taken under interference: 1 cell, 1 repeat(s)")
     assert lines[1:] == ["c1: other processes on its cores: r0 61%"]
     assert interference_lines(rows[1:], 120) == []  # a quiet run says nothing
+    busy = smoke_like_rows()
+    busy[0]["foreign_cpu_frac"] = 0.61
+    text = summary(busy)
+    assert "taken under interference: 1 cell, 1 repeat(s) (not steady; a report leaves them out)" in text
+    assert not any("interference" in line for line in summary(smoke_like_rows()))
