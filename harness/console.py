@@ -204,8 +204,8 @@ def interference_lines(rows: Sequence[Mapping[str, Any]], width: int) -> list[st
     if not hit:
         return []
     cells = _by_cell(hit)
-    out = [f"taken under interference: {_cells_word(len(cells))}, {len(hit)} repeat(s) (not steady; a report "
-           "leaves them out)"]
+    out = wrap(f"taken under interference: {_cells_word(len(cells))}, {len(hit)} repeat(s) (not steady; a report "
+               "leaves them out)", width, indent="  ")
     for cid, members in sorted(cells.items()):
         shares = ", ".join(f"r{r['repeat']} {r.get(col.foreign_cpu_frac) or 0:.0%}" for r in members)
         out += wrap(f"{cid}: other processes on its cores: {shares}", width, indent="  ")

@@ -183,5 +183,6 @@ def test_the_summary_names_the_cells_and_repeats_taken_under_interference():
     busy = smoke_like_rows()
     busy[0]["foreign_cpu_frac"] = 0.61
     text = summary(busy)
-    assert "taken under interference: 1 cell, 1 repeat(s) (not steady; a report leaves them out)" in text
+    assert "taken under interference: 1 cell, 1 repeat(s) (not steady; a report leaves them" in text
+    assert all(len(line) <= 80 for line in text)
     assert not any("interference" in line for line in summary(smoke_like_rows()))

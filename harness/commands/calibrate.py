@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
-from datetime import UTC, datetime
 from pathlib import Path
 
 from harness.commands.common import (
@@ -15,35 +14,35 @@ from harness.commands.common import (
     EXIT_OK,
     add_slots_flag,
     bad_input,
-    env_and_caps,
     knob_default,
     own_default,
     print_report,
-    reach_warning,
     threshold_default,
     thresholds_from,
 )
 from harness.matrix.sections import RunConfig
-from harness.matrix.parse import MatrixError, load_matrix, with_repeats
 from harness.catalogue import col
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    from harness.orchestrate.workflows import calibrate
-    from harness.orchestrate.session import runfolder
+    # the library, loaded when the command runs: its pyarrow and numpy would add ~1 s to every nvbench start
     from harness.orchestrate.placement.machine import probe_machine
     from harness.orchestrate.placement.packing import Packing
     from harness.orchestrate.placement.slots import SlotError, plan_slots
-    from harness.matrix.cells import expand
+    from harness.orchestrate.session import opening
+    from harness.orchestrate.workflows import calibrate
 
     try:
-        matrix = with_repeats(load_matrix(args.matrix), args.repeats)
-        cells = calibrate.calibration_cells(expand(matrix, smoke=args.smoke, only=args.only))
-    except MatrixError as exc:
+        opened = opening.open_matrix(args.matrix, repeats=args.repeats, smoke=args.smoke, only=args.only)
+        matrix, cells = opened.matrix, calibrate.calibration_cells(opened.cells)
+        if not cells:
+            raise opening.OpeningError([f"{args.matrix}: no world-size-1 cell (after --only) to calibrate: slots "
+                                        "pack those"])
+        out = opening.fresh_out(args.out, reports=args.reports, name=f"{matrix.benchmark.name}-slots")
+    except opening.OpeningError as exc:
         return bad_input(exc.problems)
-    if not cells:
-        return bad_input([f"{args.matrix}: no world-size-1 cell (after --only) to calibrate: slots pack those"])
-    env, key, caps = env_and_caps(matrix.run.device)
+    here = opening.this_machine(matrix.run.device)
+    env, key, caps = here.env, here.key, here.caps
     machine = probe_machine(caps.device)
     requested = args.slots or matrix.run.slots
     count = len(machine.gpus) if requested == "auto" else requested
@@ -54,11 +53,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         packing = Packing(slots=plan_slots(machine, count), machine_cpus=machine.cpus)
     except SlotError as exc:
         return bad_input([str(exc)])
-    reach_warning(matrix.run.repeats, smoke=args.smoke, what=f"--repeats {matrix.run.repeats}")
-    out = Path(args.out) if args.out else Path(args.reports) / runfolder.new_run_id(
-        f"{matrix.benchmark.name}-slots", datetime.now(UTC))
-    if out.exists() and any(out.iterdir()):
-        return bad_input([f"--out {out}: not empty"])
+    opening.say(opening.reach_warning(matrix.run.repeats, smoke=args.smoke, what=f"--repeats {matrix.run.repeats}"))
     calibrate.create_calibration(matrix, cells, out_dir=out, env=env, smoke=args.smoke, only=args.only, slots=count)
     print(f"calibration folder: {out}  ({len(cells)} cells x {matrix.run.repeats} pairs on {count} slots; "
           f"machine load {_load()})", file=sys.stderr)

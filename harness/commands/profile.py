@@ -4,19 +4,15 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
-from harness.commands.common import EXIT_FAILURES, EXIT_OK, bad_input, env_and_caps
-from harness.matrix.parse import MatrixError, load_matrix
+from harness.commands.common import EXIT_FAILURES, EXIT_OK, bad_input
 from harness.catalogue import col
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
-    from datetime import datetime, timezone
-
-    from harness.orchestrate.session import capabilities, runfolder
+    # the library, loaded when the command runs: its pyarrow and numpy would add ~1 s to every nvbench start
+    from harness.orchestrate.session import capabilities, opening
     from harness.orchestrate.workflows import profile
-    from harness.matrix.cells import expand
 
     if args.steps < 1:
         return bad_input([f"--steps must be >= 1, got {args.steps}"])
@@ -24,18 +20,18 @@ def cmd_profile(args: argparse.Namespace) -> int:
     if args.tool == "nsys" and nsys is None:
         return bad_input(["nsys (Nsight Systems) is not on PATH; install it, or profile with --tool torch"])
     try:
-        matrix = load_matrix(args.matrix)
-        cell = profile.select_cell(expand(matrix, smoke=args.smoke, only=args.only), args.cell)
-    except MatrixError as exc:
+        opened = opening.open_matrix(args.matrix, smoke=args.smoke, only=args.only)
+        matrix, cell = opened.matrix, profile.select_cell(opened.cells, args.cell)
+        run_dir = opening.fresh_out(args.out, reports=args.reports, name=f"{matrix.benchmark.name}-profile")
+    except opening.OpeningError as exc:
         return bad_input(exc.problems)
     except ValueError as exc:
         return bad_input([str(exc)])
-    env, key, caps = env_and_caps(matrix.run.device)
+    here = opening.this_machine(matrix.run.device)
+    env, key, caps = here.env, here.key, here.caps
     reason = capabilities.skip_reason(cell, caps) or profile.unsupported_reason(args.tool, caps.device)
     if reason:
         return bad_input([f"{cell.cell_id}: cannot be profiled here: {reason}"])
-    run_dir = Path(args.out) if args.out else Path(args.reports) / runfolder.new_run_id(
-        f"{matrix.benchmark.name}-profile", datetime.now(timezone.utc))
     spec = profile.ProfileSpec(tool=args.tool, steps=args.steps, out_dir=run_dir / profile.PROFILE_DIR,
                                nsys=nsys or "nsys", device=caps.device)
     print(f"profiling {cell.cell_id} with {args.tool} over {args.steps} measured steps -> {spec.out_dir}",

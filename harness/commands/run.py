@@ -11,22 +11,24 @@ from harness.commands.common import (
     EXIT_OK,
     add_slots_flag,
     bad_input,
-    env_and_caps,
     fire_drill_problem,
     knob_default,
     own_default,
-    reach_warning,
     slot_packing,
 )
 from harness.matrix.executor import ExecutorConfig
 from harness.matrix.sections import RunConfig
-from harness.matrix.parse import MatrixError, load_matrix, with_repeats
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from harness.orchestrate.session import capabilities, runfolder
+    # the library, loaded when the command runs: its pyarrow and numpy would add ~1 s to every nvbench start
+    from harness.orchestrate.placement.executors import ExecutorUnavailable
+    from harness.orchestrate.placement.packing import CalibrationError
+    from harness.orchestrate.placement.slots import SlotError
+    from harness.orchestrate.session import capabilities, opening, runfolder
+    from harness.orchestrate.session.model_check import user_model_problems
+    from harness.orchestrate.session.runner import executor_for
     from harness.results import store
-    from harness.matrix.cells import expand
 
     if args.resume and (args.matrix or args.only or args.smoke or args.out or args.dry_run or args.fire_drill
                         or args.repeats is not None or args.executor):
@@ -51,12 +53,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         if not args.matrix:
             return bad_input(["nvbench run needs a MATRIX file or --resume RUN_DIR"])
         try:
-            matrix = with_repeats(load_matrix(args.matrix), args.repeats)
-            cell_list = expand(matrix, smoke=args.smoke, only=args.only)
-        except MatrixError as exc:
+            opened = opening.open_matrix(args.matrix, repeats=args.repeats, smoke=args.smoke, only=args.only)
+        except opening.OpeningError as exc:
             return bad_input(exc.problems)
-        from harness.orchestrate.session.model_check import user_model_problems
-
+        matrix, cell_list = opened.matrix, opened.cells
         # as validate does, before anything is written
         if built := user_model_problems(matrix, {c.model for c in cell_list}):
             return bad_input([f"{args.matrix}: {problem}" for problem in built])
@@ -65,12 +65,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         device = matrix.run.device
         slots = matrix.run.slots
         knob = f"--repeats {args.repeats}" if args.repeats is not None else f"run.repeats = {matrix.run.repeats}"
-        reach_warning(matrix.run.repeats, smoke=args.smoke, what=knob)
+        opening.say(opening.reach_warning(matrix.run.repeats, smoke=args.smoke, what=knob))
         executor = _executor_config(matrix, args.executor)
-    env, key, caps = env_and_caps(device)
-    from harness.orchestrate.placement.packing import CalibrationError
-    from harness.orchestrate.session.runner import executor_for
-    from harness.orchestrate.placement.slots import SlotError
+    here = opening.this_machine(device)
+    env, key, caps = here.env, here.key, here.caps
 
     where = executor_for(executor)
     try:
@@ -89,8 +87,6 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(cost.text())
         print(f"{len(cell_list)} cells, {len(cell_list) * matrix.run.repeats} jobs; nothing was run or written")
         return EXIT_OK
-    from harness.orchestrate.placement.executors import ExecutorUnavailable
-
     try:
         where.check()  # before anything is written: sbatch missing or the controller down is one line, exit 2
     except ExecutorUnavailable as exc:
