@@ -15,7 +15,8 @@ from harness.catalogue.steps import STEP_COLUMNS
 from harness.catalogue.verdicts import VERDICT_COLUMNS
 
 ALL_COLUMN_NAMES: frozenset[str] = frozenset(
-    c.name for c in (*CELL_COLUMNS, *STEP_COLUMNS, *VERDICT_COLUMNS)) | frozenset(AXES)
+    c.name for c in (*CELL_COLUMNS, *STEP_COLUMNS, *VERDICT_COLUMNS)
+) | frozenset(AXES)
 """Every column name of every table nvbench writes."""
 
 col = SimpleNamespace(**{name: name for name in sorted(ALL_COLUMN_NAMES)})

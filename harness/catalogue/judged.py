@@ -49,13 +49,21 @@ class Judged:
     cells): a value the host's speed moves."""
     switch: str | None = None
     """A Thresholds flag that turns its test off (None: always tested where both sides have it)."""
-    stored: tuple[str, ...] = ("verdict", "effect_pct", "ci_low_pct", "ci_high_pct", "p_value", "candidate_value",
-                               "baseline_value")
+    stored: tuple[str, ...] = (
+        "verdict",
+        "effect_pct",
+        "ci_low_pct",
+        "ci_high_pct",
+        "p_value",
+        "candidate_value",
+        "baseline_value",
+    )
     """Its MetricVerdict fields kept in verdicts.parquet."""
     prefix: str = ""
     """Its verdicts.parquet columns are prefix + field (candidate_value: candidate_<column>), except `renamed`."""
     renamed: Mapping[str, str] = field(default_factory=dict)
     """Field -> column where an older verdicts.parquet named it otherwise (kept so old files read)."""
+
     def column_of(self, name: str) -> str:
         """Its verdicts.parquet column for MetricVerdict field `name`."""
         if name in self.renamed:
@@ -74,26 +82,61 @@ class Judged:
 
 
 THROUGHPUT = Judged(
-    name="throughput", column="throughput_img_per_s", higher_is_better=True, worse="slower", better="faster",
-    meaning="images per second over the measured window (a ratio of sums)", speed_adjusted=True,
-    stored=("verdict", "effect_pct", "ci_low_pct", "ci_high_pct", "p_value", "candidate_value", "baseline_value",
-            "candidate_cv", "baseline_cv", "unadjusted_effect_pct", "speed_slope"),
-    renamed={"p_value": "throughput_p_value", "verdict": "throughput_verdict", "candidate_value": "candidate_img_per_s",
-             "baseline_value": "baseline_img_per_s"})
+    name="throughput",
+    column="throughput_img_per_s",
+    higher_is_better=True,
+    worse="slower",
+    better="faster",
+    meaning="images per second over the measured window (a ratio of sums)",
+    speed_adjusted=True,
+    stored=(
+        "verdict",
+        "effect_pct",
+        "ci_low_pct",
+        "ci_high_pct",
+        "p_value",
+        "candidate_value",
+        "baseline_value",
+        "candidate_cv",
+        "baseline_cv",
+        "unadjusted_effect_pct",
+        "speed_slope",
+    ),
+    renamed={
+        "p_value": "throughput_p_value",
+        "verdict": "throughput_verdict",
+        "candidate_value": "candidate_img_per_s",
+        "baseline_value": "baseline_img_per_s",
+    },
+)
 """The headline: images per second over the window (a ratio of sums). What history screening and a cell
 without a baseline fill in."""
 
 FAST_STEPS = Judged(
-    name="fast steps", column="fast_step_img_per_s", higher_is_better=True, worse="slower", better="faster",
+    name="fast steps",
+    column="fast_step_img_per_s",
+    higher_is_better=True,
+    worse="slower",
+    better="faster",
     meaning="images per step over the 10th percentile of the step times, the speed of the steps interference "
-    "left alone", speed_adjusted=True, switch="fast_steps", prefix="fast_",
-    renamed={"candidate_value": "candidate_fast_img_per_s", "baseline_value": "baseline_fast_img_per_s"})
+    "left alone",
+    speed_adjusted=True,
+    switch="fast_steps",
+    prefix="fast_",
+    renamed={"candidate_value": "candidate_fast_img_per_s", "baseline_value": "baseline_fast_img_per_s"},
+)
 """The fast steps' rate: far less noisy than throughput on a shared machine, blind to a slowdown of a few steps."""
 
 ENERGY = Judged(
-    name="energy", column="img_per_joule", higher_is_better=True, worse="less efficient", better="more efficient",
+    name="energy",
+    column="img_per_joule",
+    higher_is_better=True,
+    worse="less efficient",
+    better="more efficient",
     meaning="images per joule of GPU energy over the measured window (NVML's energy counter, differenced)",
-    speed_adjusted=False, prefix="energy_")
+    speed_adjusted=False,
+    prefix="energy_",
+)
 """Energy efficiency: judged where every repeat of both sides read the GPU's energy counter (null on a CPU and
 without NVML). Not speed-adjusted: the probe times the host, not the GPU's draw."""
 

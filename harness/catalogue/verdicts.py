@@ -27,21 +27,33 @@ _F, _I, _S, _B = F, I, S, B
 CELL_LEVEL: tuple[Column, ...] = (
     per_cell("cell_id", S, "", "The cell compared (cells/*.parquet's cell_id)."),
     *(per_cell(a.name, a.type, a.unit, f"Axis: {a.doc}") for a in AXES_RECORD),
-    per_cell("verdict", S, "", "The cell's call: regression, improvement, unchanged (equivalence shown), "
-             "inconclusive, or why it was not judged (failed, skipped, not comparable, no baseline, ...)."),
+    per_cell(
+        "verdict",
+        S,
+        "",
+        "The cell's call: regression, improvement, unchanged (equivalence shown), "
+        "inconclusive, or why it was not judged (failed, skipped, not comparable, no baseline, ...).",
+    ),
     per_cell("reason", S, "", "Why, in words: the change with its interval, and what would decide it."),
     per_cell("method", S, "", "The test and interval the call rests on, with its corrections."),
     per_cell("ci_level", F, "", "Confidence level of each metric's interval (FCR-adjusted, split over the metrics)."),
-    per_cell("p_value", F, "", "The cell's p-value as Benjamini-Hochberg saw it: the smallest of its metrics' "
-             "p-values times their number (Bonferroni within the cell)."),
+    per_cell(
+        "p_value",
+        F,
+        "",
+        "The cell's p-value as Benjamini-Hochberg saw it: the smallest of its metrics' "
+        "p-values times their number (Bonferroni within the cell).",
+    ),
     per_cell("p_adjusted", F, "", "The cell's Benjamini-Hochberg adjusted p-value across the comparison's cells."),
     per_cell("decided_by", S, "", "The judged metric the verdict rests on (harness.catalogue.judged)."),
     per_cell("floor_pct", F, "%", "Practical floor: a change smaller than this is never called a change."),
     per_cell("fdr_q", F, "", "False discovery rate across the comparison's cells (Benjamini-Hochberg)."),
-    per_cell("mdc_pct", F, "%", "Minimum detectable change at the sides' spread, 80 % power: what the comparison "
-             "could see."),
-    per_cell("repeats_needed", I, "repeats", "Inconclusive cells: about how many usable repeats a side would "
-             "likely decide."),
+    per_cell(
+        "mdc_pct", F, "%", "Minimum detectable change at the sides' spread, 80 % power: what the comparison could see."
+    ),
+    per_cell(
+        "repeats_needed", I, "repeats", "Inconclusive cells: about how many usable repeats a side would likely decide."
+    ),
     per_cell("num_candidate", I, "repeats", "Usable candidate repeats."),
     per_cell("num_baseline", I, "repeats", "Usable baseline repeats."),
     per_cell("num_unsteady", I, "repeats", "Repeats of both sides whose window failed the steadiness check."),
@@ -57,8 +69,13 @@ CELL_LEVEL: tuple[Column, ...] = (
     per_cell("history_mad_img_per_s", F, "images/s", "History screening: median absolute deviation of the past runs."),
     per_cell("robust_z", F, "", "History screening: (this run - median) / (1.4826 MAD)."),
     per_cell("num_history_runs", I, "runs", "History screening: comparable past runs in the baseline."),
-    per_cell("speed_probe_change_pct", F, "%", "Speed-adjusted comparisons: change of the machine-speed probe's "
-             "time, candidate vs baseline (+ = the candidate's machine slower)."),
+    per_cell(
+        "speed_probe_change_pct",
+        F,
+        "%",
+        "Speed-adjusted comparisons: change of the machine-speed probe's "
+        "time, candidate vs baseline (+ = the candidate's machine slower).",
+    ),
     per_cell("fire_drill_pct", F, "%", "The candidate's fire drill: injected extra work (0: a real run)."),
     per_cell("baseline_fire_drill_pct", F, "%", "The baseline's fire drill (0: a real run)."),
     per_cell("is_smoke", B, "", "The candidate is a --smoke run."),
@@ -70,8 +87,9 @@ CELL_LEVEL: tuple[Column, ...] = (
     per_cell("phase_change_low_ms", F, "ms", "Interval of the phase's change, lower end (at ci_level)."),
     per_cell("phase_change_high_ms", F, "ms", "Interval of the phase's change, upper end."),
     per_cell("step_change_ms", F, "ms", "The whole step's change (median step time), candidate - baseline."),
-    per_cell("attribution", S, "", "The phase's change in words (\"optimizer +20.3 ms [+18.9, +21.6] of +21.0 ms "
-             "per step\")."),
+    per_cell(
+        "attribution", S, "", 'The phase\'s change in words ("optimizer +20.3 ms [+18.9, +21.6] of +21.0 ms per step").'
+    ),
 )
 """What a comparison says of a cell as a whole (harness.analysis.verdict.CellVerdict's fields)."""
 
@@ -83,8 +101,14 @@ def metric_columns(metric: Judged) -> tuple[Column, ...]:
     out = []
     for name, column in metric.columns().items():
         unit, doc = METRIC_FIELDS[name]
-        out.append(per_cell(column, _FIELD_TYPES.get(name, F), metric.unit if unit == "=" else unit,
-                            f"{metric.name} ({metric.column}): {doc}"))
+        out.append(
+            per_cell(
+                column,
+                _FIELD_TYPES.get(name, F),
+                metric.unit if unit == "=" else unit,
+                f"{metric.name} ({metric.column}): {doc}",
+            )
+        )
     return tuple(out)
 
 
