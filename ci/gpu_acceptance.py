@@ -40,13 +40,15 @@ from pathlib import Path
 from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the checks and judgements beside this file
+import acceptance_checks as claims  # noqa: E402
+import acceptance_judge as judge  # noqa: E402
+
 MISSION = ROOT / "matrices" / "resnet50.toml"
 SLICE = ["--only", "world_size=1", "--only", "memory_format=nhwc", "--only", "precision=fp16"]
-"""The mission slice: all four backends, accumulation 1 and 2, at world size 1, NHWC, fp16: 8 cells. On an
-H100 a slice cell took 17-35 s (docs/gpu-validation.md), so 16 (fp16 and bf16) could not fit beside the other
-checks in 9 minutes; bf16 is in the GPU-marked tests."""
+"""What the dataset step prepares and the profile runs: world size 1, NHWC, fp16."""
 WINDOW = {"warmup_steps": 20, "measure_steps": 60, "val_steps": 4}
-"""The acceptance's window: shorter than the mission's 30 + 100 steps, so 16 cells fit the budget."""
+"""The CPU smoke's window before --smoke shrinks it (the GPU slice runs at the mission's own 30 + 100)."""
 AGREEMENT = 0.05
 """Exposed data-wait fraction and 1 - loader efficiency must agree this closely (issue 15)."""
 OVERHEAD_TARGET = 0.99
@@ -54,11 +56,20 @@ OVERHEAD_TARGET = 0.99
 GPU_SIDE_CORES = 4
 """Cores kept for the GPU checks while the suite runs beside them (one process each, mostly waiting on the GPU)."""
 DEFAULT_BUDGET_S = 540.0
-ESTIMATES_S = {"suite": 330.0, "gpu-tests": 90.0, "overhead": 75.0, "profile": 40.0, "dataset": 30.0,
-               "mission-slice": 250.0, "mission-slice-smoke": 90.0}
-"""Each check's estimated time when no last report is given, from an H100 (docs/gpu-validation.md): the GPU-marked
-tests took 77 s (DALI absent), a slice cell 17-35 s (8 cells), the overhead benchmark's four loops of 130 steps
-and the profile's one cell are each a cell's startup plus seconds of work; the suite took 301 s on 12 cores."""
+ESTIMATES_S = {"suite": 330.0, "gpu-tests": 90.0, "dataset": 30.0, "verdict-aa": 80.0, "verdict-drill": 80.0,
+               "phases": 20.0, "autotune": 0.0, "compile-cache": 70.0, "overhead": 60.0, "profile": 35.0,
+               "mission-slice-smoke": 90.0}
+"""Each check's estimated time when no last report is given. Measured on an H100 (docs/gpu-validation.md): the
+GPU-marked tests 77 s (DALI absent), the dataset about 26-60 s, a cell's process 17-35 s at 20 + 60 steps
+(startup 2.4 s, build 4.4 s). Reasoned from those, not yet measured (the first GPU run's report, given as
+--last, replaces them): an A/B of 5 pairs is 10 processes of a resnet18 cell (~7 s each) and two environment
+probes; the phases check one cudagraph process; autotune reads the A/A's rows; the compile cache one cold
+resnet18 compile and two warm repeats; the overhead benchmark four loops of 130 ResNet-50 steps (~7 s each)
+with their builds; the profile one cell of 10 steps. The mission slice takes the largest part of itself that
+fits what is left (acceptance_judge.slice_rungs: 25-35 s a cell). The suite took 301 s on 12 cores."""
+NEEDS = {"overhead": ("nvtx",), "dali-tests": ("nvidia.dali",), "dali-cells": ("nvidia.dali",)}
+"""Modules a check cannot run without (skipped with the reason where they do not import). The cells of the other
+checks run with NVTX ranges off where nvtx does not import; duckdb is only some CPU tests' (they skip)."""
 
 
 @dataclass
@@ -175,19 +186,22 @@ def estimates(last: Path | None) -> tuple[dict[str, float], str]:
             ("not started", "timed out")) and c.get("duration_s", 0) > 0
         if c.get("name") in table and ended:
             table[c["name"]] = float(c["duration_s"])
+        planned = (c.get("figures") or {}).get("planned_s") if isinstance(c.get("figures"), dict) else None
+        if c.get("name") == "mission-slice" and ended and planned:  # the slice's parts, as its last part ran
+            table["slice-factor"] = float(c["duration_s"]) / float(planned)
     return table, f"the last report, {last} (its checks that ran to their end; defaults for the rest)"
 
 
-def announce(plan: list[tuple[str, float | str]], budget: Budget, source: str) -> None:
-    """Before anything runs: each check and its estimate (or why it is skipped), and the total."""
+def announce(plan: list[tuple[str, float | str, str]], budget: Budget, source: str) -> None:
+    """Before anything runs: each check and its estimate (or why it is skipped), with its note, and the total."""
     say(f"budget {budget.seconds:.0f} s; estimates from {source}:")
     total = 0.0
-    for name, what in plan:
+    for name, what, note in plan:
         if isinstance(what, str):
             say(f"  {name:<20} skip: {what}")
         else:
             total += what
-            say(f"  {name:<20} ~{what:.0f} s")
+            say(f"  {name:<20} ~{what:.0f} s" + (f" ({note})" if note else ""))
     fits = "fits the budget" if total <= budget.seconds else \
         "does NOT fit the budget: a check whose estimate exceeds what is left will not start"
     say(f"  {'total':<20} ~{total:.0f} s: {fits}")
@@ -230,10 +244,11 @@ def have_xdist() -> bool:
     return importlib.util.find_spec("xdist") is not None
 
 
-def pytest_argv(name: str, marker: str, out: Path, *, cores: list[int] | None) -> list[str]:
-    """pytest over the tests `marker` selects, junit into out/NAME.xml; in parallel over `cores` when given."""
+def pytest_argv(name: str, marker: str, out: Path, *, cores: list[int] | None, leave_out: str = "") -> list[str]:
+    """pytest over the tests `marker` selects (less those whose names hold `leave_out`), junit into out/NAME.xml;
+    in parallel over `cores` when given."""
     argv = [sys.executable, "-m", "pytest", "-m", marker, "-q", "-p", "no:cacheprovider",
-            f"--junitxml={out / f'{name}.xml'}"]
+            f"--junitxml={out / f'{name}.xml'}"] + (["-k", f"not {leave_out}"] if leave_out else [])
     if cores and have_xdist():
         # At most 8 workers, at least 2 cores each: each test starts cell processes of its own, and tests with
         # timeouts (a hung cell killed after 25 s) must not see their healthy cells slowed past them. Every
@@ -255,11 +270,15 @@ def pytest_result(check: Check, name: str, out: Path, code: int | None, timeout:
                     "; ".join(bad[:8]) + (f" and {len(bad) - 8} more" if len(bad) > 8 else ""))
 
 
-def pytest_check(name: str, marker: str, out: Path, *, parallel: bool,
-                 cores: list[int] | None = None) -> Callable[[Check, float], None]:
+def pytest_check(name: str, marker: str, out: Path, *, parallel: bool, cores: list[int] | None = None,
+                 nvtx: bool = True) -> Callable[[Check, float], None]:
+    """pytest as a check; where nvtx does not import, its tests (named nvtx) are left out, and the detail says so."""
     def body(check: Check, timeout: float) -> None:
-        argv = pytest_argv(name, marker, out, cores=(cores or usable_cores()) if parallel else None)
+        argv = pytest_argv(name, marker, out, cores=(cores or usable_cores()) if parallel else None,
+                           leave_out="" if nvtx else "nvtx")
         pytest_result(check, name, out, run(argv, log=out / f"{name}.log", timeout=timeout, cores=cores), timeout)
+        if not nvtx:
+            check.detail = "NVTX tests left out: nvtx does not import here" + (f"; {check.detail}" if check.detail else "")
     return body
 
 
@@ -281,16 +300,18 @@ def dali_check(out: Path) -> Check:
 
 # ---------------------------------------------------------------- the mission slice
 
-def acceptance_matrix(out: Path, *, device: str | None = None) -> Path:
-    """The mission matrix with the acceptance's shorter window (and a forced device, for the CPU part)."""
+def acceptance_matrix(out: Path, *, device: str | None = None, window: dict[str, int] | None = WINDOW,
+                      nvtx: bool = True) -> Path:
+    """The mission matrix with the given window (None: the mission's own), a forced device (the CPU part) and
+    NVTX ranges off where nvtx does not import."""
     text = MISSION.read_text()
-    for key, value in WINDOW.items():
+    for key, value in (window or {}).items():
         text, n = re.subn(rf"(?m)^{key} = \d+", f"{key} = {value}", text)
         if n != 1:
             raise ValueError(f"{MISSION}: cannot set benchmark.{key} for the acceptance")
-    if device:
-        text = text.replace("[run]\n", f'[run]\ndevice = "{device}"\n', 1)
-    path = out / "mission-acceptance.toml"
+    settings = (f'device = "{device}"\n' if device else "") + ("" if nvtx else "nvtx = false\n")
+    text = text.replace("[run]\n", f"[run]\n{settings}", 1)
+    path = out / ("mission-acceptance.toml" if window else "mission-window.toml")
     path.write_text(text)
     return path
 
@@ -298,8 +319,8 @@ def acceptance_matrix(out: Path, *, device: str | None = None) -> Path:
 CELL_FIGURES = ("status", "reason", "throughput_img_per_s", "throughput_ci_low_img_per_s",
                 "throughput_ci_high_img_per_s", "loader_efficiency", "exposed_data_wait_frac", "host_data_wait_frac",
                 "mfu_pct", "power_avg_w", "img_per_joule", "top1", "train_loss", "lr_final", "loss_scale",
-                "duration_s", "window_s", "startup_s", "build_s", "compile_s", "warmup_window_s", "warmup_steps_used",
-                "val_s")
+                "duration_s", "window_s", "startup_s", "build_s", "autotune_s", "compile_s", "warmup_window_s",
+                "warmup_steps_used", "val_s")
 
 
 def slice_rows(run_dir: Path) -> list[dict[str, Any]]:
@@ -313,23 +334,33 @@ def slice_rows(run_dir: Path) -> list[dict[str, Any]]:
     return keep
 
 
-def mission_check(out: Path, only: list[str], *, smoke: bool = False) -> Callable[[Check, float], None]:
+def mission_check(out: Path, only: list[str], *, smoke: bool = False, nvtx: bool = True,
+                  planned_s: float | None = None) -> Callable[[Check, float], None]:
+    """`nvbench run` of the mission matrix's slice `only`: at the mission's own window on a GPU, under --smoke
+    on the CPU; its rows, matrix efficiency and largest non-window part."""
     def body(check: Check, timeout: float) -> None:
-        matrix = acceptance_matrix(out, device="cpu" if smoke else None)
+        matrix = acceptance_matrix(out, device="cpu" if smoke else None, window=WINDOW if smoke else None, nvtx=nvtx)
         run_dir = out / "mission"
         code = run([sys.executable, "-m", "harness", "run", str(matrix), *only, "--out", str(run_dir),
                     "--no-progress"] + (["--smoke"] if smoke else []), log=out / "mission.log", timeout=timeout)
         rows = slice_rows(run_dir) if (run_dir / "cells").is_dir() else []
-        check.figures = {"window": WINDOW if not smoke else "smoke", "cells": rows}
+        check.figures = {"window": "smoke" if smoke else "the mission's", "only": " ".join(only), "cells": rows,
+                         "planned_s": planned_s}
         manifest = run_dir / "manifest.json"
+        cost = ""
         if manifest.is_file():  # a finished run says how much of its wall time measured, and where the rest went
+            from harness.analysis.runs import largest_cut
+
             facts = json.loads(manifest.read_text())
             check.figures |= {k: facts[k] for k in ("wall_s", "matrix_efficiency", "time_breakdown_s") if k in facts}
+            said = judge.judge_slice_cost(facts, largest_cut, target=None if smoke else judge.EFFICIENCY_TARGET)
+            check.figures["cost"] = said
+            cost = f"; {said['text']}"
         bad = [r for r in rows if r["status"] not in ("ok", "skipped")]
         ran = [r for r in rows if r["status"] == "ok"]
         check.status = "pass" if code == 0 and ran and not bad else "fail"
         check.detail = (f"timed out after {timeout:.0f} s" if code is None else
-                        _failures(bad) if bad else f"{len(ran)} cells ok, {len(rows) - len(ran)} skipped")
+                        _failures(bad) if bad else f"{len(ran)} cells ok, {len(rows) - len(ran)} skipped") + cost
     return body
 
 
@@ -425,9 +456,10 @@ def overhead_check(out: Path, cores: list[int] | None = None) -> Callable[[Check
     return body
 
 
-def profile_check(out: Path, cores: list[int] | None = None) -> Callable[[Check, float], None]:
+def profile_check(out: Path, cores: list[int] | None = None, *, nvtx: bool = True) -> Callable[[Check, float], None]:
     def body(check: Check, timeout: float) -> None:
-        argv = [sys.executable, "-m", "harness", "profile", str(MISSION), *SLICE[:4], "--only", "precision=fp16",
+        matrix = MISSION if nvtx else acceptance_matrix(out, window=None, nvtx=False)
+        argv = [sys.executable, "-m", "harness", "profile", str(matrix), *SLICE[:4], "--only", "precision=fp16",
                 "--only", "backend=synthetic", "--only", "grad_accum=1", "--tool", "torch", "--steps", "10",
                 "--out", str(out / "profile")]
         code = run(argv, log=out / "profile.log", timeout=timeout, cores=cores)
@@ -440,133 +472,153 @@ def profile_check(out: Path, cores: list[int] | None = None) -> Callable[[Check,
     return body
 
 
-# ---------------------------------------------------------------- the report
-
-def environment() -> dict[str, Any]:
-    from harness.results.env import collect_env
-
-    env = collect_env()
-    keys = ("device_kind", "gpu_name", "gpu_count", "driver_version", "cuda_runtime", "cudnn_version",
-            "torch_version", "dali_version", "python_version", "cpu_model", "cpu_count", "hostname",
-            "nvbench_git_sha", "nvbench_git_dirty", "power_limit_w")
-    return {k: env.get(k) for k in keys}
+from acceptance_report import environment, write_report  # noqa: E402  (re-exported: tests and callers use them here)
 
 
-def write_report(out: Path, env: dict[str, Any], checks: list[Check], started: str, wall_s: float,
-                 budget_s: float) -> None:
-    doc = {"started_at": started, "wall_s": round(wall_s, 1), "budget_s": budget_s, "environment": env,
-           "result": "fail" if any(c.status == "fail" for c in checks) else "pass",
-           "checks": [asdict(c) for c in checks]}
-    (out / "gpu-acceptance.json").write_text(json.dumps(doc, indent=2, default=str) + "\n")
-    lines = [f"# nvbench GPU acceptance: {doc['result']}", "",
-             f"Started {started}, {wall_s:.0f} s of a {budget_s:.0f} s budget. "
-             f"Device: {env.get('gpu_name') or 'no GPU'} (x{env.get('gpu_count') or 0}), "
-             f"driver {env.get('driver_version')}, CUDA {env.get('cuda_runtime')}, "
-             f"cuDNN {env.get('cudnn_version')}, torch {env.get('torch_version')}, DALI {env.get('dali_version')}, "
-             f"nvbench {str(env.get('nvbench_git_sha'))[:10]}{' (dirty)' if env.get('nvbench_git_dirty') else ''}.",
-             "", "| check | result | time | detail |", "|---|---|---|---|"]
-    lines += [f"| {c.name} | {c.status} | {c.duration_s:.0f} s | {c.detail} |" for c in checks]
-    for c in checks:
-        cells = c.figures.get("cells") if isinstance(c.figures, dict) else None
-        if c.name.startswith("mission") and cells:
-            lines += ["", f"## {c.name}", "", "| cell | status | img/s (95% CI) | loader eff. | exposed wait | "
-                      "host wait | MFU % | W | img/J | top-1 | loss scale |", "|---|---|---|---|---|---|---|---|---|---|---|"]
-            for r in cells:
-                lines.append(
-                    f"| {r['cell']} | {r['status']} | {_n(r['throughput_img_per_s'], '.0f')} "
-                    f"({_n(r['throughput_ci_low_img_per_s'], '.0f')}-{_n(r['throughput_ci_high_img_per_s'], '.0f')}) | "
-                    f"{_n(r['loader_efficiency'], '.3f')} | {_n(r['exposed_data_wait_frac'], '.3f')} | "
-                    f"{_n(r['host_data_wait_frac'], '.3f')} | {_n(r['mfu_pct'], '.1f')} | {_n(r['power_avg_w'], '.0f')} | "
-                    f"{_n(r['img_per_joule'], '.1f')} | {_n(r['top1'], '.3f')} | {_n(r['loss_scale'], '.0f')} |")
-            lines += _time_table(c.figures)
-    for c in checks:
-        if c.name == "overhead" and c.figures.get("rounds"):
-            lines += ["", "## overhead", "", f"`python {c.figures['command']}`", "", "```", *c.figures["rounds"], "```"]
-    (out / "gpu-acceptance.md").write_text("\n".join(lines) + "\n")
+GPU_CHECKS = ("gpu-tests", "dataset", "verdict-aa", "verdict-drill", "phases", "autotune", "compile-cache",
+              "mission-slice", "overhead", "profile")
+"""Run in this order on a GPU machine, by what they prove: the GPU tests, then the verdict (A/A, fire drill),
+then the figures it rests on (phases, autotuning, the compile cache), then the mission slice, which takes the
+largest part of itself that fits what the others leave; the overhead benchmark and the profile after it. The
+dataset is made early: CPU work, which a suite beside the GPU checks can share the machine with."""
+REPORT_ORDER = ("suite", "gpu-tests", "dali-tests", "verdict-aa", "verdict-drill", "phases", "autotune",
+                "compile-cache", "dataset", "mission-slice", "data-wait-agreement", "dali-cells", "overhead", "profile")
+SUITE_SKIP = "the CPU suite is CI's job (--with-suite adds it)"
+LAST = ("overhead", "profile")
+"""The checks after the slice: what they need is kept from the slice's part."""
 
 
-def _time_table(figures: dict[str, Any]) -> list[str]:
-    """Where each cell's seconds went (the runner's PHASES, the rest: the process's exit and the runner's own
-    work), and the run's matrix efficiency: what to cut when the budget is tight."""
-    from harness.orchestrate.derive import PHASES
-
-    head = ["", "Where each cell's time went (s; rest = the process's exit and the runner's own work):", "",
-            "| cell | total | startup | build | compile | warmup (steps) | window | validation | rest |",
-            "|---|---|---|---|---|---|---|---|---|"]
-    lines = []
-    for r in figures["cells"]:
-        if r["status"] != "ok" or r.get("duration_s") is None:
-            continue
-        rest = r["duration_s"] - sum(r.get(k) or 0.0 for k in PHASES)
-        lines.append(f"| {r['cell']} | {r['duration_s']:.1f} | {_n(r.get('startup_s'), '.1f')} | "
-                     f"{_n(r.get('build_s'), '.1f')} | {_n(r.get('compile_s'), '.1f')} | "
-                     f"{_n(r.get('warmup_window_s'), '.1f')} ({_n(r.get('warmup_steps_used'), 'd')}) | "
-                     f"{_n(r.get('window_s'), '.1f')} | {_n(r.get('val_s'), '.1f')} | {rest:.1f} |")
-    if figures.get("matrix_efficiency") is not None:
-        lines += ["", f"Matrix efficiency {figures['matrix_efficiency']:.3f} (windows over the run's "
-                  f"{figures['wall_s']:.0f} s); time breakdown: "
-                  + ", ".join(f"{k} {v:.1f}" for k, v in figures["time_breakdown_s"].items()) + "."]
-    return head + lines if lines else []
+def dependency_gaps(find: Callable[[str], Any] = importlib.util.find_spec) -> dict[str, str]:
+    """Check name -> why it cannot run here (a module NEEDS names does not import)."""
+    return {name: why for name, modules in NEEDS.items() if (why := judge.missing_module(modules, find=find))}
 
 
-def _n(value: Any, spec: str) -> str:
-    return "-" if value is None else format(value, spec)
+def scaled_rungs(est: dict[str, float], gaps: dict[str, str]) -> list[tuple[dict[str, list[str]], float]]:
+    """The slice's parts with their estimates, scaled by what the last report's part took against its plan."""
+    factor = est.get("slice-factor", 1.0)
+    return [(rung, seconds * factor) for rung, seconds in judge.slice_rungs(dali="dali-cells" not in gaps)]
 
 
-GPU_CHECKS = ("gpu-tests", "overhead", "profile", "dataset", "mission-slice")
-"""Run in this order on a GPU machine: the short checks first, the slice (the machine to itself) last."""
+def slice_plan(est: dict[str, float], left_s: float, gaps: dict[str, str]) -> tuple[dict | None, float, float]:
+    """(the slice's part that fits `left_s` less the checks after it, its estimate, the smallest part's)."""
+    rungs = scaled_rungs(est, gaps)
+    after = sum(est[name] for name in LAST if name not in gaps)
+    rung, seconds = judge.slice_part(rungs, left_s - after)
+    return rung, seconds, rungs[0][1]
 
 
-def gpu_plan(with_suite: bool, est: dict[str, float]) -> list[tuple[str, float | str]]:
-    suite: float | str = est["suite"] if with_suite else "the CPU suite is CI's job (--with-suite adds it)"
-    return [("suite", suite)] + [(name, est[name]) for name in GPU_CHECKS]
+def gpu_plan(with_suite: bool, est: dict[str, float], budget_s: float,
+             gaps: dict[str, str] | None = None) -> list[tuple[str, float | str, str]]:
+    """Every GPU check with its estimate (or why it is skipped here) and a note; the slice's part is what the
+    others' estimates leave of `budget_s`."""
+    gaps = gaps or {}
+    plan: list[tuple[str, float | str, str]] = [("suite", est["suite"] if with_suite else SUITE_SKIP, "")]
+    before = sum(est[name] for name in GPU_CHECKS if name not in gaps and name not in ("mission-slice", *LAST))
+    suite_first = est["suite"] if with_suite and split_cores(usable_cores()) is None else 0.0
+    rung, seconds, smallest = slice_plan(est, budget_s - before - suite_first, gaps)
+    for name in GPU_CHECKS:
+        if name in gaps:
+            plan.append((name, gaps[name], ""))
+        elif name == "mission-slice":
+            note = (f"{judge.rung_cells(rung)} cells at the mission's window: {' '.join(judge.only_flags(rung))}"
+                    if rung else "not even its smallest part fits what the others leave")
+            plan.append((name, seconds if rung else smallest, note))
+        else:
+            plan.append((name, est[name], "reads verdict-aa's rows" if name == "autotune" else ""))
+    return plan + [(name, gaps[name], "") for name in ("dali-tests", "dali-cells") if name in gaps]
 
 
-def cpu_plan(with_suite: bool, est: dict[str, float]) -> list[tuple[str, float | str]]:
-    suite: float | str = est["suite"] if with_suite else "the CPU suite is CI's job (--with-suite adds it)"
-    return ([("suite", suite)] + [(name, "needs a GPU; none is visible here") for name in GPU_CHECKS]
-            + [("mission-slice-smoke", est["mission-slice-smoke"])])
+def cpu_plan(with_suite: bool, est: dict[str, float]) -> list[tuple[str, float | str, str]]:
+    suite: float | str = est["suite"] if with_suite else SUITE_SKIP
+    return [("suite", suite, ""), ("mission-slice-smoke", est["mission-slice-smoke"], "")]
 
 
-def gpu_machine_checks(out: Path, budget: Budget, est: dict[str, float] | None = None, *,
-                       with_suite: bool = False) -> list[Check]:
-    """Every check of a GPU machine, one after another (GPU_CHECKS). With the suite, it runs beside the GPU
-    checks where the cores allow (split_cores) and must end before the slice starts; else first, leaving the
-    GPU checks their estimates."""
+def ordered(done: dict[str, Check]) -> list[Check]:
+    return [done[name] for name in REPORT_ORDER if name in done]
+
+
+def _run(*args: Any, **kwargs: Any) -> int | None:
+    return run(*args, **kwargs)  # looked up at each call: tests replace `run`
+
+
+def claim_checks(out: Path, budget: Budget, est: dict[str, float], *, nvtx: bool) -> dict[str, Check]:
+    """The verdict and the figures it rests on, one after another."""
+    bodies = {"verdict-aa": claims.ab_check(out, _run, drill=False, nvtx=nvtx),
+              "verdict-drill": claims.ab_check(out, _run, drill=True, nvtx=nvtx),
+              "phases": claims.phases_check(out, _run, nvtx=nvtx), "autotune": claims.autotune_check(out),
+              "compile-cache": claims.compile_cache_check(out, _run, nvtx=nvtx)}
+    return {name: timed(Check(name), budget, est[name], body) for name, body in bodies.items()}
+
+
+def slice_check(out: Path, budget: Budget, est: dict[str, float], gaps: dict[str, str], *, nvtx: bool) -> Check:
+    """The largest part of the mission's world-size-1 slice that fits what is left, less the checks after it."""
+    check = Check("mission-slice")
+    rung, seconds, smallest = slice_plan(est, budget.left(), gaps)
+    if rung is None:
+        after = sum(est[name] for name in LAST if name not in gaps)
+        check.status = "fail"
+        check.detail = (f"not started: its smallest part takes about {smallest:.0f} s, and {max(0.0, budget.left()):.0f} "
+                        f"s of the {budget.seconds:.0f} s budget are left, {after:.0f} s of them for {', '.join(LAST)}")
+        say(f"{check.name}: {check.detail}")
+        return check
+    say(f"mission-slice: {judge.rung_cells(rung)} cells at the mission's window ({' '.join(judge.only_flags(rung))})")
+    return timed(check, budget, seconds, mission_check(out, judge.only_flags(rung), nvtx=nvtx, planned_s=seconds))
+
+
+def gpu_machine_checks(out: Path, budget: Budget, est: dict[str, float] | None = None, *, with_suite: bool = False,
+                       find: Callable[[str], Any] = importlib.util.find_spec) -> list[Check]:
+    """Every check of a GPU machine, one after another (GPU_CHECKS). With the suite, it runs beside the GPU tests
+    and the dataset where the cores allow (split_cores) and must end before the verdict's A/A starts; else first,
+    leaving the GPU checks their estimates. A check whose module does not import is skipped with that reason."""
     est = est or dict(ESTIMATES_S)
+    gaps = dependency_gaps(find)
+    nvtx = judge.missing_module(("nvtx",), find=find) is None
     split = split_cores(usable_cores()) if with_suite else None
     gpu_cores = split[1] if split else None
-    suite, proc = skipped("suite", "the CPU suite is CI's job (--with-suite adds it)"), None
+    rest = sum(est[name] for name in GPU_CHECKS if name != "mission-slice" and name not in gaps) + \
+        scaled_rungs(est, gaps)[0][1]
+    done = {"suite": skipped("suite", SUITE_SKIP)}
+    proc = None
     if with_suite:
-        suite = Check("suite")
+        done["suite"] = suite = Check("suite")
         if split is None:
-            timed(suite, budget, est["suite"], pytest_check("suite", "not gpu", out, parallel=True),
-                  leave_s=sum(est[name] for name in GPU_CHECKS))
+            timed(suite, budget, est["suite"], pytest_check("suite", "not gpu", out, parallel=True, nvtx=nvtx),
+                  leave_s=rest)
         elif not refused(suite, budget, est["suite"]):
             proc = start(pytest_argv("suite", "not gpu", out, cores=split[0]), log=out / "suite.log", cores=split[0])
-    gpu_tests = timed(Check("gpu-tests"), budget, est["gpu-tests"],
-                      pytest_check("gpu-tests", "gpu", out, parallel=False, cores=gpu_cores))
-    overhead = timed(Check("overhead"), budget, est["overhead"], overhead_check(out, gpu_cores))
-    profile = timed(Check("profile"), budget, est["profile"], profile_check(out, gpu_cores))
-    dataset = timed(Check("dataset"), budget, est["dataset"], dataset_check(out, gpu_cores))
-    if proc is not None:  # the slice needs the machine to itself: the suite ends first, or is stopped
-        timeout = max(1.0, budget.left() - est["mission-slice"])
-        pytest_result(suite, "suite", out, finish(proc, timeout), timeout)
-        suite.duration_s = junit_seconds(out / "suite.xml") or timeout  # its own, not the GPU checks' it waited on
-        suite.figures |= {"cores": len(split[0]), "gpu_checks_cores": len(split[1])}
-        say(f"{suite.status} suite ({suite.duration_s:.0f} s, beside the GPU checks): {suite.detail}")
-    mission = timed(Check("mission-slice"), budget, est["mission-slice"], mission_check(out, SLICE))
-    return [suite, gpu_tests, dali_check(out), dataset, mission, agreement_check(mission), overhead, profile]
+    done["gpu-tests"] = timed(Check("gpu-tests"), budget, est["gpu-tests"],
+                              pytest_check("gpu-tests", "gpu", out, parallel=False, cores=gpu_cores, nvtx=nvtx))
+    done["dataset"] = timed(Check("dataset"), budget, est["dataset"], dataset_check(out, gpu_cores))
+    if proc is not None:  # the verdict and the slice need the machine to themselves: the suite ends first, or is stopped
+        timeout = max(1.0, budget.left() - (rest - est["gpu-tests"] - est["dataset"]))
+        pytest_result(done["suite"], "suite", out, finish(proc, timeout), timeout)
+        done["suite"].duration_s = junit_seconds(out / "suite.xml") or timeout  # its own, not the time it waited on
+        done["suite"].figures |= {"cores": len(split[0]), "gpu_checks_cores": len(split[1])}
+        say(f"{done['suite'].status} suite ({done['suite'].duration_s:.0f} s, beside the GPU checks): "
+            f"{done['suite'].detail}")
+    done |= claim_checks(out, budget, est, nvtx=nvtx)
+    done["mission-slice"] = mission = slice_check(out, budget, est, gaps, nvtx=nvtx)
+    done["overhead"] = skipped("overhead", gaps["overhead"]) if "overhead" in gaps else \
+        timed(Check("overhead"), budget, est["overhead"], overhead_check(out, gpu_cores))
+    done["profile"] = timed(Check("profile"), budget, est["profile"], profile_check(out, gpu_cores, nvtx=nvtx))
+    done["dali-tests"] = skipped("dali-tests", gaps["dali-tests"]) if "dali-tests" in gaps else dali_check(out)
+    dali = judge.judge_dali_cells(mission.figures.get("cells", []), gaps.get("dali-cells"))
+    done["dali-cells"] = Check("dali-cells", status=dali.status, detail=dali.detail, figures=dali.figures)
+    done["data-wait-agreement"] = agreement_check(mission)
+    return ordered(done)
+
+
+NO_GPU = "needs a GPU; none is visible here"
 
 
 def cpu_machine_checks(out: Path, budget: Budget, est: dict[str, float], *, with_suite: bool) -> list[Check]:
     """No GPU: the GPU checks skipped with that reason; the mission slice's synthetic fp32 cell under --smoke
     (and the suite, when asked)."""
-    checks = [skipped("suite", "the CPU suite is CI's job (--with-suite adds it)")]
+    checks = [skipped("suite", SUITE_SKIP)]
     if with_suite:
         checks[0] = timed(Check("suite"), budget, est["suite"], pytest_check("suite", "not gpu", out, parallel=True),
                           leave_s=est["mission-slice-smoke"])
-    checks += [skipped(name, "needs a GPU; none is visible here") for name in GPU_CHECKS]
+    checks += [skipped(name, NO_GPU) for name in REPORT_ORDER[1:]]
     smoke = ["--only", "world_size=1", "--only", "memory_format=nhwc", "--only", "precision=fp32",
              "--only", "backend=synthetic", "--only", "grad_accum=1"]
     checks.append(timed(Check("mission-slice-smoke"), budget, est["mission-slice-smoke"],
@@ -593,12 +645,14 @@ def main(argv: list[str] | None = None) -> int:
     t0, budget = time.monotonic(), Budget(args.budget_s)
     env = environment()
     if env["device_kind"] != "cuda":
-        say(f"no GPU is visible here ({env['cpu_model']}); running the CPU-meaningful part (environment, the "
-            "mission slice's CPU cell under --smoke)")
+        say(f"no GPU is visible here ({env['cpu_model']}); on a GPU machine it would run:")
+        announce(gpu_plan(False, est, args.budget_s, dependency_gaps()), budget, source)
+        say("none of them can run here; the CPU-meaningful part (environment, the mission slice's CPU cell under "
+            "--smoke):")
         announce(cpu_plan(args.with_suite, est), budget, source)
         checks = cpu_machine_checks(out, budget, est, with_suite=args.with_suite)
     else:
-        announce(gpu_plan(args.with_suite, est), budget, source)
+        announce(gpu_plan(args.with_suite, est, args.budget_s, dependency_gaps()), budget, source)
         checks = gpu_machine_checks(out, budget, est, with_suite=args.with_suite)
     write_report(out, env, checks, started.isoformat(timespec="seconds"), time.monotonic() - t0, args.budget_s)
     for c in checks:
