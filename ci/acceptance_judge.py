@@ -281,3 +281,58 @@ def missing_module(names: Sequence[str], *, find: Callable[[str], Any] = importl
         if not found:
             return f"needs {name}, which does not import here"
     return None
+
+
+def judge_gpu_shared(rows: Sequence[Mapping[str, Any]], foreign_pid: int) -> Judgement:
+    """A cell run beside a foreign CUDA process: its row says `gpu_shared`, with that process among the pids
+    (where NVML names pids in this container; otherwise the count alone, harness/cell/telemetry.py)."""
+    ok = [r for r in rows if r.get("status") == "ok"]
+    figures = {"foreign_pid": foreign_pid, "rows": [{k: r.get(k) for k in ("status", "gpu_shared", "gpu_foreign_pids")}
+                                                    for r in rows]}
+    if not ok:
+        return Judgement(status="fail", detail="no ok row", figures=figures)
+    if not all(r.get("gpu_shared") for r in ok):
+        return Judgement(status="fail", detail="gpu_shared false beside a process holding the GPU", figures=figures)
+    pids = {p for r in ok for p in str(r.get("gpu_foreign_pids") or "").split(",") if p}
+    named = "its pid named" if str(foreign_pid) in pids else f"pids {sorted(pids) or 'not named'} (NVML's view)"
+    return Judgement(status="pass", detail=f"gpu_shared true beside pid {foreign_pid}; {named}", figures=figures)
+
+
+def judge_cold_start(rows: Sequence[Mapping[str, Any]]) -> Judgement:
+    """A cell without warm-up: every window opens in its start transient (`is_steady` false, first steps named)."""
+    ok = [r for r in rows if r.get("status") == "ok"]
+    figures = {"rows": [{k: r.get(k) for k in ("is_steady", "start_transient_steps", "autotune_s")} for r in ok]}
+    if not ok:
+        return Judgement(status="fail", detail="no ok row", figures=figures)
+    bad = [r for r in ok if r.get("is_steady") is not False or not (r.get("start_transient_steps") or 0) >= 1]
+    if bad:
+        return Judgement(status="fail", detail=f"a cold window read as settled: is_steady {bad[0].get('is_steady')}, "
+                         f"start_transient_steps {bad[0].get('start_transient_steps')}", figures=figures)
+    return Judgement(status="pass", detail="is_steady false, start_transient_steps "
+                     + ", ".join(str(r["start_transient_steps"]) for r in ok), figures=figures)
+
+
+def judge_convnets(rows: Sequence[Mapping[str, Any]], reference: Mapping[str, float | None]) -> Judgement:
+    """The ConvNets family's cells: each ok with MFU filled; its img/s beside DLE's A100 figure (not a target)."""
+    figures = {"cells": [{k: r.get(k) for k in ("model", "status", "throughput_img_per_s", "mfu_pct",
+                                                  "flops_per_image")} | {"reference_img_per_s": reference.get(r.get("model"))}
+                         for r in rows]}
+    bad = [r for r in rows if r.get("status") != "ok" or r.get("mfu_pct") is None]
+    if not rows or bad:
+        return Judgement(status="fail", detail=f"{len(bad)} of {len(rows)} cells not ok or without MFU", figures=figures)
+    said = ", ".join(f"{r['model']} {r['throughput_img_per_s']:.0f} img/s (DLE A100 {reference.get(r['model'])})"
+                     for r in rows)
+    return Judgement(status="pass", detail=said, figures=figures)
+
+
+def judge_break(code: int | None, counts: Mapping[str, Any], what: str) -> Judgement:
+    """A break check: the GPU test that guards the broken line fails on it (a pass means it guards nothing)."""
+    figures = {"break": what, "exit_code": code, **{k: v for k, v in counts.items() if k != "not_passed"}}
+    if code is None:
+        return Judgement(status="fail", detail=f"timed out ({what})", figures=figures)
+    if counts.get("failed"):
+        return Judgement(status="pass", detail=f"{counts['failed']} test(s) failed on the break, as they must: {what}",
+                         figures=figures)
+    ran = counts.get("passed", 0)
+    return Judgement(status="fail", detail=f"the break went unseen ({ran} passed, exit {code}): {what}",
+                     figures=figures)

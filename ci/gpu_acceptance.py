@@ -37,16 +37,19 @@ import xml.etree.ElementTree as ET
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the checks and judgements beside this file
 import acceptance_checks as claims  # noqa: E402
+import acceptance_extra as extra  # noqa: E402
 import acceptance_judge as judge  # noqa: E402
 
 MISSION = ROOT / "matrices" / "resnet50.toml"
 SLICE = ["--only", "world_size=1", "--only", "memory_format=nhwc", "--only", "precision=fp16"]
 """What the dataset step prepares and the profile runs: world size 1, NHWC, fp16."""
+PROFILE_ONLY = [*SLICE, "--only", "backend=synthetic", "--only", "grad_accum=1"]
+"""The profiles' cell (torch and, where nsys is on PATH, Nsight): the mission's synthetic fp16 NHWC cell."""
 WINDOW = {"warmup_steps": 20, "measure_steps": 60, "val_steps": 4}
 """The CPU smoke's window before --smoke shrinks it (the GPU slice runs at the mission's own 30 + 100)."""
 AGREEMENT = 0.05
@@ -58,7 +61,7 @@ GPU_SIDE_CORES = 4
 DEFAULT_BUDGET_S = 540.0
 ESTIMATES_S = {"suite": 330.0, "gpu-tests": 90.0, "dataset": 30.0, "verdict-aa": 80.0, "verdict-drill": 80.0,
                "phases": 20.0, "autotune": 0.0, "compile-cache": 70.0, "overhead": 60.0, "profile": 35.0,
-               "mission-slice-smoke": 90.0}
+               "mission-slice-smoke": 90.0} | extra.EXTRA_ESTIMATES_S
 """Each check's estimated time when no last report is given. Measured on an H100 (docs/gpu-validation.md): the
 GPU-marked tests 77 s (DALI absent), the dataset about 26-60 s, a cell's process 17-35 s at 20 + 60 steps
 (startup 2.4 s, build 4.4 s). Reasoned from those, not yet measured (the first GPU run's report, given as
@@ -459,9 +462,8 @@ def overhead_check(out: Path, cores: list[int] | None = None) -> Callable[[Check
 def profile_check(out: Path, cores: list[int] | None = None, *, nvtx: bool = True) -> Callable[[Check, float], None]:
     def body(check: Check, timeout: float) -> None:
         matrix = MISSION if nvtx else acceptance_matrix(out, window=None, nvtx=False)
-        argv = [sys.executable, "-m", "harness", "profile", str(matrix), *SLICE[:4], "--only", "precision=fp16",
-                "--only", "backend=synthetic", "--only", "grad_accum=1", "--tool", "torch", "--steps", "10",
-                "--out", str(out / "profile")]
+        argv = [sys.executable, "-m", "harness", "profile", str(matrix), *PROFILE_ONLY, "--tool", "torch", "--steps",
+                "10", "--out", str(out / "profile")]
         code = run(argv, log=out / "profile.log", timeout=timeout, cores=cores)
         traces = sorted(str(p.relative_to(out)) for p in (out / "profile").rglob("*.trace.json"))
         tables = sorted((out / "profile").rglob("*.key_averages.txt"))
@@ -481,8 +483,11 @@ GPU_CHECKS = ("gpu-tests", "dataset", "verdict-aa", "verdict-drill", "phases", "
 then the figures it rests on (phases, autotuning, the compile cache), then the mission slice, which takes the
 largest part of itself that fits what the others leave; the overhead benchmark and the profile after it. The
 dataset is made early: CPU work, which a suite beside the GPU checks can share the machine with."""
+EXTRA_CHECKS = tuple(extra.EXTRA_ESTIMATES_S)
+"""After those, in this order, each where the budget leaves room (acceptance_extra.py): the rest of one GPU's claims."""
 REPORT_ORDER = ("suite", "gpu-tests", "dali-tests", "verdict-aa", "verdict-drill", "phases", "autotune",
-                "compile-cache", "dataset", "mission-slice", "data-wait-agreement", "dali-cells", "overhead", "profile")
+                "compile-cache", "dataset", "mission-slice", "data-wait-agreement", "dali-cells", "overhead",
+                "profile", *EXTRA_CHECKS)
 SUITE_SKIP = "the CPU suite is CI's job (--with-suite adds it)"
 LAST = ("overhead", "profile")
 """The checks after the slice: what they need is kept from the slice's part."""
@@ -490,7 +495,8 @@ LAST = ("overhead", "profile")
 
 def dependency_gaps(find: Callable[[str], Any] = importlib.util.find_spec) -> dict[str, str]:
     """Check name -> why it cannot run here (a module NEEDS names does not import)."""
-    return {name: why for name, modules in NEEDS.items() if (why := judge.missing_module(modules, find=find))}
+    gaps = {name: why for name, modules in NEEDS.items() if (why := judge.missing_module(modules, find=find))}
+    return gaps | {name: why for name, tool in extra.EXTRA_NEEDS.items() if (why := extra.missing_tool(tool, find))}
 
 
 def scaled_rungs(est: dict[str, float], gaps: dict[str, str]) -> list[tuple[dict[str, list[str]], float]]:
@@ -499,10 +505,22 @@ def scaled_rungs(est: dict[str, float], gaps: dict[str, str]) -> list[tuple[dict
     return [(rung, seconds * factor) for rung, seconds in judge.slice_rungs(dali="dali-cells" not in gaps)]
 
 
-def slice_plan(est: dict[str, float], left_s: float, gaps: dict[str, str]) -> tuple[dict | None, float, float]:
+def extras_planned(est: dict[str, float], left_s: float, gaps: dict[str, str]) -> list[str]:
+    """The extra checks that fit `left_s` (what the checks before them and the slice's first two parts leave),
+    in order; one that does not fit leaves room for the next."""
+    planned = []
+    for name in EXTRA_CHECKS:
+        if name not in gaps and est[name] <= left_s:
+            planned.append(name)
+            left_s -= est[name]
+    return planned
+
+
+def slice_plan(est: dict[str, float], left_s: float, gaps: dict[str, str],
+               extras: Sequence[str] = ()) -> tuple[dict | None, float, float]:
     """(the slice's part that fits `left_s` less the checks after it, its estimate, the smallest part's)."""
     rungs = scaled_rungs(est, gaps)
-    after = sum(est[name] for name in LAST if name not in gaps)
+    after = sum(est[name] for name in LAST if name not in gaps) + sum(est[name] for name in extras)
     rung, seconds = judge.slice_part(rungs, left_s - after)
     return rung, seconds, rungs[0][1]
 
@@ -515,7 +533,9 @@ def gpu_plan(with_suite: bool, est: dict[str, float], budget_s: float,
     plan: list[tuple[str, float | str, str]] = [("suite", est["suite"] if with_suite else SUITE_SKIP, "")]
     before = sum(est[name] for name in GPU_CHECKS if name not in gaps and name not in ("mission-slice", *LAST))
     suite_first = est["suite"] if with_suite and split_cores(usable_cores()) is None else 0.0
-    rung, seconds, smallest = slice_plan(est, budget_s - before - suite_first, gaps)
+    left = budget_s - before - suite_first
+    extras = planned_extras(est, left, gaps)
+    rung, seconds, smallest = slice_plan(est, left, gaps, extras)
     for name in GPU_CHECKS:
         if name in gaps:
             plan.append((name, gaps[name], ""))
@@ -525,7 +545,23 @@ def gpu_plan(with_suite: bool, est: dict[str, float], budget_s: float,
             plan.append((name, seconds if rung else smallest, note))
         else:
             plan.append((name, est[name], "reads verdict-aa's rows" if name == "autotune" else ""))
-    return plan + [(name, gaps[name], "") for name in ("dali-tests", "dali-cells") if name in gaps]
+    plan += [(name, gaps[name], "") for name in ("dali-tests", "dali-cells") if name in gaps]
+    for name in EXTRA_CHECKS:
+        plan.append((name, gaps.get(name) or (est[name] if name in extras else beyond(name, est, budget_s)), ""))
+    return plan
+
+
+def planned_extras(est: dict[str, float], left_s: float, gaps: dict[str, str]) -> list[str]:
+    """The extras that fit once the checks before them and the slice's first two parts (a synthetic and a
+    real-data cell) have their estimates."""
+    base = scaled_rungs(est, gaps)[1][1]
+    after = sum(est[name] for name in LAST if name not in gaps)
+    return extras_planned(est, left_s - base - after, gaps)
+
+
+def beyond(name: str, est: dict[str, float], budget_s: float) -> str:
+    return (f"beyond the {budget_s:.0f} s budget: ~{est[name]:.0f} s (runs where --budget-s leaves room, e.g. "
+            f"--budget-s {budget_s + est[name]:.0f})")
 
 
 def cpu_plan(with_suite: bool, est: dict[str, float]) -> list[tuple[str, float | str, str]]:
@@ -553,7 +589,7 @@ def claim_checks(out: Path, budget: Budget, est: dict[str, float], *, nvtx: bool
 def slice_check(out: Path, budget: Budget, est: dict[str, float], gaps: dict[str, str], *, nvtx: bool) -> Check:
     """The largest part of the mission's world-size-1 slice that fits what is left, less the checks after it."""
     check = Check("mission-slice")
-    rung, seconds, smallest = slice_plan(est, budget.left(), gaps)
+    rung, seconds, smallest = slice_plan(est, budget.left(), gaps, planned_extras(est, budget.left(), gaps))
     if rung is None:
         after = sum(est[name] for name in LAST if name not in gaps)
         check.status = "fail"
@@ -563,6 +599,24 @@ def slice_check(out: Path, budget: Budget, est: dict[str, float], gaps: dict[str
         return check
     say(f"mission-slice: {judge.rung_cells(rung)} cells at the mission's window ({' '.join(judge.only_flags(rung))})")
     return timed(check, budget, seconds, mission_check(out, judge.only_flags(rung), nvtx=nvtx, planned_s=seconds))
+
+
+def extra_checks(out: Path, budget: Budget, est: dict[str, float], gaps: dict[str, str], *,
+                 nvtx: bool) -> dict[str, Check]:
+    """The rest of one GPU's claims, each where what is left of the budget holds its estimate, else skipped
+    with what it would need; a check whose module or program is missing, skipped with that reason."""
+    profile_matrix = MISSION if nvtx else acceptance_matrix(out, window=None, nvtx=False)
+    bodies = extra.extra_checks(out, _run, nvtx=nvtx, profile_matrix=profile_matrix, profile_only=PROFILE_ONLY)
+    done = {}
+    for name, body in bodies.items():
+        if name in gaps:
+            done[name] = skipped(name, gaps[name])
+        elif budget.left() < est[name]:
+            done[name] = skipped(name, f"beyond the budget: ~{est[name]:.0f} s, {max(0.0, budget.left()):.0f} s of "
+                                       f"{budget.seconds:.0f} s left (a larger --budget-s runs it)")
+        else:
+            done[name] = timed(Check(name), budget, est[name], body)
+    return done
 
 
 def gpu_machine_checks(out: Path, budget: Budget, est: dict[str, float] | None = None, *, with_suite: bool = False,
@@ -601,6 +655,7 @@ def gpu_machine_checks(out: Path, budget: Budget, est: dict[str, float] | None =
     done["overhead"] = skipped("overhead", gaps["overhead"]) if "overhead" in gaps else \
         timed(Check("overhead"), budget, est["overhead"], overhead_check(out, gpu_cores))
     done["profile"] = timed(Check("profile"), budget, est["profile"], profile_check(out, gpu_cores, nvtx=nvtx))
+    done |= extra_checks(out, budget, est, gaps, nvtx=nvtx)
     done["dali-tests"] = skipped("dali-tests", gaps["dali-tests"]) if "dali-tests" in gaps else dali_check(out)
     dali = judge.judge_dali_cells(mission.figures.get("cells", []), gaps.get("dali-cells"))
     done["dali-cells"] = Check("dali-cells", status=dali.status, detail=dali.detail, figures=dali.figures)
