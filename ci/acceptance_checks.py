@@ -181,3 +181,15 @@ CLAIMS = {
     "mission-slice-smoke": "the CPU part: the slice's synthetic fp32 cell under --smoke, its figures and reports",
 }
 """What each check proves, in the words gpu-acceptance.md writes beside its result and figure."""
+CLAIMS |= {
+    "transients": "the start-transient check on GPU windows: benchmarks/transients.py over the slice's and the A/A's "
+                  "steps (issue 42's GPU row)",
+    "gpu-shared": "a cell run beside a foreign CUDA process says `gpu_shared`, naming its pid",
+    "cold-start": "a cell without warm-up opens its window in a start transient: `is_steady` false, "
+                  "`start_transient_steps` >= 1",
+    "break-cudagraph": "the cudagraph test fails when the captured step ignores the LR (engine.py's fill_ broken)",
+    "break-dali": "DALI's lifetime test fails when a zero-copy batch is not held (dali.py's hand_over removed)",
+    "nsys-profile": "`nvbench profile --tool nsys` writes an Nsight Systems report of the window",
+    "convnets": "the ConvNets family's synthetic fp16 NHWC cells run, MFU filled, beside DLE's A100 img/s",
+    "compile-targets": "benchmarks/compile_targets.py: the compile axis's targets on the GPU slice",
+}

@@ -337,6 +337,9 @@ def slice_rows(run_dir: Path) -> list[dict[str, Any]]:
     return keep
 
 
+CPU_FP16_NOTE = "fp16 on a CPU is slow"
+
+
 def mission_check(out: Path, only: list[str], *, smoke: bool = False, nvtx: bool = True,
                   planned_s: float | None = None) -> Callable[[Check, float], None]:
     """`nvbench run` of the mission matrix's slice `only`: at the mission's own window on a GPU, under --smoke
@@ -361,9 +364,13 @@ def mission_check(out: Path, only: list[str], *, smoke: bool = False, nvtx: bool
             cost = f"; {said['text']}"
         bad = [r for r in rows if r["status"] not in ("ok", "skipped")]
         ran = [r for r in rows if r["status"] == "ok"]
-        check.status = "pass" if code == 0 and ran and not bad else "fail"
+        # issue 39: the summary's note on the CPU's slow fp16 is for runs that train on the CPU only
+        log = out / "mission.log"
+        cpu_note = not smoke and log.is_file() and CPU_FP16_NOTE in log.read_text(errors="replace")
+        check.status = "pass" if code == 0 and ran and not bad and not cpu_note else "fail"
         check.detail = (f"timed out after {timeout:.0f} s" if code is None else
-                        _failures(bad) if bad else f"{len(ran)} cells ok, {len(rows) - len(ran)} skipped") + cost
+                        _failures(bad) if bad else f"{len(ran)} cells ok, {len(rows) - len(ran)} skipped") + cost + (
+            f"; its summary says '{CPU_FP16_NOTE}' on a GPU run" if cpu_note else "")
     return body
 
 
@@ -653,8 +660,8 @@ def gpu_machine_checks(out: Path, budget: Budget, est: dict[str, float] | None =
     done |= claim_checks(out, budget, est, nvtx=nvtx)
     done["mission-slice"] = mission = slice_check(out, budget, est, gaps, nvtx=nvtx)
     done["overhead"] = skipped("overhead", gaps["overhead"]) if "overhead" in gaps else \
-        timed(Check("overhead"), budget, est["overhead"], overhead_check(out, gpu_cores))
-    done["profile"] = timed(Check("profile"), budget, est["profile"], profile_check(out, gpu_cores, nvtx=nvtx))
+        timed(Check("overhead"), budget, est["overhead"], overhead_check(out))  # the suite has ended: every core
+    done["profile"] = timed(Check("profile"), budget, est["profile"], profile_check(out, nvtx=nvtx))
     done |= extra_checks(out, budget, est, gaps, nvtx=nvtx)
     done["dali-tests"] = skipped("dali-tests", gaps["dali-tests"]) if "dali-tests" in gaps else dali_check(out)
     dali = judge.judge_dali_cells(mission.figures.get("cells", []), gaps.get("dali-cells"))

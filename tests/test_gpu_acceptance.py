@@ -201,7 +201,10 @@ def test_the_plan_comes_first_and_a_check_that_would_overrun_is_not_started_with
     assert err[0] == "gpu-acceptance: budget 540 s; estimates from a test's:"
     assert err[1] == "gpu-acceptance:   suite                skip: the CPU suite is CI's job (--with-suite adds it)"
     assert "gpu-acceptance:   mission-slice        ~25000 s (not even its smallest part fits what the others leave)" \
-        in err and err[12].startswith("gpu-acceptance:   total                ~25465 s: does NOT fit the budget")
+        in err and "gpu-acceptance:   total                ~25465 s: does NOT fit the budget: a check whose " \
+        "estimate exceeds what is left will not start" in err
+    assert "gpu-acceptance:   gpu-shared           skip: beyond the 540 s budget: ~25 s (runs where --budget-s " \
+        "leaves room, e.g. --budget-s 565)" in err
     said = [line for line in err if line.startswith("gpu-acceptance: mission-slice: not started: its smallest part "
                                                      "takes about 25000 s, and ")]
     assert len(said) == 1 and checks["mission-slice"].status == "fail"
@@ -298,10 +301,28 @@ def test_the_slice_runs_alone_after_the_suite_and_every_gpu_side_check(tmp_path,
     monkeypatch.setattr(acceptance, "start",
                         lambda argv, *, log, cores=None, env=None: order.append(("suite", cores)) or "the suite")
     monkeypatch.setattr(acceptance, "finish", lambda proc, timeout: order.append(("suite finished", None)) or 0)
-    checks = acceptance.gpu_machine_checks(tmp_path, acceptance.Budget(2000), with_suite=with_suite)
+    est = dict(acceptance.ESTIMATES_S, **dict.fromkeys(acceptance.EXTRA_CHECKS, 5000.0))  # none fits
+    checks = acceptance.gpu_machine_checks(tmp_path, acceptance.Budget(2000), est, with_suite=with_suite)
     side = list(range(12, 16)) if with_suite else None
     assert order == ([("suite", list(range(12)))] if with_suite else []) + [("gpu-tests", side), ("dataset", side)] + (
         [("suite finished", None)] if with_suite else []) + [
         ("verdict-aa", None), ("verdict-drill", None), ("graphed", None), ("inductor", None), ("mission", None),
         ("overhead", None), ("profile", None)]
     assert tuple(c.name for c in checks) == acceptance.REPORT_ORDER
+    assert all(c.status == "skip" and c.detail.startswith("beyond the budget: ~5000 s, ") for c in checks
+               if c.name in acceptance.EXTRA_CHECKS)
+
+
+def test_the_extra_checks_run_in_order_while_the_budget_holds_them_and_skip_with_their_reason(tmp_path, monkeypatch):
+    ran = []
+    bodies = {name: (lambda name: lambda check, timeout: ran.append(name) or setattr(check, "status", "pass"))(name)
+              for name in acceptance.EXTRA_CHECKS}
+    monkeypatch.setattr(acceptance.extra, "extra_checks", lambda *a, **k: bodies)
+    est = dict.fromkeys(acceptance.EXTRA_CHECKS, 10.0) | {"convnets": 100.0}
+    gaps = {"nsys-profile": "needs Nsight Systems (nsys), not on PATH here"}
+    done = acceptance.extra_checks(tmp_path, acceptance.Budget(75), est, gaps, nvtx=True)
+    assert ran == ["transients", "gpu-shared", "cold-start", "break-cudagraph", "break-dali", "compile-targets"]
+    assert (done["nsys-profile"].status, done["nsys-profile"].detail) == ("skip", gaps["nsys-profile"])
+    assert done["convnets"].status == "skip" and re.fullmatch(
+        r"beyond the budget: ~100 s, 7\d s of 75 s left \(a larger --budget-s runs it\)", done["convnets"].detail)
+    assert list(done) == list(acceptance.EXTRA_CHECKS)
