@@ -133,7 +133,8 @@ def extra_checks(out: Path, run: Callable, *, nvtx: bool, profile_matrix: Path,
     targets = [sys.executable, "benchmarks/compile_targets.py", "--out", str(out / "compile-targets")]
     return {"transients": command_check("transients", transients, out, run),
             "gpu-shared": gpu_shared_check(out, run, nvtx=nvtx), "cold-start": cold_start_check(out, run, nvtx=nvtx),
-            "break-cudagraph": break_check("break-cudagraph", out, run), "break-dali": break_check("break-dali", out, run),
+            "break-cudagraph": break_check("break-cudagraph", out, run),
+            "break-dali": break_check("break-dali", out, run),
             "nsys-profile": command_check("nsys-profile", nsys, out, run, made=nsys_reports(out)),
             "convnets": convnets_check(out, run),
             "compile-targets": command_check("compile-targets", targets, out, run)}

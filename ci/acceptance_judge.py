@@ -314,12 +314,13 @@ def judge_cold_start(rows: Sequence[Mapping[str, Any]]) -> Judgement:
 
 def judge_convnets(rows: Sequence[Mapping[str, Any]], reference: Mapping[str, float | None]) -> Judgement:
     """The ConvNets family's cells: each ok with MFU filled; its img/s beside DLE's A100 figure (not a target)."""
-    figures = {"cells": [{k: r.get(k) for k in ("model", "status", "throughput_img_per_s", "mfu_pct",
-                                                  "flops_per_image")} | {"reference_img_per_s": reference.get(r.get("model"))}
+    keys = ("model", "status", "throughput_img_per_s", "mfu_pct", "flops_per_image")
+    figures = {"cells": [{k: r.get(k) for k in keys} | {"reference_img_per_s": reference.get(r.get("model"))}
                          for r in rows]}
     bad = [r for r in rows if r.get("status") != "ok" or r.get("mfu_pct") is None]
     if not rows or bad:
-        return Judgement(status="fail", detail=f"{len(bad)} of {len(rows)} cells not ok or without MFU", figures=figures)
+        return Judgement(status="fail", detail=f"{len(bad)} of {len(rows)} cells not ok or without MFU",
+                         figures=figures)
     said = ", ".join(f"{r['model']} {r['throughput_img_per_s']:.0f} img/s (DLE A100 {reference.get(r['model'])})"
                      for r in rows)
     return Judgement(status="pass", detail=said, figures=figures)

@@ -2,18 +2,22 @@
 
     bash ci/gpu-acceptance.sh [OUT_DIR] [--budget-s 540] [--last OLD/gpu-acceptance.json] [--with-suite]
 
-From the project root of a fresh GPU machine (the image's own torch; DALI when installed) it runs, one after
-another: the GPU-marked tests (DALI's among them when DALI imports, counted apart), the overhead benchmark
-(harness / bare loop), a torch profile, the slice's generated dataset (nvbench data prepare), then the
-mission slice (4 backends x nhwc x fp16, world size 1, accumulation 1 and 2, at the acceptance's shorter
-window) with loader efficiency and both data-wait figures. The CPU suite is CI's job: --with-suite adds it
-(beside the GPU checks where there are 8 or more cores, split_cores). Before anything runs it prints each
-check's estimated time, from --last (a previous gpu-acceptance.json) or the stated defaults; a check whose
-estimate exceeds what is left of the budget is not started, and a running check is stopped at the budget's
-end, each with a line saying so. It writes gpu-acceptance.json and gpu-acceptance.md into OUT_DIR: pass, fail
-or skip per check, every figure, versions, device. Exit 0 when no check failed, 1 otherwise, 2 on bad input.
+From the project root of a fresh GPU machine (the image's own torch; nothing installed: the checkout is the
+package; DALI, nvtx and nsys where present) it runs one check per claim, ordered by what each proves
+(GPU_CHECKS, then EXTRA_CHECKS where the budget leaves room): the GPU-marked tests (DALI's counted apart), an
+A/A and a fire drill's A/B of one synthetic cell judged by nvbench ab's own verdict, per-phase CUDA timing and
+a cudagraph cell, cuDNN autotuning, the inductor compile cache, the largest part of the mission's world-size-1
+slice that fits at the mission's window (matrix efficiency, data-wait agreement, DALI cells), the overhead
+benchmark and a torch profile (ci/acceptance_checks.py, ci/acceptance_extra.py; their judgements, pure, in
+ci/acceptance_judge.py). The CPU suite is CI's job: --with-suite adds it (beside the GPU tests where there are
+8 or more cores, split_cores). Before anything runs it prints each check's estimated time, from --last (a
+previous gpu-acceptance.json) or the stated defaults; a check whose estimate exceeds what is left of the budget
+is not started, and a running check is stopped at the budget's end, each with a line saying so; a check whose
+module is missing is skipped with the reason. It writes gpu-acceptance.json and gpu-acceptance.md (per claim:
+what it proved, with what figure) into OUT_DIR. Exit 0 when no check failed, 1 otherwise, 2 on bad input.
 
-Without a GPU it says so, lists the GPU checks as skipped with that reason, and runs the CPU-meaningful part
+Without a GPU it says so, prints the plan a GPU machine would run, lists every GPU check as skipped with that
+reason, and runs the CPU-meaningful part
 (the environment and the mission slice's synthetic fp32 cell under --smoke: the run, its figures and both
 reports), then exits 0 if that part passed: CI runs it as a smoke. fp32, not the GPU's bf16: at the smoke's old
 16 px crop the CPU's bf16 cell turned NaN (oneDNN's bf16 weight gradient of a convolution on a 1x1 input, torch
@@ -34,7 +38,7 @@ import subprocess
 import sys
 import time
 import xml.etree.ElementTree as ET
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -44,6 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # the checks and judge
 import acceptance_checks as claims  # noqa: E402
 import acceptance_extra as extra  # noqa: E402
 import acceptance_judge as judge  # noqa: E402
+from acceptance_report import environment, write_report  # noqa: E402
 
 MISSION = ROOT / "matrices" / "resnet50.toml"
 SLICE = ["--only", "world_size=1", "--only", "memory_format=nhwc", "--only", "precision=fp16"]
@@ -98,8 +103,11 @@ def start(argv: list[str], *, log: Path, env: dict[str, str] | None = None,
           cores: list[int] | None = None) -> subprocess.Popen:
     """Start argv in a session of its own (so a timeout ends its children too), output in `log`, on `cores`."""
     pin = (lambda: os.sched_setaffinity(0, cores)) if cores else None
+    # the checkout is the package (an air-gapped machine installs nothing): on PYTHONPATH for all it starts
+    path = {"PYTHONPATH": os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH"))))}
     with open(log, "w") as fh:
-        return subprocess.Popen(argv, cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})},
+        return subprocess.Popen(argv, cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT,
+                                env={**os.environ, **path, **(env or {})},
                                 preexec_fn=pin, start_new_session=True)  # noqa: PLW1509 (this process starts no threads)
 
 
@@ -281,7 +289,8 @@ def pytest_check(name: str, marker: str, out: Path, *, parallel: bool, cores: li
                            leave_out="" if nvtx else "nvtx")
         pytest_result(check, name, out, run(argv, log=out / f"{name}.log", timeout=timeout, cores=cores), timeout)
         if not nvtx:
-            check.detail = "NVTX tests left out: nvtx does not import here" + (f"; {check.detail}" if check.detail else "")
+            left_out = "NVTX tests left out: nvtx does not import here"
+            check.detail = left_out + (f"; {check.detail}" if check.detail else "")
     return body
 
 
@@ -481,9 +490,6 @@ def profile_check(out: Path, cores: list[int] | None = None, *, nvtx: bool = Tru
     return body
 
 
-from acceptance_report import environment, write_report  # noqa: E402  (re-exported: tests and callers use them here)
-
-
 GPU_CHECKS = ("gpu-tests", "dataset", "verdict-aa", "verdict-drill", "phases", "autotune", "compile-cache",
               "mission-slice", "overhead", "profile")
 """Run in this order on a GPU machine, by what they prove: the GPU tests, then the verdict (A/A, fire drill),
@@ -600,8 +606,9 @@ def slice_check(out: Path, budget: Budget, est: dict[str, float], gaps: dict[str
     if rung is None:
         after = sum(est[name] for name in LAST if name not in gaps)
         check.status = "fail"
-        check.detail = (f"not started: its smallest part takes about {smallest:.0f} s, and {max(0.0, budget.left()):.0f} "
-                        f"s of the {budget.seconds:.0f} s budget are left, {after:.0f} s of them for {', '.join(LAST)}")
+        check.detail = (f"not started: its smallest part takes about {smallest:.0f} s, and "
+                        f"{max(0.0, budget.left()):.0f} s of the {budget.seconds:.0f} s budget are left, {after:.0f} s "
+                        f"of them for {', '.join(LAST)}")
         say(f"{check.name}: {check.detail}")
         return check
     say(f"mission-slice: {judge.rung_cells(rung)} cells at the mission's window ({' '.join(judge.only_flags(rung))})")
@@ -650,7 +657,7 @@ def gpu_machine_checks(out: Path, budget: Budget, est: dict[str, float] | None =
     done["gpu-tests"] = timed(Check("gpu-tests"), budget, est["gpu-tests"],
                               pytest_check("gpu-tests", "gpu", out, parallel=False, cores=gpu_cores, nvtx=nvtx))
     done["dataset"] = timed(Check("dataset"), budget, est["dataset"], dataset_check(out, gpu_cores))
-    if proc is not None:  # the verdict and the slice need the machine to themselves: the suite ends first, or is stopped
+    if proc is not None:  # the verdict and the slice need the machine to themselves: the suite ends first or is stopped
         timeout = max(1.0, budget.left() - (rest - est["gpu-tests"] - est["dataset"]))
         pytest_result(done["suite"], "suite", out, finish(proc, timeout), timeout)
         done["suite"].duration_s = junit_seconds(out / "suite.xml") or timeout  # its own, not the time it waited on
