@@ -60,7 +60,8 @@ def judge_aa(verdicts: Sequence[Mapping[str, Any]]) -> Judgement:
     if v["verdict"] == "unchanged":
         return Judgement(status="pass", detail=said, figures=figures)
     if v["verdict"] == "inconclusive" and v.get("reason"):
-        needs = f"; needs ~{v['repeats_needed']} repeats a side" if v.get("repeats_needed") else ""
+        needs = f"; needs ~{v['repeats_needed']} repeats a side" if v.get("repeats_needed") and \
+            "needs ~" not in v["reason"] else ""
         return Judgement(status="pass", detail=f"{said}: {v['reason']}{needs}", figures=figures)
     why = "without a reason" if v["verdict"] == "inconclusive" else "a false alarm on identical sides"
     return Judgement(status="fail", detail=f"{said}: {why}", figures=figures)

@@ -24,6 +24,10 @@ sys.modules["gpu_acceptance"] = acceptance  # dataclasses look their module up
 spec.loader.exec_module(acceptance)
 
 
+NO_EXTRAS = dict(acceptance.ESTIMATES_S, **dict.fromkeys(acceptance.EXTRA_CHECKS, 5000.0))
+"""Estimates under which no extra check fits a test's budget (their bodies would copy the checkout)."""
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU this command is the whole acceptance")
 def test_without_a_gpu_it_runs_the_cpu_part_and_exits_0(tmp_path):
     proc = subprocess.run(["bash", "ci/gpu-acceptance.sh", str(tmp_path / "acc")], cwd=ROOT, capture_output=True,
@@ -55,7 +59,8 @@ def test_without_a_gpu_it_runs_the_cpu_part_and_exits_0(tmp_path):
     assert set(cells) == {"synthetic/nhwc/fp32/ga1"}
     assert all(c["status"] == "ok" and c["throughput_img_per_s"] > 0 for c in cells.values())
     md = (tmp_path / "acc" / "gpu-acceptance.md").read_text()
-    assert md.startswith("# nvbench GPU acceptance: pass") and "| mission-slice-smoke | pass |" in md
+    claim = acceptance.claims.CLAIMS["mission-slice-smoke"]
+    assert md.startswith("# nvbench GPU acceptance: pass") and f"| mission-slice-smoke | {claim} | pass |" in md
     assert doc["budget_s"] == 540 and doc["wall_s"] < 540 and " s of a 540 s budget" in md
     # where the time went: each cell's phases as its row has them, and the run's matrix efficiency
     (cell,) = cells.values()
@@ -194,7 +199,8 @@ def test_the_plan_comes_first_and_a_check_that_would_overrun_is_not_started_with
                                                                                           capsys):
     monkeypatch.setattr(acceptance, "usable_cores", lambda: list(range(16)))
     monkeypatch.setattr(acceptance, "run", lambda argv, *, log, timeout, env=None, cores=None: 0)
-    est = dict(acceptance.ESTIMATES_S, **{"slice-factor": 1000.0})  # every part of the slice far over the budget
+    est = dict(acceptance.ESTIMATES_S, **{"slice-factor": 1000.0},  # every part of the slice far over the budget
+               **dict.fromkeys(acceptance.EXTRA_CHECKS, 5000.0))
     acceptance.announce(acceptance.gpu_plan(False, est, 540), acceptance.Budget(540), "a test's")
     checks = {c.name: c for c in acceptance.gpu_machine_checks(tmp_path, acceptance.Budget(540), est)}
     err = capsys.readouterr().err.splitlines()
@@ -203,8 +209,8 @@ def test_the_plan_comes_first_and_a_check_that_would_overrun_is_not_started_with
     assert "gpu-acceptance:   mission-slice        ~25000 s (not even its smallest part fits what the others leave)" \
         in err and "gpu-acceptance:   total                ~25465 s: does NOT fit the budget: a check whose " \
         "estimate exceeds what is left will not start" in err
-    assert "gpu-acceptance:   gpu-shared           skip: beyond the 540 s budget: ~25 s (runs where --budget-s " \
-        "leaves room, e.g. --budget-s 565)" in err
+    assert "gpu-acceptance:   gpu-shared           skip: beyond the 540 s budget: ~5000 s (runs where --budget-s " \
+        "leaves room, e.g. --budget-s 5540)" in err
     said = [line for line in err if line.startswith("gpu-acceptance: mission-slice: not started: its smallest part "
                                                      "takes about 25000 s, and ")]
     assert len(said) == 1 and checks["mission-slice"].status == "fail"
@@ -273,7 +279,7 @@ def test_the_suite_alone_on_a_small_gpu_machine_leaves_the_gpu_checks_their_esti
 
     monkeypatch.setattr(acceptance, "usable_cores", lambda: [0, 1])  # too few to run the suite beside the GPU checks
     monkeypatch.setattr(acceptance, "run", fake_run)
-    acceptance.gpu_machine_checks(tmp_path, acceptance.Budget(1000), with_suite=True)
+    acceptance.gpu_machine_checks(tmp_path, acceptance.Budget(1000), NO_EXTRAS, with_suite=True)
     est = acceptance.ESTIMATES_S
     rest = sum(est[name] for name in acceptance.GPU_CHECKS if name != "mission-slice") + \
         acceptance.judge.slice_rungs(dali=True)[0][1]  # the checks' estimates and the slice's smallest part
@@ -301,8 +307,7 @@ def test_the_slice_runs_alone_after_the_suite_and_every_gpu_side_check(tmp_path,
     monkeypatch.setattr(acceptance, "start",
                         lambda argv, *, log, cores=None, env=None: order.append(("suite", cores)) or "the suite")
     monkeypatch.setattr(acceptance, "finish", lambda proc, timeout: order.append(("suite finished", None)) or 0)
-    est = dict(acceptance.ESTIMATES_S, **dict.fromkeys(acceptance.EXTRA_CHECKS, 5000.0))  # none fits
-    checks = acceptance.gpu_machine_checks(tmp_path, acceptance.Budget(2000), est, with_suite=with_suite)
+    checks = acceptance.gpu_machine_checks(tmp_path, acceptance.Budget(2000), NO_EXTRAS, with_suite=with_suite)
     side = list(range(12, 16)) if with_suite else None
     assert order == ([("suite", list(range(12)))] if with_suite else []) + [("gpu-tests", side), ("dataset", side)] + (
         [("suite finished", None)] if with_suite else []) + [

@@ -16,7 +16,7 @@ from harness.results import store
 
 sys.path.insert(0, str(ROOT / "ci"))
 import acceptance_judge as judge  # noqa: E402
-from test_gpu_acceptance import acceptance  # noqa: E402  (ci/gpu_acceptance.py, loaded once)
+from test_gpu_acceptance import NO_EXTRAS, acceptance  # noqa: E402  (ci/gpu_acceptance.py, loaded once)
 
 
 @pytest.fixture(scope="module")
@@ -26,13 +26,23 @@ def cpu_rows(shared_cpu_run):
 
 def test_phases_sum_to_the_step_in_a_real_runs_steps_and_a_missing_phase_breaks_it(cpu_rows):
     _, steps = cpu_rows
-    summed = judge.judge_phases(steps)
+    # the CPU's host clock: a thread descheduled between two phases (two cores, five engineers) leaves a gap, so
+    # the real rows are held to 5 %; the GPU's events are held to 1 % (below)
+    summed = judge.judge_phases(steps, tolerance=0.05)
     assert summed.status == "pass", summed.detail
-    assert re.match(r"1 repeats: phases sum to the step within \d\.\d\d% \(tolerance 1%", summed.detail)
+    assert re.match(r"1 repeats: phases sum to the step within \d\.\d\d% \(tolerance 5%", summed.detail)
     broken = [dict(s, phase_optimizer_s=None) for s in steps]  # a phase the sum leaves out
-    said = judge.judge_phases(broken)
-    assert said.status == "fail" and said.detail.startswith("phases do not sum to the step within 1%: repeat 0 -")
+    said = judge.judge_phases(broken, tolerance=0.05)
+    assert said.status == "fail" and said.detail.startswith("phases do not sum to the step within 5%: repeat 0 -")
     assert judge.judge_phases([]).status == "fail"
+
+    def events(ratio):  # the real rows, their step times as CUDA events would give them: phases x ratio
+        return [dict(s, step_time_s=sum(s[k] or 0.0 for k in judge.SUMMED_PHASES) * ratio) if not s["is_warmup"]
+                else s for s in steps]
+
+    assert judge.judge_phases(events(1.004)).status == "pass"
+    assert judge.judge_phases(events(1.02)).detail == (
+        "phases do not sum to the step within 1%: repeat 0 -1.96%")
 
 
 def test_autotuning_is_judged_on_its_rows_the_cpus_fail_it(cpu_rows):
@@ -148,7 +158,8 @@ def test_a_check_whose_module_does_not_import_is_skipped_with_the_reason_and_nev
     argv_of = {}
     monkeypatch.setattr(acceptance, "run", lambda argv, *, log, timeout, env=None, cores=None:
                         argv_of.setdefault(log.stem, argv) and 0)
-    checks = {c.name: c for c in acceptance.gpu_machine_checks(tmp_path, acceptance.Budget(2000), find=find)}
+    checks = {c.name: c for c in acceptance.gpu_machine_checks(tmp_path, acceptance.Budget(2000), NO_EXTRAS,
+                                                                            find=find)}
     assert "overhead" not in argv_of  # never started
     for name, module in (("overhead", "nvtx"), ("dali-tests", "nvidia.dali"), ("dali-cells", "nvidia.dali")):
         assert (checks[name].status, checks[name].detail) == ("skip", f"needs {module}, which does not import here")
