@@ -54,6 +54,7 @@ def test_autotuning_is_judged_on_its_rows_the_cpus_fail_it(cpu_rows):
     said = judge.judge_autotune(gpu)
     assert said.status == "pass" and said.detail == "autotune_s 1.70-1.70 s over 1 rows; cudnn_benchmark True, limit 10"
     assert judge.judge_autotune([dict(gpu[0], cudnn_benchmark_limit=None)]).status == "fail"
+    assert judge.judge_autotune([dict(gpu[0], autotune_s=0.0)]).status == "fail"  # settings, but nothing timed
 
 
 def test_a_cudagraph_cell_is_judged_by_phases_graphed_and_the_cpus_skip_fails_it(cpu_rows):
