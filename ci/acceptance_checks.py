@@ -107,8 +107,9 @@ def ab_check(out: Path, run: Callable, *, drill: bool, nvtx: bool, device: str |
 
 def ab_rows(out: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The A/A's rows and steps, both sides: eager cells a user's A/B measured."""
-    sides = [out / "verdict-aa" / side for side in ("a", "b")]
-    return [r for d in sides for r in read_rows(d)], [s for d in sides for s in read_steps(d)]
+    sides = {side: out / "verdict-aa" / side for side in ("a", "b")}
+    steps = [dict(s, repeat=f"{side}/{s['repeat']}") for side, d in sides.items() for s in read_steps(d)]
+    return [r for d in sides.values() for r in read_rows(d)], steps  # each side's repeats apart
 
 
 def phases_check(out: Path, run: Callable, *, nvtx: bool, device: str | None = None,

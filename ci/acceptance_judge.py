@@ -83,10 +83,10 @@ def judge_drill(verdicts: Sequence[Mapping[str, Any]], phase: str = DRILLED_PHAS
     return Judgement(status="pass", detail=f"{said}; {v.get('attribution') or phase}", figures=figures)
 
 
-def phase_gaps(steps: Sequence[Mapping[str, Any]]) -> dict[int, dict[str, float]]:
-    """Per repeat (rank 0, measured steps): the window's summed phases over its summed step times, minus 1, and
-    the worst single step's gap."""
-    by_repeat: dict[int, list[Mapping[str, Any]]] = {}
+def phase_gaps(steps: Sequence[Mapping[str, Any]]) -> dict[Any, dict[str, float]]:
+    """Per repeat (its `repeat`; an A/B's tagged by side, "a/0"; rank 0, measured steps): the window's summed
+    phases over its summed step times, minus 1, and the worst single step's gap."""
+    by_repeat: dict[Any, list[Mapping[str, Any]]] = {}
     for s in steps:
         if not s.get("is_warmup") and s.get("rank", 0) == 0 and s.get("step_time_s"):
             by_repeat.setdefault(s["repeat"], []).append(s)
