@@ -93,14 +93,23 @@ def required(find: Callable[[], list[Path]]) -> Callable[[], list[Path]]:
     return find
 
 
+def _ignoring(out: Path) -> Callable[[str, list[str]], set[str]]:
+    """What a copy of the checkout leaves out: git, the kit, reports, caches, and the acceptance's own folder
+    where it lies inside the checkout (a copy must not copy itself)."""
+    usual = shutil.ignore_patterns(".git", ".gpu", "reports", "__pycache__", "*.egg-info", ".venv")
+
+    def ignore(folder: str, names: list[str]) -> set[str]:
+        return set(usual(folder, names)) | {n for n in names if (Path(folder) / n).resolve() == out.resolve()}
+    return ignore
+
+
 def break_check(name: str, out: Path, run: Callable) -> Callable:
     """A copy of the checkout with one line broken: the GPU test that guards it must fail there."""
     path, text, broken, test, selector = BREAKS[name]
 
     def body(check, timeout: float) -> None:
         copy = out / name / "checkout"
-        shutil.copytree(ROOT, copy, ignore=shutil.ignore_patterns(".git", ".gpu", "reports", "__pycache__",
-                                                                  "*.egg-info", ".venv"))
+        shutil.copytree(ROOT, copy, ignore=_ignoring(out))
         source = (copy / path).read_text()
         if source.count(text) != 1:
             check.status, check.detail = "fail", f"{path}: the line to break is not there once: update the check"
