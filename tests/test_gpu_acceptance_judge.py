@@ -5,18 +5,16 @@ is skipped with the reason; docs/gpu-validation.md's Pending claims are each a c
 from __future__ import annotations
 
 import re
-import sys
 
 import pytest
 from conftest import ROOT
+from test_gpu_acceptance import NO_EXTRAS, acceptance  # ci/gpu_acceptance.py, loaded once
 
 from harness.analysis.runs import largest_cut
 from harness.analysis.verdict import CellVerdict, MetricVerdict
 from harness.results import store
 
-sys.path.insert(0, str(ROOT / "ci"))
-import acceptance_judge as judge  # noqa: E402
-from test_gpu_acceptance import NO_EXTRAS, acceptance  # noqa: E402  (ci/gpu_acceptance.py, loaded once)
+judge = acceptance.judge  # ci/acceptance_judge.py, as the acceptance imports it
 
 
 @pytest.fixture(scope="module")
@@ -201,6 +199,4 @@ def test_every_claim_the_pending_list_named_is_a_check_or_pending_for_several_gp
 
 
 def test_every_check_states_its_claim_in_the_report():
-    import acceptance_checks
-
-    assert set(acceptance.REPORT_ORDER) | {"mission-slice-smoke"} <= set(acceptance_checks.CLAIMS)
+    assert set(acceptance.REPORT_ORDER) | {"mission-slice-smoke"} <= set(acceptance.claims.CLAIMS)
