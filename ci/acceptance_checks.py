@@ -18,7 +18,6 @@ VERDICT_CELL = {"model": "resnet18", "image_size": 224, "batch_size": 256, "warm
 pays its interpreter start and build, which the window's length would not change."""
 COMPILE_CELL = {"model": "resnet18", "image_size": 224, "batch_size": 256, "warmup_steps": 10, "measure_steps": 30}
 """The compile cache's inductor cell: resnet18 compiles in a fraction of resnet50's 77.8 s (610fe19)."""
-RUN_SETTINGS = ("precision", "memory_format")
 
 CELL_MATRIX = """version = 1
 [benchmark]
