@@ -74,10 +74,15 @@ def convnets_check(out: Path, run: Callable) -> Callable:
                       lambda rows: judge.judge_convnets(rows, reference), out, run)
 
 
-def command_check(name: str, argv: list[str], out: Path, run: Callable, *,
+def command_check(name: str, command: list[str] | Callable[[], list[str] | None], out: Path, run: Callable, *,
                   made: Callable[[], list[Path]] = lambda: []) -> Callable:
-    """A command that must exit 0 (and make what `made` finds); its last lines are the figures."""
+    """A command (or a function giving it, as the check starts) that must exit 0 and make what `made` finds; its
+    last lines are the figures."""
     def body(check, timeout: float) -> None:
+        argv = command() if callable(command) else command
+        if argv is None:
+            check.status, check.detail = "fail", "nothing to run it on: the checks it reads did not run"
+            return
         code = run(argv, log=out / f"{name}.log", timeout=timeout)
         tail = (out / f"{name}.log").read_text(errors="replace").splitlines()[-12:]
         files, needs_files = made(), getattr(made, "required", False)
@@ -135,8 +140,10 @@ def nsys_reports(out: Path) -> Callable[[], list[Path]]:
 def extra_checks(out: Path, run: Callable, *, nvtx: bool, profile_matrix: Path,
                  profile_only: list[str]) -> dict[str, Callable]:
     """name -> body, in the order they run when the budget leaves room (EXTRA_ESTIMATES_S's)."""
-    transients = [sys.executable, "benchmarks/transients.py", "--runs",
-                  *(str(out / d) for d in ("mission", "verdict-aa/a", "verdict-aa/b"))]
+    def transients() -> list[str]:  # the run folders that measured steps: the slice and the A/A, where they ran
+        runs = [out / d for d in ("mission", "verdict-aa/a", "verdict-aa/b") if (out / d / "steps").is_dir()]
+        return [sys.executable, "benchmarks/transients.py", "--runs", *map(str, runs)] if runs else None
+
     nsys = claims.nvbench("profile", str(profile_matrix), *profile_only, "--tool", "nsys", "--steps", "10",
                           "--out", str(out / "nsys"))
     targets = [sys.executable, "benchmarks/compile_targets.py", "--out", str(out / "compile-targets")]
