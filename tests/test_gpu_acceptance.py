@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -23,6 +24,10 @@ sys.modules["gpu_acceptance"] = acceptance  # dataclasses look their module up
 spec.loader.exec_module(acceptance)
 
 
+NO_EXTRAS = dict(acceptance.ESTIMATES_S, **dict.fromkeys(acceptance.EXTRA_CHECKS, 5000.0))
+"""Estimates under which no extra check fits a test's budget (their bodies would copy the checkout)."""
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU this command is the whole acceptance")
 def test_without_a_gpu_it_runs_the_cpu_part_and_exits_0(tmp_path):
     proc = subprocess.run(["bash", "ci/gpu-acceptance.sh", str(tmp_path / "acc")], cwd=ROOT, capture_output=True,
@@ -30,9 +35,16 @@ def test_without_a_gpu_it_runs_the_cpu_part_and_exits_0(tmp_path):
                                                        "NVBENCH_CACHE": str(tmp_path / "cache")})
     assert proc.returncode == 0, proc.stderr
     assert "no GPU is visible here" in proc.stderr
-    # the plan, before anything runs: every check with its estimate or why it is skipped
-    plan = proc.stderr.index("gpu-acceptance: budget 540 s; estimates from stated defaults")
-    assert plan < proc.stderr.index("gpu-acceptance:   mission-slice-smoke  ~90 s") < proc.stderr.index(
+    # first the plan a GPU machine would run, every GPU check with its estimate and their total against the budget
+    gpu_plan = proc.stderr.index("gpu-acceptance: budget 540 s; estimates from stated defaults")
+    cpu_plan = proc.stderr.index("gpu-acceptance: none of them can run here")
+    listed = proc.stderr[gpu_plan:cpu_plan]
+    for name in acceptance.GPU_CHECKS:
+        assert re.search(rf"gpu-acceptance:   {name} +~\d+ s", listed), name
+    total = int(re.search(r"gpu-acceptance:   total +~(\d+) s: fits the budget", listed).group(1))
+    assert total <= 540
+    # then the CPU part's plan, before it runs
+    assert cpu_plan < proc.stderr.index("gpu-acceptance:   mission-slice-smoke  ~90 s") < proc.stderr.index(
         "gpu-acceptance: pass mission-slice-smoke (")
     assert "gpu-acceptance:   suite                skip: the CPU suite is CI's job (--with-suite adds it)" \
         in proc.stderr
@@ -41,13 +53,14 @@ def test_without_a_gpu_it_runs_the_cpu_part_and_exits_0(tmp_path):
     *skips, check = doc["checks"]
     assert [(c["name"], c["status"], c["detail"]) for c in skips] == [
         ("suite", "skip", "the CPU suite is CI's job (--with-suite adds it)")] + [
-        (name, "skip", "needs a GPU; none is visible here") for name in acceptance.GPU_CHECKS]
+        (name, "skip", "needs a GPU; none is visible here") for name in acceptance.REPORT_ORDER[1:]]
     assert check["name"] == "mission-slice-smoke" and check["status"] == "pass"
     cells = {c["cell"]: c for c in check["figures"]["cells"]}
     assert set(cells) == {"synthetic/nhwc/fp32/ga1"}
     assert all(c["status"] == "ok" and c["throughput_img_per_s"] > 0 for c in cells.values())
     md = (tmp_path / "acc" / "gpu-acceptance.md").read_text()
-    assert md.startswith("# nvbench GPU acceptance: pass") and "| mission-slice-smoke | pass |" in md
+    claim = acceptance.claims.CLAIMS["mission-slice-smoke"]
+    assert md.startswith("# nvbench GPU acceptance: pass") and f"| mission-slice-smoke | {claim} | pass |" in md
     assert doc["budget_s"] == 540 and doc["wall_s"] < 540 and " s of a 540 s budget" in md
     # where the time went: each cell's phases as its row has them, and the run's matrix efficiency
     (cell,) = cells.values()
@@ -172,13 +185,13 @@ def test_on_a_gpu_machine_every_check_the_budget_leaves_no_time_for_fails_unstar
     monkeypatch.setattr(acceptance, "usable_cores", lambda: list(range(cores)))
     monkeypatch.setattr(acceptance, "start", lambda *a, **k: pytest.fail(f"started {a[0]}"))
     checks = {c.name: c for c in acceptance.gpu_machine_checks(tmp_path, acceptance.Budget(1), with_suite=with_suite)}
-    assert set(checks) == {"suite", "gpu-tests", "dali-tests", "dataset", "mission-slice", "data-wait-agreement",
-                           "overhead", "profile"}
-    gated = ["gpu-tests", "dataset", "mission-slice", "overhead", "profile"] + (["suite"] if with_suite else [])
+    assert tuple(checks) == acceptance.REPORT_ORDER
+    gated = ["gpu-tests", "dataset", "verdict-aa", "verdict-drill", "phases", "compile-cache", "mission-slice",
+             "overhead", "profile"] + (["suite"] if with_suite else [])
     err = capsys.readouterr().err
     for name in gated:  # each failed unstarted, and said so as it happened
         assert checks[name].status == "fail" and checks[name].detail.startswith("not started: "), name
-        assert f"gpu-acceptance: {name}: not started: it takes about" in err, name
+        assert f"gpu-acceptance: {name}: not started: it" in err, name
     assert with_suite or checks["suite"].status == "skip"
 
 
@@ -186,18 +199,22 @@ def test_the_plan_comes_first_and_a_check_that_would_overrun_is_not_started_with
                                                                                           capsys):
     monkeypatch.setattr(acceptance, "usable_cores", lambda: list(range(16)))
     monkeypatch.setattr(acceptance, "run", lambda argv, *, log, timeout, env=None, cores=None: 0)
-    est = dict(acceptance.ESTIMATES_S, **{"mission-slice": 10_000.0})
-    acceptance.announce(acceptance.gpu_plan(False, est), acceptance.Budget(540), "a test's")
+    est = dict(acceptance.ESTIMATES_S, **{"slice-factor": 1000.0},  # every part of the slice far over the budget
+               **dict.fromkeys(acceptance.EXTRA_CHECKS, 5000.0))
+    acceptance.announce(acceptance.gpu_plan(False, est, 540), acceptance.Budget(540), "a test's")
     checks = {c.name: c for c in acceptance.gpu_machine_checks(tmp_path, acceptance.Budget(540), est)}
     err = capsys.readouterr().err.splitlines()
     assert err[0] == "gpu-acceptance: budget 540 s; estimates from a test's:"
     assert err[1] == "gpu-acceptance:   suite                skip: the CPU suite is CI's job (--with-suite adds it)"
-    assert "gpu-acceptance:   mission-slice        ~10000 s" in err and err[7].startswith(
-        "gpu-acceptance:   total                ~10235 s: does NOT fit the budget")
-    said = [line for line in err if line.startswith("gpu-acceptance: mission-slice: not started: it takes about "
-                                                     "10000 s, and ")]
+    assert "gpu-acceptance:   mission-slice        ~25000 s (not even its smallest part fits what the others leave)" \
+        in err and "gpu-acceptance:   total                ~25465 s: does NOT fit the budget: a check whose " \
+        "estimate exceeds what is left will not start" in err
+    assert "gpu-acceptance:   gpu-shared           skip: beyond the 540 s budget: ~5000 s (runs where --budget-s " \
+        "leaves room, e.g. --budget-s 5540)" in err
+    said = [line for line in err if line.startswith("gpu-acceptance: mission-slice: not started: its smallest part "
+                                                     "takes about 25000 s, and ")]
     assert len(said) == 1 and checks["mission-slice"].status == "fail"
-    assert not any(checks[n].detail.startswith("not started") for n in ("gpu-tests", "overhead", "profile", "dataset"))
+    assert not any(checks[n].detail.startswith("not started") for n in acceptance.GPU_CHECKS if n != "mission-slice")
 
 
 def test_estimates_are_the_last_reports_times_of_the_checks_that_ran_to_their_end(tmp_path):
@@ -210,7 +227,7 @@ def test_estimates_are_the_last_reports_times_of_the_checks_that_ran_to_their_en
     est, source = acceptance.estimates(last)
     assert (est["gpu-tests"], est["overhead"]) == (61.5, 70.0) and str(last) in source
     # a check stopped or never started tells nothing of its time: the stated default stands
-    assert est["mission-slice"] == acceptance.ESTIMATES_S["mission-slice"]
+    assert "slice-factor" not in est
     assert est["profile"] == acceptance.ESTIMATES_S["profile"]
     assert acceptance.estimates(None) == (acceptance.ESTIMATES_S, "stated defaults (ci/gpu_acceptance.py ESTIMATES_S)")
     (tmp_path / "bad.json").write_text("{")
@@ -221,8 +238,12 @@ def test_estimates_are_the_last_reports_times_of_the_checks_that_ran_to_their_en
 
 
 def test_the_default_slice_fits_the_budget_with_every_other_gpu_check():
-    plan = acceptance.gpu_plan(False, acceptance.ESTIMATES_S)
-    assert sum(v for _, v in plan if not isinstance(v, str)) <= acceptance.DEFAULT_BUDGET_S
+    for gaps in ({}, {"dali-cells": "no DALI", "dali-tests": "no DALI"}, {"overhead": "no nvtx"}):
+        plan = acceptance.gpu_plan(False, acceptance.ESTIMATES_S, acceptance.DEFAULT_BUDGET_S, gaps)
+        assert sum(v for _, v, _ in plan if not isinstance(v, str)) <= acceptance.DEFAULT_BUDGET_S
+        (note,) = [note for name, _, note in plan if name == "mission-slice"]
+        cells = int(re.match(r"(\d+) cells at the mission's window: --only world_size=1 ", note).group(1))
+        assert cells >= 2  # a synthetic cell and a real-data one at least
     assert acceptance.SLICE.count("--only") == 3 and "precision=fp16" in acceptance.SLICE
 
 
@@ -258,10 +279,12 @@ def test_the_suite_alone_on_a_small_gpu_machine_leaves_the_gpu_checks_their_esti
 
     monkeypatch.setattr(acceptance, "usable_cores", lambda: [0, 1])  # too few to run the suite beside the GPU checks
     monkeypatch.setattr(acceptance, "run", fake_run)
-    acceptance.gpu_machine_checks(tmp_path, acceptance.Budget(1000), with_suite=True)
-    rest = sum(acceptance.ESTIMATES_S[name] for name in acceptance.GPU_CHECKS)
+    acceptance.gpu_machine_checks(tmp_path, acceptance.Budget(1000), NO_EXTRAS, with_suite=True)
+    est = acceptance.ESTIMATES_S
+    rest = sum(est[name] for name in acceptance.GPU_CHECKS if name != "mission-slice") + \
+        acceptance.judge.slice_rungs(dali=True)[0][1]  # the checks' estimates and the slice's smallest part
     assert 1000 - rest - 5 < timeouts["suite"] <= 1000 - rest
-    assert timeouts["mission"] > acceptance.ESTIMATES_S["mission-slice"] - 5  # what the suite left is the slice's
+    assert timeouts["mission"] >= acceptance.judge.slice_rungs(dali=True)[0][1]  # what the suite left is the slice's
 
 
 def test_failed_slice_cells_are_told_once_per_cause():
@@ -284,10 +307,27 @@ def test_the_slice_runs_alone_after_the_suite_and_every_gpu_side_check(tmp_path,
     monkeypatch.setattr(acceptance, "start",
                         lambda argv, *, log, cores=None, env=None: order.append(("suite", cores)) or "the suite")
     monkeypatch.setattr(acceptance, "finish", lambda proc, timeout: order.append(("suite finished", None)) or 0)
-    checks = acceptance.gpu_machine_checks(tmp_path, acceptance.Budget(2000), with_suite=with_suite)
+    checks = acceptance.gpu_machine_checks(tmp_path, acceptance.Budget(2000), NO_EXTRAS, with_suite=with_suite)
     side = list(range(12, 16)) if with_suite else None
-    assert order == ([("suite", list(range(12)))] if with_suite else []) + [
-        ("gpu-tests", side), ("overhead", side), ("profile", side), ("dataset", side)] + (
-        [("suite finished", None)] if with_suite else []) + [("mission", None)]
-    assert [c.name for c in checks] == ["suite", "gpu-tests", "dali-tests", "dataset", "mission-slice",
-                                        "data-wait-agreement", "overhead", "profile"]
+    assert order == ([("suite", list(range(12)))] if with_suite else []) + [("gpu-tests", side), ("dataset", side)] + (
+        [("suite finished", None)] if with_suite else []) + [
+        ("verdict-aa", None), ("verdict-drill", None), ("graphed", None), ("inductor", None), ("mission", None),
+        ("overhead", None), ("profile", None)]
+    assert tuple(c.name for c in checks) == acceptance.REPORT_ORDER
+    assert all(c.status == "skip" and c.detail.startswith("beyond the budget: ~5000 s, ") for c in checks
+               if c.name in acceptance.EXTRA_CHECKS)
+
+
+def test_the_extra_checks_run_in_order_while_the_budget_holds_them_and_skip_with_their_reason(tmp_path, monkeypatch):
+    ran = []
+    bodies = {name: (lambda name: lambda check, timeout: ran.append(name) or setattr(check, "status", "pass"))(name)
+              for name in acceptance.EXTRA_CHECKS}
+    monkeypatch.setattr(acceptance.extra, "extra_checks", lambda *a, **k: bodies)
+    est = dict.fromkeys(acceptance.EXTRA_CHECKS, 10.0) | {"convnets": 100.0}
+    gaps = {"nsys-profile": "needs Nsight Systems (nsys), not on PATH here"}
+    done = acceptance.extra_checks(tmp_path, acceptance.Budget(75), est, gaps, nvtx=True)
+    assert ran == ["transients", "gpu-shared", "cold-start", "break-cudagraph", "break-dali", "compile-targets"]
+    assert (done["nsys-profile"].status, done["nsys-profile"].detail) == ("skip", gaps["nsys-profile"])
+    assert done["convnets"].status == "skip" and re.fullmatch(
+        r"beyond the budget: ~100 s, 7\d s of 75 s left \(a larger --budget-s runs it\)", done["convnets"].detail)
+    assert list(done) == list(acceptance.EXTRA_CHECKS)
