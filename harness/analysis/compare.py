@@ -66,10 +66,11 @@ def _prepare(cid: str, cand_rows: list, base_rows: list | None, candidate: RunDa
              th: Thresholds, require_same_env: bool) -> tuple[dict[str, Any], PendingCell | None]:
     """Common verdict fields, and the samples when the cell can be tested (else a final verdict). A cell
     that cannot be judged still carries both sides' figures."""
-    common = {"cell_id": cid, **axes_of(cand_rows), "floor_pct": th.floor_pct, "fdr_q": th.fdr_q,
-              "accuracy_tolerance": th.accuracy_tolerance, "fire_drill_pct": max(map(drill_pct, cand_rows)),
-              "is_smoke": bool(cand_rows[0].get("is_smoke")), "candidate_run_id": candidate.run_id,
-              "baseline_run_id": baseline.run_id}
+    th = th.for_cell(axes_of(cand_rows))  # the cell's own floor ([judge] overrides)
+    common = {"cell_id": cid, **axes_of(cand_rows), "floor_pct": th.floor_pct, "floor_source": th.floor_origin,
+              "fdr_q": th.fdr_q, "accuracy_tolerance": th.accuracy_tolerance,
+              "fire_drill_pct": max(map(drill_pct, cand_rows)), "is_smoke": bool(cand_rows[0].get("is_smoke")),
+              "candidate_run_id": candidate.run_id, "baseline_run_id": baseline.run_id}
     cand_ok = usable_rows(cand_rows, th)
     common |= {"num_candidate": len(cand_ok)}
     if not ok_rows(cand_rows):
@@ -194,8 +195,10 @@ def describe_only(candidate: RunData, thresholds: Thresholds | None = None) -> C
         x = throughputs(ok)
         unsteady = sum(r.get("is_steady") is False for r in ok_rows(rows))
         verdict, reason = failure_verdict(rows) if not ok_rows(rows) else (NO_BASELINE, "no baseline given")
+        floor, origin = th.floor_for(axes_of(rows))
         verdicts.append(CellVerdict(
-            cell_id=cid, **axes_of(rows), verdict=verdict, reason=reason, floor_pct=th.floor_pct, fdr_q=th.fdr_q,
+            cell_id=cid, **axes_of(rows), verdict=verdict, reason=reason, floor_pct=floor, floor_source=origin,
+            fdr_q=th.fdr_q,
             accuracy_tolerance=th.accuracy_tolerance, num_candidate=len(ok),
             throughput=MetricVerdict(candidate_img_per_s=float(x.mean()) if x.size else None,
                                      candidate_cv=cv_of(x) if x.size else None),

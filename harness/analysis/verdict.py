@@ -3,6 +3,7 @@ about each cell (MetricVerdict, CellVerdict, one verdicts.parquet row each) and 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import Counter
 from dataclasses import dataclass, field, fields
@@ -10,6 +11,7 @@ from typing import Any, Mapping
 
 from harness.analysis import decide
 from harness.analysis.runs import RunData
+from harness.spec.judge import FloorOverride, JudgeConfig
 from harness.spec.matrix import AXES
 
 REGRESSION, IMPROVEMENT, UNCHANGED, INCONCLUSIVE = decide.REGRESSION, decide.IMPROVEMENT, decide.UNCHANGED, \
@@ -69,6 +71,10 @@ class Thresholds:
     """History screening: fewer comparable past runs than this gives `insufficient data`."""
     history_z: float = 3.5
     """History screening: |robust z| at or above this (and beyond the floor) makes a cell a suspect."""
+    floor_overrides: tuple[FloorOverride, ...] = ()
+    """The matrix's [[judge.override]] floors: the first that matches a cell replaces floor_pct for it."""
+    floor_origin: str = "default"
+    """Where floor_pct came from (default, --floor, judge.floor_pct): the report names the floor of each cell."""
 
     def __post_init__(self) -> None:
         problems = []
@@ -97,6 +103,26 @@ class Thresholds:
     def level(self) -> float:
         """The false discovery rate one look is tested at: fdr_q split over the looks."""
         return self.fdr_q / self.looks
+
+    def floor_for(self, axes: Mapping[str, Any]) -> tuple[float, str]:
+        """The floor that judges a cell of these axis values, and which rule set it."""
+        for rule in self.floor_overrides:
+            if rule.matches(axes):
+                return rule.floor_pct, rule.label
+        return self.floor_pct, self.floor_origin
+
+    def for_cell(self, axes: Mapping[str, Any]) -> "Thresholds":
+        """These thresholds with the cell's own floor as floor_pct."""
+        floor, origin = self.floor_for(axes)
+        return dataclasses.replace(self, floor_pct=floor, floor_origin=origin, floor_overrides=())
+
+
+def with_judge(th: Thresholds, judge: JudgeConfig) -> Thresholds:
+    """`th` with a matrix's [judge]: its floor_pct unless --floor set one (floor_origin `--floor`), its overrides."""
+    floor, origin = th.floor_pct, th.floor_origin
+    if judge.floor_pct is not None and origin != "--floor":
+        floor, origin = judge.floor_pct, "judge.floor_pct"
+    return dataclasses.replace(th, floor_pct=floor, floor_origin=origin, floor_overrides=judge.overrides)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -161,6 +187,9 @@ class CellVerdict:
     fast_step: MetricVerdict | None = None
     """The fast-step rate, where the comparison tested it."""
     floor_pct: float
+    floor_source: str = ""
+    """Which rule set floor_pct: default, --floor, judge.floor_pct or `judge.override[i] axis=value` (empty in
+    verdicts written before version 8)."""
     fdr_q: float
     mdc_pct: float | None = None
     repeats_needed: int | None = None
@@ -260,7 +289,7 @@ VERDICT_COLUMNS = (
     "cell_id", *AXES, "verdict", "reason", "method",
     "effect_pct", "ci_low_pct", "ci_high_pct", "ci_level", "p_value", "p_adjusted", "decided_by",
     "throughput_p_value", "fast_effect_pct", "fast_ci_low_pct", "fast_ci_high_pct", "fast_p_value",
-    "candidate_fast_img_per_s", "baseline_fast_img_per_s", "floor_pct", "fdr_q", "mdc_pct", "repeats_needed",
+    "candidate_fast_img_per_s", "baseline_fast_img_per_s", "floor_pct", "floor_source", "fdr_q", "mdc_pct", "repeats_needed",
     "num_candidate",
     "num_baseline", "candidate_img_per_s", "baseline_img_per_s", "candidate_cv", "baseline_cv", "num_unsteady",
     "noise", "accuracy_verdict", "candidate_top1", "baseline_top1", "top1_change", "top1_ci_low", "top1_ci_high",
@@ -269,7 +298,7 @@ VERDICT_COLUMNS = (
     "is_smoke", "env_diff", "candidate_run_id", "baseline_run_id",
     "phase", "phase_change_ms", "phase_change_low_ms", "phase_change_high_ms", "step_change_ms", "attribution",
 )
-"""The columns of verdicts.parquet (version 7), in order: CellVerdict's cell-level fields (the matrix's axes
+"""The columns of verdicts.parquet (version 8), in order: CellVerdict's cell-level fields (the matrix's axes
 among them: CellVerdict names each) and every MetricVerdict flattened by METRIC_COLUMNS."""
 
 

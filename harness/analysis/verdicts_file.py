@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 from harness.analysis.verdict import METRIC_COLUMNS, VERDICT_COLUMNS, CellVerdict, Comparison, MetricVerdict
 from harness.results import store
 
-VERDICTS_VERSION = 7
+VERDICTS_VERSION = 8
 """Version of verdicts.parquet (schema metadata nvbench.verdicts_version). 1: first release. 2: the
 speed-adjustment columns unadjusted_effect_pct, speed_probe_change_pct and speed_slope. 3: the fast-step
 rate (decided_by, throughput_p_value, fast_effect_pct, fast_ci_low_pct, fast_ci_high_pct, fast_p_value,
@@ -23,6 +23,7 @@ neither shown changed nor shown inside the floor; `unchanged` now means equivale
 `repeats_needed`; older files read with repeats_needed null, their verdicts as they were written. 6: the
 phase the change sits in (phase, phase_change_ms with its interval, step_change_ms, attribution); null or
 empty when read from an older file. 7: the model axis (`model`, after cell_id; null when read from an older
+file). 8: floor_source, the rule that set the cell's floor (the matrix's [judge]; empty when read from an older
 file)."""
 
 VERSION_KEY = b"nvbench.verdicts_version"
@@ -53,7 +54,8 @@ def verdict_table(comparison: Comparison) -> pa.Table:
 
 def read_verdicts(path: Path) -> list[CellVerdict]:
     """verdicts.parquet back as CellVerdicts. Older versions lack the speed-adjustment (2), fast-step (3),
-    compile (4), repeats_needed (5), phase (6) and model (7) columns: they read as null. store.UnreadableFile,
+    compile (4), repeats_needed (5), phase (6), model (7) and floor_source (8) columns: they read as null
+    (floor_source: empty). store.UnreadableFile,
     naming the file, when it is no verdicts table."""
     try:
         table = pq.read_table(path)

@@ -35,14 +35,14 @@ def cmd_ab(args: argparse.Namespace) -> int:
     from harness.analysis.decide import reach_problem
     from harness.analysis.report import write_report
     from harness.analysis.runs import load_run
-    from harness.analysis.verdict import INCONCLUSIVE, Comparison
+    from harness.analysis.verdict import INCONCLUSIVE, Comparison, with_judge
     from harness.orchestrate import ab, ab_sides, capabilities, runfolder
     from harness.spec.cells import expand
 
     try:
         matrix = with_repeats(load_matrix(args.matrix), args.repeats)
         looks = ab.look_schedule(matrix.run.repeats, args.max_repeats or matrix.run.repeats)
-        thresholds = thresholds_from(args)
+        thresholds = with_judge(thresholds_from(args), matrix.judge)  # the matrix's floors ([judge])
         note = None
         if (decisive := ab.decisive_looks(looks, thresholds.fdr_q)) != looks:
             note = (f"note: {looks[0]} + {looks[0]} pairs cannot decide at the level split over the looks "

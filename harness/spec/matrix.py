@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from harness.spec.executor import ExecutorConfig
+from harness.spec.judge import JudgeConfig
 from harness.spec.knobs import FROZEN, knob
 
 SCHEMA_VERSION = 1
@@ -276,6 +277,8 @@ class Matrix:
     executor: ExecutorConfig
     models: tuple[ModelSettings, ...] = ()
     """One per value of the model axis, in its order."""
+    judge: JudgeConfig = JudgeConfig()
+    """[judge]: the practical floor per cell (harness.spec.judge)."""
 
 
 SECTIONS: dict[str, type] = {
@@ -283,7 +286,7 @@ SECTIONS: dict[str, type] = {
     "run": RunConfig, "launch": LaunchConfig, "smoke": SmokeConfig,
     "executor": ExecutorConfig,
 }
-TOP_LEVEL = ("version", "axes", "exclude", *SECTIONS)
+TOP_LEVEL = ("version", "axes", "exclude", "judge", *SECTIONS)
 
 
 # ---------------------------------------------------------------- round trip

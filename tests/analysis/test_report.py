@@ -211,7 +211,7 @@ def test_report_of_a_run_against_itself(runs, documented_run):
     suite = junit(out / "junit.xml")
     assert [suite.get(k) for k in ("tests", "failures", "errors", "skipped")] == ["2", "0", "0", "2"]
     table = pq.read_table(out / "verdicts.parquet")
-    assert table.schema.metadata[b"nvbench.verdicts_version"] == b"7"
+    assert table.schema.metadata[b"nvbench.verdicts_version"] == b"8"
     assert tuple(table.column_names) == VERDICTS_V7_COLUMNS
     assert {(r["compile"], r["model"]) for r in table.to_pylist()} == {("eager", "resnet18")}  # every axis
     thresholds = json.loads(table.schema.metadata[b"nvbench.thresholds"])
