@@ -104,7 +104,7 @@ def _override(entry: Any, index: int, axes: Any, parse_axis_value, problems: lis
         problems.append(f"{here}: missing {FLOOR_KEY} (the floor of the cells it matches)")
     elif problem := floor_problem(entry[FLOOR_KEY]):
         problems.append(f"{here}.{FLOOR_KEY}: {problem}")
-    if not match and FLOOR_KEY in entry:
+    if not any(key != FLOOR_KEY for key in entry):
         problems.append(f"{here}: names no axis; the section's own {FLOOR_KEY} sets every cell's floor")
     if len(problems) > before:
         return None
