@@ -59,11 +59,13 @@ def test_promote_refuses_a_smoke_run_a_failed_cell_and_a_fire_drill_one_line_eac
     assert not (reports / "baselines").exists()  # nothing written
 
 
+@pytest.mark.documented("nvbench baseline promote reports/<run_id> --reason TEXT", "nvbench baseline show",
+                        bound_s=60)
 def test_promote_points_at_the_run_with_who_when_why_and_its_commit_and_show_lists_the_history(tmp_path):
     reports = tmp_path / "reports"
     first, second = run_folder(reports / "night1"), run_folder(reports / "night4")
-    for run, why in ((first, "first baseline"), (second, "torch upgrade accepted")):
-        proc = cli("baseline", "promote", run, "--reason", why, "--reports", reports)
+    for run, why in (("night1", "first baseline"), ("night4", "torch upgrade accepted")):
+        proc = cli("baseline", "promote", f"reports/{run}", "--reason", why, cwd=tmp_path)  # as README types it
         assert proc.returncode == 0, proc.stderr
     pointer = (reports / "baselines" / "current").read_text()
     assert "torch upgrade accepted" in pointer and f"commit {SHA}" in pointer and pointer.endswith("../night4\n")
@@ -71,7 +73,7 @@ def test_promote_points_at_the_run_with_who_when_why_and_its_commit_and_show_lis
     history = json.loads((reports / "baselines" / "promotions.json").read_text())["promotions"]
     assert [p["run_id"] for p in history] == ["night4", "night1"] and history[0]["previous"].endswith("night1")
     assert all(p["who"] and p["when"] and p["commit"] == SHA for p in history)
-    shown = cli("baseline", "show", "--reports", reports)
+    shown = cli("baseline", "show", cwd=tmp_path)
     assert shown.returncode == 0 and "current baseline:" in shown.stdout and "night4" in shown.stdout.splitlines()[1]
     assert shown.stdout.index("torch upgrade accepted") < shown.stdout.index("first baseline")
     # a run of another environment than the nights' (the newest history night) is refused
@@ -84,6 +86,7 @@ def test_promote_points_at_the_run_with_who_when_why_and_its_commit_and_show_lis
     assert proc.returncode == 2 and "its environment is not the nights' (newest night night1" in proc.stderr
 
 
+@pytest.mark.documented("nvbench ack backend=dali-cpu --reason TEXT --expires 2027-06-30", bound_s=60)
 def test_ack_records_the_open_alarm_of_the_matching_cells_and_refuses_what_matches_none(tmp_path):
     reports = tmp_path / "reports"
     change = alarms.Change(cell_id=CELLS["synthetic"], metric="throughput", effect=-20, low=-22, high=-18, floor=3,
@@ -94,7 +97,7 @@ def test_ack_records_the_open_alarm_of_the_matching_cells_and_refuses_what_match
     assert proc.returncode == 2 and "no open regression matches" in proc.stderr
     assert cli("ack", "backend=synthetic", "--reason", "x", "--expires", "2001-01-01", "--reports", reports
                ).returncode == 2
-    proc = cli("ack", "backend=synthetic", "--reason", "new driver", "--expires", "2999-01-01", "--reports", reports)
+    proc = cli("ack", "backend=synthetic", "--reason", "new driver", "--expires", "2999-01-01", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     (ack,) = baselines.read_acks(reports)
     assert (ack.change, ack.reason, ack.expires) == (change, "new driver", "2999-01-01") and ack.who
