@@ -114,3 +114,26 @@ def test_junit_fails_only_the_new_and_the_worse_and_skips_the_open_saying_so():
     section = alarm_formats.summary_section(found, [], "night3")
     assert "**New tonight (fail the job): 1**" in section and "**Still open" in section
     assert section.index("New tonight") < section.index("Still open")
+
+
+def test_the_nightly_alarm_step_exits_1_once_then_0_and_refuses_a_corrupt_acks_file_in_one_line(tmp_path, capsys):
+    from harness.analysis import verdicts_file
+    from harness.orchestrate import nightly
+    from harness.results import store
+
+    report, reports = tmp_path / "night" / "report", tmp_path / "reports"
+    run = RunData(path="r", run_id="n", created_at="", environment={}, rows=())
+    comparison = Comparison(mode="baseline", candidate=run, baseline_label="b", baseline_environment={},
+                            thresholds=Thresholds(), verdicts=(verdict("regression"),))
+    store.write_table(report / "verdicts.parquet", verdicts_file.verdict_table(comparison))
+    store.write_bytes(report / "junit.xml", render_junit(comparison))
+    argv = ["alarms", str(report), "--reports", str(reports)]
+    assert nightly.main([*argv, "--night", "night2"]) == 1
+    assert nightly.main([*argv, "--night", "night3"]) == 0
+    assert "OPEN: " in capsys.readouterr().err and "open since night2, 2 nights" in (report / "summary.md").read_text()
+    assert ET.parse(report / "junit.xml").getroot().get("failures") == "0"
+    store.write_bytes(reports / "baselines" / "acks.json", b"[1, 2]")
+    assert nightly.main([*argv, "--night", "night4"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"nightly alarms: {reports / 'baselines' / 'acks.json'}: not an nvbench acks file (a JSON object with a "
+        "`acks` list)"]
