@@ -21,7 +21,8 @@ from harness.results.schema import SUPERSEDED
 RECORDS_VERSION = 1
 """Version of alarms.json, acks.json and promotions.json (their `version` key)."""
 MIN_PROMOTE_REPEATS = 5
-"""A baseline needs at least this many ok repeats a cell: fewer can never make a verdict (README's rule 2)."""
+"""A baseline needs at least this many repeats a cell (every one ok): fewer can never make a verdict (README's
+rule 2)."""
 
 
 def baselines_dir(reports: Path) -> Path:
@@ -122,7 +123,7 @@ class Promotion:
 
 def promotion_problems(run: RunData, nights: RunData | None, *, allow_fire_drill: bool = False) -> list[str]:
     """One line per rule of reports/baselines/README.md the run breaks: a full run (not --smoke), not a fire drill,
-    every cell ok, at least MIN_PROMOTE_REPEATS ok repeats a cell, the environment of `nights` (the newest
+    every cell ok, at least MIN_PROMOTE_REPEATS repeats a cell, the environment of `nights` (the newest
     night, or None: nothing to compare with)."""
     problems, rows = [], [r for r in run.rows if r["status"] != SUPERSEDED]
     if any(r.get("is_smoke") for r in rows):
@@ -135,9 +136,10 @@ def promotion_problems(run: RunData, nights: RunData | None, *, allow_fire_drill
     if bad:
         problems.append(f"{run.path}: {len(bad)} repeat(s) not ok ({', '.join(bad[:3])}"
                         f"{', ...' if len(bad) > 3 else ''}): every cell must be ok")
-    few = sorted(cid for cid, cell in by_cell(rows).items() if len(ok_rows(cell)) < MIN_PROMOTE_REPEATS)
+    # repeats counted whatever their status: a failed one is the rule above's, not this one's
+    few = sorted(cid for cid, cell in by_cell(rows).items() if len(cell) < MIN_PROMOTE_REPEATS)
     if few:
-        problems.append(f"{run.path}: {len(few)} cell(s) with fewer than {MIN_PROMOTE_REPEATS} ok repeats "
+        problems.append(f"{run.path}: {len(few)} cell(s) with fewer than {MIN_PROMOTE_REPEATS} repeats "
                         f"({', '.join(few[:3])}{', ...' if len(few) > 3 else ''}): run it with --repeats 10")
     if nights is not None and ok_rows(rows) and ok_rows(nights.rows):
         diff = env_difference(ok_rows(rows), ok_rows(nights.rows), run.environment, nights.environment)
@@ -203,7 +205,7 @@ def _as_dict(p: Promotion) -> dict[str, Any]:
 def show_lines(reports: Path) -> list[str]:
     """`nvbench baseline show`: the current baseline, then every promotion, newest first."""
     current = current_baseline(reports)
-    lines = [f"current baseline: {current if current else 'none'} ({pointer_path(reports)})"]
+    lines = [f"current baseline: {current.resolve() if current else 'none'} ({pointer_path(reports)})"]
     if current is not None:
         try:
             run = load_run(current)
