@@ -32,6 +32,10 @@
 # unchanged or improved); 1 confirmed regression, confirmed change point or failed cells; 3 nothing
 # regressed but some cell stayed inconclusive (the night could not tell: the cells are printed last);
 # 2 bad input; 130 interrupted.
+# A confirmed regression fails the job once: the night it first appears, or a night it got worse beyond the
+# floor; other nights list it as `open since <night>, N nights` (exit 0), and `nvbench ack CELL-FILTER --reason`
+# accepts it (listed as acknowledged while it stays within its interval). `nvbench baseline promote RUN --reason`
+# moves the baseline (reports/baselines/README.md).
 set -uo pipefail
 
 MATRIX=${NVBENCH_MATRIX:-matrices/resnet50.toml}
@@ -205,6 +209,21 @@ else
   publish "$RUN/report"
 fi
 
+# A regression alarms once: the decisive report's regressions against the alarms still open from earlier nights
+# ($REPORTS/alarms.json) and the acknowledged changes ($REPORTS/baselines/acks.json, `nvbench ack`). Only a new
+# one, or one worse than when it opened (or than its acknowledgement), fails the night; the open and
+# acknowledged ones are listed apart in summary.md and are skipped tests in junit.xml.
+if [ -f "$LAST_REPORT/verdicts.parquet" ] && { [ "$report_rc" -le 1 ] || [ "$report_rc" -eq 3 ]; }; then
+  child python -m harness.orchestrate.workflows.nightly alarms "$LAST_REPORT" --reports "$REPORTS" --night "$RUN_ID" \
+    ${GITHUB_STEP_SUMMARY:+--summary "$GITHUB_STEP_SUMMARY"}
+  alarm_rc=$?
+  case "$alarm_rc" in
+    0|1|3) report_rc=$alarm_rc ;;
+    130) log "interrupted during the alarm step"; exit 130 ;;
+    *) log "the alarm step failed (exit $alarm_rc)"; report_rc=$alarm_rc ;;
+  esac
+fi
+
 # Tonight joins the history (a link, not a copy); fire drills never do.
 history_rc=0
 case " $RUN_ARGS " in
@@ -216,7 +235,7 @@ case " $RUN_ARGS " in
      if [ "$CONFIRM" = sequential ]; then no_ab="NVBENCH_CONFIRM=sequential: no A/B"; fi
      # shellcheck disable=SC2086  # REPORT_ARGS is a list of flags
      child python -m harness.orchestrate.workflows.nightly history "$HISTORY" "$RUN/history" --matrix "$MATRIX" --repo "$ROOT" \
-       --summary "$RUN/report/summary.md" ${GITHUB_STEP_SUMMARY:+--summary "$GITHUB_STEP_SUMMARY"} \
+       --reports "$REPORTS" --summary "$RUN/report/summary.md" ${GITHUB_STEP_SUMMARY:+--summary "$GITHUB_STEP_SUMMARY"} \
        ${no_ab:+--no-ab "$no_ab"} -- ${CONFIRM_REPEATS:+--repeats "$CONFIRM_REPEATS"} \
        ${CONFIRM_MAX_REPEATS:+--max-repeats "$CONFIRM_MAX_REPEATS"} $REPORT_ARGS
      history_rc=$?
@@ -229,7 +248,7 @@ case " $RUN_ARGS " in
 esac
 
 if [ "$report_rc" -eq 2 ] || [ "$report_rc" -gt 3 ]; then exit "$report_rc"; fi
-if [ "$report_rc" -eq 1 ]; then log "confirmed regression"; exit 1; fi
+if [ "$report_rc" -eq 1 ]; then log "confirmed regression (new or worse) or failed cells"; exit 1; fi
 if [ "$history_rc" -eq 1 ]; then log "confirmed change point"; exit 1; fi
 if [ "$run_rc" -eq 1 ]; then log "cells failed (see the report's failed and skipped cells)"; exit 1; fi
 if [ "$report_rc" -eq 3 ]; then

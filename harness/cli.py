@@ -6,10 +6,11 @@ import argparse
 import sys
 
 from harness import __version__
-from harness.commands import ab, bisect, calibrate, columns, data, env, history, profile, report, run, validate
+from harness.commands import (ab, baseline, bisect, calibrate, columns, data, env, history, profile, report, run,
+                               validate)
 
-_COMMANDS = (validate, run, calibrate, profile, report, ab, bisect, env, data, history, columns)
-"""The command modules in the order `nvbench --help` lists them (history also adds export)."""
+_COMMANDS = (validate, run, calibrate, profile, report, ab, bisect, env, data, history, columns, baseline)
+"""The command modules in the order `nvbench --help` lists them (history also adds export, baseline adds ack)."""
 
 
 def build_parser() -> argparse.ArgumentParser:

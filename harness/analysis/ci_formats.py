@@ -25,6 +25,7 @@ from harness.analysis.wording import (
     change_text,
     drill_banner,
     field_scope,
+    floor_text,
     headline_words,
     esc_md,
     method_text,
@@ -44,12 +45,13 @@ from harness.catalogue import col
 def _md_row(v: CellVerdict) -> str:
     drill = f" (fire drill +{v.fire_drill_pct:g}%)" if v.fire_drill_pct or v.baseline_fire_drill_pct else ""
     return (f"| {esc_md(label(v.cell_id))}{esc_md(drill)} | **{esc_md(v.verdict)}** | {esc_md(change_text(v))} | "
-            f"{esc_md(num_text(v.mdc_pct, '.1f', '%'))} | {esc_md(v.noise or '-')} | {esc_md(v.reason)} |")
+            f"{esc_md(num_text(v.mdc_pct, '.1f', '%'))} | {esc_md(floor_text(v))} | {esc_md(v.noise or '-')} | "
+            f"{esc_md(v.reason)} |")
 
 
 def render_markdown(comparison: Comparison) -> str:
     cand = comparison.candidate
-    head = "| cell | verdict | change [interval] | MDC | noise | reason |\n|---|---|---|---|---|---|"
+    head = "| cell | verdict | change [interval] | MDC | floor | noise | reason |\n|---|---|---|---|---|---|---|"
     lines = [f"## nvbench: {esc_md(comparison.title)}", ""]
     if comparison.sides:  # an A/B: both sides named alike
         lines += [f"- {esc_md(side)}" for side in comparison.sides] + [""]

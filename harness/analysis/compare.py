@@ -84,10 +84,11 @@ def _prepare(cid: str, cand_rows: list, base_rows: list | None, candidate: RunDa
              th: Thresholds, require_same_env: bool, mode: str = "baseline") -> tuple[dict[str, Any], PendingCell | None]:
     """Common verdict fields, and the samples when the cell can be tested (else a final verdict). A cell
     that cannot be judged still carries both sides' figures."""
-    common = {col.cell_id: cid, **axes_of(cand_rows), col.floor_pct: th.floor_pct, col.fdr_q: th.fdr_q,
-              col.accuracy_tolerance: th.accuracy_tolerance, col.fire_drill_pct: max(map(drill_pct, cand_rows)),
-              col.is_smoke: bool(cand_rows[0].get(col.is_smoke)), col.candidate_run_id: candidate.run_id,
-              col.baseline_run_id: baseline.run_id}
+    th = th.for_cell(axes_of(cand_rows))  # the cell's own floor ([judge] overrides)
+    common = {col.cell_id: cid, **axes_of(cand_rows), col.floor_pct: th.floor_pct, col.floor_source: th.floor_origin,
+              col.fdr_q: th.fdr_q, col.accuracy_tolerance: th.accuracy_tolerance,
+              col.fire_drill_pct: max(map(drill_pct, cand_rows)), col.is_smoke: bool(cand_rows[0].get(col.is_smoke)),
+              col.candidate_run_id: candidate.run_id, col.baseline_run_id: baseline.run_id}
     cand_ok = usable_rows(cand_rows, th)
     common |= {col.num_candidate: len(cand_ok)}
     if not ok_rows(cand_rows):
@@ -221,8 +222,10 @@ def describe_only(candidate: RunData, thresholds: Thresholds | None = None) -> C
         x = throughputs(ok)
         unsteady = sum(r.get(col.is_steady) is False for r in ok_rows(rows))
         verdict, reason = failure_verdict(rows) if not ok_rows(rows) else (NO_BASELINE, "no baseline given")
+        floor, origin = th.floor_for(axes_of(rows))
         verdicts.append(CellVerdict(
-            cell_id=cid, **axes_of(rows), verdict=verdict, reason=reason, floor_pct=th.floor_pct, fdr_q=th.fdr_q,
+            cell_id=cid, **axes_of(rows), verdict=verdict, reason=reason, floor_pct=floor, floor_source=origin,
+            fdr_q=th.fdr_q,
             accuracy_tolerance=th.accuracy_tolerance, num_candidate=len(ok),
             metrics={THROUGHPUT: MetricVerdict(candidate_value=float(x.mean()) if x.size else None,
                                                candidate_cv=cv_of(x) if x.size else None)},

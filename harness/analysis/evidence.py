@@ -146,6 +146,7 @@ def _decide(pending: PendingCell, alpha: float, p_adjusted: float, level: float,
     metrics. Where the comparison is adjusted for the machine-speed probe, the probe's balance between the
     sides goes to decide too, with the unadjusted change it falls back on (tested at the level split over
     the `num_tested` cells: Bonferroni, since the fallback is not part of the cells' BH)."""
+    th = th.for_cell(pending.base)  # the cell's own floor ([judge] overrides)
     k = len(pending.metrics)
     level_m = 1 - (1 - level) / k
     out: dict[str, Any] = {col.p_value: pending.p, col.p_adjusted: p_adjusted, col.ci_level: level_m}

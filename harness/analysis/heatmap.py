@@ -147,18 +147,18 @@ def render(comparison: Comparison, *, rates: Mapping[str, float], row_anchor: Ca
     col_keys = list(itertools.product(*(values[a] for a in lay.columns))) or [()]
     panel_keys = list(itertools.product(*(values[a] for a in lay.panels))) or [()]
 
-    def cell(row: tuple, col: tuple, panel: tuple) -> CellVerdict | None:
-        chosen = fixed | dict(zip(lay.rows, row)) | dict(zip(lay.columns, col)) | dict(zip(lay.panels, panel))
+    def cell(row: tuple, key: tuple, panel: tuple) -> CellVerdict | None:
+        chosen = fixed | dict(zip(lay.rows, row)) | dict(zip(lay.columns, key)) | dict(zip(lay.panels, panel))
         return by_key.get(tuple(chosen.get(a) for a in AXES))
 
     panels = []
     for panel in panel_keys:
-        head = "".join(f'<th scope="col">{_e(_key_text(lay.columns, col))}</th>' for col in col_keys)
+        head = "".join(f'<th scope="key">{_e(_key_text(lay.columns, key))}</th>' for key in col_keys)
         body = []
         for row in row_keys:
             tiles = []
-            for col in col_keys:
-                v = cell(row, col, panel)
+            for key in col_keys:
+                v = cell(row, key, panel)
                 tiles.append("<td>" + (_tile(v, rates.get(v.cell_id), row_anchor(v), change) if v is not None
                                        else '<span class="tile hm-none" title="not in the matrix">\u00b7</span>')
                              + "</td>")

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from harness.analysis import ci_formats, compare, heatmap, screen, verdicts_file
-from harness.analysis.runs import RunInputError, load_history, load_run
+from harness.analysis.runs import RunData, RunInputError, load_history, load_run
 from harness.analysis.verdict import (
     ACCURACY_BELOW,
     FAILED,
@@ -31,6 +31,7 @@ from harness.analysis.verdict import (
     SUSPECT_REGRESSION,
     Comparison,
     Thresholds,
+    with_judge,
 )
 from harness.analysis.report_plots import (
     StepSeries,
@@ -89,7 +90,7 @@ def make_report(run_dir: Path, *, baseline: Path | None = None, history: Path | 
     runs = attempt(lambda: load_history(history, exclude=run_dir)) if history else None
     if problems:
         raise RunInputError(problems)
-    th = thresholds or Thresholds()
+    th = run_thresholds(thresholds or Thresholds(), candidate)
     if baseline_run is not None:
         comparison = compare.compare_runs(candidate, baseline_run, th)
     elif runs is not None:
@@ -97,6 +98,18 @@ def make_report(run_dir: Path, *, baseline: Path | None = None, history: Path | 
     else:
         comparison = compare.describe_only(candidate, th)
     return write_report(comparison, Path(out_dir) if out_dir else Path(run_dir) / "report")
+
+
+def run_thresholds(th: Thresholds, run: RunData) -> Thresholds:
+    """`th` with the floors of the [judge] section of the matrix `run` recorded. RunInputError when invalid."""
+    from harness.matrix.parse import judge_from_text
+
+    if not run.matrix_text:
+        return th
+    try:
+        return with_judge(th, judge_from_text(run.matrix_text, f"{run.path}/manifest.json matrix_text"))
+    except ValueError as exc:
+        raise RunInputError(str(exc).splitlines()) from None
 
 
 def write_report(comparison: Comparison, out_dir: Path) -> ReportResult:

@@ -26,6 +26,8 @@ TABLE_HEAD = (("cell", "the cell's axis values; its full id in the detail row"),
               ("img/s", "mean images per second: this run / baseline"),
               ("MDC %", ("minimum detectable change at the baseline's spread (80% power); n/a says why there is "
                          "none: it needs two usable repeats a side and a spread between them")),
+              ("floor %", "the practical floor that judged the cell (smaller changes are never a regression) and "
+                          "the rule that set it: default, --floor, the matrix's judge.floor_pct or a judge.override"),
               ("top-1", "mean top-1 accuracy, fraction of validation images"),
               ("repeats", "usable repeats: this run / baseline (history: runs)"))
 """The cell table's columns: (heading with its unit, what it holds). One line per cell; everything else of a
@@ -136,6 +138,9 @@ def render_table(comparison: Comparison) -> str:
                 num=True),
             _td(esc(_pair(t.candidate_value, t.baseline_value, ".1f")), sort=t.candidate_value, num=True),
             _td(esc(mdc_text(v, comparison.mode)), sort=v.mdc_pct, num=True),
+            _td(f'<span title="{esc(v.floor_source)}">{esc(f"{v.floor_pct:g}")}</span>'
+                + (f' <span class="reason">{esc(v.floor_source)}</span>' if v.floor_source.startswith("judge.override")
+                   else ""), sort=v.floor_pct, num=True),
             _td(esc(_top1_cell(v, ok_rows.get(v.cell_id, []))), sort=v.candidate_top1, num=True),
             _td(f"{v.num_candidate} / {others}", sort=v.num_candidate, num=True),
         ]

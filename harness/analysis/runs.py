@@ -32,6 +32,8 @@ class RunData:
     """manifest.json's time_breakdown_s: where the run's wall time went (harness/orchestrate/session/derive.py)."""
     wall_s: float | None = None
     """manifest.json's wall_s: the wall time of every session of the run."""
+    matrix_text: str = ""
+    """manifest.json's matrix_text: the matrix as the run read it (its [judge] sets the floors a report uses)."""
 
     def cut_text(self) -> str | None:
         """'val_s 120.3 s (31% of the wall)': the largest part of the run's time that was not measuring."""
@@ -88,7 +90,8 @@ def load_run(path: Path | str) -> RunData:
                    created_at=str(manifest.get("created_at") or ""), environment=manifest.get("environment") or {},
                    rows=rows, matrix_efficiency=float(efficiency) if isinstance(efficiency, (int, float)) else None,
                    time_breakdown_s=breakdown if isinstance(breakdown, dict) else None,
-                   wall_s=float(manifest["wall_s"]) if isinstance(manifest.get("wall_s"), (int, float)) else None)
+                   wall_s=float(manifest["wall_s"]) if isinstance(manifest.get("wall_s"), (int, float)) else None,
+                   matrix_text=manifest["matrix_text"] if isinstance(manifest.get("matrix_text"), str) else "")
 
 
 def resolve_pointer(path: Path) -> Path:

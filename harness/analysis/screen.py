@@ -45,10 +45,12 @@ def screen_history(candidate: RunData, history: Sequence[RunData], thresholds: T
     the last `history_runs` comparable runs (same env_key and smoke-ness; fire drills never count). A
     cell is a suspect when its robust z is at least history_z AND the change beyond the floor; suspects
     are what a confirmation rerun should target, not confirmed regressions."""
-    th = thresholds or Thresholds()
+    base_th = thresholds or Thresholds()
     verdicts, suspects = [], []
     for cid, rows in sorted(by_cell(candidate.rows).items()):
-        common = {col.cell_id: cid, **axes_of(rows), col.floor_pct: th.floor_pct, col.fdr_q: th.fdr_q,
+        th = base_th.for_cell(axes_of(rows))  # the cell's own floor ([judge] overrides)
+        common = {col.cell_id: cid, **axes_of(rows), col.floor_pct: th.floor_pct, col.floor_source: th.floor_origin,
+                  col.fdr_q: th.fdr_q,
                   col.accuracy_tolerance: th.accuracy_tolerance, col.fire_drill_pct: max(map(drill_pct, rows)),
                   col.is_smoke: bool(rows[0].get(col.is_smoke)), col.candidate_run_id: candidate.run_id,
                   col.baseline_run_id: label, "method": "history_median_mad"}
@@ -65,7 +67,7 @@ def screen_history(candidate: RunData, history: Sequence[RunData], thresholds: T
         if verdicts[-1].verdict in (SUSPECT_REGRESSION, SUSPECT_IMPROVEMENT):
             suspects.append(cid)
     return Comparison(mode="history", candidate=candidate, baseline_label=label, baseline_environment=None,
-                      thresholds=th, verdicts=tuple(verdicts), suspects=tuple(suspects))
+                      thresholds=base_th, verdicts=tuple(verdicts), suspects=tuple(suspects))
 
 
 def _screen(x: float, values: list[float], newest: RunData | None, drills: int, rows: Sequence[Mapping[str, Any]],

@@ -8,11 +8,12 @@ from __future__ import annotations
 import json
 import math
 import string
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 
@@ -23,6 +24,7 @@ from harness.analysis.runs import RunInputError
 from harness.analysis.wording import esc, esc_md
 from harness.results import store
 from harness.stats import changepoint
+from harness.catalogue import col
 
 HISTORY_FILES = ("history.html", "changes.md", "changes.parquet")
 VERSION_KEY = b"nvbench.changes_version"
@@ -36,9 +38,15 @@ class HistoryResult:
     history: History
 
 
-def write_history(history: History, out_dir: Path) -> HistoryResult:
-    """Render every file first, then write them together: never a half-written page."""
-    contents = [render_html(history).encode(), render_markdown(history).encode(),
+Mark = Mapping[str, Any]
+"""An event the page marks on the trends (harness.analysis.baselines.event_marks): kind (promotion or ack), when
+(ISO time), cell_id (None: every cell) and text."""
+
+
+def write_history(history: History, out_dir: Path, marks: Sequence[Mark] = ()) -> HistoryResult:
+    """Render every file first, then write them together: never a half-written page. `marks`: the promotions
+    and acknowledgements to mark on each cell's trend."""
+    contents = [render_html(history, marks).encode(), render_markdown(history).encode(),
                 store.table_bytes(change_table(history))]
     files = [Path(out_dir) / name for name in HISTORY_FILES]
     store.write_all(dict(zip(files, contents)))
@@ -160,7 +168,34 @@ def _y_range(series: Series) -> tuple[float, float]:
     return lo - pad, hi + pad
 
 
-def trend_plot(history: History, series: Series) -> str:
+def _mark_x(history: History, when: str) -> float:
+    """Where an event sits among the nights: before the first night created after it (the right edge: after all)."""
+    later = [i for i, n in enumerate(history.nights) if n.run.created_at and n.run.created_at > when]
+    return (later[0] if later else len(history.nights)) - 0.5
+
+
+def cell_marks(marks: Sequence[Mark], cell_id: str) -> list[Mark]:
+    """The marks of one cell's trend, oldest first: every promotion and the cell's own acknowledgements."""
+    return sorted((m for m in marks if m.get(col.cell_id) in (None, cell_id)), key=lambda m: m.get("when") or "")
+
+
+def _marks_svg(history: History, marks: Sequence[Mark], sx, bottom: float) -> list[str]:
+    out = []
+    for m in marks:
+        x = sx(_mark_x(history, str(m.get("when") or "")))
+        letter = "P" if m.get("kind") == "promotion" else "A"
+        out.append(f'<g class="mark {esc(m.get("kind"))}"><line x1="{x:.1f}" y1="{_TOP}" x2="{x:.1f}" y2="{bottom}"/>'
+                   f'<text x="{x + 2:.1f}" y="{bottom - 3}">{letter}</text><title>{esc(m.get("text"))}</title></g>')
+    return out
+
+
+def marks_legend(marks: Sequence[Mark]) -> str:
+    items = "".join(f'<li>{"P" if m.get("kind") == "promotion" else "A"}: {esc(str(m.get("when") or "")[:16])} '
+                    f'{esc(m.get("text"))}</li>' for m in marks)
+    return f'<ul class="marks">{items}</ul>' if items else ""
+
+
+def trend_plot(history: History, series: Series, marks: Sequence[Mark] = ()) -> str:
     """One metric of one cell over the nights: a point and its interval per night, each level between change
     points as a line, change points as dashed marks with their change and commit range, a drift as a slope."""
     num_nights = len(history.nights)
@@ -198,6 +233,7 @@ def trend_plot(history: History, series: Series) -> str:
                      f'<title>{esc(tip)}</title></circle>')
     for k, c in enumerate(changes, start=1):
         parts.append(_mark(c, k, sx, sy, bottom))
+    parts += _marks_svg(history, marks, sx, bottom)
     parts.append("</svg>")
     return "".join(parts)
 
@@ -284,7 +320,7 @@ def _confirmation_cell(c: Change, direction: str) -> str:
     return f'<td class="confirmation {css}"><b>{esc(c.confirmation)}</b>{note}</td>'
 
 
-def _cell_figures(history: History) -> str:
+def _cell_figures(history: History, marks: Sequence[Mark] = ()) -> str:
     by_cell: dict[str, list[Series]] = {}
     for s in history.series:
         by_cell.setdefault(s.cell_id, []).append(s)
@@ -292,8 +328,10 @@ def _cell_figures(history: History) -> str:
     for cid in sorted_cells(history):
         changed = {c.metric for c in history.changes if c.cell_id == cid}
         shown = [s for s in by_cell[cid] if s.metric == "throughput" or s.metric in changed]
+        mine = cell_marks(marks, cid)
         plots = "".join(f'<div class="metric"><span class="mname">{esc(s.metric)} ({esc(_unit(s))})</span>'
-                        f'{trend_plot(history, s)}{legend(plot_changes(history, s))}</div>' for s in shown)
+                        f'{trend_plot(history, s, mine)}{legend(plot_changes(history, s))}</div>' for s in shown)
+        plots += marks_legend(mine)
         rel, pts = _cell_magnitude(history, cid)
         note = f"largest change {rel:.1f}%" if rel else (f"largest change {pts:.1f} pt" if pts else "no change")
         figures.append(f'<figure id="cell-{esc(cid)}"><figcaption><code>{esc(cid)}</code> '
@@ -341,7 +379,7 @@ def _template(name: str) -> str:
     return resources.files("harness.analysis").joinpath("templates", name).read_text()
 
 
-def render_html(history: History) -> str:
+def render_html(history: History, marks: Sequence[Mark] = ()) -> str:
     nights = history.nights
     span = f"{nights[0].run_id} .. {nights[-1].run_id}" if nights else "no nights"
     new = sum(c.is_new for c in history.changes)
@@ -351,7 +389,7 @@ def render_html(history: History) -> str:
                 + (f" \u00b7 {history.drift_note()}" if history.drift_note() else ""))
     return string.Template(_template("history.html")).substitute(
         title=esc("nvbench history"), css=_template("report.css") + _template("history.css"), subtitle=esc(subtitle),
-        changes=_changes_table(history), cells=_cell_figures(history), nights=_nights_table(history),
+        changes=_changes_table(history), cells=_cell_figures(history, marks), nights=_nights_table(history),
         skipped=_skipped(history),
         method=esc(f"{method_text(history)} Written {datetime.now(UTC).isoformat(timespec='seconds')}."))
 

@@ -3,6 +3,7 @@ about each cell (MetricVerdict, CellVerdict, one verdicts.parquet row each) and 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import Counter
 from dataclasses import dataclass, field, fields
@@ -13,6 +14,7 @@ from harness.analysis.runs import RunData
 from harness.catalogue import judged
 from harness.catalogue.axes import AXES, AxisValues
 from harness.catalogue.verdicts import VERDICT_COLUMNS as _VERDICT_COLUMNS
+from harness.matrix.judge import FloorOverride, JudgeConfig
 
 REGRESSION, IMPROVEMENT, UNCHANGED, INCONCLUSIVE = decide.REGRESSION, decide.IMPROVEMENT, decide.UNCHANGED, \
     decide.INCONCLUSIVE
@@ -70,6 +72,10 @@ class Thresholds:
     """History screening: fewer comparable past runs than this gives `insufficient data`."""
     history_z: float = 3.5
     """History screening: |robust z| at or above this (and beyond the floor) makes a cell a suspect."""
+    floor_overrides: tuple[FloorOverride, ...] = ()
+    """The matrix's [[judge.override]] floors: the first that matches a cell replaces floor_pct for it."""
+    floor_origin: str = "default"
+    """Where floor_pct came from (default, --floor, judge.floor_pct): the report names the floor of each cell."""
 
     def __post_init__(self) -> None:
         problems = []
@@ -98,6 +104,26 @@ class Thresholds:
     def level(self) -> float:
         """The false discovery rate one look is tested at: fdr_q split over the looks."""
         return self.fdr_q / self.looks
+
+    def floor_for(self, axes: Mapping[str, Any]) -> tuple[float, str]:
+        """The floor that judges a cell of these axis values, and which rule set it."""
+        for rule in self.floor_overrides:
+            if rule.matches(axes):
+                return rule.floor_pct, rule.label
+        return self.floor_pct, self.floor_origin
+
+    def for_cell(self, axes: Mapping[str, Any]) -> "Thresholds":
+        """These thresholds with the cell's own floor as floor_pct."""
+        floor, origin = self.floor_for(axes)
+        return dataclasses.replace(self, floor_pct=floor, floor_origin=origin, floor_overrides=())
+
+
+def with_judge(th: Thresholds, judge: JudgeConfig) -> Thresholds:
+    """`th` with a matrix's [judge]: its floor_pct unless --floor set one (floor_origin `--floor`), its overrides."""
+    floor, origin = th.floor_pct, th.floor_origin
+    if judge.floor_pct is not None and origin != "--floor":
+        floor, origin = judge.floor_pct, "judge.floor_pct"
+    return dataclasses.replace(th, floor_pct=floor, floor_origin=origin, floor_overrides=judge.overrides)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -148,6 +174,9 @@ class CellVerdict(AxisValues):
     tested or described; the headline's is always there (history screening and describe-only fill it)."""
     floor_pct: float
     """Practical floor: a change smaller than this is never a regression or an improvement."""
+    floor_source: str = ""
+    """Which rule set floor_pct: default, --floor, judge.floor_pct or `judge.override[i] axis=value` (empty in
+    verdicts written before version 8)."""
     fdr_q: float
     """False discovery rate the cells were tested at (Benjamini-Hochberg)."""
     mdc_pct: float | None = None

@@ -197,3 +197,8 @@ def cell_means(rows: Sequence[Mapping[str, Any]], column: str) -> dict[str, floa
         if r["status"] == "ok" and r.get(column) is not None and math.isfinite(r[column]):
             values.setdefault(r[col.cell_id], []).append(float(r[column]))
     return {cid: float(np.mean(v)) for cid, v in values.items()}
+
+
+def floor_text(v: Any) -> str:
+    """A verdict's practical floor and the rule that set it: `3% (default)`, `6% (judge.override[0] backend=...)`."""
+    return f"{v.floor_pct:g}%" + (f" ({v.floor_source})" if v.floor_source else "")

@@ -7,7 +7,7 @@ from harness.catalogue.axes import AXES_RECORD
 from harness.catalogue.columns import B, F, I, S, Column, per_cell
 from harness.catalogue.judged import JUDGED, METRIC_FIELDS, Judged
 
-VERDICTS_VERSION = 9
+VERDICTS_VERSION = 10
 """Version of verdicts.parquet (schema metadata nvbench.verdicts_version). 1: first release. 2: the
 speed-adjustment columns unadjusted_effect_pct, speed_probe_change_pct and speed_slope. 3: the fast-step
 rate (decided_by, throughput_p_value, fast_effect_pct, fast_ci_low_pct, fast_ci_high_pct, fast_p_value,
@@ -20,7 +20,8 @@ empty when read from an older file. 7: the model axis (`model`, after cell_id; n
 file). 8: each judged metric's own call (`throughput_verdict`, `fast_verdict`; null when read from an older
 file); the columns derived from harness.catalogue.judged, every column with its unit and meaning. 9: energy judged
 (img_per_joule: energy_verdict, energy_effect_pct, energy_ci_low_pct, energy_ci_high_pct, energy_p_value,
-candidate_img_per_joule, baseline_img_per_joule; null when read from an older file or where it was not tested)."""
+candidate_img_per_joule, baseline_img_per_joule; null when read from an older file or where it was not tested).
+10: floor_source, the rule that set the cell's floor (the matrix's [judge]; empty when read from an older file)."""
 
 _F, _I, _S, _B = F, I, S, B
 
@@ -47,6 +48,13 @@ CELL_LEVEL: tuple[Column, ...] = (
     per_cell("p_adjusted", F, "", "The cell's Benjamini-Hochberg adjusted p-value across the comparison's cells."),
     per_cell("decided_by", S, "", "The judged metric the verdict rests on (harness.catalogue.judged)."),
     per_cell("floor_pct", F, "%", "Practical floor: a change smaller than this is never called a change."),
+    per_cell(
+        "floor_source",
+        S,
+        "",
+        "Which rule set floor_pct: default, --floor, judge.floor_pct or `judge.override[i] axis=value` (empty in "
+        "verdicts written before version 10).",
+    ),
     per_cell("fdr_q", F, "", "False discovery rate across the comparison's cells (Benjamini-Hochberg)."),
     per_cell(
         "mdc_pct", F, "%", "Minimum detectable change at the sides' spread, 80 % power: what the comparison could see."

@@ -37,7 +37,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
     from harness.analysis.decide import reach_problem
     from harness.analysis.report import write_report
     from harness.analysis.runs import load_run
-    from harness.analysis.verdict import INCONCLUSIVE, Comparison
+    from harness.analysis.verdict import INCONCLUSIVE, Comparison, with_judge
     from harness.orchestrate.workflows import ab, ab_sides
     from harness.orchestrate.session import capabilities, runfolder
     from harness.matrix.cells import expand
@@ -47,7 +47,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
     try:
         matrix = with_repeats(load_matrix(args.matrix), args.repeats)
         looks = ab.look_schedule(matrix.run.repeats, args.max_repeats or matrix.run.repeats)
-        thresholds = thresholds_from(args)
+        thresholds = with_judge(thresholds_from(args), matrix.judge)  # the matrix's floors ([judge])
         note = None
         if (decisive := ab.decisive_looks(looks, thresholds.fdr_q)) != looks:
             note = (f"note: --max-repeats adds pairs at planned looks {looks}, and each look spends a share of "

@@ -133,6 +133,8 @@ def thresholds_from(args: argparse.Namespace):
                                                      "history_runs", col.accuracy_tolerance, "speed_adjust",
                                                      "fast_steps")
              if getattr(args, name, None) is not None}
+    if col.floor_pct in given:  # the report names where each cell's floor came from
+        given["floor_origin"] = "--floor"
     return Thresholds(**given)
 
 

@@ -22,7 +22,10 @@ def cmd_history(args: argparse.Namespace) -> int:
     given = {name: getattr(args, name) for name in (col.floor_pct, "min_segment", "alpha", "drift_nights")
              if getattr(args, name) is not None}
     try:
-        result = trend.write_history(history.load_history(folder, history.HistorySettings(**given)), out)
+        from harness.analysis.baselines import event_marks
+
+        marks = event_marks(Path(args.reports)) if args.reports else []
+        result = trend.write_history(history.load_history(folder, history.HistorySettings(**given)), out, marks)
         for summary in map(Path, args.summary):
             from harness.results import store
 
@@ -91,6 +94,8 @@ def add_parser(subparsers) -> None:
         own_default(action, _setting_default(action.dest))
     h.add_argument("--summary", metavar="FILE", action="append", default=[],
                    help="append tonight's new change points to this Markdown file (repeatable; default: none)")
+    h.add_argument("--reports", metavar="DIR", help="mark on each trend the baseline promotions and acknowledged "
+                   "changes recorded in DIR/baselines (default: none marked)")
     h.set_defaults(func=cmd_history)
     x = subparsers.add_parser("export", help="a run's cells in another tool's format (pytest-benchmark JSON)")
     x.add_argument("run_dir", metavar="RUN", help="the run folder to export")

@@ -10,6 +10,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
+from harness.matrix.judge import JudgeConfig, parse_judge
 from harness.matrix.knobs import INT64_MAX, check_value, choice_problem, show, suggest
 from harness.matrix.sections import (
     AXES,
@@ -162,6 +163,7 @@ def parse_matrix(raw: dict[str, Any], source: str, source_text: str = "", *,
     axes = _model_axis(in_axes, sections, _parse_axes(raw.get("axes", {}), "axes", problems), given, problems)
     excludes = _parse_excludes(raw.get("exclude", []), axes, "exclude", problems)
     problems += _smoke_only_problems(sections["smoke"].only, axes)
+    judge = parse_judge(raw.get("judge", {}), axes, parse_axis_value, problems)
     models = tuple(model_settings(m, key="axes.model" if in_axes else "benchmark.model", given=given,
                                   benchmark=sections["benchmark"], recipe=sections["recipe"], source=source)
                    for m in axes.model)
@@ -172,7 +174,7 @@ def parse_matrix(raw: dict[str, Any], source: str, source_text: str = "", *,
     if problems:
         raise MatrixError([f"{source}: {p}" for p in problems])
     return Matrix(source=source, source_text=source_text, version=version, axes=axes, excludes=excludes,
-                  models=models, **sections)
+                  models=models, judge=judge, **sections)
 
 
 def _model_axis(in_axes: bool, sections: dict[str, Any], axes: Axes, given: set[str], problems: list[str]) -> Axes:
@@ -263,3 +265,23 @@ def with_repeats(matrix: Matrix, repeats: int | None) -> Matrix:
     if not 1 <= repeats <= MAX_REPEATS:
         raise MatrixError([f"--repeats {repeats}: run.repeats must be >= 1 and <= {MAX_REPEATS}"])
     return dataclasses.replace(matrix, run=dataclasses.replace(matrix.run, repeats=repeats))
+
+
+def judge_from_text(matrix_text: str, source: str) -> JudgeConfig:
+    """The `[judge]` of a matrix as a run recorded it (manifest.json's matrix_text); the default when it has
+    none. ValueError (one line per problem, naming `source`) when it is invalid."""
+    try:
+        raw = tomllib.loads(matrix_text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(f"{source}: its matrix is not TOML ({exc})".splitlines()[0]) from None
+    if "judge" not in raw:
+        return JudgeConfig()
+    problems: list[str] = []
+    axes = _parse_axes(raw.get("axes", {}), "axes", problems)
+    if not (isinstance(raw.get("axes"), dict) and "model" in raw["axes"]):
+        model = (raw.get("benchmark") or {}).get("model", Axes().model[0])
+        axes = dataclasses.replace(axes, model=(model,))
+    judge = parse_judge(raw["judge"], axes, parse_axis_value, problems)
+    if problems:
+        raise ValueError("\n".join(f"{source}: {p}" for p in problems))
+    return judge

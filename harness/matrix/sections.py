@@ -15,6 +15,7 @@ from harness.matrix.executor import ExecutorConfig
 from harness.models.registry import ENTRIES as MODEL_ENTRIES
 from harness.matrix.knobs import FROZEN, knob
 from harness.catalogue import col
+from harness.matrix.judge import JudgeConfig
 
 SCHEMA_VERSION = 1
 """Version of the matrix file format; every file states it as top-level `version`."""
@@ -278,6 +279,8 @@ class Matrix:
     executor: ExecutorConfig
     models: tuple[ModelSettings, ...] = ()
     """One per value of the model axis, in its order."""
+    judge: JudgeConfig = JudgeConfig()
+    """[judge]: the practical floor per cell (harness.matrix.judge)."""
 
 
 SECTIONS: dict[str, type] = {
@@ -285,7 +288,7 @@ SECTIONS: dict[str, type] = {
     "run": RunConfig, "launch": LaunchConfig, "smoke": SmokeConfig,
     "executor": ExecutorConfig,
 }
-TOP_LEVEL = ("version", "axes", "exclude", *SECTIONS)
+TOP_LEVEL = ("version", "axes", "exclude", "judge", *SECTIONS)
 
 
 # ---------------------------------------------------------------- round trip

@@ -281,3 +281,21 @@ def test_the_page_and_changes_md_say_which_change_the_ab_confirmed(tmp_path):
     assert '<td class="confirmation unknown"><b>could not confirm</b>' in page
     rows = {(c.metric, c.confirmation) for c in trend.read_changes(tmp_path / "out" / "changes.parquet")}
     assert {(h.changes[steps[0]].metric, "confirmed"), (h.changes[steps[1]].metric, "could not confirm")} <= rows
+
+
+def test_the_trend_marks_promotions_on_every_cell_and_an_acknowledgement_on_its_own(tmp_path):
+    """The marks sit between the nights they fell between (a promotion after night 2 before night 3), each with
+    its words in the plot's tooltip and in the list under the cell."""
+    nights, skipped = history.load_nights(nightly_series(tmp_path / "h", [100.0] * 4))
+    h = history.analyse(str(tmp_path / "h"), nights, skipped)
+    marks = [{"kind": "promotion", "when": "2026-01-02T12:00:00+00:00", "cell_id": None,
+              "text": "baseline promoted: night02 by me: new normal"},
+             {"kind": "ack", "when": "2026-01-03T12:00:00+00:00", "cell_id": CELL, "text": "acknowledged by me: ok"}]
+    page = trend.render_html(h, marks)
+    figures = {cid: page.split(f'<figure id="cell-{cid}">')[1].split("</figure>")[0] for cid in (CELL, OTHER)}
+    assert figures[OTHER].count('class="mark promotion"') >= 1 and 'class="mark ack"' not in figures[OTHER]
+    assert 'class="mark ack"' in figures[CELL] and "acknowledged by me: ok" in figures[CELL]
+    assert "baseline promoted: night02 by me: new normal" in figures[CELL]
+    sx = [float(x) for x in figures[CELL].split('class="mark promotion"><line x1="')[1:2][0].split('"')[:1]]
+    points = [float(c.split('cx="')[1].split('"')[0]) for c in figures[CELL].split('<circle')[1:5]]
+    assert points[1] < sx[0] < points[2]  # between night 2 and night 3

@@ -50,6 +50,9 @@ VERDICTS_V6_COLUMNS = VERDICTS_V5_COLUMNS + (
 """Version 6: version 5 and the phase attribution (issue 29)."""
 VERDICTS_V7_COLUMNS = ("cell_id", "model") + VERDICTS_V6_COLUMNS[1:]
 """Version 7: version 6 and the model axis after cell_id (issue 41)."""
+_AT = VERDICTS_V7_COLUMNS.index("floor_pct") + 1
+VERDICTS_V8_COLUMNS = VERDICTS_V7_COLUMNS[:_AT] + ("floor_source",) + VERDICTS_V7_COLUMNS[_AT:]
+"""Version 8: version 7 and floor_source after floor_pct (issue 52)."""
 
 
 def _matrix(folder: Path, name: str, axes: str, repeats: int) -> Path:
@@ -222,15 +225,16 @@ def test_report_of_a_run_against_itself(runs, documented_run):
     suite = junit(out / "junit.xml")
     assert [suite.get(k) for k in ("tests", "failures", "errors", "skipped")] == ["2", "0", "0", "2"]
     table = pq.read_table(out / "verdicts.parquet")
-    assert table.schema.metadata[b"nvbench.verdicts_version"] == b"9"
+    assert table.schema.metadata[b"nvbench.verdicts_version"] == b"10"
     assert set(VERDICTS_V7_COLUMNS) <= set(table.column_names)  # a reader of version 7 finds every column
     assert set(table.column_names) - set(VERDICTS_V7_COLUMNS) == {
-        "throughput_verdict", "fast_verdict", "energy_verdict", "energy_effect_pct", "energy_ci_low_pct",
+        "floor_source", "throughput_verdict", "fast_verdict", "energy_verdict", "energy_effect_pct", "energy_ci_low_pct",
         "energy_ci_high_pct", "energy_p_value", "candidate_img_per_joule", "baseline_img_per_joule"}
     # every column says its unit and meaning to a reader of the file alone (DuckDB, pandas, nvbench columns)
     assert [f.name for f in pq.read_schema(out / "verdicts.parquet") if b"unit" not in (f.metadata or {})
             or not f.metadata.get(b"doc")] == []
     assert {(r["compile"], r["model"]) for r in table.to_pylist()} == {("eager", "resnet18")}  # every axis
+    assert {(r["floor_pct"], r["floor_source"]) for r in table.to_pylist()} == {(3.0, "default")}
     thresholds = json.loads(table.schema.metadata[b"nvbench.thresholds"])
     assert thresholds["min_repeats"] == 5 and thresholds["speed_adjust"] is True
     plain = root / "plain"

@@ -88,6 +88,7 @@ def test_nightly_describes_then_fails_on_a_fire_drill(tmp_path, tiny_matrix):
     # screen is asked and the A/B is to judge every cell, but at the default thresholds 1 + 1 repeats can never
     # decide: `nvbench ab --repeats 1` refuses, the baseline verdict stands, and it is `inconclusive`, which
     # the night says last and loud (exit 3). Each checks out the baseline in a worktree of its own.
+    (reports / "alarms.json").unlink()  # night2's drill alarm is open (no quiet night closed it): night4's is new again
     with ThreadPoolExecutor(2) as pool:
         fourth = pool.submit(night, matrix, reports, "night4", NVBENCH_RUN_ARGS="--fire-drill 200",
                              NVBENCH_CONFIRM="interleaved", NVBENCH_CONFIRM_REPEATS="5",

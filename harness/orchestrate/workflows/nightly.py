@@ -8,9 +8,13 @@
     python -m harness.orchestrate.workflows.nightly inconclusive REPORT_DIR  # one line per inconclusive cell, with the
                                                    # repeats it needs (the night's last, loud words)
     python -m harness.orchestrate.workflows.nightly history HISTORY_DIR OUT_DIR --matrix MATRIX [--repo DIR]
-        [--summary FILE]... [--no-ab WHY] [-- AB_FLAGS...]     # the trend, its new steps confirmed by A/B of
-                                                   # their commits (harness.orchestrate.workflows.confirm); exit 1 when
-                                                   # one is a confirmed slowdown
+        [--summary FILE]... [--no-ab WHY] [--reports DIR] [-- AB_FLAGS...]  # the trend, its new steps confirmed
+                                                   # by A/B of their commits (harness.orchestrate.workflows.confirm), the
+                                                   # promotions and acknowledgements marked; exit 1 when one is
+                                                   # a confirmed slowdown
+    python -m harness.orchestrate.workflows.nightly alarms REPORT_DIR --reports DIR --night RUN_ID [--summary FILE]...
+                                                   # a regression alarms once (harness.orchestrate.workflows.alarm_step):
+                                                   # the night's exit status, 1 only for a new or worse one
 
 A confirmation targets the suspects of a history screen (suspects.json) or, in a baseline comparison
 (verdicts.parquet), every regression, every inconclusive cell and every slowdown with p <= SCREEN_P: the A/B decides, so the
@@ -79,7 +83,7 @@ def history_step(argv: list[str]) -> int:
     A/B (or each `could not confirm (WHY)` under --no-ab), the earlier nights' confirmations carried from the
     night before's OUT_DIR (RUN/history, where the nightly writes it). Exit 1 when a new step is a confirmed
     slowdown, 0 otherwise, 2 bad input."""
-    from harness.analysis import history, trend
+    from harness.analysis import baselines, history, trend
     from harness.analysis.runs import RunInputError
     from harness.orchestrate.workflows import ab, confirm
 
@@ -90,6 +94,7 @@ def history_step(argv: list[str]) -> int:
     p.add_argument("--repo", help="the git repository of the nights' commits (default: this harness's checkout)")
     p.add_argument("--summary", action="append", default=[], help="append tonight's new change points here")
     p.add_argument("--no-ab", metavar="WHY", help="run no A/B: every new step could not be confirmed, for WHY")
+    p.add_argument("--reports", help="the reports folder whose promotions and acknowledgements the trends mark")
     cut = argv.index("--") if "--" in argv else len(argv)  # after --: flags for nvbench ab (--repeats ...)
     args, ab_args = p.parse_args(argv[:cut]), argv[cut + 1:]
     out = Path(args.out)
@@ -103,7 +108,8 @@ def history_step(argv: list[str]) -> int:
             repo = Path(args.repo) if args.repo else ab.checkout_root()
             answers |= confirm.Confirmer(repo=repo, matrix=Path(args.matrix), out=out, ab_args=ab_args,
                                          notify=lambda line: print(line, file=sys.stderr)).run(h, wanted)
-        result = trend.write_history(history.with_confirmations(h, answers), out)
+        marks = baselines.event_marks(Path(args.reports)) if args.reports else []
+        result = trend.write_history(history.with_confirmations(h, answers), out, marks)
         for summary in map(Path, args.summary):
             from harness.results import store
 
@@ -143,6 +149,10 @@ def _earlier(h, trend) -> list:
 
 
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["alarms"]:
+        from harness.orchestrate.workflows.alarm_step import alarm_step
+
+        return alarm_step(argv[1:])
     if argv[:1] == ["history"]:  # SIGTERM from ci/nightly.sh stops it as Ctrl-C does: no worktree left behind
         from harness.orchestrate.session import stopping
 

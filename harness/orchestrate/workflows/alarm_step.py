@@ -1,0 +1,56 @@
+"""The nightly's alarm step (`python -m harness.orchestrate.workflows.nightly alarms`): the decisive report's regressions
+judged against the alarms open from earlier nights and the acknowledged changes (harness.analysis.alarms), the
+alarms state written for the next night, junit.xml and summary.md told which regressions are new, worse, open
+or acknowledged, and the night's exit status: 1 for a new or worse regression or a failed cell, 3 when nothing
+failed but a cell stayed inconclusive, 0 otherwise, 2 bad input."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+
+def alarm_step(argv: list[str]) -> int:
+    from harness.analysis import alarm_formats, alarms, baselines, verdicts_file
+    from harness.analysis.runs import RunInputError
+    from harness.analysis.verdict import FAILED, INCONCLUSIVE
+    from harness.results import store
+
+    p = argparse.ArgumentParser(prog="python -m harness.orchestrate.workflows.nightly alarms")
+    p.add_argument("report_dir")
+    p.add_argument("--reports", required=True, help="the reports folder: alarms.json, baselines/acks.json")
+    p.add_argument("--night", required=True, help="tonight's run id")
+    p.add_argument("--summary", action="append", default=[], help="append the regressions section here too")
+    args = p.parse_args(argv)
+    report, reports = Path(args.report_dir), Path(args.reports)
+    try:
+        verdicts = verdicts_file.read_verdicts(report / "verdicts.parquet")
+        found, after, closed = alarms.judge_night(verdicts, baselines.read_open(reports), baselines.read_acks(reports),
+                                                  night=args.night, day=datetime.now(UTC).date().isoformat())
+        section = alarm_formats.summary_section(found, closed, args.night).encode()
+        files = {}
+        if (report / "junit.xml").is_file():
+            files[report / "junit.xml"] = alarm_formats.rewrite_junit((report / "junit.xml").read_bytes(), found)
+        for summary in [report / "summary.md", *map(Path, args.summary)]:
+            files[summary] = (summary.read_bytes() if summary.is_file() else b"") + section
+        store.write_all(files)
+        baselines.write_open(reports, after, closed, args.night)
+    except RunInputError as exc:
+        print(f"nightly alarms: {exc.problems[0]}", file=sys.stderr)
+        return 2
+    except (store.UnreadableFile, ValueError) as exc:
+        print(f"nightly alarms: {exc}".splitlines()[0], file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"nightly alarms: {exc.filename or reports}: cannot write: {exc.strerror}", file=sys.stderr)
+        return 2
+    for a in found:
+        print(f"{a.status.upper()}: {a.text()}", file=sys.stderr)
+    for a in closed:
+        print(f"closed: {a.change.cell_id} {a.change.text()} (open since {a.since}, {a.nights} nights)",
+              file=sys.stderr)
+    if any(a.fails for a in found) or any(v.verdict == FAILED for v in verdicts):
+        return 1
+    return 3 if any(v.verdict == INCONCLUSIVE and alarms.change_of(v) is None for v in verdicts) else 0

@@ -1,0 +1,85 @@
+"""Living with a nightly, end to end (ci/nightly.sh, real cells, one tiny CPU cell of 3 repeats a night): against
+one baseline, a fire drill from night 2 on alarms once (night 2 exits 1 naming it; night 3 exits 0 listing it open
+since night 2), a night with three times the drill is worse and fails again; after `nvbench ack` the drilled
+night's verdicts exit 0 listed as acknowledged; `nvbench baseline promote` refuses the drill unless told it is a
+rehearsal, and a drilled run judged against the promoted one is unchanged or inconclusive; the trend marks both. The drills are +100 % and +300 % (the issue's +25 % and +50 % are in tests/analysis/test_alarms.py): on this
+shared 2-core machine a 3-step window's repeats spread by 25 % and more, and a +25 % drill was inconclusive."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+
+import pytest
+from test_nightly import night
+
+KNOBS = {"NVBENCH_CONFIRM": "sequential", "NVBENCH_SLOTS": "2",  # test_nightly's night: 3 repeats, two at once
+         # 3 + 3 repeats at --fdr 0.1 can decide; others' jobs on this machine moved the speed probe by +96 % in
+         # one night, which a machine-speed adjustment cannot extrapolate over: judged unadjusted
+         "NVBENCH_REPORT_ARGS": "--min-repeats 3 --fdr 0.1 --no-speed-adjust"}
+CELL = "synthetic_nchw_fp32_ws1_ga1"
+
+
+def nvbench(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "harness", *map(str, args)], capture_output=True, text=True,
+                          timeout=120)
+
+
+def drilled(matrix, reports, run_id, pct, **extra):
+    return night(matrix, reports, run_id, NVBENCH_RUN_ARGS=f"--fire-drill {pct}", **KNOBS | extra)
+
+
+def junit_counts(reports, run_id):
+    root = ET.parse(reports / run_id / "report" / "junit.xml").getroot()
+    return root.get("failures"), root.get("skipped"), root
+
+
+@pytest.mark.slow
+def test_a_regression_alarms_once_is_acknowledged_and_a_promoted_baseline_ends_it(tmp_path, tiny_matrix):
+    matrix, reports = tiny_matrix(), tmp_path / "reports"
+    first = night(matrix, reports, "night1", **KNOBS)
+    assert first.returncode == 0, first.stderr
+    (reports / "baselines").mkdir()
+    (reports / "baselines" / "current").write_text("../night1\n")
+
+    second = drilled(matrix, reports, "night2", 100)
+    assert second.returncode == 1, second.stderr
+    assert f"NEW: {CELL}" in second.stderr and "new regression" in second.stderr
+    assert junit_counts(reports, "night2")[:2] == ("1", "0")
+    third = drilled(matrix, reports, "night3", 100, NVBENCH_REPEATS="5")  # 5: a run that may be promoted
+    assert third.returncode == 0, third.stderr
+    assert f"OPEN: {CELL}" in third.stderr and "open since night2, 2 nights" in third.stderr
+    failures, skipped, root = junit_counts(reports, "night3")
+    assert (failures, skipped) == ("0", "1") and "open since night2" in root.find(".//skipped").get("message")
+    summary = (reports / "night3" / "report" / "summary.md").read_text()
+    assert "**Still open (alarmed before; not failing again): 1**" in summary
+    worse = drilled(matrix, reports, "night4", 300)
+    assert worse.returncode == 1 and f"WORSE: {CELL}" in worse.stderr, worse.stderr
+
+    ack = nvbench("ack", "backend=synthetic", "--reason", "rehearsal: accepted", "--reports", reports)
+    assert ack.returncode == 0, ack.stderr
+    for report in ("night3", "night4"):  # the nightly's own alarm step on each drill's verdicts, as night 5
+        step = subprocess.run([sys.executable, "-m", "harness.orchestrate.workflows.nightly", "alarms", reports / report /
+                               "report", "--reports", reports, "--night", "night5"], capture_output=True, text=True)
+        assert step.returncode == 0 and f"ACKNOWLEDGED: {CELL}" in step.stderr, step.stderr
+        assert "rehearsal: accepted" in step.stderr
+        assert "**Acknowledged" in (reports / report / "report" / "summary.md").read_text()
+
+    refused = nvbench("baseline", "promote", reports / "night3", "--reason", "new normal", "--reports", reports)
+    assert refused.returncode == 2 and len(refused.stderr.splitlines()) == 1 and "a fire drill" in refused.stderr
+    promoted = nvbench("baseline", "promote", reports / "night3", "--reason", "new normal", "--reports", reports,
+                       "--allow-fire-drill")
+    assert promoted.returncode == 0, promoted.stderr
+    # a night still drilled, judged against the promoted one as the nightly judges (night2's run: no run more)
+    judged = nvbench("report", reports / "night2", "--baseline", reports / "baselines" / "current", "--out",
+                     tmp_path / "night6", "--min-repeats", "3", "--fdr", "0.1", "--no-speed-adjust", "--no-fast-steps")
+    assert judged.returncode == 0 and "vs run night3" in judged.stdout, judged.stdout + judged.stderr
+    assert any(f"{word}" in judged.stdout for word in ("1 unchanged", "1 inconclusive")), judged.stdout
+
+    page = tmp_path / "trend"
+    step = subprocess.run([sys.executable, "-m", "harness.orchestrate.workflows.nightly", "history", reports / "history", page,
+                           "--matrix", matrix, "--reports", reports, "--no-ab", "test"], capture_output=True, text=True)
+    assert step.returncode == 0, step.stderr
+    html = (page / "history.html").read_text()
+    assert 'class="mark promotion"' in html and 'class="mark ack"' in html and "baseline promoted: night3" in html
