@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 from pathlib import Path
 
@@ -34,37 +33,26 @@ def cmd_ab(args: argparse.Namespace) -> int:
     from datetime import datetime, timezone
 
     from harness.analysis import compare
-    from harness.analysis.decide import reach_problem
     from harness.analysis.report import write_report
     from harness.analysis.runs import load_run
     from harness.analysis.verdict import INCONCLUSIVE, Comparison, with_judge
     from harness.orchestrate.workflows import ab, ab_sides
-    from harness.orchestrate.session import capabilities, runfolder
+    from harness.orchestrate.session import capabilities, opening, runfolder
+    from harness.orchestrate.workflows.looks import plan_looks
     from harness.matrix.cells import expand
 
     if warning := ab_sides.code_warning(Path.cwd(), ab.checkout_root(), {"a": args.a_checkout, "b": args.b_checkout}):
         print(warning, file=sys.stderr)  # before anything runs: the A/B the user meant may not be this one
     try:
         matrix = with_repeats(load_matrix(args.matrix), args.repeats)
-        looks = ab.look_schedule(matrix.run.repeats, args.max_repeats or matrix.run.repeats)
-        thresholds = with_judge(thresholds_from(args), matrix.judge)  # the matrix's floors ([judge])
-        note = None
-        if (decisive := ab.decisive_looks(looks, thresholds.fdr_q)) != looks:
-            note = (f"note: --max-repeats adds pairs at planned looks {looks}, and each look spends a share of "
-                    f"--fdr {thresholds.fdr_q:g}; {looks[0]} pairs a side are too few to show a change with their "
-                    f"share, so the A/B starts at {decisive[0]} pairs a side (looks {decisive})")
-            looks, matrix = decisive, with_repeats(matrix, decisive[0])
-        thresholds = dataclasses.replace(thresholds, looks=len(looks))
-        knob = f"--max-repeats {looks[-1]}" if args.max_repeats else f"--repeats {looks[-1]}" \
-            if args.repeats is not None else f"run.repeats = {looks[-1]}"
-        if problem := reach_problem(looks[-1], thresholds.level, what=knob):
-            problem += f" (the level {thresholds.fdr_q:g} split over {len(looks)} looks)" if len(looks) > 1 else ""
-            if args.repeats is None and args.max_repeats is None:  # the matrix's own repeats: say so, run
-                print(f"warning: {problem}: every cell will be inconclusive", file=sys.stderr)
-            else:  # flags that ask for an A/B that can never decide
-                raise ValueError(problem)
-        if note:  # after the check: an A/B that can never decide says so in one line
-            print(note, file=sys.stderr)
+        last = args.max_repeats or matrix.run.repeats
+        knob = f"--max-repeats {last}" if args.max_repeats else f"--repeats {last}" if args.repeats is not None \
+            else f"run.repeats = {last}"
+        plan = plan_looks(matrix.run.repeats, args.max_repeats, with_judge(thresholds_from(args), matrix.judge),
+                          knob=knob, asked=args.repeats is not None or args.max_repeats is not None)
+        opening.say(plan.warning)
+        opening.say(plan.note)  # after the check: an A/B that can never decide says so in one line
+        looks, thresholds, matrix = plan.looks, plan.thresholds, with_repeats(matrix, plan.looks[0])
         cells = expand(matrix, smoke=args.smoke, only=args.only)
         if problem := fire_drill_problem(args.fire_drill):
             raise ValueError(problem)

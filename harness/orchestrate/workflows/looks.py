@@ -32,8 +32,9 @@ def plan_looks(repeats: int, max_repeats: int | None, thresholds: Thresholds, *,
     looks = look_schedule(repeats, max_repeats or repeats)
     note = None
     if (decisive := decisive_looks(looks, thresholds.fdr_q)) != looks:
-        note = (f"note: {looks[0]} + {looks[0]} pairs cannot decide at the level split over the looks {looks}: "
-                f"the A/B starts at {decisive[0]} pairs (looks {decisive})")
+        note = (f"note: --max-repeats adds pairs at planned looks {looks}, and each look spends a share of "
+                f"--fdr {thresholds.fdr_q:g}; {looks[0]} pairs a side are too few to show a change with their "
+                f"share, so the A/B starts at {decisive[0]} pairs a side (looks {decisive})")
         looks = decisive
     split = dataclasses.replace(thresholds, looks=len(looks))
     warning = None
