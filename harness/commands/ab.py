@@ -30,14 +30,15 @@ too short a warm-up, not bad luck, and re-running it more would only cost time."
 
 
 def cmd_ab(args: argparse.Namespace) -> int:
-    from datetime import datetime, timezone
-
+    # the library, loaded when the command runs: its pyarrow and numpy would add ~1 s to every nvbench start
     from harness.analysis import compare
     from harness.analysis.report import write_report
     from harness.analysis.runs import load_run
     from harness.analysis.verdict import INCONCLUSIVE, Comparison, with_judge
     from harness.orchestrate.workflows import ab, ab_sides
-    from harness.orchestrate.session import capabilities, opening, runfolder
+    from harness.orchestrate.placement.packing import CalibrationError
+    from harness.orchestrate.placement.slots import SlotError
+    from harness.orchestrate.session import opening
     from harness.orchestrate.workflows.looks import plan_looks
     from harness.matrix.cells import expand
 
@@ -62,19 +63,12 @@ def cmd_ab(args: argparse.Namespace) -> int:
         checkouts = {name: ab.resolve_checkout(path) if path else None
                      for name, path in (("a", args.a_checkout), ("b", args.b_checkout))}
         envs = {name: ab.collect_env_under(py, checkout=checkouts[name]) for name, py in pythons.items()}
-    except MatrixError as exc:
-        return bad_input(exc.problems)
-    except ab.AbInputError as exc:
+        out = opening.fresh_out(args.out, reports=args.reports, name=f"{matrix.benchmark.name}-ab")
+    except (MatrixError, ab.AbInputError, opening.OpeningError) as exc:
         return bad_input(exc.problems)
     except ValueError as exc:
         return bad_input([str(exc)])
-    out = Path(args.out) if args.out else Path(args.reports) / runfolder.new_run_id(
-        f"{matrix.benchmark.name}-ab", datetime.now(timezone.utc))
-    if out.exists() and any(out.iterdir()):
-        return bad_input([f"--out {out}: not empty"])
-    caps = capabilities.probe_capabilities(matrix.run.device, {k: v for k, v in envs["a"].items() if k != col.env_key})
-    from harness.orchestrate.placement.packing import CalibrationError
-    from harness.orchestrate.placement.slots import SlotError
+    caps = opening.machine_from_env(matrix.run.device, envs["a"]).caps  # side A's interpreter: the pairs' device
 
     try:  # both sides of a pair run on the same slot; pairs run side by side, one per slot
         packing = slot_packing(args.slots or matrix.run.slots, device=caps.device, env=envs["a"],

@@ -77,7 +77,7 @@ def _estimate_line(matrix_path: str, ab_args: list[str], bisector, roots: list[P
     """The bisect's estimated wall time: the A/Bs it has left (the confirmation, then about one per step of the
     bisection), each estimated as `nvbench ab` estimates itself, from past rows under `roots`."""
     from harness.analysis.verdict import Thresholds
-    from harness.commands.common import env_and_caps
+    from harness.orchestrate.session.opening import this_machine
     from harness.orchestrate.workflows import ab
     from harness.orchestrate.cost import pricing as cost
     from harness.orchestrate.cost.estimate import duration_text
@@ -89,7 +89,8 @@ def _estimate_line(matrix_path: str, ab_args: list[str], bisector, roots: list[P
     looks = ab.decisive_looks(ab.look_schedule(value["--repeats"], value["--max-repeats"]), Thresholds().fdr_q)
     matrix = load_matrix(matrix_path)
     cells = expand(with_repeats(matrix, looks[0]), only=only)
-    _, key, caps = env_and_caps(matrix.run.device)
+    here = this_machine(matrix.run.device)
+    key, caps = here.key, here.caps
     first, last = (cost.ab_estimate(cells, n, caps, roots=roots, keys=[key, key]) for n in (looks[0], looks[-1]))
     left = (0 if bisector.comparisons else 1) + bisector.search.steps_left()
     return (f"estimated {duration_text(left * first.wall_s)} for ~{left} A/B(s) left at {looks[0]} pairs a side "

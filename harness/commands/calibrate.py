@@ -17,6 +17,7 @@ from harness.commands.common import (
     knob_default,
     own_default,
     print_report,
+    reach_warning,
     threshold_default,
     thresholds_from,
 )
@@ -53,7 +54,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         packing = Packing(slots=plan_slots(machine, count), machine_cpus=machine.cpus)
     except SlotError as exc:
         return bad_input([str(exc)])
-    opening.say(opening.reach_warning(matrix.run.repeats, smoke=args.smoke, what=f"--repeats {matrix.run.repeats}"))
+    reach_warning(matrix.run.repeats, smoke=args.smoke, what=f"--repeats {matrix.run.repeats}")
     calibrate.create_calibration(matrix, cells, out_dir=out, env=env, smoke=args.smoke, only=args.only, slots=count)
     print(f"calibration folder: {out}  ({len(cells)} cells x {matrix.run.repeats} pairs on {count} slots; "
           f"machine load {_load()})", file=sys.stderr)

@@ -40,14 +40,6 @@ def bad_input(problems: list[str]) -> int:
     return EXIT_BAD_INPUT
 
 
-def env_and_caps(device: str):
-    from harness.orchestrate.session.capabilities import probe_capabilities
-    from harness.results.env import collect_env, env_key
-
-    env = collect_env()
-    return env, env_key(env), probe_capabilities(device, env)
-
-
 def fire_drill_problem(pct: float | None) -> str | None:
     if pct is not None and not 0 < pct <= 1000:
         return f"--fire-drill {pct:g}: must be a percentage in (0, 1000]"

@@ -14,6 +14,7 @@ from harness.commands.common import (
     fire_drill_problem,
     knob_default,
     own_default,
+    reach_warning,
     slot_packing,
 )
 from harness.matrix.executor import ExecutorConfig
@@ -65,7 +66,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         device = matrix.run.device
         slots = matrix.run.slots
         knob = f"--repeats {args.repeats}" if args.repeats is not None else f"run.repeats = {matrix.run.repeats}"
-        opening.say(opening.reach_warning(matrix.run.repeats, smoke=args.smoke, what=knob))
+        reach_warning(matrix.run.repeats, smoke=args.smoke, what=knob)
         executor = _executor_config(matrix, args.executor)
     here = opening.this_machine(device)
     env, key, caps = here.env, here.key, here.caps

@@ -1,6 +1,7 @@
 """The opening every run-like command shares (run, ab, calibrate-slots, profile, bisect): the matrix file loaded
-and expanded, an output folder that holds nothing yet, the machine's environment, and the warning when the
-repeats asked for can never decide. Bad input is an OpeningError with every problem, before anything is written."""
+and expanded, an output folder that holds nothing yet, the machine's environment. Bad input is an OpeningError with
+every problem, before anything is written (the warning when the repeats can never decide is the commands'
+common.reach_warning: validate says it too, without loading any of this)."""
 
 from __future__ import annotations
 
@@ -75,17 +76,6 @@ def machine_from_env(device: str, env: dict[str, Any]) -> Machine:
     """As this_machine, for an environment collected elsewhere (an A/B side's interpreter)."""
     return Machine(env=env, key=env[col.env_key], caps=probe_capabilities(
         device, {k: v for k, v in env.items() if k != col.env_key}))
-
-
-def reach_warning(repeats: int, *, smoke: bool, what: str) -> str | None:
-    """The line to print up front when runs of `repeats` repeats could never be told apart at the report's default
-    level (None when they can; a description needs no verdict: 1 repeat and --smoke runs say nothing)."""
-    from harness.analysis.decide import reach_problem  # scipy.special: only when a command asks
-    from harness.analysis.verdict import Thresholds
-
-    if repeats >= 2 and not smoke and (problem := reach_problem(repeats, Thresholds().level, what=what)):
-        return f"warning: {problem}: two such runs can only be inconclusive"
-    return None
 
 
 def say(line: str | None) -> None:
