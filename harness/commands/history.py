@@ -21,7 +21,8 @@ def cmd_history(args: argparse.Namespace) -> int:
     given = {name: getattr(args, name) for name in ("floor_pct", "min_segment", "alpha", "drift_nights")
              if getattr(args, name) is not None}
     try:
-        result = trend.write_history(history.load_history(folder, history.HistorySettings(**given)), out)
+        loaded = history.load_history(folder, history.HistorySettings(**given), use_cache=not args.no_cache)
+        result = trend.write_history(loaded, out)
         for summary in map(Path, args.summary):
             from harness.results import store
 
@@ -90,6 +91,9 @@ def add_parser(subparsers) -> None:
         own_default(action, _setting_default(action.dest))
     h.add_argument("--summary", metavar="FILE", action="append", default=[],
                    help="append tonight's new change points to this Markdown file (repeatable; default: none)")
+    h.add_argument("--no-cache", action="store_true",
+                   help="neither read nor write HISTORY_DIR/.nvbench-cache, the per-night summaries and change "
+                        "detections earlier runs kept (default: off: they are reused, the answer is the same)")
     h.set_defaults(func=cmd_history)
     x = subparsers.add_parser("export", help="a run's cells in another tool's format (pytest-benchmark JSON)")
     x.add_argument("run_dir", metavar="RUN")

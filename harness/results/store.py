@@ -130,9 +130,9 @@ def migrate(table: pa.Table, target: pa.Schema) -> pa.Table:
         table = _from_version_1(table)
     if version < 3 and "hostname" in table.column_names and "nodes" not in table.column_names:
         table = table.append_column("nodes", table.column("hostname"))  # every job ran on the runner's machine
-    # Columns added in later versions arrive as nulls.
-    arrays = [table.column(f.name) if f.name in table.column_names else pa.nulls(len(table), f.type)
-              for f in target]
+    # Columns added in later versions arrive as nulls (names looked up in a set: a row's file has 109 columns).
+    present = set(table.column_names)
+    arrays = [table.column(f.name) if f.name in present else pa.nulls(len(table), f.type) for f in target]
     return pa.Table.from_arrays(arrays, schema=target)
 
 
@@ -165,8 +165,16 @@ def _read_dir(folder: Path, target: pa.Schema) -> pa.Table:
     return pa.concat_tables(tables) if tables else target.empty_table()
 
 
-def read_cells(run_dir: Path) -> pa.Table:
-    return _read_dir(Path(run_dir) / "cells", CELL_SCHEMA)
+def read_cells(run_dir: Path, columns: list[str] | None = None) -> pa.Table:
+    """The run's cell rows: its sealed table (harness.results.sealed) while it still covers cells/, else every
+    cells/*.parquet; `columns`: only those (the reader of many runs needs a few)."""
+    from harness.results import sealed
+
+    table = sealed.read_sealed(Path(run_dir), columns)
+    if table is None:
+        table = _read_dir(Path(run_dir) / "cells", CELL_SCHEMA)
+        table = table.select(columns) if columns else table
+    return table
 
 
 def read_steps(run_dir: Path) -> pa.Table:
