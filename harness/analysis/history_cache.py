@@ -143,7 +143,10 @@ class Cache:
         from harness.results import store
 
         try:
-            for name, entries in ((NIGHTS_FILE, self.used_nights), (DETECT_FILE, self.used_detections)):
+            for name, entries, loaded in ((NIGHTS_FILE, self.used_nights, self.nights),
+                                          (DETECT_FILE, self.used_detections, self.detections)):
+                if entries.keys() == loaded.keys():
+                    continue  # nothing added or dropped: the file on disk already says it
                 store.write_bytes(self.folder / name, json.dumps({"version": CACHE_VERSION, "entries": entries},
                                                                  sort_keys=True).encode())
         except OSError:
