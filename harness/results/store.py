@@ -165,12 +165,50 @@ def _read_dir(folder: Path, target: pa.Schema) -> pa.Table:
     return pa.concat_tables(tables) if tables else target.empty_table()
 
 
-def read_cells(run_dir: Path, columns: list[str] | None = None) -> pa.Table:
-    """The run's cell rows: its sealed table (harness.results.sealed) while it still covers cells/, else every
-    cells/*.parquet; `columns`: only those (the reader of many runs needs a few)."""
-    from harness.results import sealed
+SEALED = "cells.parquet"
+"""A finished run's rows in one table (harness.results.sealed writes it), in cells/'s file order."""
+SOURCES_KEY = b"nvbench.sealed_from"
+"""Its metadata: {file name: [size, mtime_ns]} of every cells/*.parquet it was made from."""
 
-    table = sealed.read_sealed(Path(run_dir), columns)
+
+def cell_sources(cells: Path) -> dict[str, list[int]]:
+    """{name: [size, mtime_ns]} of every cells/*.parquet (temporary '.' files left out)."""
+    out = {}
+    for entry in os.scandir(cells):
+        if entry.name.endswith(".parquet") and not entry.name.startswith(".") and entry.is_file():
+            st = entry.stat()
+            out[entry.name] = [st.st_size, st.st_mtime_ns]
+    return out
+
+
+def read_sealed(run_dir: Path, columns: list[str] | None = None) -> pa.Table | None:
+    """The sealed table (only `columns`, each migrated to the current schema), or None when there is none or
+    cells/ changed since it was sealed (a file added, removed or rewritten): then cells/ is the truth."""
+    path = Path(run_dir) / SEALED
+    if not path.is_file():
+        return None
+    try:
+        schema = pq.read_schema(path)
+        recorded = json.loads((schema.metadata or {}).get(SOURCES_KEY, b"null"))
+    except (pa.ArrowException, OSError, ValueError):
+        return None  # a half-copied or foreign file: the per-job files still say it all
+    cells = Path(run_dir) / "cells"
+    if not isinstance(recorded, dict) or not cells.is_dir() or cell_sources(cells) != recorded:
+        return None
+    wanted = columns or CELL_SCHEMA.names
+    target = pa.schema([CELL_SCHEMA.field(name) for name in wanted], metadata=CELL_SCHEMA.metadata)
+    present = set(schema.names)
+    try:
+        table = pq.read_table(path, columns=[c for c in wanted if c in present])
+    except (pa.ArrowException, OSError) as exc:
+        raise UnreadableFile(f"{path}: not a readable nvbench result table ({exc})") from None
+    return migrate(table.replace_schema_metadata(schema.metadata), target)
+
+
+def read_cells(run_dir: Path, columns: list[str] | None = None) -> pa.Table:
+    """The run's cell rows: its sealed table while it still covers cells/ (read_sealed), else every
+    cells/*.parquet; `columns`: only those (the reader of many runs needs a few)."""
+    table = read_sealed(Path(run_dir), columns)
     if table is None:
         table = _read_dir(Path(run_dir) / "cells", CELL_SCHEMA)
         table = table.select(columns) if columns else table
