@@ -13,10 +13,12 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any, Mapping
 
+import numpy as np
+from scipy import special as _special
+
 from harness.analysis.runs import RunInputError
 from harness.spec.matrix import AXES
 from harness.stats.core import Interval
-from harness.stats.inference import mean_interval
 
 CACHE_DIR = ".nvbench-cache"
 """Beside the run folders (history skips names starting with '.')."""
@@ -27,6 +29,9 @@ NIGHTS_FILE, DETECT_FILE = "nights.json", "detections.json"
 METRIC_COLUMNS = ("throughput_img_per_s", "fast_step_img_per_s", "top1", "exposed_data_wait_frac")
 """The cell columns a history follows (history.METRICS' columns, read from here to keep the import one way)."""
 RELATIVE = {"throughput_img_per_s", "fast_step_img_per_s"}
+THROUGHPUT = "throughput_img_per_s"
+CONFIDENCE = 0.95
+"""Level of a night's interval (inference.mean_interval's default, as history has always drawn it)."""
 COLUMNS = ["cell_id", "repeat", "status", *AXES, *METRIC_COLUMNS, "throughput_ci_low_img_per_s",
            "throughput_ci_high_img_per_s", "fire_drill_pct"]
 """The only columns history reads of a run."""
@@ -52,20 +57,35 @@ def night_key(run_dir: Path) -> str:
     return digest.hexdigest()
 
 
-def _points(rows: list[Mapping[str, Any]]) -> dict[str, list[Any]]:
-    """column -> [value, low, high, repeats, [values]]: the night's estimate over its ok repeats."""
-    out = {}
+def _points(cells: dict[str, list[Mapping[str, Any]]]) -> dict[str, dict[str, list[Any]]]:
+    """cell -> column -> [value, low, high, repeats, [values]]: each cell's estimate over its ok repeats (the
+    mean with its t interval, as inference.mean_interval gives it), every cell of the night in one pass."""
+    out: dict[str, dict[str, list[Any]]] = {cid: {} for cid in cells}
+    ids = list(cells)
+    q = (1 + CONFIDENCE) / 2
     for column in METRIC_COLUMNS:
-        values = [float(r[column]) for r in rows if r.get(column) is not None and math.isfinite(float(r[column]))
-                  and (float(r[column]) > 0 or column not in RELATIVE)]
+        which, values = [], []
+        for k, cid in enumerate(ids):
+            for r in cells[cid]:
+                v = r.get(column)
+                if v is not None and math.isfinite(v) and (v > 0 or column not in RELATIVE):
+                    which.append(k)
+                    values.append(float(v))
         if not values:
             continue
-        ci = mean_interval(values)
-        low, high = ci.low, ci.high
-        if len(values) == 1 and column == "throughput_img_per_s":  # one repeat: its own window's interval
-            low = rows[0].get("throughput_ci_low_img_per_s") or math.nan
-            high = rows[0].get("throughput_ci_high_img_per_s") or math.nan
-        out[column] = [ci.estimate, float(low), float(high), len(values), values]
+        idx, x = np.array(which), np.array(values)
+        n = np.bincount(idx, minlength=len(ids))
+        mean = np.bincount(idx, x, minlength=len(ids)) / np.maximum(n, 1)
+        ss = np.bincount(idx, (x - mean[idx]) ** 2, minlength=len(ids))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            half = _special.stdtrit(np.maximum(n - 1, 1), q) * np.sqrt(ss / (n - 1) / n)
+        for k in np.flatnonzero(n):
+            cid, lo, hi = ids[k], mean[k] - half[k], mean[k] + half[k]
+            if n[k] == 1:  # one repeat: its own window's interval (throughput), else none
+                first = cells[cid][0]
+                lo = (first.get("throughput_ci_low_img_per_s") or math.nan) if column == THROUGHPUT else math.nan
+                hi = (first.get("throughput_ci_high_img_per_s") or math.nan) if column == THROUGHPUT else math.nan
+            out[cid][column] = [float(mean[k]), float(lo), float(hi), int(n[k]), x[idx == k].tolist()]
     return out
 
 
@@ -75,11 +95,12 @@ def summarise(run_dir: Path, manifest: Mapping[str, Any], rows: list[Mapping[str
     for row in rows:
         if row["status"] == "ok" and (row.get("throughput_img_per_s") or 0) > 0:
             cells.setdefault(row["cell_id"], []).append(row)
+    points = _points(cells)
     return {"path": str(run_dir), "run_id": str(manifest.get("run_id") or run_dir.name),
             "created_at": str(manifest.get("created_at") or ""),
             "environment": manifest.get("environment") or {},
             "fire_drill_pct": max((float(r.get("fire_drill_pct") or 0.0) for r in rows), default=0.0),
-            "cells": {cid: {"axes": {a: rs[0].get(a) for a in AXES}, "points": _points(rs)}
+            "cells": {cid: {"axes": {a: rs[0].get(a) for a in AXES}, "points": points[cid]}
                       for cid, rs in cells.items()}}
 
 
