@@ -3,6 +3,7 @@ screening and comparisons adjusted for the machine-speed probe. What the analysi
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Sequence
@@ -66,14 +67,24 @@ def bootstrap_log_ratio(
         return Interval(
             estimate=estimate, low=math.nan, high=math.nan, confidence=confidence, method=method
         )
-    rng = np.random.default_rng(seed)
-    cand_means = cand[rng.integers(0, cand.size, (num_resamples, cand.size))].mean(axis=1)
-    base_means = base[rng.integers(0, base.size, (num_resamples, base.size))].mean(axis=1)
+    cand_idx, base_idx = _resample_indices(seed, cand.size, base.size, num_resamples)
+    cand_means = cand[cand_idx].mean(axis=1)
+    base_means = base[base_idx].mean(axis=1)
     tails = [(1 - confidence) / 2, (1 + confidence) / 2]
     low, high = np.quantile(np.log(cand_means / base_means), tails)
     return Interval(
         estimate=estimate, low=float(low), high=float(high), confidence=confidence, method=method
     )
+
+
+@functools.lru_cache(maxsize=8)
+def _resample_indices(seed: int, n_cand: int, n_base: int, num_resamples: int) -> tuple[np.ndarray, np.ndarray]:
+    """The bootstrap's draws, the same for every cell of one size and seed: drawn once per report, not per cell."""
+    rng = np.random.default_rng(seed)
+    cand = rng.integers(0, n_cand, (num_resamples, n_cand))
+    base = rng.integers(0, n_base, (num_resamples, n_base))
+    cand.flags.writeable = base.flags.writeable = False
+    return cand, base
 
 
 def benjamini_hochberg(
