@@ -151,18 +151,30 @@ def _from_version_1(table: pa.Table) -> pa.Table:
     return table
 
 
-def read_table(path: Path, target: pa.Schema) -> pa.Table:
-    """One result file migrated to `target`; UnreadableFile naming it when it is not one."""
+def read_table(path: Path, target: pa.Schema, columns: list[str] | None = None) -> pa.Table:
+    """One result file migrated to `target` (only `columns` of it, when given); UnreadableFile naming it when
+    it is not one."""
     try:
-        return migrate(pq.read_table(path), target)
+        with pq.ParquetFile(path) as pf:
+            schema = pf.schema_arrow
+            if columns and int((schema.metadata or {}).get(METADATA_VERSION_KEY, b"0")) == RESULT_SCHEMA_VERSION:
+                # a current file: read the columns asked for alone (an older one is read whole and migrated:
+                # its names may be the old ones)
+                present = set(schema.names)
+                table = pf.read(columns=[c for c in columns if c in present]).replace_schema_metadata(schema.metadata)
+                return migrate(table, pa.schema([target.field(c) for c in columns], metadata=target.metadata))
+            table = migrate(pf.read(), target)
+        return table.select(columns) if columns else table
     except (pa.ArrowException, ValueError, OSError) as exc:
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise UnreadableFile(f"{path}: not a readable nvbench result table ({reason})") from None
 
 
-def _read_dir(folder: Path, target: pa.Schema) -> pa.Table:
-    tables = [read_table(f, target) for f in sorted(Path(folder).glob("*.parquet"))]
-    return pa.concat_tables(tables) if tables else target.empty_table()
+def _read_dir(folder: Path, target: pa.Schema, columns: list[str] | None = None) -> pa.Table:
+    tables = [read_table(f, target, columns) for f in sorted(Path(folder).glob("*.parquet"))]
+    if tables:
+        return pa.concat_tables(tables)
+    return target.empty_table().select(columns) if columns else target.empty_table()
 
 
 SEALED = "cells.parquet"
@@ -209,10 +221,7 @@ def read_cells(run_dir: Path, columns: list[str] | None = None) -> pa.Table:
     """The run's cell rows: its sealed table while it still covers cells/ (read_sealed), else every
     cells/*.parquet; `columns`: only those (the reader of many runs needs a few)."""
     table = read_sealed(Path(run_dir), columns)
-    if table is None:
-        table = _read_dir(Path(run_dir) / "cells", CELL_SCHEMA)
-        table = table.select(columns) if columns else table
-    return table
+    return _read_dir(Path(run_dir) / "cells", CELL_SCHEMA, columns) if table is None else table
 
 
 def read_steps(run_dir: Path) -> pa.Table:
