@@ -40,9 +40,10 @@ def nights_of(nights: Sequence[float | Sequence[float]]) -> Nights:
     if not groups:
         raise ValueError("nights: empty; need at least one night")
     counts = np.array([g.size for g in groups])
-    means = np.array([g.mean() for g in groups])
+    values, starts = np.concatenate(groups), np.concatenate([[0], np.cumsum(counts)[:-1]])
+    means = np.add.reduceat(values, starts) / counts  # every night at once: a year of them is one pass
     df = int(counts.sum() - counts.size)
-    ss = float(sum(((g - g.mean()) ** 2).sum() for g in groups))
+    ss = float((((values - np.repeat(means, counts)) ** 2)).sum())
     return Nights(means=means, counts=counts, within_var=ss / df if df else 0.0, within_df=df)
 
 
@@ -82,21 +83,19 @@ def _layout(counts: np.ndarray, cuts: Sequence[int], m: int) -> _Layout:
     for g, (a, b) in enumerate(bounds):
         segment[g, a:b] = True
 
-    def share(a: int, b: int) -> float:  # (n_g - 1) / n_g * sum 1/r_i: the repeats' part of E[SS_g]
-        return (b - a - 1) / (b - a) * float(inv[a:b].sum())
+    cum = _prefix(inv)
 
-    base = sum(share(a, b) for a, b in bounds)
-    splits, seg_of, expected = [], [], []
-    for g, (a, b) in enumerate(bounds):
-        for t in range(a + m, b - m + 1):
-            splits.append(t)
-            seg_of.append(g)
-            expected.append(base - share(a, b) + share(a, t) + share(t, b))
-    starts = np.array([bounds[g][0] for g in seg_of], dtype=int)
-    ends = np.array([bounds[g][1] for g in seg_of], dtype=int)
-    return _Layout(bounds=bounds, splits=np.array(splits, dtype=int), starts=starts, ends=ends,
-                   seg_of=np.array(seg_of, dtype=int),
-                   segment=segment, expected=np.array(expected), expected_null=base, inv_counts=inv,
+    def share(a, b):  # (n_g - 1) / n_g * sum 1/r_i: the repeats' part of E[SS_g] (arrays of segments too)
+        return (b - a - 1) / (b - a) * (cum[b] - cum[a])
+
+    base = float(sum(share(a, b) for a, b in bounds))
+    seg_of = np.concatenate([np.full(max(0, b - a - 2 * m + 1), g, dtype=int) for g, (a, b) in enumerate(bounds)])
+    splits = np.concatenate([np.arange(a + m, b - m + 1, dtype=int) for a, b in bounds])
+    starts = np.array([a for a, _ in bounds], dtype=int)[seg_of]
+    ends = np.array([b for _, b in bounds], dtype=int)[seg_of]
+    expected = base - share(starts, ends) + share(starts, splits) + share(splits, ends)
+    return _Layout(bounds=bounds, splits=splits, starts=starts, ends=ends, seg_of=seg_of,
+                   segment=segment, expected=np.asarray(expected, dtype=float), expected_null=base, inv_counts=inv,
                    balanced=bool(np.all(counts == counts[0])))
 
 
