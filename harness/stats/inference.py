@@ -3,7 +3,6 @@ screening and comparisons adjusted for the machine-speed probe. What the analysi
 
 from __future__ import annotations
 
-import functools
 import itertools
 import math
 from collections.abc import Sequence
@@ -77,14 +76,22 @@ def bootstrap_log_ratio(
     )
 
 
-@functools.lru_cache(maxsize=8)
+_DRAWS: dict[tuple[int, int, int, int], tuple[np.ndarray, np.ndarray]] = {}
+"""The bootstrap's draws by (seed, sizes, resamples); a few kept (a report has one or two sizes of cell)."""
+
+
 def _resample_indices(seed: int, n_cand: int, n_base: int, num_resamples: int) -> tuple[np.ndarray, np.ndarray]:
     """The bootstrap's draws, the same for every cell of one size and seed: drawn once per report, not per cell."""
-    rng = np.random.default_rng(seed)
-    cand = rng.integers(0, n_cand, (num_resamples, n_cand))
-    base = rng.integers(0, n_base, (num_resamples, n_base))
-    cand.flags.writeable = base.flags.writeable = False
-    return cand, base
+    key = (seed, n_cand, n_base, num_resamples)
+    if key not in _DRAWS:
+        if len(_DRAWS) >= 8:
+            _DRAWS.clear()
+        rng = np.random.default_rng(seed)
+        cand = rng.integers(0, n_cand, (num_resamples, n_cand))
+        base = rng.integers(0, n_base, (num_resamples, n_base))
+        cand.flags.writeable = base.flags.writeable = False
+        _DRAWS[key] = (cand, base)
+    return _DRAWS[key]
 
 
 def benjamini_hochberg(
