@@ -9,7 +9,6 @@ matrix than the newest run is skipped with its reason; a history with no usable 
 from __future__ import annotations
 
 import math
-import tomllib
 import zlib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -17,11 +16,13 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from harness.analysis.runs import RunData, RunInputError, load_run, resolve_pointer
+from harness.analysis import history_cache
+from harness.analysis.history_cache import Cache
+from harness.analysis.runs import RunData, RunInputError, resolve_pointer
 from harness.analysis.verdict import DEFAULT_FLOOR_PCT
 from harness.catalogue.axes import AXES, AxisValues
 from harness.stats import changepoint
-from harness.stats.inference import mean_interval, to_percent
+from harness.stats.inference import to_percent
 from harness.catalogue import col
 
 CHANGES_VERSION = 3
@@ -119,6 +120,9 @@ class Night:
     commit: str
     """The harness's commit the run recorded (short), `+dirty` when it had uncommitted changes; `?` unknown."""
     fire_drill_pct: float = 0.0
+    cells: Mapping[str, Any] = field(default_factory=dict)
+    """cell_id -> {"axes": {axis: value}, "points": {column: [value, low, high, repeats, [values]]}}: the night's
+    ok rows as history_cache.summarise left them (run.rows stays empty: history reads nothing else)."""
 
     @property
     def run_id(self) -> str:
@@ -214,45 +218,40 @@ class HistoryInputError(RunInputError):
 # reading the history
 
 
-def _matrix_name(manifest: Mapping[str, Any]) -> str:
-    text = manifest.get("matrix_text")
-    if isinstance(text, str):
-        try:
-            name = tomllib.loads(text).get("benchmark", {}).get("name")
-            if isinstance(name, str) and name:
-                return name
-        except tomllib.TOMLDecodeError:
-            pass
-    return str(manifest.get("matrix_source") or "?")
-
-
-def _commit(environment: Mapping[str, Any]) -> str:
-    sha = environment.get("nvbench_git_sha")
-    if not sha:
-        return "?"
-    return str(sha)[:12] + ("+dirty" if environment.get("nvbench_git_dirty") else "")
-
-
-def _night(path: Path) -> Night:
+def _night(path: Path, cache: Cache) -> Night:
+    """The night of run folder `path`: its summary from the cache while the files it came from are unchanged,
+    else read (history's columns only) and summarised."""
     from harness.results import store
 
-    run = load_run(path)
+    if not (path / "cells").is_dir():
+        raise RunInputError([f"{path}: not an nvbench run folder (needs manifest.json and cells/)"])
     try:
-        manifest = store.read_json(Path(run.path) / "manifest.json")
+        key = history_cache.night_key(path)
+        manifest = store.read_json(path / "manifest.json")
     except store.UnreadableFile as exc:
         raise RunInputError([str(exc)]) from None
-    drill = max((float(r.get(col.fire_drill_pct) or 0.0) for r in run.rows), default=0.0)
-    return Night(run=run, matrix=_matrix_name(manifest if isinstance(manifest, dict) else {}),
-                 commit=_commit(run.environment), fire_drill_pct=drill)
+    except OSError as exc:
+        raise RunInputError([f"{path}: cannot read the run folder ({exc.strerror})"]) from None
+    if not isinstance(manifest, dict):
+        raise RunInputError([f"{path / 'manifest.json'}: not an nvbench manifest (a JSON object)"])
+    summary = cache.night(key)
+    if summary is None:
+        summary = history_cache.summarise(path, manifest, history_cache.read_rows(path))
+        cache.keep_night(key, summary)
+    run = RunData(path=summary["path"], run_id=summary[col.run_id], created_at=summary["created_at"],
+                  environment=summary["environment"], rows=())
+    return Night(run=run, matrix=history_cache.matrix_name(manifest), commit=history_cache.commit(run.environment),
+                 fire_drill_pct=summary[col.fire_drill_pct], cells=summary["cells"])
 
 
-def load_nights(folder: Path | str) -> tuple[list[Night], list[tuple[str, str]]]:
+def load_nights(folder: Path | str, cache: Cache | None = None) -> tuple[list[Night], list[tuple[str, str]]]:
     """Every run folder directly inside `folder` (or named by a pointer file there), oldest first, and
     (path, reason) for every run skipped: unreadable, or of another matrix than the newest run's.
     HistoryInputError when the folder is missing, holds no run folder, or none is usable."""
     folder = Path(folder)
     if not folder.is_dir():
         raise HistoryInputError([f"{folder}: not a folder (a history is a folder of run folders)"])
+    cache = cache or Cache(None)
     nights, skipped = [], []
     for entry in sorted(folder.iterdir()):
         if entry.name.startswith("."):
@@ -265,7 +264,7 @@ def load_nights(folder: Path | str) -> tuple[list[Night], list[tuple[str, str]]]
         if not (target / "manifest.json").is_file():
             continue  # not a run folder (the history's own trend page, a README): nothing to say
         try:
-            nights.append(_night(target))
+            nights.append(_night(target, cache))
         except RunInputError as exc:
             skipped.append((str(entry), "; ".join(exc.problems)))
     if not nights and not skipped:
@@ -286,33 +285,18 @@ def load_nights(folder: Path | str) -> tuple[list[Night], list[tuple[str, str]]]
 # series
 
 
-def _point(night: int, rows: Sequence[Mapping[str, Any]], metric: Metric) -> Point | None:
-    values = [float(r[metric.column]) for r in rows if r.get(metric.column) is not None
-              and math.isfinite(float(r[metric.column])) and (float(r[metric.column]) > 0 or not metric.relative)]
-    if not values:
-        return None
-    ci = mean_interval(values)
-    low, high = ci.low, ci.high
-    if len(values) == 1 and metric.column == col.throughput_img_per_s:  # one repeat: its own window's interval
-        low = rows[0].get(col.throughput_ci_low_img_per_s) or math.nan
-        high = rows[0].get(col.throughput_ci_high_img_per_s) or math.nan
-    return Point(night=night, value=ci.estimate, low=float(low), high=float(high), num_repeats=len(values),
-                 repeats=tuple(values))
-
-
 def build_series(nights: Sequence[Night]) -> list[Series]:
     """One series per (cell, metric) with at least one point: the mean over the night's ok repeats."""
-    cells: dict[str, dict[int, list[Mapping[str, Any]]]] = {}
-    axes: dict[str, dict[str, Any]] = {}
-    for i, night in enumerate(nights):
-        for row in night.run.rows:
-            if row["status"] == "ok" and (row.get(col.throughput_img_per_s) or 0) > 0:
-                cells.setdefault(row[col.cell_id], {}).setdefault(i, []).append(row)
-                axes.setdefault(row[col.cell_id], {a: row.get(a) for a in AXES})
+    axes: dict[str, Mapping[str, Any]] = {}
+    for night in nights:
+        for cid, cell in night.cells.items():
+            axes.setdefault(cid, cell["axes"])
     out = []
-    for cid in sorted(cells):
+    for cid in sorted(axes):
         for metric in METRICS:
-            points = [p for i, rows in sorted(cells[cid].items()) if (p := _point(i, rows, metric)) is not None]
+            points = [Point(night=i, value=p[0], low=p[1], high=p[2], num_repeats=p[3], repeats=tuple(p[4]))
+                      for i, night in enumerate(nights)
+                      if (p := night.cells.get(cid, {}).get("points", {}).get(metric.column)) is not None]
             if points:
                 out.append(Series(cell_id=cid, axes=axes[cid], metric=metric.name, points=tuple(points)))
     return out
@@ -359,6 +343,21 @@ def _detect(series: Series, settings: HistorySettings) -> tuple[list[changepoint
     return steps, trend
 
 
+def _cached_detect(series: Series, settings: HistorySettings,
+                   cache: Cache) -> tuple[list[changepoint.ChangePoint], changepoint.Trend | None]:
+    """_detect, or what it gave for the very same series before (the nightly's yesterday is tonight's series
+    without its newest night: every series with a change asks for it)."""
+    key = history_cache.series_key([[getattr(settings, f.name) for f in fields(HistorySettings)], series.cell_id,
+                                    series.metric, [[p.value, *p.repeats] for p in series.points]])
+    hit = cache.detection(key)
+    if hit is not None:
+        return [history_cache.from_plain(changepoint.ChangePoint, s) for s in hit[0]], \
+            (history_cache.from_plain(changepoint.Trend, hit[1]) if hit[1] else None)
+    steps, trend = _detect(series, settings)
+    cache.keep_detection(key, [[history_cache.to_plain(s) for s in steps], history_cache.to_plain(trend) if trend else None])
+    return steps, trend
+
+
 def _base(series: Series, night: Night, position: int) -> dict[str, Any]:
     return {col.cell_id: series.cell_id, **{a: series.axes.get(a) for a in AXES}, "metric": series.metric,
             col.run_id: night.run_id, "night": position + 1, "created_at": night.run.created_at,
@@ -395,8 +394,8 @@ def _drift_change(series: Series, trend: changepoint.Trend, nights: Sequence[Nig
                   nights_before=0, nights_after=y.size)
 
 
-def _changes_of(series: Series, nights: Sequence[Night], settings: HistorySettings) -> list[Change]:
-    steps, trend = _detect(series, settings)
+def _changes_of(series: Series, nights: Sequence[Night], settings: HistorySettings, cache: Cache) -> list[Change]:
+    steps, trend = _cached_detect(series, settings, cache)
     out = [_step_change(series, s, nights, settings) for s in steps]
     if trend is not None:
         out.append(_drift_change(series, trend, nights, settings))
@@ -436,18 +435,18 @@ class History:
 
 
 def analyse(folder: str, nights: Sequence[Night], skipped: Sequence[tuple[str, str]],
-            settings: HistorySettings | None = None) -> History:
+            settings: HistorySettings | None = None, cache: Cache | None = None) -> History:
     """Change points and drifts of every series; each marked new when the history without its newest night
-    does not have it."""
-    settings = settings or HistorySettings()
+    does not have it. `cache`: detections made before are reused, the new ones kept."""
+    settings, cache = settings or HistorySettings(), cache or Cache(None)
     series = build_series(nights)
     changes = []
     for s in series:
-        found = _changes_of(s, nights, settings)
+        found = _changes_of(s, nights, settings, cache)
         newest = len(nights) - 1
         if found and s.points[-1].night == newest and len(s.points) > 1:
             cut = Series(cell_id=s.cell_id, axes=s.axes, metric=s.metric, points=s.points[:-1])
-            earlier = _changes_of(cut, nights, settings)
+            earlier = _changes_of(cut, nights, settings, cache)
             found = [c if _is_known(c, earlier) else _replace_new(c) for c in found]
         changes += found
     changes.sort(key=lambda c: (-c.night, -abs(c.change)))
@@ -472,7 +471,11 @@ def with_confirmations(history: History, confirmations: Mapping[int, tuple[str, 
                    changes=changes, settings=history.settings)
 
 
-def load_history(folder: Path | str, settings: HistorySettings | None = None) -> History:
-    """load_nights then analyse."""
-    nights, skipped = load_nights(folder)
-    return analyse(str(folder), nights, skipped, settings)
+def load_history(folder: Path | str, settings: HistorySettings | None = None, *, use_cache: bool = True) -> History:
+    """load_nights then analyse; with `use_cache`, what earlier runs computed is read from, and what this one
+    computed written to, FOLDER/.nvbench-cache (history_cache); the answer is the same either way."""
+    cache = Cache(Path(folder) / history_cache.CACHE_DIR if use_cache and Path(folder).is_dir() else None)
+    nights, skipped = load_nights(folder, cache)
+    result = analyse(str(folder), nights, skipped, settings, cache)
+    cache.save()
+    return result

@@ -67,8 +67,14 @@ def largest_cut(breakdown: Mapping[str, Any] | None) -> tuple[str, float] | None
 # reading runs
 
 
-def load_run(path: Path | str) -> RunData:
-    """A run folder (plan.json, manifest.json, cells/) or a baseline pointer file naming one."""
+SCREEN_COLUMNS = (col.cell_id, "repeat", "status", col.throughput_img_per_s, col.is_steady, col.is_smoke, col.fire_drill_pct,
+                  col.env_key, "backend", "device", col.world_size)
+"""What screening reads of each past run (harness.analysis.screen): a history is read for these alone."""
+
+
+def load_run(path: Path | str, columns: Sequence[str] | None = None) -> RunData:
+    """A run folder (plan.json, manifest.json, cells/) or a baseline pointer file naming one; `columns`: its rows
+    hold only those."""
     from harness.results import store
 
     run_dir = resolve_pointer(Path(path))
@@ -77,7 +83,7 @@ def load_run(path: Path | str) -> RunData:
         raise RunInputError([f"{path}: not an nvbench run folder (needs manifest.json and cells/)"])
     try:
         manifest = store.read_json(manifest_path)
-        rows = tuple(store.read_cells(run_dir).to_pylist())
+        rows = tuple(store.read_cells(run_dir, list(columns) if columns else None).to_pylist())
     except store.UnreadableFile as exc:
         raise RunInputError([str(exc)]) from None
     if not isinstance(manifest, dict):
@@ -111,8 +117,10 @@ def resolve_pointer(path: Path) -> Path:
     raise RunInputError([f"{path}: pointer file names no run folder"])
 
 
-def load_history(folder: Path | str, *, exclude: Path | str | None = None) -> list[RunData]:
-    """Every run folder directly inside `folder` (and pointer files there), oldest first; `exclude` skipped."""
+def load_history(folder: Path | str, *, exclude: Path | str | None = None,
+                 columns: Sequence[str] | None = SCREEN_COLUMNS) -> list[RunData]:
+    """Every run folder directly inside `folder` (and pointer files there), oldest first; `exclude` skipped;
+    each run's rows hold `columns` (default: what screening reads; None: every column)."""
     folder = Path(folder)
     if not folder.is_dir():
         raise RunInputError([f"{folder}: history must be a folder of run folders"])
@@ -124,5 +132,5 @@ def load_history(folder: Path | str, *, exclude: Path | str | None = None) -> li
         target = resolve_pointer(entry) if entry.is_file() else entry
         if not (target / "manifest.json").is_file() or (skip and target.resolve() == skip):
             continue
-        runs.append(load_run(target))
+        runs.append(load_run(target, columns))
     return sorted(runs, key=lambda r: (r.created_at, r.run_id))

@@ -20,13 +20,15 @@ from harness.catalogue import col
 
 
 def _history_values(cid: str, cand_ok: Sequence[Mapping[str, Any]], candidate: RunData,
-                    history: Sequence[RunData], th: Thresholds) -> tuple[list[float], RunData | None, int]:
+                    history: Sequence[tuple[RunData, Mapping[str, list]]],
+                    th: Thresholds) -> tuple[list[float], RunData | None, int]:
     """Mean throughput of the cell in each comparable past run (newest last, at most history_runs),
-    the newest past run holding the cell at all, and how many drill runs were left out."""
+    the newest past run holding the cell at all, and how many drill runs were left out. `history`: each
+    run with its rows by cell."""
     values, newest, drills = [], None, 0
     is_smoke = bool(cand_ok[0].get(col.is_smoke))
-    for run in history:
-        rows = by_cell(run.rows).get(cid)
+    for run, cells in history:
+        rows = cells.get(cid)
         if not rows:
             continue
         newest = run
@@ -47,6 +49,7 @@ def screen_history(candidate: RunData, history: Sequence[RunData], thresholds: T
     are what a confirmation rerun should target, not confirmed regressions."""
     base_th = thresholds or Thresholds()
     verdicts, suspects = [], []
+    grouped = [(run, by_cell(run.rows)) for run in history]  # once per run, not once per cell and run
     for cid, rows in sorted(by_cell(candidate.rows).items()):
         th = base_th.for_cell(axes_of(rows))  # the cell's own floor ([judge] overrides)
         common = {col.cell_id: cid, **axes_of(rows), col.floor_pct: th.floor_pct, col.floor_source: th.floor_origin,
@@ -60,7 +63,7 @@ def screen_history(candidate: RunData, history: Sequence[RunData], thresholds: T
             verdicts.append(CellVerdict(**common, verdict=verdict, reason=reason))
             continue
         x = float(throughputs(ok).mean()) if ok else float(throughputs(ok_rows(rows)).mean())
-        values, newest, drills = _history_values(cid, ok_rows(rows), candidate, history, th)
+        values, newest, drills = _history_values(cid, ok_rows(rows), candidate, grouped, th)
         common |= {col.num_candidate: len(ok), col.num_history_runs: len(values),
                    "throughput": {"candidate_value": x, col.candidate_cv: cv_of(throughputs(ok)) if ok else None}}
         verdicts.append(build_verdict(merge_fields(common, _screen(x, values, newest, drills, rows, candidate, th))))

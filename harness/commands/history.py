@@ -25,7 +25,8 @@ def cmd_history(args: argparse.Namespace) -> int:
         from harness.analysis.baselines import event_marks
 
         marks = event_marks(Path(args.reports)) if args.reports else []
-        result = trend.write_history(history.load_history(folder, history.HistorySettings(**given)), out, marks)
+        loaded = history.load_history(folder, history.HistorySettings(**given), use_cache=not args.no_cache)
+        result = trend.write_history(loaded, out, marks)
         for summary in map(Path, args.summary):
             from harness.results import store
 
@@ -96,6 +97,9 @@ def add_parser(subparsers) -> None:
                    help="append tonight's new change points to this Markdown file (repeatable; default: none)")
     h.add_argument("--reports", metavar="DIR", help="mark on each trend the baseline promotions and acknowledged "
                    "changes recorded in DIR/baselines (default: none marked)")
+    h.add_argument("--no-cache", action="store_true",
+                   help="neither read nor write HISTORY_DIR/.nvbench-cache, the per-night summaries and change "
+                        "detections earlier runs kept (default: off: they are reused, the answer is the same)")
     h.set_defaults(func=cmd_history)
     x = subparsers.add_parser("export", help="a run's cells in another tool's format (pytest-benchmark JSON)")
     x.add_argument("run_dir", metavar="RUN", help="the run folder to export")

@@ -131,9 +131,9 @@ def migrate(table: pa.Table, target: pa.Schema) -> pa.Table:
         table = _from_version_1(table)
     if version < 3 and "hostname" in table.column_names and "nodes" not in table.column_names:
         table = table.append_column("nodes", table.column("hostname"))  # every job ran on the runner's machine
-    # Columns added in later versions arrive as nulls.
-    arrays = [table.column(f.name) if f.name in table.column_names else pa.nulls(len(table), f.type)
-              for f in target]
+    # Columns added in later versions arrive as nulls (names looked up in a set: a row's file has 109 columns).
+    present = set(table.column_names)
+    arrays = [table.column(f.name) if f.name in present else pa.nulls(len(table), f.type) for f in target]
     return pa.Table.from_arrays(arrays, schema=target)
 
 
@@ -152,22 +152,79 @@ def _from_version_1(table: pa.Table) -> pa.Table:
     return table
 
 
-def read_table(path: Path, target: pa.Schema) -> pa.Table:
-    """One result file migrated to `target`; UnreadableFile naming it when it is not one."""
+def read_table(path: Path, target: pa.Schema, columns: list[str] | None = None) -> pa.Table:
+    """One result file migrated to `target` (only `columns` of it, when given); UnreadableFile naming it when
+    it is not one."""
     try:
-        return migrate(pq.read_table(path), target)
+        with pq.ParquetFile(path) as pf:
+            schema = pf.schema_arrow
+            if columns and int((schema.metadata or {}).get(METADATA_VERSION_KEY, b"0")) == RESULT_SCHEMA_VERSION:
+                # a current file: read the columns asked for alone (an older one is read whole and migrated:
+                # its names may be the old ones)
+                present = set(schema.names)
+                table = pf.read(columns=[c for c in columns if c in present]).replace_schema_metadata(schema.metadata)
+                return migrate(table, pa.schema([target.field(c) for c in columns], metadata=target.metadata))
+            table = migrate(pf.read(), target)
+        return table.select(columns) if columns else table
     except (pa.ArrowException, ValueError, OSError) as exc:
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise UnreadableFile(f"{path}: not a readable nvbench result table ({reason})") from None
 
 
-def _read_dir(folder: Path, target: pa.Schema, *, skip: str | None = None) -> pa.Table:
-    tables = [read_table(f, target) for f in sorted(Path(folder).glob("*.parquet")) if not (skip and skip in f.stem)]
-    return pa.concat_tables(tables) if tables else target.empty_table()
+def _read_dir(folder: Path, target: pa.Schema, columns: list[str] | None = None, *,
+              skip: str | None = None) -> pa.Table:
+    tables = [read_table(f, target, columns) for f in sorted(Path(folder).glob("*.parquet"))
+              if not (skip and skip in f.stem)]
+    if tables:
+        return pa.concat_tables(tables)
+    return target.empty_table().select(columns) if columns else target.empty_table()
 
 
-def read_cells(run_dir: Path) -> pa.Table:
-    return _read_dir(Path(run_dir) / "cells", CELL_SCHEMA)
+SEALED = "cells.parquet"
+"""A finished run's rows in one table (harness.results.sealed writes it), in cells/'s file order."""
+SOURCES_KEY = b"nvbench.sealed_from"
+"""Its metadata: {file name: [size, mtime_ns]} of every cells/*.parquet it was made from."""
+
+
+def cell_sources(cells: Path) -> dict[str, list[int]]:
+    """{name: [size, mtime_ns]} of every cells/*.parquet (temporary '.' files left out)."""
+    out = {}
+    for entry in os.scandir(cells):
+        if entry.name.endswith(".parquet") and not entry.name.startswith(".") and entry.is_file():
+            st = entry.stat()
+            out[entry.name] = [st.st_size, st.st_mtime_ns]
+    return out
+
+
+def read_sealed(run_dir: Path, columns: list[str] | None = None) -> pa.Table | None:
+    """The sealed table (only `columns`, each migrated to the current schema), or None when there is none or
+    cells/ changed since it was sealed (a file added, removed or rewritten): then cells/ is the truth."""
+    path = Path(run_dir) / SEALED
+    if not path.is_file():
+        return None
+    try:
+        schema = pq.read_schema(path)
+        recorded = json.loads((schema.metadata or {}).get(SOURCES_KEY, b"null"))
+    except (pa.ArrowException, OSError, ValueError):
+        return None  # a half-copied or foreign file: the per-job files still say it all
+    cells = Path(run_dir) / "cells"
+    if not isinstance(recorded, dict) or not cells.is_dir() or cell_sources(cells) != recorded:
+        return None
+    wanted = columns or CELL_SCHEMA.names
+    target = pa.schema([CELL_SCHEMA.field(name) for name in wanted], metadata=CELL_SCHEMA.metadata)
+    present = set(schema.names)
+    try:
+        table = pq.read_table(path, columns=[c for c in wanted if c in present])
+    except (pa.ArrowException, OSError) as exc:
+        raise UnreadableFile(f"{path}: not a readable nvbench result table ({exc})") from None
+    return migrate(table.replace_schema_metadata(schema.metadata), target)
+
+
+def read_cells(run_dir: Path, columns: list[str] | None = None) -> pa.Table:
+    """The run's cell rows: its sealed table while it still covers cells/ (read_sealed), else every
+    cells/*.parquet; `columns`: only those (the reader of many runs needs a few)."""
+    table = read_sealed(Path(run_dir), columns)
+    return _read_dir(Path(run_dir) / "cells", CELL_SCHEMA, columns) if table is None else table
 
 
 def read_steps(run_dir: Path) -> pa.Table:

@@ -66,14 +66,32 @@ def bootstrap_log_ratio(
         return Interval(
             estimate=estimate, low=math.nan, high=math.nan, confidence=confidence, method=method
         )
-    rng = np.random.default_rng(seed)
-    cand_means = cand[rng.integers(0, cand.size, (num_resamples, cand.size))].mean(axis=1)
-    base_means = base[rng.integers(0, base.size, (num_resamples, base.size))].mean(axis=1)
+    cand_idx, base_idx = _resample_indices(seed, cand.size, base.size, num_resamples)
+    cand_means = cand[cand_idx].mean(axis=1)
+    base_means = base[base_idx].mean(axis=1)
     tails = [(1 - confidence) / 2, (1 + confidence) / 2]
     low, high = np.quantile(np.log(cand_means / base_means), tails)
     return Interval(
         estimate=estimate, low=float(low), high=float(high), confidence=confidence, method=method
     )
+
+
+_DRAWS: dict[tuple[int, int, int, int], tuple[np.ndarray, np.ndarray]] = {}
+"""The bootstrap's draws by (seed, sizes, resamples); a few kept (a report has one or two sizes of cell)."""
+
+
+def _resample_indices(seed: int, n_cand: int, n_base: int, num_resamples: int) -> tuple[np.ndarray, np.ndarray]:
+    """The bootstrap's draws, the same for every cell of one size and seed: drawn once per report, not per cell."""
+    key = (seed, n_cand, n_base, num_resamples)
+    if key not in _DRAWS:
+        if len(_DRAWS) >= 8:
+            _DRAWS.clear()
+        rng = np.random.default_rng(seed)
+        cand = rng.integers(0, n_cand, (num_resamples, n_cand))
+        base = rng.integers(0, n_base, (num_resamples, n_base))
+        cand.flags.writeable = base.flags.writeable = False
+        _DRAWS[key] = (cand, base)
+    return _DRAWS[key]
 
 
 def benjamini_hochberg(
@@ -201,11 +219,13 @@ def permutation_p_value(
     candidate: Sequence[float],
     baseline: Sequence[float],
     *,
-    max_exact: int = 20_000,
+    max_exact: int | None = None,
     num_permutations: int = 10_000,
     seed: int = 0,
 ) -> float:
     """Two-sided permutation test of "no change" for T = log(mean(candidate) / mean(baseline)).
+    ``max_exact`` None: every split is counted wherever that is cheap (_countable); a number: only up to
+    that many splits.
 
     Method: under H0 (both samples from one distribution) every split of the pooled values into groups
     of the original sizes is equally likely; p = #{splits with |T*| >= |T|} / #splits. All C(n, k)
@@ -225,7 +245,11 @@ def permutation_p_value(
     pooled = np.concatenate([cand, base])
     n, k = pooled.size, cand.size
     observed = abs(math.log(cand.mean() / base.mean()))
-    if math.comb(n, k) <= max_exact:
+    if _countable(n, k) and (max_exact is None or math.comb(n, k) <= max_exact):
+        if n > 2 * _HALF_MAX or math.comb(n, k) <= _ENUMERATE:
+            pass  # a few splits: enumerate them as they are
+        else:
+            return float(_count_by_halves(pooled, k, observed) / math.comb(n, k))
         idx = np.array(list(itertools.combinations(range(n), k)), dtype=np.intp)
         in_cand = np.zeros((idx.shape[0], n), dtype=bool)
         np.put_along_axis(in_cand, idx, True, axis=1)
@@ -239,6 +263,44 @@ def permutation_p_value(
         np.put_along_axis(in_cand, order[:, :k], True, axis=1)
         extreme += _count_extreme(pooled, in_cand, observed)
     return float((1 + extreme) / (num_permutations + 1))
+
+
+_ENUMERATE = 20_000
+"""Splits enumerated one by one at most (the exact test as first written)."""
+_HALF_MAX = 20
+"""Values in each half when splits are counted by halves (2^20 subset sums a half)."""
+
+
+def _countable(n: int, k: int) -> bool:
+    return math.comb(n, k) <= _ENUMERATE or n <= 2 * _HALF_MAX
+
+
+def _subset_sums(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The sum and the size of every subset of x (2^len(x) of them)."""
+    bits = (np.arange(2 ** x.size)[:, None] >> np.arange(x.size)) & 1
+    return bits @ x, bits.sum(axis=1)
+
+
+def _count_by_halves(pooled: np.ndarray, k: int, observed: float) -> int:
+    """#{k-subsets of pooled whose |T*| >= observed}, without listing them: T* grows with the subset's sum S
+    (T* = log((S / k) / ((total - S) / (n - k)))), so |T*| >= t is S >= hi or S <= lo; every k-subset is a
+    j-subset of the first half plus a (k - j)-subset of the second, and each half's sums are sorted and
+    searched (meet in the middle). The same 1e-12 tolerance on T as the enumeration."""
+    n, total = pooled.size, float(pooled.sum())
+    t = observed * (1 - 1e-12)
+    if t <= 0:
+        return math.comb(n, k)
+    hi = k * math.exp(t) * total / (n - k + k * math.exp(t))
+    lo = k * math.exp(-t) * total / (n - k + k * math.exp(-t))
+    half = n // 2
+    sums_a, size_a = _subset_sums(pooled[:half])
+    sums_b, size_b = _subset_sums(pooled[half:])
+    count = 0
+    for j in range(max(0, k - (n - half)), min(k, half) + 1):
+        sa, sb = sums_a[size_a == j], np.sort(sums_b[size_b == k - j])
+        count += int(np.sum(sb.size - np.searchsorted(sb, hi - sa, side="left")))
+        count += int(np.sum(np.searchsorted(sb, lo - sa, side="right")))
+    return count
 
 
 PERMUTATION_CHUNK = 50_000

@@ -40,9 +40,10 @@ def nights_of(nights: Sequence[float | Sequence[float]]) -> Nights:
     if not groups:
         raise ValueError("nights: empty; need at least one night")
     counts = np.array([g.size for g in groups])
-    means = np.array([g.mean() for g in groups])
+    values, starts = np.concatenate(groups), np.concatenate([[0], np.cumsum(counts)[:-1]])
+    means = np.add.reduceat(values, starts) / counts  # every night at once: a year of them is one pass
     df = int(counts.sum() - counts.size)
-    ss = float(sum(((g - g.mean()) ** 2).sum() for g in groups))
+    ss = float((((values - np.repeat(means, counts)) ** 2)).sum())
     return Nights(means=means, counts=counts, within_var=ss / df if df else 0.0, within_df=df)
 
 
@@ -58,9 +59,10 @@ class _Layout:
     bounds: tuple[tuple[int, int], ...]
     splits: np.ndarray
     """(K,) index of each candidate split's first night after it."""
-    left: np.ndarray
-    """(K, n) nights on the split's left, within its segment."""
-    right: np.ndarray
+    starts: np.ndarray
+    """(K,) first night of the segment the split cuts: its left side is nights [starts, splits)."""
+    ends: np.ndarray
+    """(K,) end (exclusive) of that segment: its right side is nights [splits, ends)."""
     seg_of: np.ndarray
     """(K,) the segment each split cuts."""
     segment: np.ndarray
@@ -81,34 +83,38 @@ def _layout(counts: np.ndarray, cuts: Sequence[int], m: int) -> _Layout:
     for g, (a, b) in enumerate(bounds):
         segment[g, a:b] = True
 
-    def share(a: int, b: int) -> float:  # (n_g - 1) / n_g * sum 1/r_i: the repeats' part of E[SS_g]
-        return (b - a - 1) / (b - a) * float(inv[a:b].sum())
+    cum = _prefix(inv)
 
-    base = sum(share(a, b) for a, b in bounds)
-    splits, seg_of, expected = [], [], []
-    for g, (a, b) in enumerate(bounds):
-        for t in range(a + m, b - m + 1):
-            splits.append(t)
-            seg_of.append(g)
-            expected.append(base - share(a, b) + share(a, t) + share(t, b))
-    idx = np.arange(n)
-    splits_a = np.array(splits, dtype=int)
-    starts = np.array([bounds[g][0] for g in seg_of], dtype=int)
-    ends = np.array([bounds[g][1] for g in seg_of], dtype=int)
-    left = (idx[None, :] >= starts[:, None]) & (idx[None, :] < splits_a[:, None])
-    right = (idx[None, :] >= splits_a[:, None]) & (idx[None, :] < ends[:, None])
-    return _Layout(bounds=bounds, splits=splits_a, left=left, right=right, seg_of=np.array(seg_of, dtype=int),
-                   segment=segment, expected=np.array(expected), expected_null=base, inv_counts=inv,
+    def share(a, b):  # (n_g - 1) / n_g * sum 1/r_i: the repeats' part of E[SS_g] (arrays of segments too)
+        return (b - a - 1) / (b - a) * (cum[b] - cum[a])
+
+    base = float(sum(share(a, b) for a, b in bounds))
+    seg_of = np.concatenate([np.full(max(0, b - a - 2 * m + 1), g, dtype=int) for g, (a, b) in enumerate(bounds)])
+    splits = np.concatenate([np.arange(a + m, b - m + 1, dtype=int) for a, b in bounds])
+    starts = np.array([a for a, _ in bounds], dtype=int)[seg_of]
+    ends = np.array([b for _, b in bounds], dtype=int)[seg_of]
+    expected = base - share(starts, ends) + share(starts, splits) + share(splits, ends)
+    return _Layout(bounds=bounds, splits=splits, starts=starts, ends=ends, seg_of=seg_of,
+                   segment=segment, expected=np.asarray(expected, dtype=float), expected_null=base, inv_counts=inv,
                    balanced=bool(np.all(counts == counts[0])))
 
 
-def _residual_ss(means: np.ndarray, masks: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
-    """Weighted sum of squares of each row of means around its weighted mean within each mask:
-    (B, n) x (M, n) -> (B, M) (weights: one per night, default 1)."""
-    w = masks.astype(float) if weights is None else masks * weights[None, :]
+def _prefix(values: np.ndarray) -> np.ndarray:
+    """Cumulative sums along the last axis with a leading 0: the sum over [a, b) is out[..., b] - out[..., a]."""
+    out = np.zeros((*values.shape[:-1], values.shape[-1] + 1))
+    np.cumsum(values, axis=-1, out=out[..., 1:])
+    return out
+
+
+def _residual_ss(means: np.ndarray, lo: np.ndarray, hi: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
+    """Weighted sum of squares of each row of means around its weighted mean within each run of nights
+    [lo, hi): (B, n) x (M,) -> (B, M) (weights: one per night, default 1). Prefix sums, so every split of
+    a year of nights costs what one pass over it does."""
+    w = np.ones(means.shape[1]) if weights is None else weights
     centred = means - means.mean(axis=1, keepdims=True)  # log throughput sits near 7: spare the subtraction
-    total = centred @ w.T
-    return np.maximum((centred ** 2) @ w.T - total ** 2 / w.sum(axis=1), 0.0)
+    s1, s2, cw = _prefix(centred * w), _prefix(centred ** 2 * w), _prefix(w)
+    total = s1[:, hi] - s1[:, lo]
+    return np.maximum(s2[:, hi] - s2[:, lo] - total ** 2 / (cw[hi] - cw[lo]), 0.0)
 
 
 def _components(q: np.ndarray, q_repeats: np.ndarray, s2: np.ndarray, expected: np.ndarray | float, df: int,
@@ -129,35 +135,43 @@ def _z(lay: _Layout, means: np.ndarray, s2: np.ndarray, within_df: int, eps: flo
     """The standardized step of every candidate split (B, K): the difference of the two sides' weighted
     means over its standard error, each night weighted by 1 / (tau^2 + sigma^2 / r), the variance components
     those left once the split is made (_components)."""
-    n, num_segments = means.shape[1], lay.segment.shape[0]
+    n, num_segments = means.shape[1], len(lay.bounds)
     counts = 1.0 / lay.inv_counts
+    seg_lo, seg_hi = np.array([a for a, _ in lay.bounds]), np.array([b for _, b in lay.bounds])
 
     def residual(weights: np.ndarray | None) -> np.ndarray:  # (B, K): every segment, the split one cut in two
-        q_seg = _residual_ss(means, lay.segment, weights)
+        q_seg = _residual_ss(means, seg_lo, seg_hi, weights)
         return q_seg.sum(axis=1, keepdims=True) - q_seg[:, lay.seg_of] \
-            + _residual_ss(means, lay.left, weights) + _residual_ss(means, lay.right, weights)
+            + _residual_ss(means, lay.starts, lay.splits, weights) + _residual_ss(means, lay.splits, lay.ends, weights)
 
     q = residual(None)
     q_repeats = q * counts[0] if lay.balanced else residual(counts)
     tau2, sigma2 = _components(q, q_repeats, s2[:, None], lay.expected[None, :], n - num_segments - 1, within_df)
     if lay.balanced:  # every night weighs the same: plain means, one variance
         var = tau2 + sigma2 * lay.inv_counts[0] + eps
-        nl, nr = lay.left.sum(axis=1), lay.right.sum(axis=1)
-        diff = (means @ lay.right.T) / nr - (means @ lay.left.T) / nl
+        nl, nr = lay.splits - lay.starts, lay.ends - lay.splits
+        sums = _prefix(means)
+        diff = (sums[:, lay.ends] - sums[:, lay.splits]) / nr - (sums[:, lay.splits] - sums[:, lay.starts]) / nl
         return diff / np.sqrt(var * (1.0 / nl + 1.0 / nr))
-    var = tau2[:, :, None] + sigma2[:, :, None] * lay.inv_counts[None, None, :] + eps  # (B, K, n)
-    w = 1.0 / var
-    wl, wr = (w * lay.left).sum(-1), (w * lay.right).sum(-1)
-    ml = (w * lay.left * means[:, None, :]).sum(-1) / wl
-    mr = (w * lay.right * means[:, None, :]).sum(-1) / wr
-    return (mr - ml) / np.sqrt(1.0 / wl + 1.0 / wr)
+    # Nights of one repeat count share a weight: sums per count over each side, never per night.
+    wl = wr = ml = mr = 0.0
+    for r in np.unique(counts):
+        has = (counts == r).astype(float)
+        w = 1.0 / (tau2 + sigma2 / r + eps)  # (B, K)
+        num, tot = _prefix(has), _prefix(means * has)
+        wl = wl + w * (num[lay.splits] - num[lay.starts])
+        wr = wr + w * (num[lay.ends] - num[lay.splits])
+        ml = ml + w * (tot[:, lay.splits] - tot[:, lay.starts])
+        mr = mr + w * (tot[:, lay.ends] - tot[:, lay.splits])
+    return (mr / wr - ml / wl) / np.sqrt(1.0 / wl + 1.0 / wr)
 
 
 def _fit(lay: _Layout, nights: Nights) -> tuple[float, float]:
     """(tau^2, sigma^2) of the segmentation itself, no split added."""
     means = nights.means[None, :]
-    q = float(_residual_ss(means, lay.segment).sum())
-    q_repeats = float(_residual_ss(means, lay.segment, nights.counts.astype(float)).sum())
+    lo, hi = np.array([a for a, _ in lay.bounds]), np.array([b for _, b in lay.bounds])
+    q = float(_residual_ss(means, lo, hi).sum())
+    q_repeats = float(_residual_ss(means, lo, hi, nights.counts.astype(float)).sum())
     tau2, sigma2 = _components(np.array(q), np.array(q_repeats), np.array(nights.within_var), lay.expected_null,
                                nights.means.size - lay.segment.shape[0], nights.within_df)
     return float(tau2), float(sigma2)

@@ -195,6 +195,11 @@ def test_kill_9_then_resume_runs_each_job_exactly_once(tiny_matrix, tmp_path):
     assert set(table.column("status").to_pylist()) == {"ok"}
     steps = pq.read_table(out / "steps").to_pylist()
     assert len(steps) == 3 * 4 and len({(s["cell_id"], s["repeat"], s["step"]) for s in steps}) == 12
+    # The resumed run ends sealed, with the table a run through leaves: every row of cells/, once.
+    from harness.results import store
+    whole = store.read_sealed(out)
+    assert whole is not None and whole.equals(store._read_dir(out / "cells", store.CELL_SCHEMA))
+    assert sorted((r["cell_id"], r["repeat"]) for r in whole.to_pylist()) == sorted(keys)
     # A finished run resumes to nothing.
     again = nvbench("run", "--resume", str(out), "--no-progress")
     assert again.returncode == 0 and "(0 of 3 jobs to run)" in again.stderr

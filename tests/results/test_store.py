@@ -44,7 +44,7 @@ def test_a_version_4_row_reads_its_start_unchecked(tmp_path):
     (tmp_path / "cells").mkdir()
     pq.write_table(old, tmp_path / "cells" / "a-r0.parquet")
     (row,) = store.read_cells(tmp_path).to_pylist()
-    assert RESULT_SCHEMA_VERSION == 5
+    assert RESULT_SCHEMA_VERSION == 6
     assert row["start_transient_steps"] is None and row["is_steady"] is True  # never checked, not "settled"
 
 
@@ -88,3 +88,18 @@ def test_written_files_get_the_usual_permissions(tmp_path):
     finally:
         os.umask(umask)
     assert {(tmp_path / n).stat().st_mode & 0o777 for n in ("a.json", "report.html")} == {0o644}
+
+
+def test_a_version_5_row_reads_its_interference_as_never_measured(tmp_path):
+    import pyarrow.parquet as pq
+
+    from harness.results import store
+    from harness.results.schema import CELL_SCHEMA, METADATA_VERSION_KEY, cell_table
+
+    table = cell_table([{"run_id": "r", "cell_id": "c", "repeat": 0, "status": "ok", "throughput_img_per_s": 10.0}])
+    old = table.drop_columns(["foreign_cpu_frac", "steal_frac", "num_involuntary_switches"])
+    old = old.replace_schema_metadata({**(old.schema.metadata or {}), METADATA_VERSION_KEY: b"5"})
+    pq.write_table(old, tmp_path / "old.parquet")
+    (row,) = store.read_table(tmp_path / "old.parquet", CELL_SCHEMA).to_pylist()
+    assert row["throughput_img_per_s"] == 10.0
+    assert (row["foreign_cpu_frac"], row["steal_frac"], row["num_involuntary_switches"]) == (None, None, None)

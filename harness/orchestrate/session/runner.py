@@ -23,7 +23,7 @@ from harness.orchestrate.placement.machine import probe_machine
 from harness.orchestrate.placement.packing import Packing, solo_packing
 from harness.orchestrate.session.runfolder import MANIFEST, load_plan, pending, plan_executor, plan_fire_drill
 from harness.orchestrate.placement.slurm import SlurmExecutor
-from harness.results import store
+from harness.results import sealed, store
 from harness.matrix.cells import Cell, job_key
 from harness.matrix.job import FAULT_ENV
 from harness.matrix.executor import ExecutorConfig
@@ -106,6 +106,7 @@ def execute(run_dir: Path, *, caps: Capabilities, env: dict[str, Any], env_key: 
     except KeyboardInterrupt:
         raise Interrupted(flight.cancel_all()) from None
     derive_twin_columns(run_dir)
+    sealed.seal_cells(run_dir)  # after the last rewrite of a row: readers of many runs read this one table
     session["finished_at"] = datetime.now(timezone.utc).isoformat()
     manifest["finished_at"] = session["finished_at"]
     manifest |= matrix_efficiency(manifest["sessions"], store.read_cells(run_dir).to_pylist(), read_records(run_dir))
