@@ -102,13 +102,27 @@ def tiny_matrix(tmp_path):
     return make
 
 
-def nvbench(*args: str, env: dict | None = None, timeout: float = 600, cwd: Path | None = None):
-    """Run the real CLI in a fresh interpreter; one that outruns `timeout` is killed (its cells and child
-    commands die with it) and fails the test with the command named."""
+def own_cores(count: int) -> list[set[int]] | None:
+    """`count` disjoint sets of this process's cores, one core each, or None when it holds fewer: commands run
+    side by side must not share a core, or each is the other's interference (harness.cell.interference) and
+    its windows are left out of every comparison."""
+    cores = sorted(os.sched_getaffinity(0))
+    return [{c} for c in cores[:count]] if len(cores) >= count else None
+
+
+def pinned(cores: set[int] | None):
+    """A preexec_fn that keeps a child (and its children) on `cores`; None: where the parent runs."""
+    return (lambda: os.sched_setaffinity(0, cores)) if cores else None
+
+
+def nvbench(*args: str, env: dict | None = None, timeout: float = 600, cwd: Path | None = None,
+            cores: set[int] | None = None):
+    """Run the real CLI in a fresh interpreter (on `cores` when given); one that outruns `timeout` is killed
+    (its cells and child commands die with it) and fails the test with the command named."""
     full_env = dict(os.environ, **(env or {}))
     try:
         return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True,
-                              env=full_env, timeout=timeout, cwd=cwd or ROOT)
+                              env=full_env, timeout=timeout, cwd=cwd or ROOT, preexec_fn=pinned(cores))
     except subprocess.TimeoutExpired:
         pytest.fail(f"`nvbench {' '.join(map(str, args))}` did not finish within {timeout:.0f} s")
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import ROOT, first_cell, kill_plan, stop_and_check, wait_for
+from conftest import ROOT, first_cell, kill_plan, own_cores, pinned, stop_and_check, wait_for
 
 from harness.analysis import verdicts_file
 from harness.analysis.runs import RunData
@@ -31,7 +31,8 @@ from harness.orchestrate.session import runfolder
 from harness.results import store
 
 
-def night(matrix: Path, reports: Path, run_id: str, **extra: str) -> subprocess.CompletedProcess:
+def night(matrix: Path, reports: Path, run_id: str, cores: set[int] | None = None,
+          **extra: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
                NVBENCH_MATRIX=str(matrix), NVBENCH_REPORTS=str(reports), NVBENCH_RUN_ID=run_id,
                # 3 + 3 repeats keep the test short; an exact permutation test of 3 + 3 can reach p = 0.1
@@ -41,7 +42,7 @@ def night(matrix: Path, reports: Path, run_id: str, **extra: str) -> subprocess.
     env.pop("GITHUB_STEP_SUMMARY", None)
     env.pop("GITHUB_OUTPUT", None)
     return subprocess.run(["bash", str(ROOT / "ci" / "nightly.sh")], capture_output=True, text=True, env=env,
-                          cwd=ROOT, timeout=600)
+                          cwd=ROOT, timeout=600, preexec_fn=pinned(cores))
 
 
 @pytest.mark.slow
@@ -89,11 +90,13 @@ def test_nightly_describes_then_fails_on_a_fire_drill(tmp_path, tiny_matrix):
     # decide: `nvbench ab --repeats 1` refuses, the baseline verdict stands, and it is `inconclusive`, which
     # the night says last and loud (exit 3). Each checks out the baseline in a worktree of its own.
     (reports / "alarms.json").unlink()  # night2's drill alarm is open (no quiet night closed it): night4's is new again
-    with ThreadPoolExecutor(2) as pool:
-        fourth = pool.submit(night, matrix, reports, "night4", NVBENCH_RUN_ARGS="--fire-drill 200",
+    cores = own_cores(2)  # side by side on a core each (never sharing one: that is interference), else in turn
+    with ThreadPoolExecutor(2 if cores else 1) as pool:
+        fourth = pool.submit(night, matrix, reports, "night4", cores and cores[0], NVBENCH_RUN_ARGS="--fire-drill 200",
                              NVBENCH_CONFIRM="interleaved", NVBENCH_CONFIRM_REPEATS="5",
                              NVBENCH_CONFIRM_MAX_REPEATS="5")
-        fifth = pool.submit(night, matrix, reports, "night5", NVBENCH_CONFIRM="every", NVBENCH_REPORT_ARGS="",
+        fifth = pool.submit(night, matrix, reports, "night5", cores and cores[1], NVBENCH_CONFIRM="every",
+                            NVBENCH_REPORT_ARGS="",
                             NVBENCH_REPEATS="1", NVBENCH_CONFIRM_REPEATS="", NVBENCH_CONFIRM_MAX_REPEATS="")
         drill, quiet = fourth.result(), fifth.result()
     assert drill.returncode == 1, drill.stdout + drill.stderr

@@ -42,10 +42,12 @@ def _log_tail(log_path: Path, lines: int = 1) -> str:
 def _where(dump: str) -> str | None:
     """'in FUNC (harness/FILE:LINE)' at the innermost nvbench frame of a faulthandler dump; None if none.
 
-    The thread running nvbench code is the one that matters; frames of torch.distributed above it mean
-    the rank was waiting for its peers, not stuck itself.
+    The thread running nvbench code is the one that matters, the main thread first (an instrument's thread,
+    started through threading.py, sleeps between its reads and says nothing of where the rank was); frames of
+    torch.distributed above it mean the rank was waiting for its peers, not stuck itself.
     """
-    for block in re.split(r"\n(?=(?:Current thread|Thread) 0x)", dump):
+    blocks = re.split(r"\n(?=(?:Current thread|Thread) 0x)", dump)
+    for block in sorted(blocks, key=lambda b: "/threading.py" in b):  # stable: the dump's order otherwise
         frames = _FRAME.findall(block)
         for i, (file, line, func) in enumerate(frames):
             if "/harness/" in file:
