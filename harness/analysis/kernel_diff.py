@@ -190,7 +190,7 @@ def _judge(item, test: tuple[float, float, bool] | None, level: float, floor_s: 
     else:
         verdict = INCONCLUSIVE
         sd = math.sqrt((a.var(ddof=1) + b.var(ddof=1)) / 2) if a.size > 1 and b.size > 1 else 0.0
-        needed = repeats_for(sd, max(abs(change), floor_s), alpha=alpha)
+        needed = max(repeats_for(sd, max(abs(change), floor_s), alpha=alpha), max(a.size, b.size) + 1)
     return ItemChange(**common, change_s=change, ci_low_s=ci.low, ci_high_s=ci.high, p_value=p, p_adjusted=p_adj,
                       tested=True, verdict=verdict, repeats_needed=needed)
 

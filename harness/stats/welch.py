@@ -5,7 +5,7 @@ corrected level."""
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 from scipy import special
 
