@@ -13,7 +13,7 @@ from typing import Mapping, Sequence
 from harness.analysis.kernel_diff import (DEFAULT_KERNEL_FLOOR_PCT, REPLACED, ItemChange, KernelDiff, diff_cell,
                                           top_line)
 
-__all__ = ["attach", "diff_runs", "has_kernels", "render_html", "render_markdown", "top_line", "write"]
+__all__ = ["attach", "diff_runs", "has_kernels", "changed_cells", "render_html", "render_markdown", "render_sections", "top_line", "write"]
 from harness.analysis.verdict import IMPROVEMENT, REGRESSION, Comparison
 from harness.results import kernels
 
@@ -55,9 +55,9 @@ def diff_runs(comparison: Comparison, base_dir: Path, cand_dir: Path, *,
 
 def attach(comparison: Comparison, diffs: Mapping[str, KernelDiff]) -> Comparison:
     """The comparison with each changed cell's verdict reason ending in its operators' line."""
+    changed = set(changed_cells(comparison))
     verdicts = tuple(dataclasses.replace(v, reason=f"{v.reason}; operators: {top_line(diffs[v.cell_id])}")
-                     if v.cell_id in diffs and (v.verdict in (REGRESSION, IMPROVEMENT) or v.is_regression) else v
-                     for v in comparison.verdicts)
+                     if v.cell_id in diffs and v.cell_id in changed else v for v in comparison.verdicts)
     return dataclasses.replace(comparison, verdicts=verdicts)
 
 
@@ -96,26 +96,40 @@ def _bar(op: ItemChange, scale: float) -> str:
             f'fill="{colour}"/><line x1="{x(lo):.1f}" y1="7" x2="{x(hi):.1f}" y2="7" stroke="#333"/></svg>')
 
 
-def render_html(diffs: Mapping[str, KernelDiff]) -> str:
-    """One section per cell: the verdict's operators line, then the table with a chart column of each
-    operator's change and interval (the page is self-contained)."""
-    out = ["<!doctype html><meta charset='utf-8'><title>nvbench kernels</title><style>body{font:14px sans-serif}"
-           "td,th{padding:2px 8px;text-align:left}tr.k td{color:#555;font-size:12px}</style>"]
+def render_sections(diffs: Mapping[str, KernelDiff], cells: Sequence[str] | None = None) -> str:
+    """One section per cell (those of `cells`, None: all): the verdict's operators line, then the table with a
+    chart column of each operator's change and interval. Styled inline: it sits in report.html as it is."""
+    out = []
     for cid, d in sorted(diffs.items()):
+        if cells is not None and cid not in cells:
+            continue
         rows = _rows(d)
         scale = max([abs(v) for op, _ in rows for v in (op.ci_low_s, op.ci_high_s, op.change_s) if v == v] or [0])
-        out += [f"<section><h2>{html.escape(cid)}</h2><p><b>{html.escape(top_line(d))}</b></p>",
-                "<table><tr><th>phase</th><th>operator / kernel</th><th>A ms</th><th>B ms</th><th>change</th>"
-                "<th>chart</th><th>verdict</th></tr>"]
+        out += [f'<section class="kernels" id="kernels-{html.escape(cid)}"><h2>Operators and kernels: '
+                f'{html.escape(cid)}</h2><p><b>{html.escape(top_line(d))}</b></p>',
+                '<table style="border-collapse:collapse"><tr><th>phase</th><th>operator / kernel</th><th>A ms/step</th>'
+                "<th>B ms/step</th><th>change [interval]</th><th>change (bar), interval (line)</th><th>verdict</th></tr>"]
         for op, ks in rows:
             out.append(f"<tr><td>{op.phase}</td><td><b>{html.escape(op.operator)}</b></td><td>{1e3 * op.base_s:.2f}</td>"
                        f"<td>{1e3 * op.cand_s:.2f}</td><td>{html.escape(op.text())}</td><td>{_bar(op, scale)}</td>"
                        f"<td>{op.verdict}</td></tr>")
-            out += [f"<tr class='k'><td></td><td>{html.escape(_kernel_name(k))}</td><td>{1e3 * k.base_s:.2f}</td>"
-                    f"<td>{1e3 * k.cand_s:.2f}</td><td>{html.escape(k.text())}</td><td></td><td>{k.verdict}</td></tr>"
-                    for k in ks]
-        out.append(f"</table><p><small>{html.escape(d.method)}</small></p></section>")
-    return "\n".join(out) + "\n"
+            out += [f'<tr style="color:#555;font-size:90%"><td></td><td>&nbsp;&nbsp;{html.escape(_kernel_name(k))}</td>'
+                    f"<td>{1e3 * k.base_s:.2f}</td><td>{1e3 * k.cand_s:.2f}</td><td>{html.escape(k.text())}</td><td></td>"
+                    f"<td>{k.verdict}</td></tr>" for k in ks]
+        out.append(f"</table><p><small>{d.repeats_base} + {d.repeats_cand} profiled repeats; {html.escape(d.method)}; "
+                   f"intervals at {d.ci_level:.2%}</small></p></section>")
+    return "\n".join(out)
+
+
+def render_html(diffs: Mapping[str, KernelDiff]) -> str:
+    """kernels.html: every cell's section, on a page of its own."""
+    return ("<!doctype html><meta charset='utf-8'><title>nvbench kernels</title><style>body{font:14px sans-serif}"
+            "td,th{padding:2px 8px;text-align:left}</style>\n" + render_sections(diffs) + "\n")
+
+
+def changed_cells(comparison: Comparison) -> list[str]:
+    """The cells whose verdict called a change: report.html gets their sections."""
+    return [v.cell_id for v in comparison.verdicts if v.verdict in (REGRESSION, IMPROVEMENT) or v.is_regression]
 
 
 def write(out_dir: Path, diffs: Mapping[str, KernelDiff]) -> list[Path]:

@@ -41,7 +41,8 @@ def with_kernels(comparison, base_dir: Path, cand_dir: Path, out_dir: Path, floo
     from harness.analysis.report import write_report
 
     diffs = kernel_report.diff_runs(comparison, base_dir, cand_dir, floor_pct=floor_pct)
-    result = write_report(kernel_report.attach(comparison, diffs), out_dir)
+    sections = kernel_report.render_sections(diffs, kernel_report.changed_cells(comparison))
+    result = write_report(kernel_report.attach(comparison, diffs), out_dir, kernels_html=sections)
     extra = kernel_report.write(out_dir, diffs)
     for cid, diff in sorted(diffs.items()):
         print(f"kernels {cid}: {kernel_report.top_line(diff)}", file=sys.stderr)

@@ -1,0 +1,84 @@
+"""The acceptance A/B on the CPU machine: a checkout whose model runs one extra fixed-size matmul per block
+against the checkout before it. The timed verdict calls a regression, which starts the profiled repeats; the
+verdict line names aten::mm under forward, its change within 25 % of what the matmuls cost alone, and no other
+(phase, operator) is called changed."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import statistics
+import time
+
+import pyarrow.parquet as pq
+import pytest
+
+from conftest import ROOT, nvbench
+from harness.analysis.verdict import IMPROVEMENT, REGRESSION
+
+SIZE = 448
+"""The injected matmul: SIZE x SIZE by SIZE x SIZE, once per residual block."""
+BLOCKS = 8
+"""resnet18's residual blocks (2 + 2 + 2 + 2)."""
+INJECTED = f"""        out = self.bn2(self.conv2(out))
+        torch.mm(_EXTRA, _EXTRA)  # injected: one fixed-size matmul per block
+"""
+
+
+def _matmuls_per_step_s(repeats: int = 30) -> float:
+    """What the injected work costs alone: the mean of BLOCKS matmuls on one thread (as the cells run)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        a = torch.ones(SIZE, SIZE)
+        torch.mm(a, a)
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            for _ in range(BLOCKS):
+                torch.mm(a, a)
+            times.append(time.perf_counter() - t0)
+    finally:
+        torch.set_num_threads(threads)
+    return statistics.fmean(times)
+
+
+def _slower_checkout(tmp_path):
+    other = tmp_path / "slower"
+    shutil.copytree(ROOT / "harness", other / "harness", ignore=shutil.ignore_patterns("__pycache__"))
+    model = other / "harness" / "models" / "resnet.py"
+    text = model.read_text()
+    old = "        out = self.bn2(self.conv2(out))\n"
+    assert text.count(old) == 1  # BasicBlock's, resnet18's block
+    text = text.replace(old, INJECTED).replace("\nclass BasicBlock", f"\n_EXTRA = torch.ones({SIZE}, {SIZE})\n\n\nclass BasicBlock", 1)
+    model.write_text(text)
+    return other
+
+
+@pytest.mark.slow
+def test_an_extra_matmul_per_block_is_named_under_forward_at_its_cost(tiny_matrix, tmp_path):
+    from harness.analysis.kernel_diff import diff_cell
+    from harness.results.kernels import read_kernels
+
+    matrix, out = tiny_matrix(repeats=5), tmp_path / "ab"
+    before = _matmuls_per_step_s()
+    proc = nvbench("ab", str(matrix), "--b-checkout", str(_slower_checkout(tmp_path)), "--out", str(out),
+                   "--kernel-steps", "3", timeout=1200)
+    alone_s = (before + _matmuls_per_step_s()) / 2  # the load around the A/B, bracketed
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("regression:"))
+    assert "operators: forward" in line and "aten::mm" in line, proc.stdout
+    # the profiled repeats ran apart: their rows under profile/, flagged, never among the timed ones
+    for side in "ab":
+        assert pq.read_table(out / side / "cells").num_rows == 5
+        profiled = pq.read_table(out / side / "profile" / "cells").to_pylist()
+        assert [r["profile_tool"] for r in profiled] == ["torch"] * 5
+    assert len(json.loads((out / "ab.json").read_text())["kernel_repeats"]["order"]) == 10
+    cell = pq.read_table(out / "a" / "cells").column("cell_id")[0].as_py()
+    d = diff_cell(read_kernels(out / "a" / "kernels.parquet"), read_kernels(out / "b" / "kernels.parquet"), cell)
+    called = {(o.phase, o.operator): o for o in d.operators if o.verdict in (REGRESSION, IMPROVEMENT)}
+    assert list(called) == [("forward", "aten::mm")], [(k, o.text()) for k, o in called.items()]
+    assert called[("forward", "aten::mm")].change_s == pytest.approx(alone_s, rel=0.25)
+    assert (out / "report" / "kernels.md").exists() and "aten::mm" in (out / "report" / "summary.md").read_text()
