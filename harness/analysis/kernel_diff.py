@@ -19,6 +19,10 @@ from harness.stats.welch import repeats_for, welch_test
 
 DEFAULT_KERNEL_FLOOR_PCT = 1.0
 """Below this share of the baseline's step, no operator or kernel is called changed."""
+DEFAULT_KERNEL_FDR = 0.05
+"""Benjamini-Hochberg's false discovery rate across a cell's tested items: of the operators and kernels called
+changed, this share at most is expected false. With no true change it bounds the chance that an A/A calls any
+item at all (BH controls the family-wise error under the global null): one A/A in twenty."""
 BOTH, REPLACED, NEW, GONE = "both", "replaced", "new", "gone"
 Key = tuple[str, str, str]
 
@@ -143,7 +147,7 @@ def _operators(side: dict[Key, np.ndarray], n: int) -> dict[tuple[str, str], np.
     return dict(out)
 
 
-def diff_cell(base_table: pa.Table, cand_table: pa.Table, cell_id: str, *, q: float = 0.01,
+def diff_cell(base_table: pa.Table, cand_table: pa.Table, cell_id: str, *, q: float = DEFAULT_KERNEL_FDR,
               floor_pct: float = DEFAULT_KERNEL_FLOOR_PCT, timed_step_change_s: float | None = None) -> KernelDiff | None:
     """The judged diff of `cell_id` (None when a side has no profiled repeat of it)."""
     rb, base, step_b = per_repeat(base_table, cell_id)

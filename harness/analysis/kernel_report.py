@@ -10,7 +10,7 @@ import statistics
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from harness.analysis.kernel_diff import (DEFAULT_KERNEL_FLOOR_PCT, REPLACED, ItemChange, KernelDiff, diff_cell,
+from harness.analysis.kernel_diff import (DEFAULT_KERNEL_FDR, DEFAULT_KERNEL_FLOOR_PCT, REPLACED, ItemChange, KernelDiff, diff_cell,
                                           top_line)
 
 __all__ = ["attach", "diff_runs", "has_kernels", "changed_cells", "render_html", "render_markdown", "render_sections", "top_line", "write"]
@@ -34,8 +34,8 @@ def has_kernels(run_dir: Path) -> bool:
     return (Path(run_dir) / kernels.KERNELS_FILE).is_file()
 
 
-def diff_runs(comparison: Comparison, base_dir: Path, cand_dir: Path, *,
-              floor_pct: float = DEFAULT_KERNEL_FLOOR_PCT) -> dict[str, KernelDiff]:
+def diff_runs(comparison: Comparison, base_dir: Path, cand_dir: Path, *, floor_pct: float = DEFAULT_KERNEL_FLOOR_PCT,
+              fdr_q: float = DEFAULT_KERNEL_FDR) -> dict[str, KernelDiff]:
     """The diff of every compared cell with profiled repeats on both sides, by cell id. UnreadableFile when a
     kernels.parquet is not one; {} where a side has none."""
     if not (has_kernels(base_dir) and has_kernels(cand_dir)):
@@ -46,7 +46,7 @@ def diff_runs(comparison: Comparison, base_dir: Path, cand_dir: Path, *,
     for v in comparison.verdicts:
         a = _timed_step_s(comparison.baseline.rows if comparison.baseline else (), v.cell_id)
         b = _timed_step_s(comparison.candidate.rows, v.cell_id)
-        diff = diff_cell(base, cand, v.cell_id, q=comparison.thresholds.fdr_q, floor_pct=floor_pct,
+        diff = diff_cell(base, cand, v.cell_id, q=fdr_q, floor_pct=floor_pct,
                          timed_step_change_s=b - a if a is not None and b is not None else None)
         if diff is not None:
             out[v.cell_id] = diff

@@ -89,7 +89,7 @@ def device_items(events: Sequence[Any], phases: _Phases) -> Iterable[tuple[str, 
         else:
             by_id[e.id] = e
     for k in events:
-        if _is_cpu(k):
+        if _is_cpu(k) or getattr(k, "is_user_annotation", False):  # a range's span on the GPU's timeline
             continue
         op = by_id.get(k.linked_correlation_id)
         runtime = launches.get(k.linked_correlation_id, [])

@@ -19,7 +19,7 @@ from harness.commands.common import (
     slot_packing,
     thresholds_from,
 )
-from harness.commands.kernel_flags import add_kernel_flags, with_kernels
+from harness.commands.kernel_flags import add_kernel_flags, kernel_settings_problem, with_kernels
 from harness.spec.matrix import RunConfig
 from harness.spec.parse import MatrixError, load_matrix, with_repeats
 
@@ -68,6 +68,8 @@ def cmd_ab(args: argparse.Namespace) -> int:
         kernel_plan = kernel_repeats.KernelPlan(repeats=args.kernel_repeats, steps=args.kernel_steps)
         if args.kernels and not kernel_plan.repeats:
             raise ValueError("--kernels with --kernel-repeats 0: no profiled repeat would run")
+        if problem := kernel_settings_problem(args):
+            raise ValueError(problem)
         pythons = {"a": ab.resolve_python(args.a), "b": ab.resolve_python(args.b)}
         checkouts = {name: ab.resolve_checkout(path) if path else None
                      for name, path in (("a", args.a_checkout), ("b", args.b_checkout))}
@@ -129,7 +131,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print(f"interrupted; the rows so far are in {out}/a and {out}/b", file=sys.stderr)
         return EXIT_INTERRUPTED
-    return print_report(with_kernels(comparison, out / "a", out / "b", out / "report", args.kernel_floor),
+    return print_report(with_kernels(comparison, out / "a", out / "b", out / "report", args),
                         args.fail_on_regression)
 
 

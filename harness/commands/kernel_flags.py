@@ -10,7 +10,7 @@ from pathlib import Path
 
 def add_kernel_flags(p: argparse.ArgumentParser, *, runs: bool = True) -> None:
     """--kernels, --kernel-floor; with `runs` (ab) also --kernel-repeats and --kernel-steps."""
-    from harness.analysis.kernel_diff import DEFAULT_KERNEL_FLOOR_PCT
+    from harness.analysis.kernel_diff import DEFAULT_KERNEL_FDR, DEFAULT_KERNEL_FLOOR_PCT
     from harness.orchestrate.kernel_repeats import DEFAULT_KERNEL_REPEATS, DEFAULT_KERNEL_STEPS
 
     if runs:
@@ -29,9 +29,21 @@ def add_kernel_flags(p: argparse.ArgumentParser, *, runs: bool = True) -> None:
     p.add_argument("--kernel-floor", type=float, default=DEFAULT_KERNEL_FLOOR_PCT, metavar="PCT",
                    help="no operator or kernel is called changed below PCT %% of the baseline's step "
                         "(default: %(default)s)")
+    p.add_argument("--kernel-fdr", type=float, default=DEFAULT_KERNEL_FDR, metavar="Q",
+                   help="Benjamini-Hochberg false discovery rate across a cell's operators and kernels "
+                        "(default: %(default)s)")
 
 
-def with_kernels(comparison, base_dir: Path, cand_dir: Path, out_dir: Path, floor_pct: float):
+def kernel_settings_problem(args: argparse.Namespace) -> str | None:
+    """One line when --kernel-floor or --kernel-fdr is out of range (None when both are fine)."""
+    if not 0 <= args.kernel_floor < 100:
+        return f"--kernel-floor {args.kernel_floor}: must be in [0, 100)"
+    if not 0 < args.kernel_fdr < 1:
+        return f"--kernel-fdr {args.kernel_fdr}: must be strictly between 0 and 1"
+    return None
+
+
+def with_kernels(comparison, base_dir: Path, cand_dir: Path, out_dir: Path, args: argparse.Namespace):
     """The report of `comparison` written to `out_dir`, its changed cells' verdict lines naming their operators
     where both run folders hold profiled repeats; kernels.md and kernels.html beside it. Returns the
     ReportResult for print_report."""
@@ -40,7 +52,7 @@ def with_kernels(comparison, base_dir: Path, cand_dir: Path, out_dir: Path, floo
     from harness.analysis import kernel_report
     from harness.analysis.report import write_report
 
-    diffs = kernel_report.diff_runs(comparison, base_dir, cand_dir, floor_pct=floor_pct)
+    diffs = kernel_report.diff_runs(comparison, base_dir, cand_dir, floor_pct=args.kernel_floor, fdr_q=args.kernel_fdr)
     sections = kernel_report.render_sections(diffs, kernel_report.changed_cells(comparison))
     result = write_report(kernel_report.attach(comparison, diffs), out_dir, kernels_html=sections)
     extra = kernel_report.write(out_dir, diffs)

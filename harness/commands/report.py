@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from harness.commands.common import add_threshold_flags, bad_input, print_report, thresholds_from
-from harness.commands.kernel_flags import add_kernel_flags, with_kernels
+from harness.commands.kernel_flags import add_kernel_flags, kernel_settings_problem, with_kernels
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -25,7 +25,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         result = make_report(run_dir, baseline=baseline, history=Path(args.history) if args.history else None,
                              out_dir=Path(args.out) if args.out else None, thresholds=thresholds)
         if args.kernels:
-            result = _kernels(result, baseline, run_dir, args.kernel_floor)
+            result = _kernels(result, baseline, run_dir, args)
     except RunInputError as exc:
         return bad_input(exc.problems)
     except (ValueError, UnreadableFile) as exc:
@@ -45,16 +45,18 @@ def _sides(args: argparse.Namespace) -> tuple[Path, Path | None]:
     return Path(args.run_b), Path(args.run_dir)
 
 
-def _kernels(result, baseline: Path | None, run_dir: Path, floor_pct: float):
+def _kernels(result, baseline: Path | None, run_dir: Path, args: argparse.Namespace):
     """The report again with the kernel diff of the two run folders' profiled repeats (report --kernels)."""
     from harness.analysis.kernel_report import has_kernels
 
     if baseline is None:
         raise ValueError("--kernels diffs two run folders: give a baseline (report A B --kernels)")
+    if problem := kernel_settings_problem(args):
+        raise ValueError(problem)
     missing = [str(d) for d in (baseline, run_dir) if not has_kernels(d)]
     if missing:
         raise ValueError(f"{', '.join(missing)}: no kernels.parquet (profiled repeats: nvbench ab --kernels)")
-    return with_kernels(result.comparison, baseline, run_dir, result.out_dir, floor_pct)
+    return with_kernels(result.comparison, baseline, run_dir, result.out_dir, args)
 
 
 def add_parser(subparsers) -> None:

@@ -100,3 +100,34 @@ def test_the_table_reads_in_duckdb_and_pyarrow_alone_and_a_newer_one_is_refused(
     pq.write_table(old, tmp_path / "old.parquet")  # a column this version adds reads as null
     assert kernels.read_kernels(tmp_path / "old.parquet").column("step_time_s").null_count == old.num_rows
     assert isinstance(kernels.read_kernels(path), pa.Table)
+
+
+def _event(name, start, end, *, id=0, linked=0, parent=None, device="DeviceType.CPU", annotation=False):
+    """A stand-in for torch.profiler's FunctionEvent with the fields the device path reads (no GPU here)."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(name=name, time_range=SimpleNamespace(start=start, end=end), id=id,
+                           linked_correlation_id=linked, cpu_parent=parent, device_type=device, is_async=False,
+                           is_user_annotation=annotation, self_cpu_time_total=0.0)
+
+
+def test_device_kernels_go_to_the_launching_ops_phase_and_a_graph_replay_is_one_item():
+    """The GPU path's attribution, on events shaped as torch 2.13 gives them (its run on a GPU is pending):
+    a kernel by its launch's correlation id under the outermost op and the launch's phase, though it ran
+    later; the kernels of a cudaGraphLaunch as one replay item; a range's GPU span not counted."""
+    step, fwd, opt = _event(STEP, 0, 100), _event(FORWARD, 1, 50), _event(OPTIMIZER, 60, 99)
+    conv = _event("aten::conv2d", 2, 10, id=7)
+    inner = _event("aten::cudnn_convolution", 3, 9, id=8, parent=conv)
+    replay = _event("cudaGraphLaunch", 61, 62, linked=9)
+    cuda = "DeviceType.CUDA"
+    events = [step, fwd, opt, conv, inner, _event("cudaLaunchKernel", 4, 5, linked=8, parent=inner), replay,
+              _event("sm90_xmma_fprop", 55, 58, linked=8, device=cuda),  # runs after forward's range closed
+              _event("k1", 70, 72, linked=9, device=cuda), _event("k2", 72, 75, linked=9, device=cuda),
+              _event(FORWARD, 1, 50, device=cuda, annotation=True)]
+    rows = {(r["phase"], r["operator"], r["kernel"]): r
+            for r in kernel_rows(events, cell_id="c", repeat=0, rank=0, is_cuda=True, steps=1)}
+    assert set(rows) == {("forward", "aten::conv2d", "sm90_xmma_fprop"),
+                         ("optimizer", kernels.GRAPH_REPLAY, kernels.GRAPH_REPLAY)}
+    assert rows[("forward", "aten::conv2d", "sm90_xmma_fprop")]["time_per_step_s"] == pytest.approx(3e-6)
+    graph = rows[("optimizer", kernels.GRAPH_REPLAY, kernels.GRAPH_REPLAY)]
+    assert graph["graph_replay"] and graph["calls_per_step"] == 1 and graph["time_per_step_s"] == pytest.approx(5e-6)
