@@ -54,7 +54,8 @@ def slower_checkout(folder: Path) -> Path:
     model = folder / "harness" / "models" / "resnet.py"
     old = "        out = self.bn2(self.conv2(out))\n"
     text = model.read_text().replace(old, old + "        torch.mm(_EXTRA, _EXTRA)\n")
-    model.write_text(text.replace("\nclass BasicBlock", f"\n_EXTRA = torch.ones({SIZE}, {SIZE})\n\n\nclass BasicBlock", 1))
+    extra = f"\n_EXTRA = torch.ones({SIZE}, {SIZE})\n\n\nclass BasicBlock"
+    model.write_text(text.replace("\nclass BasicBlock", extra, 1))
     return folder
 
 
@@ -76,7 +77,8 @@ def one_ab(matrix: Path, out: Path, args, checkout: Path | None) -> dict:
                                           for r in rows if r["status"] == "ok")
     profiled = pq.read_table(out / "a" / "profile" / "cells").to_pylist()
     return {"called": called, "timed_step_s": step(timed), "profiled_step_s": step(profiled),
-            "verdict_line": next((x for x in done.stdout.splitlines() if x.startswith(("regression", "improvement"))), "")}
+            "verdict_line": next((x for x in done.stdout.splitlines()
+                                  if x.startswith(("regression", "improvement"))), "")}
 
 
 def main() -> None:

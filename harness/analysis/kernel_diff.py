@@ -55,7 +55,8 @@ class ItemChange:
         if self.kernel is None:
             return f"{self.phase} {self.operator}"
         what = f"{self.replaced} replaced by {self.kernel}" if self.presence == REPLACED else self.kernel
-        return f"{self.phase} {self.operator} / {what}" + (f" ({self.presence})" if self.presence in (NEW, GONE) else "")
+        alone = f" ({self.presence})" if self.presence in (NEW, GONE) else ""
+        return f"{self.phase} {self.operator} / {what}{alone}"
 
     def text(self) -> str:
         """`+2.9 ms [+2.7, +3.1]`."""
@@ -112,7 +113,8 @@ def per_repeat(table: pa.Table, cell_id: str) -> tuple[list[int], dict[Key, np.n
     values: dict[Key, np.ndarray] = defaultdict(lambda: np.zeros(len(repeats)))
     steps: dict[tuple[int, int], float] = {}
     for r in rows:
-        values[(r["phase"], r["operator"], r["kernel"])][index[r["repeat"]]] += r["time_per_step_s"] / ranks[r["repeat"]]
+        key = (r["phase"], r["operator"], r["kernel"])
+        values[key][index[r["repeat"]]] += r["time_per_step_s"] / ranks[r["repeat"]]
         steps[(r["repeat"], r["rank"])] = r["step_time_s"]
     step = float(np.nanmean(list(steps.values()))) if steps else math.nan
     return repeats, dict(values), step
@@ -130,7 +132,8 @@ def _pair(base: dict[Key, np.ndarray], cand: dict[Key, np.ndarray], nb: int, nc:
     for key in sorted(base.keys() & cand.keys()):
         yield BOTH, None, key, base[key], cand[key]
     for op in sorted(by_op):
-        gone, new = (sorted(keys, key=lambda k, side=side: -side[k].mean()) for keys, side in zip(by_op[op], (base, cand)))
+        gone, new = (sorted(keys, key=lambda k, side=side: -side[k].mean())
+                     for keys, side in zip(by_op[op], (base, cand)))
         big = min(sum(base[g].mean() >= floor_s for g in gone), sum(cand[n].mean() >= floor_s for n in new))
         for g, n in zip(gone[:big], new[:big]):
             yield REPLACED, g[2], n, base[g], cand[n]
@@ -148,7 +151,8 @@ def _operators(side: dict[Key, np.ndarray], n: int) -> dict[tuple[str, str], np.
 
 
 def diff_cell(base_table: pa.Table, cand_table: pa.Table, cell_id: str, *, q: float = DEFAULT_KERNEL_FDR,
-              floor_pct: float = DEFAULT_KERNEL_FLOOR_PCT, timed_step_change_s: float | None = None) -> KernelDiff | None:
+              floor_pct: float = DEFAULT_KERNEL_FLOOR_PCT,
+              timed_step_change_s: float | None = None) -> KernelDiff | None:
     """The judged diff of `cell_id` (None when a side has no profiled repeat of it)."""
     rb, base, step_b = per_repeat(base_table, cell_id)
     rc, cand, step_c = per_repeat(cand_table, cell_id)
@@ -158,7 +162,8 @@ def diff_cell(base_table: pa.Table, cand_table: pa.Table, cell_id: str, *, q: fl
     ob, oc = _operators(base, len(rb)), _operators(cand, len(rc))
     raw = [("op", BOTH if k in ob and k in oc else NEW if k in oc else GONE, None, (*k, None),
             ob.get(k, np.zeros(len(rb))), oc.get(k, np.zeros(len(rc)))) for k in sorted(ob.keys() | oc.keys())]
-    raw += [("kernel", presence, replaced, key, a, b) for presence, replaced, key, a, b in _pair(base, cand, len(rb), len(rc), floor_s)]
+    raw += [("kernel", presence, replaced, key, a, b)
+            for presence, replaced, key, a, b in _pair(base, cand, len(rb), len(rc), floor_s)]
     tested = [i for i, item in enumerate(raw) if max(item[4].max(), item[5].max()) >= floor_s]
     ps = [welch_test(raw[i][4], raw[i][5])[1] for i in tested]
     adjusted, rejected = inference.benjamini_hochberg(ps, q=q) if ps else (np.array([]), np.array([], bool))

@@ -10,10 +10,11 @@ import statistics
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from harness.analysis.kernel_diff import (DEFAULT_KERNEL_FDR, DEFAULT_KERNEL_FLOOR_PCT, REPLACED, ItemChange, KernelDiff, diff_cell,
-                                          top_line)
+from harness.analysis.kernel_diff import (DEFAULT_KERNEL_FDR, DEFAULT_KERNEL_FLOOR_PCT, REPLACED, ItemChange,
+                                          KernelDiff, diff_cell, top_line)
 
-__all__ = ["attach", "diff_runs", "has_kernels", "changed_cells", "render_html", "render_markdown", "render_sections", "top_line", "write"]
+__all__ = ["attach", "diff_runs", "has_kernels", "changed_cells", "render_html", "render_markdown", "render_sections",
+           "top_line", "write"]
 from harness.analysis.verdict import IMPROVEMENT, REGRESSION, Comparison
 from harness.results import kernels
 
@@ -74,13 +75,14 @@ def render_markdown(diffs: Mapping[str, KernelDiff]) -> str:
     lines = ["## nvbench: operators and kernels, B against A (profiled repeats)", ""]
     for cid, d in sorted(diffs.items()):
         lines += [f"### {cid}", "", f"**{top_line(d)}**", "",
-                  f"{d.repeats_base} + {d.repeats_cand} profiled repeats; {d.method}; intervals at {d.ci_level:.2%}", "",
-                  "| phase | operator / kernel | A ms/step | B ms/step | change [interval] | verdict |", "|---|---|---|---|---|---|"]
+                  f"{d.repeats_base} + {d.repeats_cand} profiled repeats; {d.method}; intervals at {d.ci_level:.2%}",
+                  "", "| phase | operator / kernel | A ms/step | B ms/step | change [interval] | verdict |",
+                  "|---|---|---|---|---|---|"]
         for op, ks in _rows(d):
             lines.append(f"| {op.phase} | **{op.operator}** | {1e3 * op.base_s:.2f} | {1e3 * op.cand_s:.2f} | "
                          f"{op.text()} | {op.verdict} |")
-            lines += [f"|  | &nbsp;&nbsp;{_kernel_name(k)} | {1e3 * k.base_s:.2f} | {1e3 * k.cand_s:.2f} | {k.text()} | "
-                      f"{k.verdict} |" for k in ks]
+            lines += [f"|  | &nbsp;&nbsp;{_kernel_name(k)} | {1e3 * k.base_s:.2f} | {1e3 * k.cand_s:.2f} | "
+                      f"{k.text()} | {k.verdict} |" for k in ks]
         lines.append("")
     return "\n".join(lines)
 
@@ -108,14 +110,15 @@ def render_sections(diffs: Mapping[str, KernelDiff], cells: Sequence[str] | None
         out += [f'<section class="kernels" id="kernels-{html.escape(cid)}"><h2>Operators and kernels: '
                 f'{html.escape(cid)}</h2><p><b>{html.escape(top_line(d))}</b></p>',
                 '<table style="border-collapse:collapse"><tr><th>phase</th><th>operator / kernel</th><th>A ms/step</th>'
-                "<th>B ms/step</th><th>change [interval]</th><th>change (bar), interval (line)</th><th>verdict</th></tr>"]
+                "<th>B ms/step</th><th>change [interval]</th><th>change (bar), interval (line)</th>"
+                "<th>verdict</th></tr>"]
         for op, ks in rows:
-            out.append(f"<tr><td>{op.phase}</td><td><b>{html.escape(op.operator)}</b></td><td>{1e3 * op.base_s:.2f}</td>"
-                       f"<td>{1e3 * op.cand_s:.2f}</td><td>{html.escape(op.text())}</td><td>{_bar(op, scale)}</td>"
-                       f"<td>{op.verdict}</td></tr>")
+            out.append(f"<tr><td>{op.phase}</td><td><b>{html.escape(op.operator)}</b></td>"
+                       f"<td>{1e3 * op.base_s:.2f}</td><td>{1e3 * op.cand_s:.2f}</td><td>{html.escape(op.text())}</td>"
+                       f"<td>{_bar(op, scale)}</td><td>{op.verdict}</td></tr>")
             out += [f'<tr style="color:#555;font-size:90%"><td></td><td>&nbsp;&nbsp;{html.escape(_kernel_name(k))}</td>'
-                    f"<td>{1e3 * k.base_s:.2f}</td><td>{1e3 * k.cand_s:.2f}</td><td>{html.escape(k.text())}</td><td></td>"
-                    f"<td>{k.verdict}</td></tr>" for k in ks]
+                    f"<td>{1e3 * k.base_s:.2f}</td><td>{1e3 * k.cand_s:.2f}</td><td>{html.escape(k.text())}</td>"
+                    f"<td></td><td>{k.verdict}</td></tr>" for k in ks]
         out.append(f"</table><p><small>{d.repeats_base} + {d.repeats_cand} profiled repeats; {html.escape(d.method)}; "
                    f"intervals at {d.ci_level:.2%}</small></p></section>")
     return "\n".join(out)

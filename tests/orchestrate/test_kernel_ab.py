@@ -55,7 +55,8 @@ def _slower_checkout(tmp_path):
     text = model.read_text()
     old = "        out = self.bn2(self.conv2(out))\n"
     assert text.count(old) == 1  # BasicBlock's, resnet18's block
-    text = text.replace(old, INJECTED).replace("\nclass BasicBlock", f"\n_EXTRA = torch.ones({SIZE}, {SIZE})\n\n\nclass BasicBlock", 1)
+    extra = f"\n_EXTRA = torch.ones({SIZE}, {SIZE})\n\n\nclass BasicBlock"
+    text = text.replace(old, INJECTED).replace("\nclass BasicBlock", extra, 1)
     model.write_text(text)
     return other
 
