@@ -22,10 +22,12 @@ def cmd_report(args: argparse.Namespace) -> int:
                 args.min_repeats, thresholds.level, what=f"--min-repeats {args.min_repeats}")):
             raise ValueError(f"{problem}; give more, or a larger --fdr")
         run_dir, baseline = _sides(args)
+        if args.kernels and (problem := _kernels_problem(baseline, run_dir, args)):
+            raise ValueError(problem)  # before anything is written
         result = make_report(run_dir, baseline=baseline, history=Path(args.history) if args.history else None,
                              out_dir=Path(args.out) if args.out else None, thresholds=thresholds)
         if args.kernels:
-            result = _kernels(result, baseline, run_dir, args)
+            result = with_kernels(result.comparison, baseline, run_dir, result.out_dir, args)
     except RunInputError as exc:
         return bad_input(exc.problems)
     except (ValueError, UnreadableFile) as exc:
@@ -45,18 +47,16 @@ def _sides(args: argparse.Namespace) -> tuple[Path, Path | None]:
     return Path(args.run_b), Path(args.run_dir)
 
 
-def _kernels(result, baseline: Path | None, run_dir: Path, args: argparse.Namespace):
-    """The report again with the kernel diff of the two run folders' profiled repeats (report --kernels)."""
+def _kernels_problem(baseline: Path | None, run_dir: Path, args: argparse.Namespace) -> str | None:
+    """Why `report --kernels` cannot diff these folders (None: it can)."""
     from harness.analysis.kernel_report import has_kernels
 
     if baseline is None:
-        raise ValueError("--kernels diffs two run folders: give a baseline (report A B --kernels)")
-    if problem := kernel_settings_problem(args):
-        raise ValueError(problem)
+        return "--kernels diffs two run folders: give a baseline (report A B --kernels)"
     missing = [str(d) for d in (baseline, run_dir) if not has_kernels(d)]
     if missing:
-        raise ValueError(f"{', '.join(missing)}: no kernels.parquet (profiled repeats: nvbench ab --kernels)")
-    return with_kernels(result.comparison, baseline, run_dir, result.out_dir, args)
+        return f"{', '.join(missing)}: no kernels.parquet (profiled repeats: nvbench ab --kernels)"
+    return kernel_settings_problem(args)
 
 
 def add_parser(subparsers) -> None:
