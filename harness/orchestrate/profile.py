@@ -51,7 +51,8 @@ class ProfileSpec:
 
     def job_section(self, key: str) -> dict[str, Any]:
         """The job file's `profile` section, read by the worker."""
-        return {"tool": self.tool, "steps": self.steps, "dir": str(self.out_dir), "name": key, "kernels": self.kernels}
+        section = {"tool": self.tool, "steps": self.steps, "dir": str(self.out_dir), "name": key}
+        return section | {"kernels": True} if self.kernels else section
 
     def command(self, argv: list[str], key: str) -> list[str]:
         """The launcher's argv, under nsys when profiling with it (torch profiles from inside the cell)."""

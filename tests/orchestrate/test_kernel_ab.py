@@ -1,7 +1,7 @@
 """The acceptance A/B on the CPU machine: a checkout whose model runs one extra fixed-size matmul per block
 against the checkout before it. The timed verdict calls a regression, which starts the profiled repeats; the
 verdict line names aten::mm under forward, its change within 25 % of what the matmuls cost alone, and no other
-(phase, operator) is called changed."""
+(phase, operator) is called changed (a phase's own time outside aten ops is no operator: see the assertion)."""
 
 from __future__ import annotations
 
@@ -15,8 +15,9 @@ import pytest
 
 from conftest import ROOT, nvbench
 from harness.analysis.verdict import IMPROVEMENT, REGRESSION
+from harness.results.kernels import BETWEEN_OPS
 
-SIZE = 448
+SIZE = 576
 """The injected matmul: SIZE x SIZE by SIZE x SIZE, once per residual block."""
 BLOCKS = 8
 """resnet18's residual blocks (2 + 2 + 2 + 2)."""
@@ -68,7 +69,9 @@ def test_an_extra_matmul_per_block_is_named_under_forward_at_its_cost(tiny_matri
 
     matrix, out = tiny_matrix(repeats=5), tmp_path / "ab"
     before = _matmuls_per_step_s()
+    # up to 10 pairs while inconclusive: the shared machine's noise can hide even this slowdown at 5 (seen once)
     proc = nvbench("ab", str(matrix), "--b-checkout", str(_slower_checkout(tmp_path)), "--out", str(out),
+                   "--max-repeats", "10",
                    "--kernel-repeats", str(KERNEL_REPEATS), "--kernel-steps", "3", timeout=1200)
     alone_s = (before + _matmuls_per_step_s()) / 2  # the load around the A/B, bracketed
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -84,13 +87,18 @@ def test_an_extra_matmul_per_block_is_named_under_forward_at_its_cost(tiny_matri
     assert "operators: forward" in verdict and "aten::mm" in verdict, proc.stdout + proc.stderr[-3000:]
     # the profiled repeats ran apart: their rows under profile/, flagged, never among the timed ones
     for side in "ab":
-        assert pq.read_table(out / side / "cells").num_rows == 5
+        timed = pq.read_table(out / side / "cells").to_pylist()
+        assert len(timed) >= 5 and all(r["profile_tool"] is None for r in timed)
         profiled = pq.read_table(out / side / "profile" / "cells").to_pylist()
         assert [r["profile_tool"] for r in profiled] == ["torch"] * KERNEL_REPEATS
     assert len(json.loads((out / "ab.json").read_text())["kernel_repeats"]["order"]) == 2 * KERNEL_REPEATS
     cell = pq.read_table(out / "a" / "cells").column("cell_id")[0].as_py()
     d = diff_cell(read_kernels(out / "a" / "kernels.parquet"), read_kernels(out / "b" / "kernels.parquet"), cell)
     called = {(o.phase, o.operator): o for o in d.operators if o.verdict in (REGRESSION, IMPROVEMENT)}
-    assert list(called) == [("forward", "aten::mm")], [(k, o.text()) for k, o in called.items()]
-    assert called[("forward", "aten::mm")].change_s == pytest.approx(alone_s, rel=0.25)
+    seen = f"called: {[(k, o.text()) for k, o in called.items()]}; the matmuls alone {1e3 * alone_s:.2f} ms a step"
+    # no other operator: a phase's own time between ops (BETWEEN_OPS) is no operator, and the extra work can move
+    # it (on this shared machine B's optimizer Python time rose in every repeat; not the collector: it never ran)
+    ops = [k for k in called if k[1] != BETWEEN_OPS]
+    assert ops == [("forward", "aten::mm")], seen
+    assert called[("forward", "aten::mm")].change_s == pytest.approx(alone_s, rel=0.25), seen
     assert (out / "report" / "kernels.md").exists() and "aten::mm" in (out / "report" / "summary.md").read_text()
