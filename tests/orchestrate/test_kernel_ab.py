@@ -89,8 +89,8 @@ def test_an_extra_matmul_per_block_is_named_under_forward_at_its_cost(tiny_matri
     # unbalanced by 7 %; then the fast-step rate's test). What is tested here is the kernel diff the verdict starts.
     try:
         proc = nvbench("ab", str(matrix), "--b-checkout", str(_slower_checkout(tmp_path)), "--out", str(out),
-                       "--max-repeats", "10", "--no-speed-adjust", "--no-fast-steps", "--kernel-repeats", str(KERNEL_REPEATS),
-                       "--kernel-steps", "3", timeout=1200)
+                       "--max-repeats", "10", "--no-speed-adjust", "--no-fast-steps",
+                       "--kernel-repeats", str(KERNEL_REPEATS), "--kernel-steps", "3", timeout=1200)
     finally:
         alone.done.set()
         alone.join()
