@@ -112,10 +112,11 @@ def run_thresholds(th: Thresholds, run: RunData) -> Thresholds:
         raise RunInputError(str(exc).splitlines()) from None
 
 
-def write_report(comparison: Comparison, out_dir: Path) -> ReportResult:
-    """Render every file first, then write them together: a report is never half new, half old."""
+def write_report(comparison: Comparison, out_dir: Path, *, kernels_html: str = "") -> ReportResult:
+    """Render every file first, then write them together: a report is never half new, half old. `kernels_html`:
+    the kernel diff's sections (analysis.kernel_report), placed under the headline."""
     steps = load_steps(Path(comparison.candidate.path)) if Path(comparison.candidate.path).is_dir() else {}
-    contents = [render_html(comparison, steps).encode(), ci_formats.render_markdown(comparison).encode(),
+    contents = [render_html(comparison, steps, kernels_html).encode(), ci_formats.render_markdown(comparison).encode(),
                 store.table_bytes(verdicts_file.verdict_table(comparison)), ci_formats.render_junit(comparison)]
     files = [out_dir / name for name in REPORT_FILES]
     if comparison.mode == "history":
@@ -273,7 +274,8 @@ def _template(name: str) -> str:
     return resources.files("harness.analysis").joinpath("templates", name).read_text()
 
 
-def render_html(comparison: Comparison, steps: Mapping[str, Sequence[StepSeries]] | None = None) -> str:
+def render_html(comparison: Comparison, steps: Mapping[str, Sequence[StepSeries]] | None = None,
+                kernels_html: str = "") -> str:
     """The report page; `steps` (load_steps of the candidate) gives each cell its step-time plot."""
     cand = comparison.candidate
     banner = drill_banner(comparison)
@@ -293,7 +295,7 @@ def render_html(comparison: Comparison, steps: Mapping[str, Sequence[StepSeries]
     return string.Template(_template("report.html")).substitute(
         title=esc(f"nvbench report: {cand.run_id}"), css=_template("report.css"), subtitle=esc(subtitle),
         setup=_setup(comparison), banner=f'<div class="banner">{esc(banner)}</div>' if banner else "",
-        headline=_cards(comparison), heatmap=_heatmap(comparison), table=render_table(comparison),
+        headline=_cards(comparison), kernels=kernels_html, heatmap=_heatmap(comparison), table=render_table(comparison),
         plots="\n".join(plots), steps=step_details(steps or {}), environment=_environment(comparison),
         failures=_failures(comparison),
         method=esc(f"{method_text(comparison)} Written {human_time(datetime.now(timezone.utc).isoformat())}."),

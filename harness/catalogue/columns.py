@@ -9,7 +9,7 @@ from typing import Literal
 S, F, I, B, TS = "string", "float64", "int64", "bool", "timestamp[us, UTC]"
 """The column types: a text, a float, an integer, a flag, a UTC time."""
 TYPES = (S, F, I, B, TS)
-Grain = Literal["step", "repeat", "cell"]
+Grain = Literal["step", "repeat", "cell", "kernel"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -24,7 +24,8 @@ class Column:
     doc: str
     """Its meaning in a sentence or two: the Parquet field's description and docs/results.md's."""
     grain: Grain
-    """What one row is: a step of one rank, a (cell, repeat), or a cell of a comparison."""
+    """What one row is: a step of one rank, a (cell, repeat), a cell of a comparison, or a (phase, operator,
+    kernel) of a profiled repeat."""
 
     def __post_init__(self) -> None:
         if self.type not in TYPES:
@@ -41,3 +42,7 @@ def per_step(name: str, type_: str, unit: str, doc: str) -> Column:
 
 def per_cell(name: str, type_: str, unit: str, doc: str) -> Column:
     return Column(name=name, type=type_, unit=unit, doc=doc, grain="cell")
+
+
+def per_kernel(name: str, type_: str, unit: str, doc: str) -> Column:
+    return Column(name=name, type=type_, unit=unit, doc=doc, grain="kernel")

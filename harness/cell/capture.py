@@ -7,7 +7,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from harness.matrix.cells import Cell
+from harness.matrix.cells import Cell, split_job_key
 
 KEY_AVERAGES_ROWS = 60
 """Rows of the key-averages table written beside a torch trace."""
@@ -54,7 +54,9 @@ class TorchCapture:
         stem = Path(section["dir"]) / f"{section['name']}-rank{rank}"
         self.trace_path = stem.with_name(stem.name + ".trace.json")
         self.table_path = stem.with_name(stem.name + ".key_averages.txt")
-        self._profiler = torch.profiler.profile(activities=activities, record_shapes=True)
+        self._section, self._rank, self._is_cuda = section, rank, is_cuda
+        # a kernels repeat keeps no shapes: they cost time in every op and kernels.parquet does not use them
+        self._profiler = torch.profiler.profile(activities=activities, record_shapes=not section.get("kernels"))
 
     def start(self) -> None:
         self._profiler.start()
@@ -63,10 +65,26 @@ class TorchCapture:
         from harness.results import store
 
         self._profiler.stop()
+        if self._section.get("kernels"):  # an A/B's profiled repeat: its rows, not a trace
+            self._write_kernels()
+            return
         self.trace_path.parent.mkdir(parents=True, exist_ok=True)
         self._profiler.export_chrome_trace(str(self.trace_path))
         table = self._profiler.key_averages().table(sort_by=self._sort_by, row_limit=KEY_AVERAGES_ROWS)
         store.write_bytes(self.table_path, (table + "\n").encode())
+
+    def _write_kernels(self) -> None:
+        from harness.cell.kernels import kernel_rows
+        from harness.results import kernels, store
+
+        section = self._section
+        # the job's own cell id and repeat (its key), not the profiled cell's: a shorter window is another id
+        cell_id, repeat = split_job_key(section["name"])
+        rows = kernel_rows(self._profiler.events(), cell_id=cell_id, repeat=repeat, rank=self._rank,
+                           is_cuda=self._is_cuda, steps=int(section["steps"]))
+        path = Path(section["dir"]) / kernels.PARTS_DIR / f"{section['name']}-rank{self._rank}.parquet"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        store.write_table(path, kernels.kernels_table(rows))
 
 
 def capture(section: dict[str, Any] | None, *, rank: int, is_cuda: bool) -> NsysCapture | TorchCapture | None:

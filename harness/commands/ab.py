@@ -18,6 +18,7 @@ from harness.commands.common import (
     slot_packing,
     thresholds_from,
 )
+from harness.commands.kernel_flags import add_kernel_flags, kernel_settings_problem, with_kernels
 from harness.matrix.sections import RunConfig
 from harness.matrix.parse import MatrixError, load_matrix, with_repeats
 from harness.catalogue import col
@@ -32,13 +33,13 @@ too short a warm-up, not bad luck, and re-running it more would only cost time."
 def cmd_ab(args: argparse.Namespace) -> int:
     # the library, loaded when the command runs: its pyarrow and numpy would add ~1 s to every nvbench start
     from harness.analysis import compare
-    from harness.analysis.report import write_report
     from harness.analysis.runs import load_run
     from harness.analysis.verdict import INCONCLUSIVE, Comparison, with_judge
     from harness.orchestrate.workflows import ab, ab_sides
     from harness.orchestrate.placement.packing import CalibrationError
     from harness.orchestrate.placement.slots import SlotError
     from harness.orchestrate.session import opening
+    from harness.orchestrate.workflows import kernel_repeats
     from harness.orchestrate.workflows.looks import plan_looks
     from harness.matrix.cells import expand
 
@@ -59,6 +60,11 @@ def cmd_ab(args: argparse.Namespace) -> int:
             raise ValueError(problem)
         if args.max_reruns < 0:
             raise ValueError(f"--max-reruns {args.max_reruns}: must be >= 0")
+        kernel_plan = kernel_repeats.KernelPlan(repeats=args.kernel_repeats, steps=args.kernel_steps)
+        if args.kernels and not kernel_plan.repeats:
+            raise ValueError("--kernels with --kernel-repeats 0: no profiled repeat would run")
+        if problem := kernel_settings_problem(args):
+            raise ValueError(problem)
         pythons = {"a": ab.resolve_python(args.a), "b": ab.resolve_python(args.b)}
         checkouts = {name: ab.resolve_checkout(path) if path else None
                      for name, path in (("a", args.a_checkout), ("b", args.b_checkout))}
@@ -101,10 +107,19 @@ def cmd_ab(args: argparse.Namespace) -> int:
                                                     if v.verdict == INCONCLUSIVE],
                         caps=caps, envs=envs, pythons=pythons, seed=args.seed, checkouts=checkouts, on_done=done,
                         notify=lambda m: print(m, file=sys.stderr), packing=packing)
+        comparison = judge()
+        targets, why = kernel_plan.targets(comparison, asked=args.kernels)
+        if targets:
+            print(f"{why}: {kernel_plan.repeats} profiled processes per side of {len(targets)} cell(s), "
+                  f"{kernel_plan.steps} steps each (never part of the verdict)", file=sys.stderr)
+            kernel_repeats.run_kernel_repeats(out, targets, kernel_plan, caps=caps, envs=envs, pythons=pythons,
+                                              seed=args.seed, checkouts=checkouts,
+                                              notify=lambda m: print(m, file=sys.stderr))
     except KeyboardInterrupt:
         print(f"interrupted; the rows so far are in {out}/a and {out}/b", file=sys.stderr)
         return EXIT_INTERRUPTED
-    return print_report(write_report(judge(), out / "report"), args.fail_on_regression)
+    return print_report(with_kernels(comparison, out / "a", out / "b", out / "report", args),
+                        args.fail_on_regression)
 
 
 def _estimate_line(cells, looks: list[int], caps, envs: dict, reports: Path) -> str:
@@ -155,6 +170,7 @@ def add_parser(subparsers) -> None:
     ab.add_argument("--seed", type=int, default=0, help="seed of the A/B order within each pair (default: %(default)s)")
     ab.add_argument("--out", metavar="DIR", help="A/B folder (default: REPORTS/<id>); holds a/, b/, report/")
     ab.add_argument("--reports", default="reports", metavar="DIR", help="where A/B folders go (default: %(default)s)")
+    add_kernel_flags(ab)
     add_slots_flag(ab)
     add_threshold_flags(ab, history=False)
     ab.set_defaults(func=cmd_ab)

@@ -47,10 +47,13 @@ class ProfileSpec:
     device: str = "cuda"
     """The cell's device: nsys gates a CUDA cell's capture to the window (cudaProfilerApi); a CPU cell is
     captured whole, warmup and window told apart by their NVTX ranges."""
+    kernels: bool = False
+    """torch only: write the window's kernels.parquet rows (harness/cell/kernels.py) instead of a trace."""
 
     def job_section(self, key: str) -> dict[str, Any]:
         """The job file's `profile` section, read by the worker."""
-        return {"tool": self.tool, "steps": self.steps, "dir": str(self.out_dir), "name": key}
+        section = {"tool": self.tool, "steps": self.steps, "dir": str(self.out_dir), "name": key}
+        return section | {"kernels": True} if self.kernels else section
 
     def command(self, argv: list[str], key: str) -> list[str]:
         """The launcher's argv, under nsys when profiling with it (torch profiles from inside the cell)."""

@@ -1,0 +1,61 @@
+"""The kernel diff's flags (`ab`, `report`) and the report step they share: diff two run folders' profiled
+repeats, name each changed cell's operators in its verdict line, write report/kernels.md and kernels.html."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def add_kernel_flags(p: argparse.ArgumentParser, *, runs: bool = True) -> None:
+    """--kernels, --kernel-floor; with `runs` (ab) also --kernel-repeats and --kernel-steps."""
+    from harness.analysis.kernel_diff import DEFAULT_KERNEL_FDR, DEFAULT_KERNEL_FLOOR_PCT
+    from harness.orchestrate.workflows.kernel_repeats import DEFAULT_KERNEL_REPEATS, DEFAULT_KERNEL_STEPS
+
+    if runs:
+        p.add_argument("--kernels", action="store_true",
+                       help="profile every cell's extra repeats and diff operators and kernels, whatever the verdict "
+                            "(default: only cells called regression or improvement)")
+        p.add_argument("--kernel-repeats", type=int, default=DEFAULT_KERNEL_REPEATS, metavar="N",
+                       help="profiled processes per cell and side, interleaved A/B after the timed pairs, never part "
+                            "of the verdict (default: %(default)s; 0: none, even on a change)")
+        p.add_argument("--kernel-steps", type=int, default=DEFAULT_KERNEL_STEPS, metavar="N",
+                       help="steps each profiled process records under torch.profiler (default: %(default)s)")
+    else:
+        p.add_argument("--kernels", action="store_true",
+                       help="diff the operators and kernels of the two run folders' profiled repeats "
+                            "(kernels.parquet; default: off)")
+    p.add_argument("--kernel-floor", type=float, default=DEFAULT_KERNEL_FLOOR_PCT, metavar="PCT",
+                   help="no operator or kernel is called changed below PCT %% of the baseline's step "
+                        "(default: %(default)s)")
+    p.add_argument("--kernel-fdr", type=float, default=DEFAULT_KERNEL_FDR, metavar="Q",
+                   help="Benjamini-Hochberg false discovery rate across a cell's operators and kernels "
+                        "(default: %(default)s)")
+
+
+def kernel_settings_problem(args: argparse.Namespace) -> str | None:
+    """One line when --kernel-floor or --kernel-fdr is out of range (None when both are fine)."""
+    if not 0 <= args.kernel_floor < 100:
+        return f"--kernel-floor {args.kernel_floor}: must be in [0, 100)"
+    if not 0 < args.kernel_fdr < 1:
+        return f"--kernel-fdr {args.kernel_fdr}: must be strictly between 0 and 1"
+    return None
+
+
+def with_kernels(comparison, base_dir: Path, cand_dir: Path, out_dir: Path, args: argparse.Namespace):
+    """The report of `comparison` written to `out_dir`, its changed cells' verdict lines naming their operators
+    where both run folders hold profiled repeats; kernels.md and kernels.html beside it. Returns the
+    ReportResult for print_report."""
+    import dataclasses
+
+    from harness.analysis import kernel_report
+    from harness.analysis.report import write_report
+
+    diffs = kernel_report.diff_runs(comparison, base_dir, cand_dir, floor_pct=args.kernel_floor, fdr_q=args.kernel_fdr)
+    sections = kernel_report.render_sections(diffs, kernel_report.changed_cells(comparison))
+    result = write_report(kernel_report.attach(comparison, diffs), out_dir, kernels_html=sections)
+    extra = kernel_report.write(out_dir, diffs)
+    for cid, diff in sorted(diffs.items()):
+        print(f"kernels {cid}: {kernel_report.top_line(diff)}", file=sys.stderr)
+    return dataclasses.replace(result, files=(*result.files, *extra))

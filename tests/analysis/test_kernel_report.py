@@ -1,0 +1,68 @@
+"""Where a user looks: `nvbench report A B --kernels` over two run folders holding profiled repeats, and a
+changed cell's verdict line naming its operators in the console's words, summary.md, junit.xml and report.html."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import shutil
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from conftest import nvbench
+from harness.analysis import ci_formats, kernel_report
+from harness.analysis.report import make_report, write_report
+from harness.analysis.verdict import REGRESSION
+from harness.results import kernels, store
+
+
+def _with_kernels(run, folder, extra_s: float, seed: int):
+    """A copy of the finished run `run` with a kernels.parquet: five profiled repeats of its first ok cell, the
+    forward's aten::addmm `extra_s` slower."""
+    shutil.copytree(run, folder)
+    cell = next(r["cell_id"] for r in pq.read_table(run / "cells").to_pylist() if r["status"] == "ok")
+    rng, rows = np.random.default_rng(seed), []
+    for rep in range(5):
+        for phase, op, kernel, s in (("forward", "aten::linear", "aten::addmm", 0.004 + extra_s),
+                                     ("forward", "aten::conv2d", "aten::mkldnn_convolution", 0.020),
+                                     ("backward", "aten::convolution_backward", "aten::convolution_backward", 0.040)):
+            rows.append({"cell_id": cell, "repeat": rep, "rank": 0, "device": "cpu", "phase": phase, "operator": op,
+                         "kernel": kernel, "graph_replay": False, "calls_per_step": 1.0,
+                         "time_per_step_s": s + rng.normal(0, 1e-4), "profiled_steps": 10, "step_time_s": 0.07})
+    store.write_table(folder / kernels.KERNELS_FILE, kernels.kernels_table(rows))
+    return folder, cell
+
+
+def test_report_a_b_kernels_diffs_the_two_folders_and_says_what_it_lacks(shared_cpu_run, tmp_path):
+    a, _ = _with_kernels(shared_cpu_run, tmp_path / "a", 0.0, 1)
+    b, cell = _with_kernels(shared_cpu_run, tmp_path / "b", 0.003, 2)
+    proc = nvbench("report", str(a), str(b), "--kernels", "--out", str(tmp_path / "rep"))
+    assert proc.returncode in (0, 3), proc.stdout + proc.stderr
+    assert re.search(rf"kernels {cell}: forward \+3\.0 ms: aten::linear \+(2\.9|3\.0)\d ms \[", proc.stderr)
+    text = (tmp_path / "rep" / kernel_report.KERNELS_MD).read_text()
+    assert "aten::linear" in text and "regression" in text and str(tmp_path / "rep" / "kernels.html") in proc.stdout
+    bad = nvbench("report", str(shared_cpu_run), str(b), "--kernels", "--out", str(tmp_path / "rep2"))
+    assert bad.returncode == 2 and bad.stderr.strip().endswith("no kernels.parquet (profiled repeats: nvbench ab "
+                                                               "--kernels)"), bad.stderr
+    assert not (tmp_path / "rep2").exists()
+
+
+def test_a_changed_cells_line_names_its_operators_everywhere_it_is_shown(shared_cpu_run, tmp_path):
+    a, _ = _with_kernels(shared_cpu_run, tmp_path / "a", 0.0, 1)
+    b, cell = _with_kernels(shared_cpu_run, tmp_path / "b", 0.003, 2)
+    comparison = make_report(b, baseline=a, out_dir=tmp_path / "plain").comparison
+    # the timed verdict of a run against its own copy is no change: call it one, to see where the line goes
+    comparison = dataclasses.replace(comparison, verdicts=tuple(
+        dataclasses.replace(v, verdict=REGRESSION) if v.cell_id == cell else v for v in comparison.verdicts))
+    diffs = kernel_report.diff_runs(comparison, a, b)
+    named = kernel_report.attach(comparison, diffs)
+    reason = next(v.reason for v in named.verdicts if v.cell_id == cell)
+    assert re.search(r"; operators: forward \+3\.0 ms: aten::linear \+(2\.9|3\.0)\d ms", reason)
+    assert "explained +3.0 of" in reason
+    assert "operators: forward" in ci_formats.render_markdown(named)
+    assert b"operators: forward" in ci_formats.render_junit(named)
+    sections = kernel_report.render_sections(diffs, kernel_report.changed_cells(named))
+    page = (write_report(named, tmp_path / "rep", kernels_html=sections).out_dir / "report.html").read_text()
+    assert page.index(f'id="kernels-{cell}"') < page.index('id="cells"')  # under the headline, above the table
+    assert "<svg" in page[page.index(f'id="kernels-{cell}"'):page.index('id="cells"')]

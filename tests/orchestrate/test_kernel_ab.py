@@ -1,0 +1,109 @@
+"""The acceptance A/B on the CPU machine: a checkout whose model runs one extra fixed-size matmul per block
+against the checkout before it. The timed verdict calls a regression, which starts the profiled repeats; the
+verdict line names aten::mm under forward, its change within 25 % of what the matmuls cost alone, and no other
+(phase, operator) is called changed (a phase's own time outside aten ops is no operator: see the assertion)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import statistics
+import time
+
+import pyarrow.parquet as pq
+import pytest
+
+from conftest import ROOT, nvbench
+from harness.analysis.verdict import IMPROVEMENT, REGRESSION
+from harness.results.kernels import BETWEEN_OPS
+
+SIZE = 320
+"""The injected matmul: SIZE x SIZE by SIZE x SIZE, once per residual block. Small enough to stay in cache: at
+576 (3.9 MB a call) the next block's convolution was called +1 ms slower too, a real side effect of the work."""
+BLOCKS = 8
+"""resnet18's residual blocks (2 + 2 + 2 + 2)."""
+KERNEL_REPEATS = 8
+"""Profiled repeats a side. The default 5 decides a new operator at a process-to-process CV up to ~25 %; the
+shared 2-core machine's load (5-10) gave ~35 %, where 5 left aten::mm at p 0.003, adjusted 0.067 (inconclusive)."""
+INJECTED = f"""        out = self.bn2(self.conv2(out))
+        torch.mm(_EXTRA, _EXTRA)  # injected: one fixed-size matmul per block
+"""
+
+
+def _matmuls_per_step_s(repeats: int = 30) -> float:
+    """What the injected work costs alone: the mean of BLOCKS matmuls on one thread (as the cells run), with no
+    cell running beside it. Timed while the A/B ran (every 5 s), it came out 1.5-2x the in-cell figure three
+    times: on a loaded 2-core machine the sampler always had a cell beside it, the cell only rarely the sampler.
+    So it runs right after the A/B, whose last processes are the profiled repeats."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        a = torch.ones(SIZE, SIZE)
+        torch.mm(a, a)
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            for _ in range(BLOCKS):
+                torch.mm(a, a)
+            times.append(time.perf_counter() - t0)
+    finally:
+        torch.set_num_threads(threads)
+    return statistics.fmean(times)
+
+
+def _slower_checkout(tmp_path):
+    other = tmp_path / "slower"
+    shutil.copytree(ROOT / "harness", other / "harness", ignore=shutil.ignore_patterns("__pycache__"))
+    model = other / "harness" / "models" / "resnet.py"
+    text = model.read_text()
+    old = "        out = self.bn2(self.conv2(out))\n"
+    assert text.count(old) == 1  # BasicBlock's, resnet18's block
+    extra = f"\n_EXTRA = torch.ones({SIZE}, {SIZE})\n\n\nclass BasicBlock"
+    text = text.replace(old, INJECTED).replace("\nclass BasicBlock", extra, 1)
+    model.write_text(text)
+    return other
+
+
+@pytest.mark.slow
+def test_an_extra_matmul_per_block_is_named_under_forward_at_its_cost(tiny_matrix, tmp_path):
+    from harness.analysis.kernel_diff import diff_cell
+    from harness.results.kernels import read_kernels
+
+    matrix, out = tiny_matrix(repeats=5), tmp_path / "ab"
+    # Up to 10 pairs while inconclusive, throughput alone, no machine-speed adjustment: under the shared machine's
+    # load the timed verdict was inconclusive three times in four tries (5 + 5 pairs; at 10 + 10 the probe
+    # unbalanced by 7 %; then the fast-step rate's test). What is tested here is the kernel diff the verdict starts.
+    proc = nvbench("ab", str(matrix), "--b-checkout", str(_slower_checkout(tmp_path)), "--out", str(out),
+                   "--max-repeats", "10", "--no-speed-adjust", "--no-fast-steps",
+                   "--kernel-repeats", str(KERNEL_REPEATS), "--kernel-steps", "3", timeout=1200)
+    alone_s = _matmuls_per_step_s()
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    at = next((i for i, x in enumerate(lines) if x.startswith("regression:")), None)
+    assert at is not None, proc.stdout + proc.stderr[-3000:]
+    block = [lines[at]]
+    for x in lines[at + 1:]:  # the verdict line goes on, wrapped to the terminal, on indented lines
+        if not x.startswith(" "):
+            break
+        block.append(x.strip())
+    verdict = " ".join(block)
+    assert "operators: forward" in verdict and "aten::mm" in verdict, proc.stdout + proc.stderr[-3000:]
+    # the profiled repeats ran apart: their rows under profile/, flagged, never among the timed ones
+    for side in "ab":
+        timed = pq.read_table(out / side / "cells").to_pylist()
+        assert len(timed) >= 5 and all(r["profile_tool"] is None for r in timed)
+        profiled = pq.read_table(out / side / "profile" / "cells").to_pylist()
+        assert [r["profile_tool"] for r in profiled] == ["torch"] * KERNEL_REPEATS
+    assert len(json.loads((out / "ab.json").read_text())["kernel_repeats"]["order"]) == 2 * KERNEL_REPEATS
+    cell = pq.read_table(out / "a" / "cells").column("cell_id")[0].as_py()
+    d = diff_cell(read_kernels(out / "a" / "kernels.parquet"), read_kernels(out / "b" / "kernels.parquet"), cell)
+    called = {(o.phase, o.operator): o for o in d.operators if o.verdict in (REGRESSION, IMPROVEMENT)}
+    seen = f"called: {[(k, o.text()) for k, o in called.items()]}; the matmuls alone {1e3 * alone_s:.2f} ms a step"
+    # no other operator: a phase's own time between ops (BETWEEN_OPS) is no operator, and the extra work can move
+    # it (on this shared machine B's optimizer Python time rose in every repeat; not the collector: it never ran)
+    ops = [k for k in called if k[1] != BETWEEN_OPS]
+    assert ops == [("forward", "aten::mm")], seen
+    assert called[("forward", "aten::mm")].change_s == pytest.approx(alone_s, rel=0.25), seen
+    assert (out / "report" / "kernels.md").exists() and "aten::mm" in (out / "report" / "summary.md").read_text()
