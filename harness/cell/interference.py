@@ -1,5 +1,6 @@
 """What else ran during a measured window, from the kernel's own accounting: the CPU time other processes took on
-the cores this cell may use (and the hypervisor's steal on a virtual machine), as a share of those cores' time,
+the cores this cell may use (and the hypervisor's steal on a virtual machine), as a share of those cores' time
+(the job's own processes left out: its ranks, their loader workers),
 and this process's involuntary context switches. Started after the opening fence, stopped after the closing one
 (an Instrument); a background thread samples the same counters so each step can say when it happened."""
 
@@ -50,13 +51,16 @@ def read_proc_stat(cores: Iterable[int], text: str | None = None) -> tuple[int, 
     return busy, total, steal
 
 
-def session_cpu_ticks(sid: int | None = None, proc: Path = Path("/proc")) -> int:
-    """utime + stime (all threads) of every live process in session `sid` (default: this process's): the cell's
-    own processes, its loader workers and its torchrun group included (the runner starts each job in a session
-    of its own). A process that ended during the window takes its ticks with it: an undercount of our own time
-    that reads as interference only if such a process burned CPU and exited inside the window."""
+def job_cpu_ticks(proc: Path = Path("/proc"), *, sid: int | None = None, agent_sid: int | None = None) -> int:
+    """utime + stime (all threads) of every live process of this job: this process's session (the runner starts
+    each job in a session of its own: the cell, its loader workers), and under torchrun the agent's session and
+    every rank's (torchrun starts each rank in a session of its own, under the agent) with their workers. A
+    process that ended during the window takes its ticks with it: an undercount of the job's own time that reads
+    as interference only if such a process burned CPU and exited inside the window."""
     sid = os.getsid(0) if sid is None else sid
-    ticks = 0
+    if agent_sid is None and os.environ.get("TORCHELASTIC_RUN_ID"):
+        agent_sid = os.getsid(os.getppid())
+    stats: dict[int, tuple[int, int, int]] = {}  # pid -> (ppid, sid, ticks)
     for entry in proc.iterdir():
         if not entry.name.isdigit():
             continue
@@ -65,9 +69,12 @@ def session_cpu_ticks(sid: int | None = None, proc: Path = Path("/proc")) -> int
         except OSError:  # gone between the listing and the read
             continue
         fields = stat[stat.rindex(")") + 2:].split()  # after the command name, which may hold spaces
-        if int(fields[3]) == sid:  # field 6 of the line: the session id
-            ticks += int(fields[11]) + int(fields[12])  # fields 14, 15: utime, stime
-    return ticks
+        # fields 4 and 6 of the line: the parent, the session; 14 and 15: utime, stime
+        stats[int(entry.name)] = (int(fields[1]), int(fields[3]), int(fields[11]) + int(fields[12]))
+    own = {sid}
+    if agent_sid is not None:
+        own |= {agent_sid} | {s for ppid, s, _ in stats.values() if stats.get(ppid, (0, -1, 0))[1] == agent_sid}
+    return sum(ticks for _, s, ticks in stats.values() if s in own)
 
 
 class InterferenceMeter:
@@ -86,7 +93,7 @@ class InterferenceMeter:
 
     def _read_proc(self) -> Counters:
         busy, total, steal = read_proc_stat(self.cores)
-        return Counters(time.perf_counter(), busy, total, steal, session_cpu_ticks())
+        return Counters(time.perf_counter(), busy, total, steal, job_cpu_ticks())
 
     def start(self) -> InterferenceMeter:
         self._nivcsw = resource.getrusage(resource.RUSAGE_SELF).ru_nivcsw

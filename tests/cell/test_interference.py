@@ -17,7 +17,7 @@ from harness.cell.interference import (
     InterferenceMeter,
     foreign_share,
     read_proc_stat,
-    session_cpu_ticks,
+    job_cpu_ticks,
 )
 from harness.results.interference import interference_reason
 
@@ -84,7 +84,26 @@ def test_a_neighbour_on_the_cells_core_is_seen_and_the_cells_own_work_is_not():
         neighbour.join()
     finally:
         os.sched_setaffinity(0, saved)
-    assert session_cpu_ticks() > 0
+    assert job_cpu_ticks() > 0
     assert quiet is not None and loaded is not None
     # the neighbour shares the one core: it takes about half of it; the cell's own spinning counts for nothing
     assert loaded > max(0.25, quiet)
+
+
+def _proc(tmp_path, table):
+    """A fake /proc: pid -> (ppid, sid, utime, stime)."""
+    for pid, (ppid, sid, ut, st) in table.items():
+        (tmp_path / str(pid)).mkdir()
+        # pid (comm) state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime ...
+        (tmp_path / str(pid) / "stat").write_text(f"{pid} (py thon) S {ppid} {sid} {sid} 0 0 0 0 0 0 0 {ut} {st} 0 0\n")
+    return tmp_path
+
+
+def test_a_torchrun_job_counts_its_agent_and_every_rank_as_its_own(tmp_path):
+    proc = _proc(tmp_path, {100: (1, 100, 5, 5),        # the agent: the job's session (the runner made it)
+                            101: (100, 101, 40, 10),   # rank 0, a session of its own (torchrun's way)
+                            102: (100, 102, 30, 10),   # rank 1
+                            103: (101, 101, 7, 3),     # a loader worker of rank 0
+                            200: (1, 200, 99, 1)})     # a neighbour
+    assert job_cpu_ticks(proc, sid=101, agent_sid=100) == 10 + 50 + 40 + 10
+    assert job_cpu_ticks(proc, sid=101) == 50 + 10  # outside torchrun: its own session only
