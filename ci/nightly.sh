@@ -50,6 +50,8 @@ REPORT_ARGS=${NVBENCH_REPORT_ARGS:-}  # e.g. "--floor 2"
 CONFIRM=${NVBENCH_CONFIRM:-auto}     # auto | interleaved | every | sequential (see above)
 CONFIRM_REPEATS=${NVBENCH_CONFIRM_REPEATS-10}  # first pairs of an A/B confirmation; empty = REPEATS
 CONFIRM_MAX_REPEATS=${NVBENCH_CONFIRM_MAX_REPEATS-20}  # pairs an inconclusive cell may grow to; empty = no more
+KERNEL_REPEATS=${NVBENCH_KERNEL_REPEATS:-}  # profiled processes a side when the A/B calls a change (where the time
+                                            # went, to the kernel); empty = nvbench ab's default; 0 = none
 RUN_ID=${NVBENCH_RUN_ID:-nightly-$(date -u +%Y%m%d-%H%M%S)}
 RUN=$REPORTS/$RUN_ID
 LAST_REPORT=$RUN/report  # the report whose verdicts decide the night (an A/B's or a confirmation's, when one ran)
@@ -116,7 +118,8 @@ confirm_ab() {
   log "confirming by A/B: A = $sha (baseline), B = tonight${head:+ ($head)}: $*"
   # shellcheck disable=SC2086  # RUN_ARGS and REPORT_ARGS are lists of flags
   child nvbench ab "$MATRIX" --a-checkout "$src" --out "$out" "$@" $RUN_ARGS ${CONFIRM_REPEATS:+--repeats "$CONFIRM_REPEATS"} \
-    ${CONFIRM_MAX_REPEATS:+--max-repeats "$CONFIRM_MAX_REPEATS"} --fail-on-regression $REPORT_ARGS
+    ${CONFIRM_MAX_REPEATS:+--max-repeats "$CONFIRM_MAX_REPEATS"} ${KERNEL_REPEATS:+--kernel-repeats "$KERNEL_REPEATS"} \
+    --fail-on-regression $REPORT_ARGS
   rc=$?
   git -C "$ROOT" worktree remove --force "$src" >/dev/null 2>&1
   WORKTREE=""

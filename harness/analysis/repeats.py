@@ -54,7 +54,8 @@ def interference_words(cand_rows: Sequence[Mapping[str, Any]], base_rows: Sequen
             shares += [r.get(col.foreign_cpu_frac) or 0.0 for r in hit]
     if not parts:
         return ""
-    span = f"{min(shares):.0%}" if min(shares) == max(shares) else f"{min(shares):.0%}-{max(shares):.0%}"
+    low, high = f"{min(shares):.0%}", f"{max(shares):.0%}"
+    span = low if low == high else f"{low[:-1]}-{high}"
     return (f"; the machine was busy: other processes used {span} of the cell's cores in repeat(s) "
             f"{' and '.join(parts)} (left out)")
 

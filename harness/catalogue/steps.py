@@ -40,7 +40,7 @@ STEP_COLUMNS: tuple[Column, ...] = (
         F,
         "fraction",
         "Share of the cell's cores' time other processes used while this "
-        "step ran (the interference meter's samples around it, every 0.1 s); null for warm-up steps and before "
+        "step ran (the interference meter's samples around it, every 0.25 s); null for warm-up steps and before "
         "schema version 6.",
     ),
     per_step(

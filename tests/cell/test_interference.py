@@ -3,12 +3,14 @@ window; a real neighbour on this machine's cores is seen, the cell's own work is
 
 from __future__ import annotations
 
-import multiprocessing
-import os
-import time
+import json
+import subprocess
+import sys
 
 import numpy as np
 import pytest
+
+from conftest import ROOT
 
 from harness.catalogue import col
 from harness.catalogue.cells import INTERFERENCE_THRESHOLD
@@ -55,39 +57,44 @@ def test_per_step_shares_follow_the_samples_around_each_step():
     assert meter.columns()[col.foreign_cpu_frac] == pytest.approx(50 / 300)
 
 
-def _spin(seconds: float) -> None:
+CELL = """
+import json, os, subprocess, sys, time
+from harness.catalogue import col
+from harness.cell.interference import InterferenceMeter, job_cpu_ticks
+
+core = min(os.sched_getaffinity(0))
+os.sched_setaffinity(0, {core})
+
+
+def spin(seconds):
     end = time.perf_counter() + seconds
     while time.perf_counter() < end:
         pass
 
 
-def _spin_in_own_session(seconds: float) -> None:
-    os.setsid()  # another session: not the cell's
-    _spin(seconds)
+own = InterferenceMeter([core]).start()
+spin(0.6)  # the cell's own work
+quiet = own.stop().columns()[col.foreign_cpu_frac]
+busy_loop = "import time\\nend = time.perf_counter() + 3\\nwhile time.perf_counter() < end: pass"
+neighbour = subprocess.Popen([sys.executable, "-c", busy_loop], start_new_session=True)  # not the cell's
+time.sleep(0.5)
+busy = InterferenceMeter([core]).start()
+spin(1.0)
+loaded = busy.stop().columns()[col.foreign_cpu_frac]
+neighbour.wait(timeout=30)
+print(json.dumps({"quiet": quiet, "loaded": loaded, "own": job_cpu_ticks()}))
+"""
 
 
 def test_a_neighbour_on_the_cells_core_is_seen_and_the_cells_own_work_is_not():
-    saved = os.sched_getaffinity(0)
-    core = min(saved)
-    os.sched_setaffinity(0, {core})
-    try:
-        own = InterferenceMeter([core]).start()
-        _spin(0.6)  # the cell's own work
-        quiet = own.stop().columns()[col.foreign_cpu_frac]
-        ctx = multiprocessing.get_context("fork")
-        neighbour = ctx.Process(target=_spin_in_own_session, args=(3.0,))
-        neighbour.start()
-        time.sleep(0.3)
-        busy = InterferenceMeter([core]).start()
-        _spin(1.0)
-        loaded = busy.stop().columns()[col.foreign_cpu_frac]
-        neighbour.join()
-    finally:
-        os.sched_setaffinity(0, saved)
-    assert job_cpu_ticks() > 0
-    assert quiet is not None and loaded is not None
+    # in a session of its own, as the runner starts every cell: its session is its job
+    proc = subprocess.run([sys.executable, "-c", CELL], capture_output=True, text=True, timeout=60,
+                          start_new_session=True, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout)
+    assert got["own"] > 0 and got["quiet"] is not None
     # the neighbour shares the one core: it takes about half of it; the cell's own spinning counts for nothing
-    assert loaded > max(0.25, quiet)
+    assert got["loaded"] > max(0.25, got["quiet"]), got
 
 
 def _proc(tmp_path, table):

@@ -37,7 +37,10 @@ def night(matrix: Path, reports: Path, run_id: str, cores: set[int] | None = Non
                NVBENCH_MATRIX=str(matrix), NVBENCH_REPORTS=str(reports), NVBENCH_RUN_ID=run_id,
                # 3 + 3 repeats keep the test short; an exact permutation test of 3 + 3 can reach p = 0.1
                NVBENCH_REPEATS="3", NVBENCH_CONFIRM_REPEATS="3", NVBENCH_CONFIRM_MAX_REPEATS="3",
-               NVBENCH_REPORT_ARGS="--min-repeats 3 --fdr 0.1")
+               NVBENCH_REPORT_ARGS="--min-repeats 3 --fdr 0.1",
+               # a confirmation that calls a change profiles its cells (10 processes more): tests/orchestrate/
+               # test_kernel_ab.py covers those; here they would only double the night
+               NVBENCH_KERNEL_REPEATS="0")
     env.update(extra)
     env.pop("GITHUB_STEP_SUMMARY", None)
     env.pop("GITHUB_OUTPUT", None)

@@ -1,6 +1,6 @@
 """Living with a nightly, end to end (ci/nightly.sh, real cells, one tiny CPU cell of 3 repeats a night): against
 one baseline, a fire drill from night 2 on alarms once (night 2 exits 1 naming it; night 3 exits 0 listing it open
-since night 2), a night with three times the drill is worse and fails again; after `nvbench ack` the drilled
+since night 2; a worse night failing again is tests/analysis/test_alarms.py's); after `nvbench ack` the drilled
 night's verdicts exit 0 listed as acknowledged; `nvbench baseline promote` refuses the drill unless told it is a
 rehearsal, and a drilled run judged against the promoted one is unchanged or inconclusive; the trend marks both. The drills are +100 % and +300 % (the issue's +25 % and +50 % are in tests/analysis/test_alarms.py): on this
 shared 2-core machine a 3-step window's repeats spread by 25 % and more, and a +25 % drill was inconclusive."""
@@ -14,7 +14,7 @@ import xml.etree.ElementTree as ET
 import pytest
 from test_nightly import night
 
-KNOBS = {"NVBENCH_CONFIRM": "sequential", "NVBENCH_SLOTS": "2",  # test_nightly's night: 3 repeats, two at once
+KNOBS = {"NVBENCH_CONFIRM": "sequential", "NVBENCH_SLOTS": "1",  # test_nightly's night: 3 repeats, in turn
          # 3 + 3 repeats at --fdr 0.1 can decide; others' jobs on this machine moved the speed probe by +96 % in
          # one night, which a machine-speed adjustment cannot extrapolate over: judged unadjusted
          "NVBENCH_REPORT_ARGS": "--min-repeats 3 --fdr 0.1 --no-speed-adjust"}
@@ -54,12 +54,11 @@ def test_a_regression_alarms_once_is_acknowledged_and_a_promoted_baseline_ends_i
     assert (failures, skipped) == ("0", "1") and "open since night2" in root.find(".//skipped").get("message")
     summary = (reports / "night3" / "report" / "summary.md").read_text()
     assert "**Still open (alarmed before; not failing again): 1**" in summary
-    worse = drilled(matrix, reports, "night4", 300)
-    assert worse.returncode == 1 and f"WORSE: {CELL}" in worse.stderr, worse.stderr
+    # a worse change failing again is the alarm step's own rule (tests/analysis/test_alarms.py): not a night more
 
     ack = nvbench("ack", "backend=synthetic", "--reason", "rehearsal: accepted", "--reports", reports)
     assert ack.returncode == 0, ack.stderr
-    for report in ("night3", "night4"):  # the nightly's own alarm step on each drill's verdicts, as night 5
+    for report in ("night2", "night3"):  # the nightly's own alarm step on each drill's verdicts, as night 5
         step = subprocess.run([sys.executable, "-m", "harness.orchestrate.workflows.nightly", "alarms", reports / report /
                                "report", "--reports", reports, "--night", "night5"], capture_output=True, text=True)
         assert step.returncode == 0 and f"ACKNOWLEDGED: {CELL}" in step.stderr, step.stderr

@@ -17,6 +17,8 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import nvbench
 
+from harness.catalogue.cells import INTERFERENCE_THRESHOLD
+
 MATRIX = """
 version = 1
 [benchmark]
@@ -95,7 +97,7 @@ def test_a_aa_drill_and_hog_get_the_verdicts_they_deserve(tmp_path):
 
     for busy in (drill_hogged, hogged):  # every window beside the loops says so, and none decides anything
         rows = pq.read_table(busy / "cells").to_pylist()
-        assert all(r["foreign_cpu_frac"] > 0.25 and r["is_steady"] is False for r in rows), \
+        assert all(r["foreign_cpu_frac"] > INTERFERENCE_THRESHOLD and r["is_steady"] is False for r in rows), \
             [(r["foreign_cpu_frac"], r["steadiness"]) for r in rows]
         assert all(r["steadiness"].startswith("taken under interference: other processes used") for r in rows)
         rc, v, err = report(busy, a, tmp_path / f"r-{busy.name}")
