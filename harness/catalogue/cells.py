@@ -5,6 +5,10 @@ from __future__ import annotations
 from harness.catalogue.axes import AXES_RECORD
 from harness.catalogue.columns import B, F, I, S, TS, Column, per_repeat
 
+MIN_INTERFERENCE_S = 0.05
+"""Least CPU time (foreign_cpu_s, steal_s) taken from a window for it to be taken under interference: five of the
+kernel's 10 ms ticks. A 0.3 s window on one core is 30 ticks, where one tick read early or late at either end is
+a 3 % share: without this floor, a kworker's blip or two ticks of steal flagged quiet windows of tiny cells."""
 INTERFERENCE_THRESHOLD = 0.10
 """A window is taken under interference when other processes used more than this share of its cores' time
 (foreign_cpu_frac) or the hypervisor stole more than it (steal_frac). Quiet windows on the 2-core machine read a
@@ -170,6 +174,20 @@ CELL_COLUMNS: tuple[Column, ...] = (
         "hypervisor's steal included (/proc/stat less the session's own CPU time); above "
         "INTERFERENCE_THRESHOLD the window was taken under interference (is_steady false, and an A/B runs "
         "it again). Null before schema version 6 and where /proc is not there.",
+    ),
+    per_repeat(
+        "foreign_cpu_s",
+        F,
+        "s",
+        "CPU time processes other than the cell's own used on its cores during the window, steal included "
+        "(foreign_cpu_frac's numerator): a share of a short window is a few clock ticks, and under "
+        "MIN_INTERFERENCE_S it is never called interference.",
+    ),
+    per_repeat(
+        "steal_s",
+        F,
+        "s",
+        "CPU time a hypervisor gave another guest on those cores during the window (steal_frac's numerator).",
     ),
     per_repeat(
         "steal_frac",

@@ -124,7 +124,10 @@ class InterferenceMeter:
     def columns(self) -> dict[str, Any]:
         """The window's figures as cells columns (null where the counters said nothing, e.g. no /proc)."""
         first, last = self._samples[0], self._samples[-1]
+        tick_s = 1 / os.sysconf("SC_CLK_TCK")
+        foreign_ticks = max(0, (last.busy - first.busy) - (last.own - first.own))
         return {col.foreign_cpu_frac: foreign_share(first, last), col.steal_frac: steal_share(first, last),
+                col.foreign_cpu_s: foreign_ticks * tick_s, col.steal_s: (last.steal - first.steal) * tick_s,
                 col.num_involuntary_switches: self._nivcsw}
 
     def per_step(self, step_ends_s: np.ndarray) -> np.ndarray:

@@ -78,7 +78,8 @@ def train(ctx: Context, engine: Engine, loader,
     interval = window.window_throughput_interval(step_times, ctx.cell.images_per_step, images, window_s)
     steady, start = window.window_steadiness(warm.step_times_s, step_times)
     busy = meter.columns()
-    if why := interference_reason(busy[col.foreign_cpu_frac], busy[col.steal_frac]):  # a neighbour: not steady
+    if why := interference_reason(busy[col.foreign_cpu_frac], busy[col.steal_frac], foreign_s=busy[col.foreign_cpu_s],
+                                  steal_s=busy[col.steal_s]):  # a neighbour: not steady
         steady = dataclasses.replace(steady, is_steady=False, reason=f"taken under interference: {why}"
                                      + ("" if steady.is_steady is not False else f"; also {steady.reason}"))
     fast = window.fast_step_rate(step_times, ctx.cell.images_per_step)

@@ -6,19 +6,26 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from harness.catalogue import col
-from harness.catalogue.cells import INTERFERENCE_THRESHOLD
+from harness.catalogue.cells import INTERFERENCE_THRESHOLD, MIN_INTERFERENCE_S
 
 
-def interference_reason(foreign: float | None, steal: float | None) -> str | None:
-    """The words of a window taken under interference, or None when it was not (or nothing was measured)."""
+def interference_reason(foreign: float | None, steal: float | None, *, foreign_s: float | None = None,
+                        steal_s: float | None = None) -> str | None:
+    """The words of a window taken under interference, or None when it was not (or nothing was measured): a share
+    above INTERFERENCE_THRESHOLD of at least MIN_INTERFERENCE_S of CPU time (None: the time was not recorded)."""
     parts = []
-    if foreign is not None and foreign > INTERFERENCE_THRESHOLD:
+    if _over(foreign, foreign_s):
         parts.append(f"other processes used {foreign:.0%} of this cell's cores")
-    if steal is not None and steal > INTERFERENCE_THRESHOLD:
+    if _over(steal, steal_s):
         parts.append(f"the hypervisor took {steal:.0%} of them (steal)")
     return "; ".join(parts) or None
 
 
+def _over(share: float | None, seconds: float | None) -> bool:
+    return share is not None and share > INTERFERENCE_THRESHOLD and (seconds is None or seconds >= MIN_INTERFERENCE_S)
+
+
 def row_interference(row: Mapping[str, Any]) -> str | None:
     """interference_reason of a cells row (None for rows written before schema 6: never measured)."""
-    return interference_reason(row.get(col.foreign_cpu_frac), row.get(col.steal_frac))
+    return interference_reason(row.get(col.foreign_cpu_frac), row.get(col.steal_frac),
+                               foreign_s=row.get(col.foreign_cpu_s), steal_s=row.get(col.steal_s))

@@ -43,6 +43,9 @@ def test_the_share_is_others_busy_time_over_the_cores_time():
     assert foreign_share(a, a) is None
     assert interference_reason(0.61, 0.0) == "other processes used 61% of this cell's cores"
     assert interference_reason(INTERFERENCE_THRESHOLD / 2, None) is None
+    # a share of a short window is a few ticks: under MIN_INTERFERENCE_S of CPU time it is no interference
+    assert interference_reason(0.125, 0.125, foreign_s=0.04, steal_s=0.04) is None
+    assert interference_reason(0.125, None, foreign_s=0.06) == "other processes used 12% of this cell's cores"
 
 
 def test_per_step_shares_follow_the_samples_around_each_step():

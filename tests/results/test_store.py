@@ -97,7 +97,7 @@ def test_a_version_5_row_reads_its_interference_as_never_measured(tmp_path):
     from harness.results.schema import CELL_SCHEMA, METADATA_VERSION_KEY, cell_table
 
     table = cell_table([{"run_id": "r", "cell_id": "c", "repeat": 0, "status": "ok", "throughput_img_per_s": 10.0}])
-    old = table.drop_columns(["foreign_cpu_frac", "steal_frac", "num_involuntary_switches"])
+    old = table.drop_columns(["foreign_cpu_frac", "steal_frac", "foreign_cpu_s", "steal_s", "num_involuntary_switches"])
     old = old.replace_schema_metadata({**(old.schema.metadata or {}), METADATA_VERSION_KEY: b"5"})
     pq.write_table(old, tmp_path / "old.parquet")
     (row,) = store.read_table(tmp_path / "old.parquet", CELL_SCHEMA).to_pylist()
