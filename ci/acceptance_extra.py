@@ -125,7 +125,7 @@ def break_check(name: str, out: Path, run: Callable) -> Callable:
                 "-c", str(copy / "pyproject.toml")]
         # the copy's harness, not this checkout's: no working directory on sys.path (Python >= 3.11)
         code = run(argv, log=out / f"{name}.log", timeout=timeout, env={"PYTHONPATH": str(copy), "PYTHONSAFEPATH": "1"})
-        from gpu_acceptance import junit_counts
+        from acceptance_judge import junit_counts
 
         counts = junit_counts(out / name / "junit.xml")
         claims.apply(check, judge.judge_break(code, counts, f"{path}: {text.strip()} -> {broken.strip()}"),

@@ -7,7 +7,9 @@ from __future__ import annotations
 import importlib.util
 import math
 import statistics
+import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 PHASE_SUM_TOLERANCE = 0.01
@@ -338,3 +340,27 @@ def judge_break(code: int | None, counts: Mapping[str, Any], what: str) -> Judge
     ran = counts.get("passed", 0)
     return Judgement(status="fail", detail=f"the break went unseen ({ran} passed, exit {code}): {what}",
                      figures=figures)
+
+
+def junit_counts(path: Path, only: str | None = None) -> dict[str, int]:
+    """passed/failed/errors/skipped of a junit file, optionally of test files whose name contains `only`."""
+    counts = dict.fromkeys(("passed", "failed", "errors", "skipped"), 0)
+    if not path.is_file():
+        return counts
+    failed_names = []
+    for case in ET.parse(path).getroot().iter("testcase"):
+        if only and only not in (case.get("classname") or ""):
+            continue
+        kinds = {child.tag for child in case}
+        if "failure" in kinds:
+            counts["failed"] += 1
+            failed_names.append(f"{case.get('classname')}::{case.get('name')}")
+        elif "error" in kinds:
+            counts["errors"] += 1
+            failed_names.append(f"{case.get('classname')}::{case.get('name')}")
+        elif "skipped" in kinds:
+            counts["skipped"] += 1
+        else:
+            counts["passed"] += 1
+    counts["not_passed"] = failed_names  # type: ignore[assignment]
+    return counts

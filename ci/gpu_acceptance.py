@@ -48,6 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # the checks and judge
 import acceptance_checks as claims  # noqa: E402
 import acceptance_extra as extra  # noqa: E402
 import acceptance_judge as judge  # noqa: E402
+from acceptance_judge import junit_counts  # noqa: E402
 from acceptance_plan import (  # noqa: E402  (the plan, re-exported: callers and tests read it here)
     DEFAULT_BUDGET_S, ESTIMATES_S, EXTRA_CHECKS, GPU_CHECKS, GPU_SIDE_CORES, LAST, NEEDS, REPORT_ORDER, SUITE_SKIP,
     announce, beyond, cpu_plan, dependency_gaps, estimates, extras_planned, gpu_plan, planned_extras, say,
@@ -148,29 +149,6 @@ def skipped(name: str, why: str) -> Check:
 
 
 # ---------------------------------------------------------------- pytest
-
-def junit_counts(path: Path, only: str | None = None) -> dict[str, int]:
-    """passed/failed/errors/skipped of a junit file, optionally of test files whose name contains `only`."""
-    counts = dict.fromkeys(("passed", "failed", "errors", "skipped"), 0)
-    if not path.is_file():
-        return counts
-    failed_names = []
-    for case in ET.parse(path).getroot().iter("testcase"):
-        if only and only not in (case.get("classname") or ""):
-            continue
-        kinds = {child.tag for child in case}
-        if "failure" in kinds:
-            counts["failed"] += 1
-            failed_names.append(f"{case.get('classname')}::{case.get('name')}")
-        elif "error" in kinds:
-            counts["errors"] += 1
-            failed_names.append(f"{case.get('classname')}::{case.get('name')}")
-        elif "skipped" in kinds:
-            counts["skipped"] += 1
-        else:
-            counts["passed"] += 1
-    counts["not_passed"] = failed_names  # type: ignore[assignment]
-    return counts
 
 
 def junit_seconds(path: Path) -> float:
