@@ -17,13 +17,8 @@ from harness.analysis.decide import IMPROVEMENT, INCONCLUSIVE, REGRESSION, UNCHA
 from harness.stats import inference
 from harness.stats.welch import repeats_for, welch_test
 from harness.catalogue import col
+from harness.catalogue.kernels import DEFAULT_KERNEL_FDR, DEFAULT_KERNEL_FLOOR_PCT
 
-DEFAULT_KERNEL_FLOOR_PCT = 1.0
-"""Below this share of the baseline's step, no operator or kernel is called changed."""
-DEFAULT_KERNEL_FDR = 0.05
-"""Benjamini-Hochberg's false discovery rate across a cell's tested items: of the operators and kernels called
-changed, this share at most is expected false. With no true change it bounds the chance that an A/A calls any
-item at all (BH controls the family-wise error under the global null): one A/A in twenty."""
 BOTH, REPLACED, NEW, GONE = "both", "replaced", "new", "gone"
 Key = tuple[str, str, str]
 

@@ -10,8 +10,8 @@ import statistics
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from harness.analysis.kernel_diff import (DEFAULT_KERNEL_FDR, DEFAULT_KERNEL_FLOOR_PCT, REPLACED, ItemChange,
-                                          KernelDiff, diff_cell, top_line)
+from harness.analysis.kernel_diff import REPLACED, ItemChange, KernelDiff, diff_cell, top_line
+from harness.catalogue.kernels import DEFAULT_KERNEL_FDR, DEFAULT_KERNEL_FLOOR_PCT
 
 __all__ = ["attach", "diff_runs", "has_kernels", "changed_cells", "render_html", "render_markdown", "render_sections",
            "top_line", "write"]

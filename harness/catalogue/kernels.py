@@ -5,6 +5,19 @@ from __future__ import annotations
 
 from harness.catalogue.columns import B, F, I, S, Column, per_kernel
 
+DEFAULT_KERNEL_REPEATS = 5
+"""The profiled repeats' default (harness.orchestrate.workflows.kernel_repeats; --kernel-repeats): profiled
+processes per cell and side when an A/B calls a change (or is asked with --kernels)."""
+DEFAULT_KERNEL_STEPS = 10
+"""--kernel-steps' default: steps each profiled process records: a short window, its warm-up as a timed repeat's."""
+DEFAULT_KERNEL_FLOOR_PCT = 1.0
+"""The kernel diff's default floor (harness.analysis.kernel_diff; --kernel-floor): below this share of the
+baseline's step, no operator or kernel is called changed."""
+DEFAULT_KERNEL_FDR = 0.05
+"""The kernel diff's default --kernel-fdr: Benjamini-Hochberg's false discovery rate across a cell's tested items: of the operators and kernels called
+changed, this share at most is expected false. With no true change it bounds the chance that an A/A calls any
+item at all (BH controls the family-wise error under the global null): one A/A in twenty."""
+
 KERNEL_COLUMNS: tuple[Column, ...] = (
     per_kernel("cell_id", S, "", "The cell profiled."),
     per_kernel("repeat", I, "", "The profiled repeat (its own numbering, apart from the timed repeats)."),

@@ -10,8 +10,8 @@ from pathlib import Path
 
 def add_kernel_flags(p: argparse.ArgumentParser, *, runs: bool = True) -> None:
     """--kernels, --kernel-floor; with `runs` (ab) also --kernel-repeats and --kernel-steps."""
-    from harness.analysis.kernel_diff import DEFAULT_KERNEL_FDR, DEFAULT_KERNEL_FLOOR_PCT
-    from harness.orchestrate.workflows.kernel_repeats import DEFAULT_KERNEL_REPEATS, DEFAULT_KERNEL_STEPS
+    from harness.catalogue.kernels import (DEFAULT_KERNEL_FDR, DEFAULT_KERNEL_FLOOR_PCT, DEFAULT_KERNEL_REPEATS,
+                                           DEFAULT_KERNEL_STEPS)
 
     if runs:
         p.add_argument("--kernels", action="store_true",

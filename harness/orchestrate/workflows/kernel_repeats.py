@@ -18,10 +18,6 @@ from harness.matrix.cells import job_key
 from harness.analysis.verdict import IMPROVEMENT, REGRESSION
 from harness.catalogue import col
 
-DEFAULT_KERNEL_REPEATS = 5
-"""Profiled processes per cell and side when an A/B calls a change (or is asked with --kernels)."""
-DEFAULT_KERNEL_STEPS = 10
-"""Steps each profiled process records: a short window, its warm-up as a timed repeat's."""
 AB_KEY = "kernel_repeats"
 """ab.json's record of the profiled repeats run: cells, repeats, steps, order."""
 
