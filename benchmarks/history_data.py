@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from harness.results import sealed, store  # noqa: E402
+from harness.results import store  # noqa: E402
 from harness.results.schema import CELL_SCHEMA, cell_table  # noqa: E402
 from harness.matrix.cells import job_key  # noqa: E402
 
@@ -33,7 +33,7 @@ MATRIX_TEXT = 'version = 1\n[benchmark]\nname = "generated"\n'
 RATE_COLUMNS = ("throughput_img_per_s", "fast_step_img_per_s", "throughput_ci_low_img_per_s",
                 "throughput_ci_high_img_per_s")
 """Columns scaled by a night's level (a rate: img/s)."""
-LAYOUTS = ("sealed", "per-job", "one-table")
+LAYOUTS = ("folded", "per-job", "one-table")
 START = datetime(2026, 1, 1, 2, 0, tzinfo=timezone.utc)
 
 
@@ -57,9 +57,9 @@ class Scale:
     """Spread of a repeat around its night (relative, normal on the log)."""
     night_noise_pct: float = 0.5
     """Spread of a night's level around the series' level."""
-    layout: str = "sealed"
-    """sealed: cells/<cell>-r<repeat>.parquet and cells.parquet, as a finished run leaves them; per-job: the
-    per-(cell, repeat) files alone (a run of an nvbench before sealing); one-table: cells/all.parquet alone."""
+    layout: str = "folded"
+    """folded: cells/run-rows.parquet, as a finished run leaves it (harness.results.folded); per-job: one file per
+    (cell, repeat), as a run in flight (or an nvbench before folding) leaves them; one-table: cells/all.parquet."""
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -139,11 +139,14 @@ def _write_cells(folder: Path, table: pa.Table, layout: str) -> None:
         pq.write_table(table, folder / "all.parquet", compression="zstd")
         return
     keys = [job_key(cid, r) for cid, r in zip(table.column("cell_id").to_pylist(), table.column("repeat").to_pylist())]
+    if layout == "folded":  # in the per-job files' order, as folded.fold_folder writes it
+        order = sorted(range(len(keys)), key=lambda i: keys[i])
+        meta = dict(table.schema.metadata or {})
+        meta[store.FOLDED_FROM_KEY] = json.dumps([[keys[i], 1] for i in order]).encode()
+        pq.write_table(table.take(order).replace_schema_metadata(meta), folder / store.FOLDED, compression="zstd")
+        return
     for i, key in enumerate(keys):
         pq.write_table(table.slice(i, 1), folder / f"{key}.parquet", compression="zstd")
-    if layout == "sealed":  # in cells/'s file order, as seal_cells reads them
-        order = sorted(range(len(keys)), key=lambda i: f"{keys[i]}.parquet")
-        sealed.write_sealed(folder.parent, table.take(order))
 
 
 def write_night(out: Path, scale: Scale, templates: list[dict[str, Any]], night: int) -> Path:
@@ -181,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument(f"--{name}", type=int, default=default, help=f"(default: {default})")
     p.add_argument("--step-pct", type=float, default=20.0, help="(default: 20)")
     p.add_argument("--step-night", type=int, help="0-based (default: five nights before the end)")
-    p.add_argument("--layout", choices=LAYOUTS, default="sealed", help="(default: sealed)")
+    p.add_argument("--layout", choices=LAYOUTS, default="folded", help="(default: folded)")
     a = p.parse_args(argv)
     scale = Scale(nights=a.nights, cells=a.cells, ok_cells=a.ok_cells, repeats=a.repeats, step_pct=a.step_pct,
                   step_night=a.step_night, step_cells=a.step_cells, layout=a.layout, seed=a.seed)

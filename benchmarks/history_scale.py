@@ -1,11 +1,10 @@
 """What a year of nights costs the reader: `nvbench history` cold and incremental, `nvbench report --history`,
 `nvbench report A --baseline B`, each in a fresh process (wall seconds, peak RSS), on run folders that
-benchmarks/history_data.py generates (sealed, as a finished run leaves them). Targets (issue 53, on the
+benchmarks/history_data.py generates (folded, as a finished run leaves them). Targets (issue 53, on the
 2-core CPU machine): history 365 x 96 x 3 cold < 10 s, incremental < 2 s; report --history of 100 nights
 < 5 s; report A B of 1000 cells x 10 repeats a side < 10 s; peak memory < 1 GB each.
 
-    python benchmarks/history_scale.py WORK   # the full figures; generating writes every (cell, repeat) file
-                                              # (20 nights took 2m04s on the shared machine), once per WORK
+    python benchmarks/history_scale.py WORK   # the full figures; generating (one cells table a night) once per WORK
     python benchmarks/history_scale.py WORK --nights 8 --report-nights 6 --ab-cells 20 --ab-repeats 3  # tiny
 """
 

@@ -3,6 +3,7 @@ quiet, beside a neighbour that takes the cores in bursts, and beside one that sl
 issue 50's acceptance (a neighbour from the third pair to the sixth).
 
     python benchmarks/interference.py flags --out reports/interference --repeats 50   # the flag's rates (~15 min)
+    python benchmarks/interference.py flags --out reports/quiet --repeats 50 --settings quiet  # quiet alone
     python benchmarks/interference.py ab --out reports/interference-ab               # the A/B (~5 min)
 
 Run it with nothing else on the machine. `flags` runs tests/conftest.py's tiny cell (resnet18, 16 px, one thread,
@@ -91,7 +92,7 @@ def flags(args: argparse.Namespace) -> None:
     print(f"threshold {INTERFERENCE_THRESHOLD:.0%}; {args.repeats} repeats a setting")
     print("| setting | flagged | meter median [min, max] | probe median ms | img/s median |")
     print("|---|---|---|---|---|")
-    for kind in ("quiet", "bursts", "uniform"):
+    for kind in args.settings:
         out = args.out / kind
         path = matrix(args.out, args.repeats)
         procs = neighbour(kind) if kind != "quiet" else []
@@ -141,6 +142,8 @@ def main() -> None:
     p.add_argument("what", choices=("flags", "ab"))
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--repeats", type=int, default=50)
+    p.add_argument("--settings", nargs="+", default=["quiet", "bursts", "uniform"],
+                   choices=("quiet", "bursts", "uniform"), help="flags: which settings (default: all three)")
     args = p.parse_args()
     (flags if args.what == "flags" else ab)(args)
 

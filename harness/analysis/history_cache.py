@@ -23,7 +23,7 @@ from harness.catalogue import col
 
 CACHE_DIR = ".nvbench-cache"
 """Beside the run folders (history skips names starting with '.')."""
-CACHE_VERSION = 1
+CACHE_VERSION = 2
 """Bump when a summary's or a detection's content changes meaning: every entry of another version is dropped."""
 NIGHTS_FILE, DETECT_FILE = "nights.json", "detections.json"
 
@@ -38,23 +38,14 @@ COLUMNS = [col.cell_id, "repeat", "status", *AXES, *METRIC_COLUMNS, col.throughp
 """The only columns history reads of a run."""
 
 
-def _stat(path: Path) -> list[int] | None:
-    try:
-        st = path.stat()
-    except OSError:
-        return None
-    return [st.st_size, st.st_mtime_ns]
-
-
 def night_key(run_dir: Path) -> str:
-    """What a night's summary depends on: its manifest's bytes, its sealed table's and every cells/ file's size
-    and modification time. Any of them changed, added or removed: another key."""
+    """What a night's summary depends on: its manifest's bytes and every cells/ file's size and modification time
+    (the folded one's, or each job's). Any of them changed, added or removed: another key."""
     digest = hashlib.sha256()
     digest.update((run_dir / "manifest.json").read_bytes())
     listing = sorted((e.name, e.stat().st_size, e.stat().st_mtime_ns) for e in os.scandir(run_dir / "cells")
                      if e.is_file()) if (run_dir / "cells").is_dir() else None
-    digest.update(json.dumps([CACHE_VERSION, str(run_dir.resolve()), _stat(run_dir / "cells.parquet"),
-                              listing]).encode())
+    digest.update(json.dumps([CACHE_VERSION, str(run_dir.resolve()), listing]).encode())
     return digest.hexdigest()
 
 

@@ -14,7 +14,6 @@ import pyarrow.compute as pc
 from harness.analysis.verdict import Comparison, MetricVerdict
 from harness.analysis.wording import cell_means, change_text, css_class, esc, sorted_verdicts
 from harness.results import store
-from harness.results.schema import STEP_SCHEMA
 from harness.matrix.cells import cell_label as label
 from harness.matrix.sections import AXES
 from harness.catalogue import col
@@ -223,19 +222,27 @@ MAX_REPEATS_PLOTTED, MAX_POINTS = 5, 400
 
 
 def load_steps(run_dir: Path) -> dict[str, list[StepSeries]]:
-    """Every (cell, repeat) of a run folder's steps/, rank 0, by cell id; {} when the folder has none."""
+    """Every (cell, repeat) of a run folder's steps (one file a job, or folded: store.read_steps; a superseded
+    attempt's left out), rank 0, by cell id; {} when the folder has none."""
+    if not (Path(run_dir) / "steps").is_dir():
+        return {}
+    table = store.read_steps(Path(run_dir))
+    table = table.filter(pc.equal(table.column("rank"), 0))
+    if not table.num_rows:
+        return {}
+    table = table.sort_by([(col.cell_id, "ascending"), ("repeat", "ascending"), ("step", "ascending")])
+    keys = list(zip(table.column(col.cell_id).to_pylist(), table.column("repeat").to_pylist()))
     out: dict[str, list[StepSeries]] = {}
-    for path in sorted((Path(run_dir) / "steps").glob("*.parquet")):
-        table = store.read_table(path, STEP_SCHEMA)
-        table = table.filter(pc.equal(table.column("rank"), 0)).sort_by("step")
-        if not table.num_rows:
-            continue
-        column = {name: table.column(name) for name in ("step", col.step_time_s, col.is_warmup, col.is_epoch_start)}
-        out.setdefault(table.column(col.cell_id)[0].as_py(), []).append(StepSeries(
-            repeat=int(table.column("repeat")[0].as_py()), step=column["step"].to_numpy(),
-            time_s=column[col.step_time_s].to_numpy(), is_warmup=column[col.is_warmup].fill_null(False).to_numpy(),
-            is_epoch_start=column[col.is_epoch_start].fill_null(False).to_numpy()))
-    return {cid: sorted(series, key=lambda s: s.repeat) for cid, series in out.items()}
+    start = 0
+    for end in [i for i in range(1, len(keys)) if keys[i] != keys[i - 1]] + [len(keys)]:
+        part = table.slice(start, end - start)
+        out.setdefault(keys[start][0], []).append(StepSeries(
+            repeat=int(keys[start][1]), step=part.column("step").to_numpy(),
+            time_s=part.column(col.step_time_s).to_numpy(),
+            is_warmup=part.column(col.is_warmup).fill_null(False).to_numpy(),
+            is_epoch_start=part.column(col.is_epoch_start).fill_null(False).to_numpy()))
+        start = end
+    return out
 
 
 def _thin(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

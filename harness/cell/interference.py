@@ -67,11 +67,11 @@ def job_cpu_ticks(proc: Path = Path("/proc"), *, sid: int | None = None, agent_s
             continue
         try:
             stat = (entry / "stat").read_text()
-        except OSError:  # gone between the listing and the read
+            fields = stat[stat.rindex(")") + 2:].split()  # after the command name, which may hold spaces
+            # fields 4 and 6 of the line: the parent, the session; 14 and 15: utime, stime
+            stats[int(entry.name)] = (int(fields[1]), int(fields[3]), int(fields[11]) + int(fields[12]))
+        except (OSError, ValueError, IndexError):  # gone between the listing and the read (or read as it went)
             continue
-        fields = stat[stat.rindex(")") + 2:].split()  # after the command name, which may hold spaces
-        # fields 4 and 6 of the line: the parent, the session; 14 and 15: utime, stime
-        stats[int(entry.name)] = (int(fields[1]), int(fields[3]), int(fields[11]) + int(fields[12]))
     own = {sid}
     if agent_sid is not None:
         own |= {agent_sid} | {s for ppid, s, _ in stats.values() if stats.get(ppid, (0, -1, 0))[1] == agent_sid}

@@ -8,6 +8,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute  # noqa: F401  (pa.compute)
 import pyarrow.parquet as pq
@@ -44,10 +45,10 @@ def _atomic(path: Path, write) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
 
 
-def _fsync_dir(folder: Path) -> None:
+def fsync_dir(folder: Path) -> None:
     dir_fd = os.open(folder, os.O_RDONLY)
     try:
         os.fsync(dir_fd)  # make the rename itself durable
@@ -80,7 +81,7 @@ def write_all(files: dict[Path, bytes]) -> None:
         for tmp, _ in staged:
             Path(tmp).unlink(missing_ok=True)
     for folder in {Path(path).parent for path in files}:
-        _fsync_dir(folder)
+        fsync_dir(folder)
 
 
 def table_bytes(table: pa.Table) -> bytes:
@@ -171,60 +172,69 @@ def read_table(path: Path, target: pa.Schema, columns: list[str] | None = None) 
         raise UnreadableFile(f"{path}: not a readable nvbench result table ({reason})") from None
 
 
+FOLDED = "run-rows.parquet"
+"""A finished run's rows of one folder (cells/, steps/) in one file (harness.results.folded); a per-job file is
+`<cell id>-r<repeat>.parquet`, which this name can never be."""
+FOLDED_FROM_KEY = b"nvbench.folded_from"
+"""The folded file's metadata: [[stem, rows], ...] of the per-job files it holds, in its rows' order."""
+
+
+def job_files(folder: Path) -> list[Path]:
+    """The per-job files of a results folder, sorted (the folded file and temporary '.' files left out)."""
+    return sorted(f for f in Path(folder).glob("*.parquet") if f.name != FOLDED and not f.name.startswith("."))
+
+
+def folded_stems(folder: Path) -> dict[str, int]:
+    """{stem: rows} of the per-job files folder/FOLDED holds, in its rows' order; {} when there is none."""
+    path = Path(folder) / FOLDED
+    if not path.is_file():
+        return {}
+    try:
+        meta = pq.read_schema(path).metadata or {}
+        if FOLDED_FROM_KEY not in meta:
+            raise ValueError(f"not an nvbench result table (no {FOLDED_FROM_KEY.decode()} in its metadata)")
+        return {str(stem): int(rows) for stem, rows in json.loads(meta[FOLDED_FROM_KEY])}
+    except (pa.ArrowException, OSError, ValueError, TypeError) as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise UnreadableFile(f"{path}: not a readable nvbench result table ({reason})") from None
+
+
 def _read_dir(folder: Path, target: pa.Schema, columns: list[str] | None = None, *,
               skip: str | None = None) -> pa.Table:
-    tables = [read_table(f, target, columns) for f in sorted(Path(folder).glob("*.parquet"))
-              if not (skip and skip in f.stem)]
+    """Every row of a results folder once: its folded file's, less those of a job that also has a file of its
+    own, then every per-job file's (such a file is the newer: a row rewritten after the fold, or a fold or
+    unfold cut short, whose two copies are the same); `skip`: leave out the per-job files whose stem holds it."""
+    files = [f for f in job_files(folder) if not (skip and skip in f.stem)]
+    tables = [folded_rows(folder, target, columns, without={f.stem for f in files})]
+    tables += [read_table(f, target, columns) for f in files]
+    tables = [t for t in tables if t is not None]
     if tables:
         return pa.concat_tables(tables)
     return target.empty_table().select(columns) if columns else target.empty_table()
 
 
-SEALED = "cells.parquet"
-"""A finished run's rows in one table (harness.results.sealed writes it), in cells/'s file order."""
-SOURCES_KEY = b"nvbench.sealed_from"
-"""Its metadata: {file name: [size, mtime_ns]} of every cells/*.parquet it was made from."""
-
-
-def cell_sources(cells: Path) -> dict[str, list[int]]:
-    """{name: [size, mtime_ns]} of every cells/*.parquet (temporary '.' files left out)."""
-    out = {}
-    for entry in os.scandir(cells):
-        if entry.name.endswith(".parquet") and not entry.name.startswith(".") and entry.is_file():
-            st = entry.stat()
-            out[entry.name] = [st.st_size, st.st_mtime_ns]
-    return out
-
-
-def read_sealed(run_dir: Path, columns: list[str] | None = None) -> pa.Table | None:
-    """The sealed table (only `columns`, each migrated to the current schema), or None when there is none or
-    cells/ changed since it was sealed (a file added, removed or rewritten): then cells/ is the truth."""
-    path = Path(run_dir) / SEALED
-    if not path.is_file():
+def folded_rows(folder: Path, target: pa.Schema, columns: list[str] | None = None, *,
+                without: set[str] = frozenset()) -> pa.Table | None:
+    """The rows folder/FOLDED holds (None when there is none), less those of the stems in `without`."""
+    held = folded_stems(folder)
+    if not held:
         return None
-    try:
-        schema = pq.read_schema(path)
-        recorded = json.loads((schema.metadata or {}).get(SOURCES_KEY, b"null"))
-    except (pa.ArrowException, OSError, ValueError):
-        return None  # a half-copied or foreign file: the per-job files still say it all
-    cells = Path(run_dir) / "cells"
-    if not isinstance(recorded, dict) or not cells.is_dir() or cell_sources(cells) != recorded:
-        return None
-    wanted = columns or CELL_SCHEMA.names
-    target = pa.schema([CELL_SCHEMA.field(name) for name in wanted], metadata=CELL_SCHEMA.metadata)
-    present = set(schema.names)
-    try:
-        table = pq.read_table(path, columns=[c for c in wanted if c in present])
-    except (pa.ArrowException, OSError) as exc:
-        raise UnreadableFile(f"{path}: not a readable nvbench result table ({exc})") from None
-    return migrate(table.replace_schema_metadata(schema.metadata), target)
+    table = read_table(Path(folder) / FOLDED, target, columns)
+    if without & held.keys():
+        keep = np.repeat([stem not in without for stem in held], list(held.values()))
+        table = table.filter(pa.array(keep))
+    return table
+
+
+def row_stems(folder: Path) -> set[str]:
+    """The stems (job keys) of every row file of a results folder, folded or not."""
+    return set(folded_stems(folder)) | {f.stem for f in job_files(folder)}
 
 
 def read_cells(run_dir: Path, columns: list[str] | None = None) -> pa.Table:
-    """The run's cell rows: its sealed table while it still covers cells/ (read_sealed), else every
-    cells/*.parquet; `columns`: only those (the reader of many runs needs a few)."""
-    table = read_sealed(Path(run_dir), columns)
-    return _read_dir(Path(run_dir) / "cells", CELL_SCHEMA, columns) if table is None else table
+    """The run's cell rows (folded or one file per job); `columns`: only those (the reader of many runs needs a
+    few)."""
+    return _read_dir(Path(run_dir) / "cells", CELL_SCHEMA, columns)
 
 
 def read_steps(run_dir: Path) -> pa.Table:

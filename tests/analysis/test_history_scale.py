@@ -1,4 +1,4 @@
-"""History on generated nights (benchmarks/history_data.py: real run folders, sealed as a finished run leaves
+"""History on generated nights (benchmarks/history_data.py: real run folders, folded as a finished run leaves
 them): the step five nights before the end is the only change found, and the cache beside the history gives
 the cold answer after a night is added, removed or rewritten."""
 

@@ -117,3 +117,14 @@ def test_a_torchrun_job_counts_its_agent_and_every_rank_as_its_own(tmp_path):
                             200: (1, 200, 99, 1)})     # a neighbour
     assert job_cpu_ticks(proc, sid=101, agent_sid=100) == 10 + 50 + 40 + 10
     assert job_cpu_ticks(proc, sid=101) == 50 + 10  # outside torchrun: its own session only
+
+
+def test_a_process_that_ends_as_it_is_read_is_passed_over(tmp_path):
+    """/proc/PID/stat of a process exiting under the scan can read back empty or cut short (a calibration's
+    neighbours end and start all the time): it is gone, not an error that fails the cell measuring."""
+    proc = _proc(tmp_path, {100: (1, 100, 5, 5), 101: (100, 100, 7, 3)})
+    (proc / "102").mkdir()
+    (proc / "102" / "stat").write_text("")
+    (proc / "103").mkdir()
+    (proc / "103" / "stat").write_text("103 (py) Z 100 100")
+    assert job_cpu_ticks(proc, sid=100) == 10 + 10

@@ -11,7 +11,7 @@ import pytest
 from harness.analysis import ci_formats, report
 from harness.cli import main
 from harness.orchestrate.session import runfolder
-from harness.results import store
+from harness.results import folded, store
 from harness.matrix.cells import expand, job_key
 from harness.matrix.parse import load_matrix
 
@@ -27,6 +27,7 @@ def run_folder(tiny_matrix, tmp_path) -> Path:
     for cid, repeat in jobs:
         runfolder.write_row(run_dir, job_key(cid, repeat), {"run_id": run_id, "cell_id": cid, "repeat": repeat,
                                                           **by_id[cid].axes, "status": "skipped", "reason": "test"})
+    folded.fold_run(run_dir)  # finished: its rows one file a folder
     return run_dir
 
 
@@ -80,7 +81,7 @@ def test_resume_names_a_result_row_that_does_not_read_back(run_folder, capsys):
     row.write_bytes(row.read_bytes()[:40])
     before = _tree(run_folder)
     _refused(capsys, ["run", "--resume", str(run_folder)], f"{row}: not a readable nvbench result table",
-             "delete it to run that job again")
+             "delete it to run every job it holds again")  # a finished run's rows, folded into one file
     assert _tree(run_folder) == before
 
 

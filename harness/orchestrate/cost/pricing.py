@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from harness.orchestrate.cost import scaled
 from harness.orchestrate.workflows.ab import AB_FILE
@@ -110,8 +109,9 @@ def _same_env(folders: Sequence[Path], key: str, *, ab_sides: bool = False) -> l
 
 
 def _rows(run_dir: Path, cell_ids: Sequence[str]) -> list[dict[str, Any]]:
-    return [row for cid in cell_ids for path in sorted((run_dir / "cells").glob(f"{cid}-r*.parquet"))
-            if (row := _cost_row(path)) is not None and is_clean(row)]
+    wanted = set(cell_ids)
+    rows = [row for row in _cost_rows(run_dir) if row[col.cell_id] in wanted and is_clean(row)]
+    return sorted(rows, key=lambda row: list(cell_ids).index(row[col.cell_id]))
 
 
 def is_clean(row: Mapping[str, Any]) -> bool:
@@ -124,25 +124,21 @@ def is_clean(row: Mapping[str, Any]) -> bool:
 COST_COLUMNS = (col.cell_id, "status", col.duration_s, col.profile_tool, col.fire_drill_pct, col.injected_fault, col.gpu_shared)
 
 
-def _cost_row(path: Path, extra: Sequence[str] = ()) -> dict[str, Any] | None:
-    """The columns the estimate reads, or None: an unreadable or foreign file says nothing about cost (a column
-    an older file lacks reads as null)."""
-    wanted = (*COST_COLUMNS, *extra)
+def _cost_rows(run_dir: Path, extra: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """The columns the estimate reads of every row of a run folder (folded or one file a job), or none: an
+    unreadable or foreign folder says nothing about cost (a column an older file lacks reads as null)."""
     try:
-        present = set(pq.read_schema(path).names)
-        row = pq.read_table(path, columns=[n for n in wanted if n in present]).to_pylist()[0]
-        return {name: row.get(name) for name in wanted}
-    except (OSError, ValueError, KeyError, IndexError, pa.ArrowException):
-        return None
+        return store.read_cells(run_dir, list(dict.fromkeys((*COST_COLUMNS, *extra)))).to_pylist()
+    except (OSError, ValueError, KeyError, pa.ArrowException):  # store.UnreadableFile is a ValueError
+        return []
 
 
 def _donors(folders: Sequence[Path]) -> list[scaled.Donor]:
     """The clean ok jobs of `folders` (newest first), any cell, as scaling donors (at most scaled.MAX_DONORS)."""
     out: list[scaled.Donor] = []
     for run_dir in folders:
-        for path in sorted((run_dir / "cells").glob("*.parquet")):
-            row = _cost_row(path, scaled.DONOR_COLUMNS)
-            if row is not None and is_clean(row) and (d := scaled.donor(row, float(row[col.duration_s]), _name(run_dir))):
+        for row in _cost_rows(run_dir, scaled.DONOR_COLUMNS):
+            if is_clean(row) and (d := scaled.donor(row, float(row[col.duration_s]), _name(run_dir))):
                 out.append(d)
                 if len(out) >= scaled.MAX_DONORS:
                     return out
@@ -151,7 +147,7 @@ def _donors(folders: Sequence[Path]) -> list[scaled.Donor]:
 
 def _between_per_job(run_dir: Path, manifest: dict[str, Any]) -> float | None:
     spent = manifest.get("time_breakdown_s") or {}
-    jobs = len(list((run_dir / "cells").glob("*.parquet")))
+    jobs = len(store.row_stems(run_dir / "cells"))
     if not jobs or not isinstance(spent.get("between_jobs_s"), (int, float)):
         return None
     return max(0.0, spent["between_jobs_s"]) / jobs

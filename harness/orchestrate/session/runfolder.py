@@ -117,8 +117,9 @@ def plan_executor(run_dir: Path) -> ExecutorConfig:
 
 
 def pending(run_dir: Path, jobs: list[tuple[str, int]]) -> list[tuple[str, int]]:
-    """Jobs without a terminal row."""
-    return [(cid, r) for cid, r in jobs if not (run_dir / "cells" / f"{job_key(cid, r)}.parquet").exists()]
+    """Jobs without a terminal row (in their own file or in the folded one of a finished run)."""
+    done = store.row_stems(Path(run_dir) / "cells")
+    return [(cid, r) for cid, r in jobs if job_key(cid, r) not in done]
 
 
 def compile_cache_dir(run_dir: Path) -> Path:

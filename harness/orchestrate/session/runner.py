@@ -23,7 +23,7 @@ from harness.orchestrate.placement.machine import probe_machine
 from harness.orchestrate.placement.packing import Packing, solo_packing
 from harness.orchestrate.session.runfolder import MANIFEST, load_plan, pending, plan_executor, plan_fire_drill
 from harness.orchestrate.placement.slurm import SlurmExecutor
-from harness.results import sealed, store
+from harness.results import folded, store
 from harness.matrix.cells import Cell, job_key
 from harness.matrix.job import FAULT_ENV
 from harness.matrix.executor import ExecutorConfig
@@ -62,6 +62,7 @@ def execute(run_dir: Path, *, caps: Capabilities, env: dict[str, Any], env_key: 
     `estimate` (estimate.Estimate.to_plain) is kept with the session, beside what it took.
     """
     run_id, jobs, cells = load_plan(run_dir)
+    folded.unfold_run(run_dir)  # a finished run resumed: its rows one file a job again, as in flight
     todo = pending(run_dir, jobs)
     executor = executor or executor_for(plan_executor(run_dir), notify=notify)
     ctx = JobContext(run_dir=run_dir, run_id=run_id, caps=caps, env=env, env_key=env_key,
@@ -106,7 +107,7 @@ def execute(run_dir: Path, *, caps: Capabilities, env: dict[str, Any], env_key: 
     except KeyboardInterrupt:
         raise Interrupted(flight.cancel_all()) from None
     derive_twin_columns(run_dir)
-    sealed.seal_cells(run_dir)  # after the last rewrite of a row: readers of many runs read this one table
+    folded.fold_run(run_dir)  # after the last rewrite of a row: a file a folder, a few KB a row (results/folded.py)
     session["finished_at"] = datetime.now(timezone.utc).isoformat()
     manifest["finished_at"] = session["finished_at"]
     manifest |= matrix_efficiency(manifest["sessions"], store.read_cells(run_dir).to_pylist(), read_records(run_dir))
