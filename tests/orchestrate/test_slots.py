@@ -180,3 +180,10 @@ def test_the_local_executor_follows_several_processes_each_to_its_own_end_or_tim
     assert [h for h, _, _ in order] == ["fast", "hung", "slow"]  # each as it ends, not in submission order
     assert [t for _, t, _ in order] == [False, True, False]
     assert order[-1][2] < 10  # in parallel: 3 s, not 0.5 + 1.5 + 3 in a row
+    # a job is followed by its key: a second in flight under the same one is refused, not mixed up with the first
+    executor.submit(_sleeper(tmp_path, "twice", 2.0))
+    with pytest.raises(ValueError, match="job twice is already in flight here"):
+        executor.submit(_sleeper(tmp_path, "twice", 0.1))
+    assert list(executor.wait(["twice"])) == ["twice"]
+    executor.submit(_sleeper(tmp_path, "twice", 0.1))  # once it has ended, the key is free again
+    assert list(executor.wait(["twice"])) == ["twice"]

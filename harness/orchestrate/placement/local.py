@@ -32,6 +32,8 @@ class LocalExecutor:
         return None
 
     def submit(self, launch: Launch) -> str:
+        if launch.key in self._running:
+            raise ValueError(f"job {launch.key} is already in flight here: a job is followed by its key")
         proc = start_process(list(launch.argv), log_path=launch.log_path, env=launch.env, cpus=launch.cpus)
         self._running[launch.key] = proc
         threading.Thread(target=self._follow, args=(launch.key, proc, launch.timeout_s), daemon=True,

@@ -53,7 +53,11 @@ def run_calibration(out_dir: Path, packing: Packing, *, caps: Capabilities, env:
     ctxs = {name: _context(out_dir / name, caps, env, env_key, notify) for name in (*SIDES, NEIGHBOURS)}
     _, jobs, cells = runfolder.load_plan(out_dir / "solo")
     runnable = [c for c in cells.values() if skip_reason(c, caps) is None]
-    neighbours, count = _neighbours(runnable), itertools.count()  # a neighbour's repeat: its job key, unique
+    # A neighbour's repeat numbers start past the plan's: the executor follows a job by its key, and a neighbour
+    # of the one-cell matrix numbered 0 beside its measured repeat 0 was taken for it (killed as a neighbour, or
+    # its result read as the measured job's: "exited with status 0 without a result", 1 run in ~5 in the suite).
+    neighbours = _neighbours(runnable)
+    count = itertools.count(1 + max((r for _, r in jobs), default=-1))
     rng = random.Random(seed)
     samples = []
     for k, (cid, repeat) in enumerate(jobs):
