@@ -95,12 +95,25 @@ def test_a_aa_drill_and_hog_get_the_verdicts_they_deserve(tmp_path):
     # the drill's work runs inside the optimizer phase: the verdict says so, with the phase's interval
     assert v["phase"] == "optimizer" and v["phase_change_low_ms"] > 0, v["attribution"]
 
-    for busy in (drill_hogged, hogged):  # every window beside the loops says so, and none decides anything
+    # Beside the loops the cell got half its cores or less in nearly every window, and each such window says so.
+    # Not in every one: in a fresh-clone suite run one hogged window read 9.6 % (0.12 s of others' CPU time in
+    # 1.15 s) and ran at 139 img/s against the quiet runs' ~160: the scheduler had given the cell its core for
+    # that window, and the meter was right not to flag it. So a window left unflagged must have run at its quiet
+    # speed, and whatever the flags leave decides nothing.
+    for busy, quiet in ((drill_hogged, drill), (hogged, a)):
         rows = pq.read_table(busy / "cells").to_pylist()
-        assert all(r["foreign_cpu_frac"] > INTERFERENCE_THRESHOLD and r["is_steady"] is False for r in rows), \
-            [(r["foreign_cpu_frac"], r["steadiness"]) for r in rows]
-        assert all(r["steadiness"].startswith("taken under interference: other processes used") for r in rows)
+        flagged = sorted(r["repeat"] for r in rows if r["foreign_cpu_frac"] > INTERFERENCE_THRESHOLD)
+        seen = [(r["repeat"], r["foreign_cpu_frac"], r["throughput_img_per_s"], r["steadiness"]) for r in rows]
+        assert len(flagged) >= 3, seen
+        quiet_tput = sorted(r["throughput_img_per_s"] for r in pq.read_table(quiet / "cells").to_pylist())[2]
+        for r in rows:
+            if r["repeat"] in flagged:
+                assert r["is_steady"] is False, seen
+                assert r["steadiness"].startswith("taken under interference: other processes used"), seen
+            else:
+                assert r["throughput_img_per_s"] > 0.8 * quiet_tput, (quiet_tput, seen)
         rc, v, err = report(busy, a, tmp_path / f"r-{busy.name}")
         assert rc == 3 and v["verdict"] == "inconclusive", err  # neither a slowdown nor "no change"
+        left_out = ", ".join(map(str, flagged))
         assert re.search(r"the machine was busy: other processes used \d+(-\d+)?% of the cell's cores in "
-                         r"repeat\(s\) 0, 1, 2, 3, 4 of the candidate \(left out\)", v["reason"]), v["reason"]
+                         rf"repeat\(s\) {left_out} of the candidate \(left out\)", v["reason"]), v["reason"]
