@@ -153,11 +153,12 @@ def test_a_first_night_on_the_nightlys_own_defaults(tiny_matrix, tmp_path):
 
 
 def test_a_stopped_night_leaves_no_process_and_its_run_resumes(tiny_matrix, tmp_path, tagged):
-    """Stopped 0-3 s after its first cell starts: two repeats, so the night is still running then (one, a
-    2.7 s cell, was over 1.6 s after it was seen)."""
+    """Stopped 0-3 s after its first cell starts: four repeats, so the night is still running then (with one,
+    a 2.7 s cell was over 1.6 s after it was seen; with two, a fresh-clone suite's whole night, report and
+    history included, was done 1.6 s after its first cell was seen)."""
     sig, moment = kill_plan("ci/nightly.sh")
     env = _user_env(tiny_matrix(), NVBENCH_REPORTS=str(tmp_path / "reports"), NVBENCH_RUN_ID="night1",
-                    NVBENCH_REPEATS="2")
+                    NVBENCH_REPEATS="4")
     proc, tag = tagged(["bash", str(ROOT / "ci" / "nightly.sh")], env=env, cwd=tmp_path)
     wait_for("the night's first cell", lambda: first_cell(tag), timeout_s=60, proc=proc)
     time.sleep(moment)
@@ -168,7 +169,7 @@ def test_a_stopped_night_leaves_no_process_and_its_run_resumes(tiny_matrix, tmp_
     resumed = subprocess.run([sys.executable, "-m", "harness", "run", "--resume", str(run), "--no-progress"],
                              capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr
-    assert sorted(r["repeat"] for r in pq.read_table(run / "cells").to_pylist()) == [0, 1]
+    assert sorted(r["repeat"] for r in pq.read_table(run / "cells").to_pylist()) == [0, 1, 2, 3]
 
 
 def test_a_sigkilled_night_takes_its_commands_with_it(tiny_matrix, tmp_path, tagged):
