@@ -109,9 +109,9 @@ def _same_env(folders: Sequence[Path], key: str, *, ab_sides: bool = False) -> l
 
 
 def _rows(run_dir: Path, cell_ids: Sequence[str]) -> list[dict[str, Any]]:
-    wanted = set(cell_ids)
-    rows = [row for row in _cost_rows(run_dir) if row[col.cell_id] in wanted and is_clean(row)]
-    return sorted(rows, key=lambda row: list(cell_ids).index(row[col.cell_id]))
+    order = {cid: i for i, cid in enumerate(cell_ids)}
+    rows = [row for row in _cost_rows(run_dir) if row[col.cell_id] in order and is_clean(row)]
+    return sorted(rows, key=lambda row: order[row[col.cell_id]])
 
 
 def is_clean(row: Mapping[str, Any]) -> bool:
