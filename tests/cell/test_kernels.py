@@ -86,10 +86,16 @@ def test_convolutions_without_onednn_are_paired_as_replaced_not_new_and_gone(sid
 def test_the_table_reads_in_duckdb_and_pyarrow_alone_and_a_newer_one_is_refused(sides, tmp_path):
     duckdb = pytest.importorskip("duckdb")
     path = sides / "a.parquet"
-    got = duckdb.sql(f"select operator, sum(time_per_step_s) as s from '{path}' where phase = 'forward' "
-                     "group by operator order by s desc limit 1").fetchall()
-    assert got[0][0] == "aten::conv2d"
+    got = dict(duckdb.sql(f"select operator, sum(time_per_step_s) from '{path}' where phase = 'forward' "
+                          "group by operator").fetchall())
     table = pq.read_table(path)
+    forward = [r for r in table.to_pylist() if r["phase"] == "forward"]
+    by_hand = {op: sum(r["time_per_step_s"] for r in forward if r["operator"] == op)
+               for op in {r["operator"] for r in forward}}
+    # the same sums DuckDB reads as pyarrow does (which op is the biggest depends on the machine: on a busy
+    # one the Python between this tiny net's ops can outweigh its convolutions)
+    assert got.keys() == by_hand.keys() and {"aten::conv2d", kernels.BETWEEN_OPS} <= got.keys()
+    assert all(got[op] == pytest.approx(by_hand[op]) for op in got) and got["aten::conv2d"] > 0
     assert table.schema.metadata[kernels.VERSION_KEY] == str(kernels.KERNELS_VERSION).encode()
     assert table.schema.field("time_per_step_s").metadata[b"unit"] == b"s"
     newer = table.replace_schema_metadata({kernels.VERSION_KEY: str(kernels.KERNELS_VERSION + 1).encode()})
