@@ -288,18 +288,15 @@ def load_nights(folder: Path | str, cache: Cache | None = None) -> tuple[list[Ni
 def build_series(nights: Sequence[Night]) -> list[Series]:
     """One series per (cell, metric) with at least one point: the mean over the night's ok repeats."""
     axes: dict[str, Mapping[str, Any]] = {}
-    for night in nights:
+    points: dict[tuple[str, str], list[Point]] = {}
+    for i, night in enumerate(nights):  # one pass over every night's cells, oldest first
         for cid, cell in night.cells.items():
             axes.setdefault(cid, cell["axes"])
-    out = []
-    for cid in sorted(axes):
-        for metric in METRICS:
-            points = [Point(night=i, value=p[0], low=p[1], high=p[2], num_repeats=p[3], repeats=tuple(p[4]))
-                      for i, night in enumerate(nights)
-                      if (p := night.cells.get(cid, {}).get("points", {}).get(metric.column)) is not None]
-            if points:
-                out.append(Series(cell_id=cid, axes=axes[cid], metric=metric.name, points=tuple(points)))
-    return out
+            for column, p in cell.get("points", {}).items():
+                points.setdefault((cid, column), []).append(
+                    Point(night=i, value=p[0], low=p[1], high=p[2], num_repeats=p[3], repeats=tuple(p[4])))
+    return [Series(cell_id=cid, axes=axes[cid], metric=metric.name, points=tuple(found))
+            for cid in sorted(axes) for metric in METRICS if (found := points.get((cid, metric.column)))]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -348,7 +345,8 @@ def _cached_detect(series: Series, settings: HistorySettings,
     """_detect, or what it gave for the very same series before (the nightly's yesterday is tonight's series
     without its newest night: every series with a change asks for it)."""
     key = history_cache.series_key([[getattr(settings, f.name) for f in fields(HistorySettings)], series.cell_id,
-                                    series.metric, [[p.value, *p.repeats] for p in series.points]])
+                                    series.metric], [1 + len(p.repeats) for p in series.points],
+                                   [v for p in series.points for v in (p.value, *p.repeats)])
     hit = cache.detection(key)
     if hit is not None:
         return [history_cache.from_plain(changepoint.ChangePoint, s) for s in hit[0]], \

@@ -11,7 +11,7 @@ import os
 import tomllib
 from dataclasses import fields
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 from scipy import special as _special
@@ -23,9 +23,11 @@ from harness.catalogue import col
 
 CACHE_DIR = ".nvbench-cache"
 """Beside the run folders (history skips names starting with '.')."""
-CACHE_VERSION = 2
+CACHE_VERSION = 3
 """Bump when a summary's or a detection's content changes meaning: every entry of another version is dropped."""
-NIGHTS_FILE, DETECT_FILE = "nights.json", "detections.json"
+NIGHTS_DIR, DETECT_FILE = "nights", "detections.json"
+OLD_NIGHTS_FILE = "nights.json"
+"""Where cache version 2 kept every night's summary in one file (removed when a newer history saves)."""
 
 METRIC_COLUMNS = (col.throughput_img_per_s, col.fast_step_img_per_s, "top1", col.exposed_data_wait_frac)
 """The cell columns a history follows (history.METRICS' columns, read from here to keep the import one way)."""
@@ -112,13 +114,15 @@ def read_rows(run_dir: Path) -> list[dict[str, Any]]:
 
 
 class Cache:
-    """The folder's two caches, loaded once and written once; `folder` None: nothing kept (a cold run)."""
+    """The folder's caches: each night's summary in a file of its own (NIGHTS_DIR/KEY.json, read when asked
+    for, so that tonight's history writes one new file, not a year of them again), and the detections in one
+    file, loaded once and written once. `folder` None: nothing kept (a cold run)."""
 
     def __init__(self, folder: Path | None):
         self.folder = folder
-        self.nights = self._load(NIGHTS_FILE)
         self.detections = self._load(DETECT_FILE)
         self.used_nights: dict[str, Any] = {}
+        self.new_nights: set[str] = set()
         self.used_detections: dict[str, Any] = {}
 
     def _load(self, name: str) -> dict[str, Any]:
@@ -131,13 +135,20 @@ class Cache:
         return doc.get("entries", {}) if isinstance(doc, dict) and doc.get("version") == CACHE_VERSION else {}
 
     def night(self, key: str) -> dict[str, Any] | None:
-        hit = self.nights.get(key)
-        if hit is not None:
-            self.used_nights[key] = hit
-        return hit
+        if self.folder is None:
+            return None
+        try:
+            doc = json.loads((self.folder / NIGHTS_DIR / f"{key}.json").read_bytes())
+        except (OSError, ValueError):
+            return None  # none yet, or unreadable: summarised again, then rewritten
+        if not (isinstance(doc, dict) and doc.get("version") == CACHE_VERSION and isinstance(doc.get("night"), dict)):
+            return None
+        self.used_nights[key] = doc["night"]
+        return doc["night"]
 
     def keep_night(self, key: str, summary: dict[str, Any]) -> None:
         self.used_nights[key] = summary
+        self.new_nights.add(key)
 
     def detection(self, key: str) -> Any:
         hit = self.detections.get(key)
@@ -149,26 +160,48 @@ class Cache:
         self.used_detections[key] = value
 
     def save(self) -> None:
-        """Only what this history used: a removed night's entries, and detections of series no longer made,
+        """Only what this history used: a removed night's summary, and detections of series no longer made,
         leave the cache. A folder that cannot be written keeps no cache (the answer is the same)."""
         if self.folder is None:
             return
-        from harness.results import store
-
         try:
-            for name, entries, loaded in ((NIGHTS_FILE, self.used_nights, self.nights),
-                                          (DETECT_FILE, self.used_detections, self.detections)):
-                if entries.keys() == loaded.keys():
-                    continue  # nothing added or dropped: the file on disk already says it
-                store.write_bytes(self.folder / name, json.dumps({"version": CACHE_VERSION, "entries": entries},
-                                                                 sort_keys=True).encode())
+            nights = self.folder / NIGHTS_DIR
+            for key in sorted(self.new_nights):
+                _replace(nights / f"{key}.json",
+                         json.dumps({"version": CACHE_VERSION, "night": self.used_nights[key]}).encode())
+            for entry in os.scandir(nights) if nights.is_dir() else ():
+                if entry.name.endswith(".json") and entry.name[:-5] not in self.used_nights:
+                    os.unlink(entry.path)  # a night removed or rewritten since: its summary goes
+            if self.used_detections.keys() != self.detections.keys():  # else the file on disk already says it
+                _replace(self.folder / DETECT_FILE, json.dumps(
+                    {"version": CACHE_VERSION, "entries": self.used_detections}, sort_keys=True).encode())
+            (self.folder / OLD_NIGHTS_FILE).unlink(missing_ok=True)  # version 2's one file of every night
         except OSError:
             pass
 
 
-def series_key(parts: Any) -> str:
-    """A detection's key: the settings, the series' identity and every value it was made of."""
-    return hashlib.sha256(json.dumps([CACHE_VERSION, parts], default=repr).encode()).hexdigest()
+def _replace(path: Path, data: bytes) -> None:
+    """Written under a temporary name, then renamed: a reader sees the old file or the new one. Not synced to
+    disk (a year of nights' summaries would pay a sync each): a file a crash left empty or cut short does not
+    parse, and is recomputed."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def series_key(parts: Any, counts: Sequence[int], values: Sequence[float]) -> str:
+    """A detection's key: the settings and the series' identity (`parts`, as JSON), and every value it was made
+    of, as the bytes of its floats (a year of nights' repeats hash in microseconds, where JSON took a millisecond)
+    with each night's count of them."""
+    digest = hashlib.sha256(json.dumps([CACHE_VERSION, parts], default=repr).encode())
+    digest.update(np.asarray(counts, dtype=np.int64).tobytes())
+    digest.update(np.asarray(values, dtype=np.float64).tobytes())
+    return digest.hexdigest()
 
 
 def to_plain(obj: Any) -> dict[str, Any]:

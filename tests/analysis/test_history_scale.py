@@ -70,8 +70,9 @@ def test_a_removed_or_rewritten_night_leaves_the_cache_and_the_answer_is_the_col
                              history_data.template_rows(SCALE), 9)
     warm = history.load_history(folder)
     assert answer(warm) == answer(history.load_history(folder, use_cache=False))
-    cached = json.loads((folder / history_cache.CACHE_DIR / history_cache.NIGHTS_FILE).read_text())["entries"]
-    assert len(cached) == 11 and str(runs[3]) not in {s["path"] for s in cached.values()}
+    cached = [json.loads(p.read_text())["night"]
+              for p in (folder / history_cache.CACHE_DIR / history_cache.NIGHTS_DIR).glob("*.json")]
+    assert len(cached) == 11 and str(runs[3]) not in {s["path"] for s in cached}
 
 
 def _fields(scale) -> dict:
