@@ -10,6 +10,7 @@ import shutil
 import numpy as np
 import pyarrow.parquet as pq
 
+from browser import Browser, chromium_path
 from conftest import nvbench
 from harness.analysis import ci_formats, kernel_report
 from harness.analysis.report import make_report, write_report
@@ -66,3 +67,20 @@ def test_a_changed_cells_line_names_its_operators_everywhere_it_is_shown(shared_
     page = (write_report(named, tmp_path / "rep", kernels_html=sections).out_dir / "report.html").read_text()
     assert page.index(f'id="kernels-{cell}"') < page.index('id="cells"')  # under the headline, above the table
     assert "<svg" in page[page.index(f'id="kernels-{cell}"'):page.index('id="cells"')]
+    if chromium_path() is None:
+        return  # README's test command installs Debian's chromium; without it the page is not rendered
+    with Browser() as browser:
+        browser.viewport(1280, 800)
+        load = browser.load(tmp_path / "rep" / "report.html")
+        assert load.errors == []
+        browser.evaluate(f"location.hash = 'kernels-{cell}'")  # where a link to the section lands
+        section = f"document.getElementById('kernels-{cell}')"
+        seen = browser.evaluate(f"""(() => {{
+            const box = e => e.getBoundingClientRect(), s = {section}, table = s.querySelector('table');
+            const first = table.rows[1], bar = first.querySelector('svg'), fill = bar.querySelector('rect');
+            return {{top: box(s).top, table: box(table).bottom, bar: box(bar).bottom, width: box(fill).width,
+                     op: first.cells[1].innerText, fill: fill.getAttribute('fill'), fold: innerHeight}};
+        }})()""")
+    # the section's top at the top of the window, its table and its chart whole above the fold
+    assert abs(seen["top"]) < 2 and seen["table"] <= seen["fold"] and seen["bar"] <= seen["fold"], seen
+    assert seen["op"] == "aten::linear" and seen["width"] > 50 and seen["fill"] == "#c0392b", seen  # slower: red
