@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from harness.analysis.kernel_diff import REPLACED, ItemChange, KernelDiff, diff_cell, top_line
-from harness.catalogue.kernels import DEFAULT_KERNEL_FDR, DEFAULT_KERNEL_FLOOR_PCT
+from harness.catalogue.kernels import DEFAULT_KERNEL_FDR, DEFAULT_KERNEL_FLOOR_PCT, OPERATORS_NOTE
 
 __all__ = ["attach", "diff_runs", "has_kernels", "changed_cells", "render_html", "render_markdown", "render_sections",
            "top_line", "write"]
@@ -58,7 +58,7 @@ def diff_runs(comparison: Comparison, base_dir: Path, cand_dir: Path, *, floor_p
 def attach(comparison: Comparison, diffs: Mapping[str, KernelDiff]) -> Comparison:
     """The comparison with each changed cell's verdict reason ending in its operators' line."""
     changed = set(changed_cells(comparison))
-    verdicts = tuple(dataclasses.replace(v, reason=f"{v.reason}; operators: {top_line(diffs[v.cell_id])}")
+    verdicts = tuple(dataclasses.replace(v, reason=f"{v.reason}{OPERATORS_NOTE}{top_line(diffs[v.cell_id])}")
                      if v.cell_id in diffs and v.cell_id in changed else v for v in comparison.verdicts)
     return dataclasses.replace(comparison, verdicts=verdicts)
 

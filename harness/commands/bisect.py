@@ -42,8 +42,12 @@ def cmd_bisect(args: argparse.Namespace) -> int:
                 raise bisect.BisectInputError(f"--repeats {args.repeats} --max-repeats {args.max_repeats}: need "
                                               "1 <= repeats <= max-repeats")
             matrix = str(Path(args.matrix).absolute())
+            if args.kernel_repeats < 0 or args.kernel_steps < 1:
+                raise bisect.BisectInputError(f"--kernel-repeats {args.kernel_repeats} --kernel-steps "
+                                              f"{args.kernel_steps}: need repeats >= 0 and steps >= 1")
             ab_args = ["--repeats", str(args.repeats), "--max-repeats", str(args.max_repeats),
-                       *[f"--only={o}" for o in args.only], *([f"--slots={args.slots}"] if args.slots else [])]
+                       *[f"--only={o}" for o in args.only], *([f"--slots={args.slots}"] if args.slots else []),
+                       "--kernel-repeats", str(args.kernel_repeats), "--kernel-steps", str(args.kernel_steps)]
             out = Path(args.out) if args.out else Path(args.reports) / runfolder.new_run_id(
                 "bisect", datetime.now(timezone.utc))
             if out.exists() and any(out.iterdir()):
@@ -119,5 +123,12 @@ def add_parser(subparsers) -> None:
                     "(default: start a new one)")
     bi.add_argument("--reports", default="reports", metavar="DIR",
                     help="where bisect folders go (default: %(default)s)")
+    from harness.catalogue.kernels import DEFAULT_KERNEL_REPEATS, DEFAULT_KERNEL_STEPS
+
+    bi.add_argument("--kernel-repeats", type=int, default=DEFAULT_KERNEL_REPEATS, metavar="N",
+                    help="profiled processes per side when an A/B against GOOD finds a slower point: the answer "
+                         "names the first bad point's operators (default: %(default)s; 0: none, the phase only)")
+    bi.add_argument("--kernel-steps", type=int, default=DEFAULT_KERNEL_STEPS, metavar="N",
+                    help="steps each profiled process records (default: %(default)s)")
     add_slots_flag(bi)  # each A/B's: its pairs side by side, one per slot
     bi.set_defaults(func=cmd_bisect)

@@ -7,6 +7,7 @@ phase; SIGKILLed, it takes its A/B and the A/B's cells with it."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import signal
 import subprocess
@@ -117,7 +118,7 @@ def test_bisect_on_its_defaults_survives_a_stop_then_names_the_second_commit_and
     repo, commits, matrix = repository
     out = tmp_path / "bisect"
     argv = [sys.executable, "-m", "harness", "bisect", str(matrix), "--good", commits[0], "--bad", commits[-1],
-            "--out", str(out)]
+            "--out", str(out), "--kernel-repeats", "2", "--kernel-steps", "3"]  # 2 + 2 profiled: the suite's time
     proc, tag = tagged(argv, cwd=repo)
     wait_for("the first A/B's first cell", lambda: first_cell(tag), timeout_s=60, proc=proc)
     code, err = stop_and_check(proc, tag, signal.SIGTERM)
@@ -131,6 +132,9 @@ def test_bisect_on_its_defaults_survives_a_stop_then_names_the_second_commit_and
     assert answer["result"] == "found" and answer["point"] == commits[1] and answer["skipped"] == []
     (cell,) = answer["cells"]
     assert "optimizer +" in cell["attribution"], cell  # the phase the sleep is in
+    # and, from the profiled repeats of that A/B, what in it: the sleep is no aten op, so the optimizer's own time
+    assert re.match(r"optimizer \+2\d\d\.\d ms: \(outside aten ops\) \+", cell["operators"]), cell
+    assert f"; operators: {cell['operators']}" in answer["text"]
     for k in (2, 3, 4, 5):  # the search's first four points
         skipped = f"skipped {commits[k][:10]} commit {k + 1}: cannot import its harness: ModuleNotFoundError"
         assert skipped in resumed.stderr

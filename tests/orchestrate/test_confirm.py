@@ -8,6 +8,7 @@ the A/Bs run for real."""
 from __future__ import annotations
 
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -66,13 +67,13 @@ def write_nights(folder: Path, matrix: Path, nights: list[tuple[str, float]], *,
             "environment": {"nvbench_git_sha": sha, "nvbench_git_dirty": dirty, "hostname": "ci"}})
 
 
-def history_step(folder: Path, out: Path, matrix: Path, repo: Path, *extra: str,
-                 max_repeats: int = 10) -> subprocess.CompletedProcess:
+def history_step(folder: Path, out: Path, matrix: Path, repo: Path, *extra: str, max_repeats: int = 10,
+                 ab: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
     """The nightly's own call (ci/nightly.sh), an A/B of 5 pairs, `max_repeats` while a cell is inconclusive (at
     q 0.05: at 0.01 split over two looks, 5 + 5 pairs could never decide and the A/B would start at 10)."""
     argv = [sys.executable, "-m", "harness.orchestrate.workflows.nightly", "history", str(folder), str(out), "--matrix",
             str(matrix), "--repo", str(repo), *extra, "--", "--repeats", "5", "--max-repeats", str(max_repeats),
-            "--fdr", "0.05"]
+            "--fdr", "0.05", *ab]
     return subprocess.run(argv, capture_output=True, text=True, timeout=1200, check=False)
 
 
@@ -87,12 +88,15 @@ def test_a_step_between_the_commit_before_and_the_slower_commit_is_confirmed_and
     folder = tmp_path / "history"
     write_nights(folder, matrix, [(commits[1], 1000.0)] * 6 + [(commits[2], 700.0)] * 2)
     out = folder / "night08" / "history"  # where the nightly writes each night's trend
-    proc = history_step(folder, out, matrix, repo)
+    proc = history_step(folder, out, matrix, repo, ab=("--kernel-repeats", "2", "--kernel-steps", "3"))  # suite time
     assert proc.returncode == 1, proc.stderr
     step = throughput_step(out)
     assert (step.night, step.is_new, step.confirmation) == (7, True, history.CONFIRMED), step
     assert step.confirmation_note.startswith("A/B: regression -") and " pairs" in step.confirmation_note
     assert "optimizer +" in step.confirmation_note  # the phase the sleep is in
+    # its profiled repeats say what in that phase: the sleep is no aten op, so the optimizer's own time
+    assert re.search(r"; operators: optimizer \+2\d\d\.\d ms: \(outside aten ops\) \+", step.confirmation_note), \
+        step.confirmation_note
     assert f"confirming 2 change point(s) by A/B: A = {commits[1][:12]} (before), B = {commits[2][:12]}" in proc.stderr
     assert "confirmed (A/B: regression" in proc.stderr
     assert "**confirmed (A/B: regression" in (out / "changes.md").read_text()

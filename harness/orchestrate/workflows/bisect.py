@@ -30,6 +30,7 @@ from typing import Any, Callable, Sequence
 
 from harness.orchestrate.session import stopping
 from harness.catalogue import col
+from harness.catalogue.kernels import OPERATORS_NOTE
 
 BAD, GOOD, SKIPPED = "bad", "good", "skipped"
 STATE = "bisect.json"
@@ -229,10 +230,8 @@ class Bisector:
         folder = self.out / f"ab-{len(self.comparisons) + 1:02d}-{self.points[a][:8]}-{self.points[b][:8]}"
         shutil.rmtree(folder, ignore_errors=True)  # an interrupted comparison starts again
         t0 = time.monotonic()
-        # no profiled repeats per step yet (issue 49: pending): each would add 2 x 5 processes to every slower step
-        argv = [sys.executable, "-m", "harness", "ab", self.matrix, "--out", str(folder), "--kernel-repeats", "0",
-                *self.ab_args,
-                *self._side_args("a", a), *self._side_args("b", b)]
+        argv = [sys.executable, "-m", "harness", "ab", self.matrix, "--out", str(folder),
+                *self._ab_args(profiled=a == 0), *self._side_args("a", a), *self._side_args("b", b)]
         proc = stopping.run_child(argv)  # stopped with this bisect, and dies with it even when it is SIGKILLed
         cells, error = [], ""
         verdicts = folder / "report" / "verdicts.parquet"
@@ -240,8 +239,11 @@ class Bisector:
             import pyarrow.parquet as pq
 
             for r in pq.read_table(verdicts).to_pylist():
-                cells.append({k: r.get(k) for k in (col.cell_id, "verdict", col.effect_pct, col.ci_low_pct, col.ci_high_pct,
-                                                     col.num_candidate, col.num_baseline, "attribution", "reason")})
+                cell = {k: r.get(k) for k in (col.cell_id, "verdict", col.effect_pct, col.ci_low_pct, col.ci_high_pct,
+                                              col.num_candidate, col.num_baseline, "attribution", "reason")}
+                # the kernel diff's line (kernel_report.attach appends it to a changed cell's reason)
+                cell["operators"] = (r.get("reason") or "").partition(OPERATORS_NOTE)[2] or None
+                cells.append(cell)
         else:
             tail = [line for line in proc.stderr.strip().splitlines() if line.strip()][-1:] or ["no output"]
             error = f"nvbench ab exited {proc.returncode}: {tail[0]}"
@@ -251,6 +253,17 @@ class Bisector:
         self.say(f"  {self.name(b)} vs {self.name(a)}: {self._verdict_text(comparison)} "
                  f"({comparison.seconds:.0f} s, {folder.name})")
         return comparison
+
+    def _ab_args(self, *, profiled: bool) -> list[str]:
+        """The A/B's flags. Only an A/B against GOOD profiles (when it calls a change: `nvbench ab`'s own rule),
+        since the answer is the first bad point against GOOD; one against BAD only decides a step. A bisect begun
+        before bisects profiled keeps its profile-free A/Bs."""
+        args = list(self.ab_args)
+        if "--kernel-repeats" not in args:
+            return args + ["--kernel-repeats", "0"]
+        if not profiled:
+            args[args.index("--kernel-repeats") + 1] = "0"
+        return args
 
     def _side_args(self, side: str, index: int) -> list[str]:
         if self.kind == "pythons":
@@ -354,7 +367,8 @@ class Bisector:
         cells = [c for c in verdict.cells if c["verdict"] == "regression"]
         where = "; ".join(f"{c[col.cell_id]}: throughput {c[col.effect_pct]:+.1f}% [{c[col.ci_low_pct]:+.1f}, "
                           f"{c[col.ci_high_pct]:+.1f}] in {c[col.num_candidate]} pairs"
-                          + (f"; {c['attribution']}" if c.get("attribution") else "") for c in cells)
+                          + (f"; {c['attribution']}" if c.get("attribution") else "")
+                          + (f"; operators: {c['operators']}" if c.get("operators") else "") for c in cells)
         answer = {"result": "found", "index": hi, "point": self.points[hi], "label": self.labels.get(self.points[hi], ""),
                   "skipped": [self.points[i] for i in skipped], "cells": cells,
                   "comparisons": len(self.comparisons),

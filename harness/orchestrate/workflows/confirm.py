@@ -23,6 +23,7 @@ from harness.analysis.runs import load_run
 from harness.orchestrate.session import stopping
 from harness.matrix.sections import AXES
 from harness.catalogue import col
+from harness.catalogue.kernels import OPERATORS_NOTE
 
 Confirmation = tuple[str, str]
 """(confirmed | not confirmed | could not confirm, the note that says why)."""
@@ -103,7 +104,9 @@ def judge(change: Change, verdicts: Mapping[str, Any]) -> Confirmation:
             + f" in {v.num_candidate} pairs")
     same_way = decide.REGRESSION if change.change < 0 else decide.IMPROVEMENT
     if v.verdict == same_way:
-        return CONFIRMED, said + (f"; {v.attribution}" if v.attribution else "")
+        operators = v.reason.partition(OPERATORS_NOTE)[2]  # the kernel diff's line, where it profiled
+        return CONFIRMED, said + (f"; {v.attribution}" if v.attribution else "") \
+            + (f"{OPERATORS_NOTE}{operators}" if operators else "")
     if v.verdict == decide.INCONCLUSIVE:  # its reason carries the change and its interval
         return NOT_CONFIRMED, f"A/B: inconclusive in {v.num_candidate} pairs: {v.reason}"
     return NOT_CONFIRMED, said
@@ -139,8 +142,8 @@ class Confirmer:
                     f"B = {pair.b[:12]} (after), in {folder}")
         t0 = time.monotonic()
         argv = [sys.executable, "-m", "harness", "ab", str(self.matrix), "--out", str(folder), "--a-checkout",
-                str(checkouts["a"]), "--b-checkout", str(checkouts["b"]), *only_flags(changes),
-                "--kernel-repeats", "0", *self.ab_args]  # profiled repeats of a confirmation: pending (issue 49)
+                str(checkouts["a"]), "--b-checkout", str(checkouts["b"]), *only_flags(changes), *self.ab_args]
+        # a change the A/B calls gets its profiled repeats (nvbench ab's --kernel-repeats): the note names operators
         proc = stopping.run_child(argv)  # stopped with this process, never left running on its own
         why = self._unusable(folder, proc)
         if why:
