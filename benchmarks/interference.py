@@ -13,8 +13,9 @@ a 30-step window) --repeats times per setting, each setting its own `nvbench run
 - uniform: two processes, one per core, busy all the time at the lowest priority (nice 19).
 For each: the share of windows flagged (foreign_cpu_frac above the threshold), the meter's median and range, the
 probe's median, and the throughput's median. `ab`: `nvbench ab` of the same cell against itself, 8 repeats a side,
-with the neighbour (bursts' two processes, busy all the time) started when the third pair is done and stopped when
-the sixth is: which rows were flagged, how many ran again, and the verdict.
+with the neighbour (bursts' two processes, busy all the time) started when the third pair is done and stopped as
+long after as the first three pairs took (three pairs' time: the A/B waits for a neighbour to leave before a
+re-run, so counting pairs would keep it there): which rows were flagged, how many ran again, and the verdict.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import os
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -116,20 +118,28 @@ def ab(args: argparse.Namespace) -> None:
     proc = subprocess.Popen([sys.executable, "-m", "harness", "ab", str(path), "--repeats", "8", "--out", str(out)],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     procs: list = []
-    pairs, log = 0, []
+    pairs, log, started, lasts = 0, [], time.monotonic(), 0.0
+    stopper = None
+
+    def stop_later(after_s: float) -> None:  # the neighbour stays as long as three pairs took without it
+        time.sleep(after_s)
+        stop(procs)
+        print(f"-- neighbour stopped after {after_s:.0f} s", flush=True)
+
     for line in proc.stdout:  # each side's job line as it ends: "A       ok <cell> r3 ..."
         log.append(line)
         sys.stdout.write(line)
         if line.startswith("B ") and " ok " in line and "r" in line:
             pairs += 1
             if pairs == 3 and not procs:
+                lasts = time.monotonic() - started
                 procs = neighbour("busy")
-                print("-- neighbour started", flush=True)
-            elif pairs >= 6 and procs:
-                stop(procs)
-                procs = []
-                print("-- neighbour stopped", flush=True)
+                print(f"-- neighbour started (three pairs took {lasts:.0f} s)", flush=True)
+                stopper = threading.Thread(target=stop_later, args=(lasts,), daemon=True)
+                stopper.start()
     proc.wait()
+    if stopper is not None:
+        stopper.join()
     stop(procs)
     for side in ("a", "b"):
         for r in sorted(rows_of(out / side), key=lambda r: (r["repeat"], r["status"])):

@@ -97,6 +97,53 @@ def test_re_runs_stop_at_the_budget_and_never_repeat_an_injected_fault(tmp_path,
     assert len(list(rerun.runs_of(cell, 1, ctx, rerun.Reruns(limit=0), side="b"))) == 1  # --max-reruns 0
 
 
+def test_an_interference_re_run_waits_for_the_neighbour_and_a_transient_one_does_not(tmp_path, monkeypatch):
+    run_dir = tmp_path / "b"
+    def runs():  # busy, then a transient, then clean: each written as its run ends
+        busy = finished(run_dir, 0, transient=0) | {"foreign_cpu_frac": 0.61, "cpu_affinity": "0"}
+        store.write_table(run_dir / "cells" / f"{job_key(CELL, 0)}.parquet", cell_table([busy]))
+        yield busy
+        yield finished(run_dir, 0, transient=2)
+        yield finished(run_dir, 0, transient=0)
+
+    rows = runs()
+    monkeypatch.setattr(job, "run_job", lambda cell, repeat, ctx: next(rows))
+    ctx = job.JobContext(run_dir=run_dir, run_id="b", caps=None, env={}, env_key="k", fault_spec=None,
+                         notify=lambda message: None)
+    cell = dataclasses.make_dataclass("FakeCell", ["cell_id"])(CELL)
+    waits = []
+    ran = list(rerun.runs_of(cell, 0, ctx, rerun.Reruns(limit=2), side="b", quiet=waits.append))
+    assert len(ran) == 3 and waits == [(0,)]  # before the busy window's re-run only, on the row's own cores
+
+
+def test_the_wait_ends_when_the_neighbour_leaves_or_at_its_limit(monkeypatch):
+    said = []
+    readings = iter([0.75, 0.74, 0.02])
+    monkeypatch.setattr(rerun.time, "monotonic", iter(range(100)).__next__)  # a second a reading
+    assert rerun.wait_for_quiet([0], said.append, sample=lambda cores: next(readings)) == 3
+    assert said == ["  waiting for the neighbour to leave (other processes use 75% of the cores; at most 120 s)",
+                    "  quiet after 3 s"]
+    said.clear()
+    assert rerun.wait_for_quiet([0], said.append, max_wait_s=5, sample=lambda cores: 0.9) >= 5
+    assert said[-1].startswith("  still busy after") and said[-1].endswith("running it again anyway")
+
+
+def test_others_share_sees_a_busy_process_beside_it_and_not_its_own_children():
+    core, marker = sorted(os.sched_getaffinity(0))[0], f"nvbench_test_neighbour_{os.getpid()}"
+    spin = [sys.executable, "-c", f"import os\n{marker} = os.sched_setaffinity(0, [{core}])\nwhile True: pass"]
+    own = subprocess.Popen(spin)  # this process's child: the A/B's own job
+    try:
+        assert rerun.others_share([core], 1.0) < 0.10
+    finally:
+        own.kill()
+        own.wait()
+    subprocess.run(["setsid", "--fork", *spin], check=True)  # orphaned at once: not under this process
+    try:
+        assert rerun.others_share([core], 1.0) > 0.5
+    finally:
+        subprocess.run(["pkill", "-f", marker], check=False)
+
+
 def test_a_clean_row_is_never_run_again(tmp_path):
     run_dir = tmp_path / "a"
     reruns = rerun.Reruns(limit=5)

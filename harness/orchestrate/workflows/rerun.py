@@ -1,12 +1,14 @@
-"""A/B re-runs: a repeat whose window was taken under interference or opened in a start transient runs again at
-once, as a fresh process, so it stays beside its pair; the spoiled row stays in the run folder as `superseded`. At
+"""A/B re-runs: a repeat whose window was taken under interference or opened in a start transient runs again
+(under interference, once the neighbour has left or a bounded wait has passed), as a fresh process, so it stays
+beside its pair; the spoiled row stays in the run folder as `superseded`. At
 most a stated number per cell and side."""
 
 from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,7 +19,9 @@ from harness.orchestrate.session import job
 from harness.results import store
 from harness.results.interference import row_interference
 from harness.results.schema import SUPERSEDED, SUPERSEDED_STEPS, cell_table
+from harness.catalogue.cells import INTERFERENCE_THRESHOLD
 from harness.matrix.cells import Cell, job_key
+from harness.matrix.job import parse_cpu_list
 from harness.catalogue import col
 
 
@@ -107,15 +111,88 @@ def _transient_words(row: dict[str, Any]) -> str:
     return text[start + len("start transient: "):].split(" (")[0]
 
 
-def runs_of(cell: Cell, repeat: int, ctx: job.JobContext, reruns: Reruns, *, side: str) -> Iterator[dict[str, Any]]:
-    """Run one job of a side, then run it again while its window opens in a transient and the cell's budget
-    lasts; yields each row as it is written (the superseded ones are rewritten as such before the next run). A
-    re-run carries no injected fault (NVBENCH_FAULT): the suite's faults stand for one-off hiccups."""
+QUIET_WAIT_S = 120.0
+"""Longest wait for a neighbour to leave before a window it spoiled runs again: a re-run beside the same neighbour
+is spoiled too and spends the budget for nothing (one A/B spent all six re-runs of a repeat so). After it, the
+re-run goes ahead and the budget bounds what the neighbour can cost."""
+QUIET_SAMPLE_S = 1.0
+
+
+def _tree_ticks(root: int, proc: Path = Path("/proc")) -> int:
+    """utime + stime of `root` and every live process under it (this A/B's own: its jobs, their workers)."""
+    stats: dict[int, tuple[int, int]] = {}
+    for entry in proc.iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+                fields = stat[stat.rindex(")") + 2:].split()
+                stats[int(entry.name)] = (int(fields[1]), int(fields[11]) + int(fields[12]))
+            except (OSError, ValueError, IndexError):  # gone between the listing and the read
+                continue
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _) in stats.items():
+        children.setdefault(ppid, []).append(pid)
+    total, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        total += stats.get(pid, (0, 0))[1]
+        todo += children.get(pid, [])
+    return total
+
+
+def others_share(cores: Sequence[int], seconds: float = QUIET_SAMPLE_S) -> float | None:
+    """Share of `cores`' time over the next `seconds` that processes other than this one and its descendants used
+    (None: /proc/stat said nothing)."""
+    from harness.cell.interference import read_proc_stat
+
+    busy0, total0, _ = read_proc_stat(cores)
+    own0 = _tree_ticks(os.getpid())
+    time.sleep(seconds)
+    busy1, total1, _ = read_proc_stat(cores)
+    own1 = _tree_ticks(os.getpid())
+    if total1 <= total0:
+        return None
+    return min(1.0, max(0.0, ((busy1 - busy0) - (own1 - own0)) / (total1 - total0)))
+
+
+def wait_for_quiet(cores: Sequence[int], notify, *, max_wait_s: float = QUIET_WAIT_S,
+                   sample: Callable[[Sequence[int]], float | None] = others_share) -> float:
+    """Wait, up to `max_wait_s`, until other processes use at most INTERFERENCE_THRESHOLD of `cores`; returns the
+    seconds spent (one reading's, QUIET_SAMPLE_S, when the machine is quiet at once). Says when it starts waiting
+    and what it ended on."""
+    start, said = time.monotonic(), False
+    while (share := sample(cores)) is not None and share > INTERFERENCE_THRESHOLD:
+        waited = time.monotonic() - start
+        if waited >= max_wait_s:
+            notify(f"  still busy after {waited:.0f} s (other processes used {share:.0%} of the cores): "
+                   "running it again anyway")
+            return waited
+        if not said:
+            notify(f"  waiting for the neighbour to leave (other processes use {share:.0%} of the cores; at most "
+                   f"{max_wait_s:.0f} s)")
+            said = True
+    waited = time.monotonic() - start
+    if said:
+        notify(f"  quiet after {waited:.0f} s")
+    return waited
+
+
+def runs_of(cell: Cell, repeat: int, ctx: job.JobContext, reruns: Reruns, *, side: str,
+            quiet: Callable[[Sequence[int]], float] | None = None) -> Iterator[dict[str, Any]]:
+    """Run one job of a side, then run it again while its window was spoiled (a start transient, interference)
+    and the cell's budget lasts; yields each row as it is written (the superseded ones are rewritten as such
+    before the next run). Before re-running a window taken under interference it waits for the neighbour to
+    leave (`quiet`, given the row's cores; default wait_for_quiet). A re-run carries no injected fault
+    (NVBENCH_FAULT): the suite's faults stand for one-off hiccups."""
     while True:
         row = job.run_job(cell, repeat, ctx)
         yield row
         if not reruns.wanted(ctx.run_dir, row):
             return
+        busy = row_interference(row) is not None
         reason = reruns.supersede(ctx.run_dir, row)
         ctx.notify(f"{side.upper()} r{repeat} {cell.cell_id}: {reason}")
+        if busy:
+            cores = parse_cpu_list(row["cpu_affinity"]) if row.get("cpu_affinity") else sorted(os.sched_getaffinity(0))
+            (quiet or (lambda c: wait_for_quiet(c, ctx.notify)))(cores)
         ctx = dataclasses.replace(ctx, fault_spec=None)
