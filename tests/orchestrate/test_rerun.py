@@ -116,6 +116,21 @@ def test_an_interference_re_run_waits_for_the_neighbour_and_a_transient_one_does
     assert len(ran) == 3 and waits == [(0,)]  # before the busy window's re-run only, on the row's own cores
 
 
+def test_the_ab_lanes_wait_too(tmp_path, monkeypatch):
+    from harness.orchestrate.placement import lanes
+    from harness.orchestrate.workflows import ab
+
+    run_dir = tmp_path / "a"
+    busy = finished(run_dir, 3, transient=0) | {"foreign_cpu_frac": 0.7, "cpu_affinity": "0-1"}
+    store.write_table(run_dir / "cells" / f"{job_key(CELL, 3)}.parquet", cell_table([busy]))
+    waits = []
+    monkeypatch.setattr(rerun, "wait_for_quiet", lambda cores, notify, **kw: waits.append(tuple(cores)))
+    ctx = job.JobContext(run_dir=run_dir, run_id="a", caps=None, env={}, env_key="k", fault_spec=None,
+                         notify=lambda message: None)
+    link = lanes.Link(cell=dataclasses.make_dataclass("FakeCell", ["cell_id"])(CELL), repeat=3, ctx=ctx, tag="a")
+    assert ab._again(link, busy, rerun.Reruns(limit=0)) is not None and waits == [(0, 1)]
+
+
 def test_the_wait_ends_when_the_neighbour_leaves_or_at_its_limit(monkeypatch):
     said = []
     readings = iter([0.75, 0.74, 0.02])

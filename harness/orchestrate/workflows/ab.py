@@ -134,8 +134,8 @@ def run_interleaved(sides: Sequence[Side], *, seed: int,
 
     Returns (side, cell_id, repeat) in the order started. Each side's manifest gets a session entry and its
     twin columns are derived at the end, as `nvbench run` does; a side whose jobs are all done is skipped.
-    A job whose window was taken under interference or opens in a start transient runs again at once on its slot,
-    up to `max_reruns` per cell
+    A job whose window was taken under interference (once the neighbour has left) or opens in a start transient
+    runs again on its slot, up to `max_reruns` per cell
     and side (harness.orchestrate.workflows.rerun): it appears once more in the order, still beside its pair.
     """
     order: list[tuple[str, str, int]] = []
@@ -157,12 +157,12 @@ def run_interleaved(sides: Sequence[Side], *, seed: int,
 
 
 def _again(link: lanes.Link, row: dict[str, Any], reruns: rerun.Reruns) -> lanes.Link | None:
-    """The job once more, on the same slot, when its window opened in a start transient and the cell's re-run
-    budget lasts (its transient row kept as superseded first); else None. A re-run carries no injected fault."""
-    if not reruns.wanted(link.ctx.run_dir, row):
+    """The job once more, on the same slot, when its window was spoiled and the cell's re-run budget lasts (its
+    row kept as superseded first; after interference, once the neighbour has left: rerun.again); else None. A
+    re-run carries no injected fault."""
+    if not rerun.again(link.ctx.run_dir, row, reruns, link.ctx.notify,
+                       f"{link.tag.upper()} r{link.repeat} {link.cell.cell_id}"):
         return None
-    reason = reruns.supersede(link.ctx.run_dir, row)
-    link.ctx.notify(f"{link.tag.upper()} r{link.repeat} {link.cell.cell_id}: {reason}")
     return dataclasses.replace(link, ctx=dataclasses.replace(link.ctx, fault_spec=None))
 
 def _open_session(side: Side) -> dict[str, Any]:

@@ -177,22 +177,30 @@ def wait_for_quiet(cores: Sequence[int], notify, *, max_wait_s: float = QUIET_WA
     return waited
 
 
+def again(run_dir: Path, row: dict[str, Any], reruns: Reruns, notify: Callable[[str], None], label: str, *,
+          quiet: Callable[[Sequence[int]], float] | None = None) -> bool:
+    """Whether the job of `row` runs again: its window was spoiled (a start transient, interference) and the
+    cell's budget lasts. If so its row is kept as superseded first and said (`label: reason`), and before a
+    re-run of a window taken under interference this waits for the neighbour to leave (`quiet`, given the row's
+    cores; default wait_for_quiet)."""
+    if not reruns.wanted(run_dir, row):
+        return False
+    busy = row_interference(row) is not None
+    notify(f"{label}: {reruns.supersede(run_dir, row)}")
+    if busy:
+        cores = parse_cpu_list(row["cpu_affinity"]) if row.get("cpu_affinity") else sorted(os.sched_getaffinity(0))
+        (quiet or (lambda c: wait_for_quiet(c, notify)))(cores)
+    return True
+
+
 def runs_of(cell: Cell, repeat: int, ctx: job.JobContext, reruns: Reruns, *, side: str,
             quiet: Callable[[Sequence[int]], float] | None = None) -> Iterator[dict[str, Any]]:
-    """Run one job of a side, then run it again while its window was spoiled (a start transient, interference)
-    and the cell's budget lasts; yields each row as it is written (the superseded ones are rewritten as such
-    before the next run). Before re-running a window taken under interference it waits for the neighbour to
-    leave (`quiet`, given the row's cores; default wait_for_quiet). A re-run carries no injected fault
-    (NVBENCH_FAULT): the suite's faults stand for one-off hiccups."""
+    """Run one job of a side, then again while `again` says so; yields each row as it is written (the superseded
+    ones are rewritten as such before the next run). A re-run carries no injected fault (NVBENCH_FAULT): the
+    suite's faults stand for one-off hiccups. (nvbench ab's lanes call `again` themselves: ab._again.)"""
     while True:
         row = job.run_job(cell, repeat, ctx)
         yield row
-        if not reruns.wanted(ctx.run_dir, row):
+        if not again(ctx.run_dir, row, reruns, ctx.notify, f"{side.upper()} r{repeat} {cell.cell_id}", quiet=quiet):
             return
-        busy = row_interference(row) is not None
-        reason = reruns.supersede(ctx.run_dir, row)
-        ctx.notify(f"{side.upper()} r{repeat} {cell.cell_id}: {reason}")
-        if busy:
-            cores = parse_cpu_list(row["cpu_affinity"]) if row.get("cpu_affinity") else sorted(os.sched_getaffinity(0))
-            (quiet or (lambda c: wait_for_quiet(c, ctx.notify)))(cores)
         ctx = dataclasses.replace(ctx, fault_spec=None)
