@@ -18,13 +18,11 @@ from typing import Any
 import numpy as np
 
 from harness.catalogue import col
+from harness.results.procstat import process_stats, read_proc_stat
 
 SAMPLE_INTERVAL_S = 0.25
 """How often the background thread reads the counters (the per-step record's resolution). Each read scans
 /proc (a few ms on a loaded machine), on the cell's own cores: 4 a second keep that under 1 % of a core."""
-_BUSY = (0, 1, 2, 5, 6, 7)
-"""/proc/stat per-core fields counted as busy: user, nice, system, irq, softirq, steal (not idle, iowait)."""
-_STEAL = 7
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,20 +36,6 @@ class Counters:
     own: int
 
 
-def read_proc_stat(cores: Iterable[int], text: str | None = None) -> tuple[int, int, int]:
-    """(busy, total, steal) ticks summed over `cores`, from /proc/stat (or `text`, its contents)."""
-    wanted = {f"cpu{c}" for c in cores}
-    busy = total = steal = 0
-    for line in (text if text is not None else Path("/proc/stat").read_text()).splitlines():
-        name, _, rest = line.partition(" ")
-        if name in wanted:
-            fields = [int(x) for x in rest.split()]
-            busy += sum(fields[i] for i in _BUSY if i < len(fields))
-            total += sum(fields[:8])
-            steal += fields[_STEAL] if len(fields) > _STEAL else 0
-    return busy, total, steal
-
-
 def job_cpu_ticks(proc: Path = Path("/proc"), *, sid: int | None = None, agent_sid: int | None = None) -> int:
     """utime + stime (all threads) of every live process of this job: this process's session (the runner starts
     each job in a session of its own: the cell, its loader workers), and under torchrun the agent's session and
@@ -61,17 +45,7 @@ def job_cpu_ticks(proc: Path = Path("/proc"), *, sid: int | None = None, agent_s
     sid = os.getsid(0) if sid is None else sid
     if agent_sid is None and os.environ.get("TORCHELASTIC_RUN_ID"):
         agent_sid = os.getsid(os.getppid())
-    stats: dict[int, tuple[int, int, int]] = {}  # pid -> (ppid, sid, ticks)
-    for entry in proc.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            fields = stat[stat.rindex(")") + 2:].split()  # after the command name, which may hold spaces
-            # fields 4 and 6 of the line: the parent, the session; 14 and 15: utime, stime
-            stats[int(entry.name)] = (int(fields[1]), int(fields[3]), int(fields[11]) + int(fields[12]))
-        except (OSError, ValueError, IndexError):  # gone between the listing and the read (or read as it went)
-            continue
+    stats = process_stats(proc)
     own = {sid}
     if agent_sid is not None:
         own |= {agent_sid} | {s for ppid, s, _ in stats.values() if stats.get(ppid, (0, -1, 0))[1] == agent_sid}

@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 
 from harness.orchestrate.session import job
 from harness.results import store
+from harness.results.procstat import read_proc_stat, tree_cpu_ticks
 from harness.results.interference import row_interference
 from harness.results.schema import SUPERSEDED, SUPERSEDED_STEPS, cell_table
 from harness.catalogue.cells import INTERFERENCE_THRESHOLD
@@ -118,38 +119,14 @@ re-run goes ahead and the budget bounds what the neighbour can cost."""
 QUIET_SAMPLE_S = 1.0
 
 
-def _tree_ticks(root: int, proc: Path = Path("/proc")) -> int:
-    """utime + stime of `root` and every live process under it (this A/B's own: its jobs, their workers)."""
-    stats: dict[int, tuple[int, int]] = {}
-    for entry in proc.iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-                fields = stat[stat.rindex(")") + 2:].split()
-                stats[int(entry.name)] = (int(fields[1]), int(fields[11]) + int(fields[12]))
-            except (OSError, ValueError, IndexError):  # gone between the listing and the read
-                continue
-    children: dict[int, list[int]] = {}
-    for pid, (ppid, _) in stats.items():
-        children.setdefault(ppid, []).append(pid)
-    total, todo = 0, [root]
-    while todo:
-        pid = todo.pop()
-        total += stats.get(pid, (0, 0))[1]
-        todo += children.get(pid, [])
-    return total
-
-
 def others_share(cores: Sequence[int], seconds: float = QUIET_SAMPLE_S) -> float | None:
     """Share of `cores`' time over the next `seconds` that processes other than this one and its descendants used
     (None: /proc/stat said nothing)."""
-    from harness.cell.interference import read_proc_stat
-
     busy0, total0, _ = read_proc_stat(cores)
-    own0 = _tree_ticks(os.getpid())
+    own0 = tree_cpu_ticks(os.getpid())
     time.sleep(seconds)
     busy1, total1, _ = read_proc_stat(cores)
-    own1 = _tree_ticks(os.getpid())
+    own1 = tree_cpu_ticks(os.getpid())
     if total1 <= total0:
         return None
     return min(1.0, max(0.0, ((busy1 - busy0) - (own1 - own0)) / (total1 - total0)))
@@ -188,7 +165,7 @@ def again(run_dir: Path, row: dict[str, Any], reruns: Reruns, notify: Callable[[
     busy = row_interference(row) is not None
     notify(f"{label}: {reruns.supersede(run_dir, row)}")
     if busy:
-        cores = parse_cpu_list(row["cpu_affinity"]) if row.get("cpu_affinity") else sorted(os.sched_getaffinity(0))
+        cores = parse_cpu_list(row[col.cpu_affinity]) if row.get(col.cpu_affinity) else sorted(os.sched_getaffinity(0))
         (quiet or (lambda c: wait_for_quiet(c, notify)))(cores)
     return True
 
