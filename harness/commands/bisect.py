@@ -97,9 +97,14 @@ def _estimate_line(matrix_path: str, ab_args: list[str], bisector, roots: list[P
     key, caps = here.key, here.caps
     first, last = (cost.ab_estimate(cells, n, caps, roots=roots, keys=[key, key]) for n in (looks[0], looks[-1]))
     left = (0 if bisector.comparisons else 1) + bisector.search.steps_left()
+    kernel = int(ab_args[ab_args.index("--kernel-repeats") + 1]) if "--kernel-repeats" in ab_args else 0
+    # a profiled process is priced as a timed repeat of its cell: an upper bound when its window is the shorter
+    profiled = (f"; each A/B against GOOD that finds a slower point adds {kernel} profiled processes a side, "
+                f"about {duration_text(cost.ab_estimate(cells, kernel, caps, roots=roots, keys=[key, key]).wall_s)}"
+                if kernel else "")
     return (f"estimated {duration_text(left * first.wall_s)} for ~{left} A/B(s) left at {looks[0]} pairs a side "
-            f"(up to {duration_text(left * last.wall_s)} at {looks[-1]}), {duration_text(first.wall_s)} each: "
-            f"{first.source_text()}")
+            f"(up to {duration_text(left * last.wall_s)} at {looks[-1]}), {duration_text(first.wall_s)} each"
+            f"{profiled}: {first.source_text()}")
 
 
 def add_parser(subparsers) -> None:

@@ -37,6 +37,22 @@ def test_the_search_halves_the_open_range_and_steps_around_skipped_points():
     assert t.next() is None and t.skipped_between() == [1, 2] and t.hi == 3  # the answer names the skipped ones
 
 
+def test_the_estimate_counts_the_profiled_processes_of_a_slower_step(tmp_path):
+    from types import SimpleNamespace
+
+    from harness.commands.bisect import _estimate_line
+
+    matrix = tmp_path / "tiny.toml"
+    matrix.write_text(TINY.format(axes='backend = ["synthetic"]', repeats=5, timeout=120, cache=tmp_path / "cache",
+                                  nvtx="false", device="cpu"))
+    bisector = SimpleNamespace(comparisons=[], search=Search([f"c{k}" for k in range(8)]))
+    flags = ["--repeats", "5", "--max-repeats", "10", "--kernel-steps", "10", "--kernel-repeats"]
+    line = _estimate_line(str(matrix), [*flags, "3"], bisector, [tmp_path])
+    assert re.search(r"A/B\(s\) left .* each A/B against GOOD that finds a slower point adds 3 profiled processes "
+                     r"a side, about \d", line), line
+    assert "profiled" not in _estimate_line(str(matrix), [*flags, "0"], bisector, [tmp_path])
+
+
 def test_bad_input_is_one_line_and_exit_2(tmp_path):
     matrix = tmp_path / "m.toml"
     matrix.write_text(TINY.format(axes='backend = ["synthetic"]', repeats=1, timeout=60, cache=tmp_path / "c",
