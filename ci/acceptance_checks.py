@@ -182,6 +182,8 @@ CLAIMS = {
 }
 """What each check proves, in the words gpu-acceptance.md writes beside its result and figure."""
 CLAIMS |= {
+    "kernels": "`nvbench ab --kernels` with side B drilled: CUDA kernels under forward, backward and optimizer in "
+               "both sides' kernels.parquet, and the kernel diff names the drill's device work (issue 49)",
     "transients": "the start-transient check on GPU windows: benchmarks/transients.py over the slice's and the A/A's "
                   "steps (issue 42's GPU row)",
     "gpu-shared": "a cell run beside a foreign CUDA process says `gpu_shared`, naming its pid",

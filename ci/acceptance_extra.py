@@ -1,4 +1,5 @@
-"""The GPU acceptance's checks beyond its default budget: one GPU's remaining claims (a shared GPU seen, a cold
+"""The GPU acceptance's checks beyond its default budget: one GPU's remaining claims (the kernel diff's CUDA path,
+a shared GPU seen, a cold
 start's transient, the transient check on GPU windows, Nsight's timeline, the ConvNets family, the break checks of
 two GPU tests, the compile targets). Each runs after the budget's checks when what is left holds its estimate;
 otherwise it is listed as skipped with what it needs (`--budget-s`)."""
@@ -137,6 +138,27 @@ def nsys_reports(out: Path) -> Callable[[], list[Path]]:
     return required(lambda: sorted((out / "nsys").rglob("*.nsys-rep")) if (out / "nsys").is_dir() else [])
 
 
+def kernels_check(out: Path, run: Callable, *, nvtx: bool) -> Callable:
+    """`nvbench ab --kernels` of the A/A's cell with side B drilled (a device sleep each step, issue 49's
+    slowdown of known size): the profiled repeats' CUDA kernels by phase, and the diff naming the drill."""
+    def body(check, timeout: float) -> None:
+        from harness.results import kernels
+
+        matrix = claims.cell_matrix(out, "kernels", claims.VERDICT_CELL, nvtx=nvtx)
+        argv = claims.nvbench("ab", str(matrix), "--repeats", "3", "--fire-drill", "20", "--kernels",
+                              "--kernel-repeats", "3", "--out", str(out / "kernels"))
+        code = run(argv, log=out / "kernels.log", timeout=timeout)
+        sides = {s: kernels.read_kernels(path).to_pylist() if (path := out / "kernels" / s / kernels.KERNELS_FILE)
+                 .is_file() else [] for s in ("a", "b")}
+        log = out / "kernels.log"
+        text = log.read_text(errors="replace") if log.is_file() else ""
+        line = next((x for x in text.splitlines() if x.startswith("kernels ")), None)
+        # 3 pairs may leave the timed verdict inconclusive (exit 3): the profiled repeats are what is checked
+        claims.apply(check, judge.judge_kernels(sides, line), 0 if code in (0, 3) else code, timeout, log)
+        check.figures["command"] = " ".join(argv[1:])
+    return body
+
+
 def extra_checks(out: Path, run: Callable, *, nvtx: bool, profile_matrix: Path,
                  profile_only: list[str]) -> dict[str, Callable]:
     """name -> body, in the order they run when the budget leaves room (EXTRA_ESTIMATES_S's)."""
@@ -147,7 +169,7 @@ def extra_checks(out: Path, run: Callable, *, nvtx: bool, profile_matrix: Path,
     nsys = claims.nvbench("profile", str(profile_matrix), *profile_only, "--tool", "nsys", "--steps", "10",
                           "--out", str(out / "nsys"))
     targets = [sys.executable, "benchmarks/compile_targets.py", "--out", str(out / "compile-targets")]
-    return {"transients": command_check("transients", transients, out, run),
+    return {"kernels": kernels_check(out, run, nvtx=nvtx), "transients": command_check("transients", transients, out, run),
             "gpu-shared": gpu_shared_check(out, run, nvtx=nvtx), "cold-start": cold_start_check(out, run, nvtx=nvtx),
             "break-cudagraph": break_check("break-cudagraph", out, run),
             "break-dali": break_check("break-dali", out, run),
@@ -158,9 +180,10 @@ def extra_checks(out: Path, run: Callable, *, nvtx: bool, profile_matrix: Path,
 
 EXTRA_NEEDS = {"break-dali": ("nvidia.dali",), "nsys-profile": ("nsys",)}
 """What an extra check cannot run without: a module, or a program on PATH (nsys)."""
-EXTRA_ESTIMATES_S = {"transients": 15.0, "gpu-shared": 25.0, "cold-start": 20.0, "break-cudagraph": 40.0,
+EXTRA_ESTIMATES_S = {"kernels": 100.0, "transients": 15.0, "gpu-shared": 25.0, "cold-start": 20.0, "break-cudagraph": 40.0,
                      "break-dali": 60.0, "nsys-profile": 45.0, "convnets": 150.0, "compile-targets": 900.0}
-"""Reasoned, not measured: a cell's process 17-35 s on an H100; a break check a pytest start and its GPU test;
+"""Reasoned, not measured: a cell's process 17-35 s on an H100 (the kernels check: 6 timed and 6 profiled processes
+of the A/A's cell at ~7 s each, and two environment probes); a break check a pytest start and its GPU test;
 the ConvNets family 4 cells of two larger models; the compile targets 24 cells, most of them compiling."""
 
 

@@ -364,3 +364,32 @@ def junit_counts(path: Path, only: str | None = None) -> dict[str, int]:
             counts["passed"] += 1
     counts["not_passed"] = failed_names  # type: ignore[assignment]
     return counts
+
+
+KERNEL_PHASES = ("forward", "backward", "optimizer")
+
+
+def judge_kernels(sides: Mapping[str, Sequence[Mapping[str, Any]]], line: str | None) -> Judgement:
+    """`nvbench ab --kernels` of a cell whose side B runs a fire drill (device sleep each step): both sides'
+    kernels.parquet hold CUDA rows, with device kernels (not aten ops, not a phase's own time) under the forward,
+    the backward and the optimizer; and the kernel diff's line calls something changed, the drill's work."""
+    figures: dict[str, Any] = {"line": line}
+    for side in ("a", "b"):
+        rows = list(sides.get(side) or ())
+        if not rows:
+            return Judgement(status="fail", detail=f"side {side}: no kernels.parquet rows", figures=figures)
+        devices = sorted({str(r.get("device")) for r in rows})
+        kernels = [r for r in rows if not str(r.get("kernel") or "").startswith(("aten::", "(")) and r.get("kernel")]
+        by_phase = {ph: sorted({r["kernel"] for r in kernels if r.get("phase") == ph}) for ph in KERNEL_PHASES}
+        figures[side] = {"rows": len(rows), "devices": devices, "kernels": {ph: k[:5] for ph, k in by_phase.items()},
+                         "graph_replays": sum(1 for r in rows if r.get("graph_replay"))}
+        if devices != ["cuda"]:
+            return Judgement(status="fail", detail=f"side {side}: rows of device {devices}, not cuda", figures=figures)
+        if missing := [ph for ph, k in by_phase.items() if not k]:
+            return Judgement(status="fail", detail=f"side {side}: no device kernel under {', '.join(missing)}",
+                             figures=figures)
+    if not line or "no operator called changed" in line:
+        return Judgement(status="fail", detail=f"the drill's device work not called changed: {line or 'no line'}",
+                         figures=figures)
+    return Judgement(status="pass", detail=f"device kernels under every phase on both sides; {line}", figures=figures)
+

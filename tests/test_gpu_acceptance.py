@@ -326,7 +326,8 @@ def test_the_extra_checks_run_in_order_while_the_budget_holds_them_and_skip_with
     est = dict.fromkeys(acceptance.EXTRA_CHECKS, 10.0) | {"convnets": 100.0}
     gaps = {"nsys-profile": "needs Nsight Systems (nsys), not on PATH here"}
     done = acceptance.extra_checks(tmp_path, acceptance.Budget(75), est, gaps, nvtx=True)
-    assert ran == ["transients", "gpu-shared", "cold-start", "break-cudagraph", "break-dali", "compile-targets"]
+    assert ran == ["kernels", "transients", "gpu-shared", "cold-start", "break-cudagraph", "break-dali",
+                   "compile-targets"]
     assert (done["nsys-profile"].status, done["nsys-profile"].detail) == ("skip", gaps["nsys-profile"])
     assert done["convnets"].status == "skip" and re.fullmatch(
         r"beyond the budget: ~100 s, 7\d s of 75 s left \(a larger --budget-s runs it\)", done["convnets"].detail)

@@ -201,3 +201,25 @@ def test_every_claim_the_pending_list_named_is_a_check_or_pending_for_several_gp
 
 def test_every_check_states_its_claim_in_the_report():
     assert set(acceptance.REPORT_ORDER) | {"mission-slice-smoke"} <= set(acceptance.claims.CLAIMS)
+
+
+def _kernel_rows(device: str, phases=("forward", "backward", "optimizer")) -> list[dict]:
+    rows = [{"device": device, "phase": ph, "operator": "aten::conv2d", "kernel": f"sm90_xmma_{ph}", "graph_replay": False}
+            for ph in phases]
+    return rows + [{"device": device, "phase": "forward", "operator": "aten::conv2d", "kernel": "aten::cudnn_convolution",
+                    "graph_replay": False}]
+
+
+def test_the_kernels_check_wants_cuda_kernels_in_every_phase_and_the_drill_named():
+    line = "kernels c: optimizer +1.2 ms: (outside aten ops) +1.19 ms [+1.1, +1.3]; explained +1.2 of +1.3 ms"
+    good = judge.judge_kernels({"a": _kernel_rows("cuda"), "b": _kernel_rows("cuda")}, line)
+    assert good.status == "pass" and good.figures["b"]["kernels"]["optimizer"] == ["sm90_xmma_optimizer"]
+    cpu = judge.judge_kernels({"a": _kernel_rows("cpu"), "b": _kernel_rows("cpu")}, line)
+    assert (cpu.status, cpu.detail) == ("fail", "side a: rows of device ['cpu'], not cuda")
+    thin = judge.judge_kernels({"a": _kernel_rows("cuda"), "b": _kernel_rows("cuda", ("forward",))}, line)
+    assert thin.status == "fail" and thin.detail == "side b: no device kernel under backward, optimizer"
+    unnamed = judge.judge_kernels({"a": _kernel_rows("cuda"), "b": _kernel_rows("cuda")},
+                                  "kernels c: no operator called changed; explained +0.0 of +1.3 ms")
+    assert unnamed.status == "fail" and unnamed.detail.startswith("the drill's device work not called changed")
+    assert judge.judge_kernels({"a": [], "b": _kernel_rows("cuda")}, line).detail == "side a: no kernels.parquet rows"
+
