@@ -48,12 +48,19 @@ def test_a_regression_alarms_once_is_acknowledged_and_a_promoted_baseline_ends_i
     assert f"NEW: {CELL}" in second.stderr and "new regression" in second.stderr
     assert junit_counts(reports, "night2")[:2] == ("1", "0")
     third = drilled(matrix, reports, "night3", 100, NVBENCH_REPEATS="5")  # 5: a run that may be promoted
-    assert third.returncode == 0, third.stderr
-    assert f"OPEN: {CELL}" in third.stderr and "open since night2, 2 nights" in third.stderr
-    failures, skipped, root = junit_counts(reports, "night3")
-    assert (failures, skipped) == ("0", "1") and "open since night2" in root.find(".//skipped").get("message")
-    summary = (reports / "night3" / "report" / "summary.md").read_text()
-    assert "**Still open (alarmed before; not failing again): 1**" in summary
+    if third.returncode == 1 and f"WORSE: {CELL}" in third.stderr:
+        # The same drill read worse than night 2 by more than the floor, whole intervals apart: the machine moved
+        # between the nights (two runs an hour apart differ by 10-16 % here, below; a fresh-clone suite saw night 3
+        # at -57.7 % [-63.3, -52.4] against night 2's -48.1 % [-50.8, -44.8]). Failing again is then the rule's
+        # answer (tests/analysis/test_alarms.py tests it), and it must say against what.
+        assert "worse than when it opened (throughput -" in third.stderr, third.stderr
+    else:
+        assert third.returncode == 0, third.stderr
+        assert f"OPEN: {CELL}" in third.stderr and "open since night2, 2 nights" in third.stderr
+        failures, skipped, root = junit_counts(reports, "night3")
+        assert (failures, skipped) == ("0", "1") and "open since night2" in root.find(".//skipped").get("message")
+        summary = (reports / "night3" / "report" / "summary.md").read_text()
+        assert "**Still open (alarmed before; not failing again): 1**" in summary
     # a worse change failing again is the alarm step's own rule (tests/analysis/test_alarms.py): not a night more
 
     ack = nvbench("ack", "backend=synthetic", "--reason", "rehearsal: accepted", "--reports", reports)
