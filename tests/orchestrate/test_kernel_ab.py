@@ -1,67 +1,39 @@
-"""The acceptance A/B on the CPU machine: a checkout whose model runs one extra fixed-size matmul per block
-against the checkout before it. The timed verdict calls a regression, which starts the profiled repeats; the
-verdict line names aten::mm under forward, its change within 25 % of what the matmuls cost alone, and no other
-(phase, operator) is called changed (a phase's own time outside aten ops is no operator: see the assertion)."""
+"""The kernel A/B end to end on the CPU machine: a checkout whose model runs extra fixed-size matmuls in every
+residual block against the checkout before it, profiled on request (`--kernels`, so what is tested does not wait
+on a timed verdict). The profiled repeats run apart from the timed ones; what B does more is asserted as work,
+exactly: BLOCKS x CALLS more aten::mm calls a step under forward and every other (phase, operator, kernel) called
+as often as in A. The kernel diff's words name aten::mm under forward: a new operator against none, far beyond
+any spread of this machine.
+
+What this test asserted before on timing, and where it went (issue 57): the timed verdict calling a regression
+(inconclusive in one CI run in four), the change within 25 % of what the matmuls cost alone, and no neighbouring
+operator called (aten::conv2d +1.3 ms once, a true side effect). The diff's statistics and pairing are decided on
+constructed tables in tests/analysis/test_kernel_diff.py; its rates on real repeats are measured in
+benchmarks/kernel_diff.py (docs/performance.md, "Operators and kernels over profiled repeats")."""
 
 from __future__ import annotations
 
 import json
 import shutil
-import statistics
-import time
 
 import pyarrow.parquet as pq
 import pytest
 
 from conftest import ROOT, nvbench
-from harness.analysis.verdict import IMPROVEMENT, REGRESSION
 from harness.results.kernels import BETWEEN_OPS
 
 SIZE = 320
-"""The injected matmul: SIZE x SIZE by SIZE x SIZE, once per residual block. Small enough to stay in cache: at
-576 (3.9 MB a call) the next block's convolution was called +1 ms slower too, a real side effect of the work."""
+"""The injected matmul: SIZE x SIZE by SIZE x SIZE, once per call."""
 BLOCKS = 8
 """resnet18's residual blocks (2 + 2 + 2 + 2)."""
 CALLS = 4
-"""Calls of the injected matmul per block: one operator (aten::mm), 4 x 8 calls a step, ~25 ms on top of the tiny
-cell's ~55 ms step. With one call a block (~6 ms, +11 %) CI's loaded machine (throughput CV ~15 % a repeat) left
-the timed verdict inconclusive at 10 pairs a side; the profiled repeats it starts are what this test is about."""
-KERNEL_REPEATS = 8
-"""Profiled repeats a side. The default 5 decides a new operator at a process-to-process CV up to ~25 %; the
-shared 2-core machine's load (5-10) gave ~35 %, where 5 left aten::mm at p 0.003, adjusted 0.067 (inconclusive)."""
-FLOOR_PCT = 3.0
-"""The diff's floor here (default 1 % of the step). The injected work slows the rest of B's step a little too, a
-true effect and not the one under test: aten::conv2d came out +1.3 ms [+0.6, +2.1] (called, in one of four
-fresh-clone suites) and +1.2 ms [-0.4, +2.8] (with 192 x 192 matmuls into a preallocated output: not the
-matrices' cache footprint, then), about 2 % of the ~60 ms profiled step. At 3 % such a change is never called;
-the injected aten::mm, ~21 ms, is seven times the floor."""
+"""Calls of the injected matmul per block: one operator (aten::mm), 4 x 8 calls a step."""
+KERNEL_REPEATS = 3
+"""Profiled repeats a side: the counts are exact in each; the diff's words need a few to name a new operator."""
 INJECTED = f"""        out = self.bn2(self.conv2(out))
         for _ in range({CALLS}):  # injected: one fixed-size matmul, {CALLS} calls per block
             torch.mm(_EXTRA, _EXTRA)
 """
-
-
-def _matmuls_per_step_s(repeats: int = 30) -> float:
-    """What the injected work costs alone: the mean of BLOCKS x CALLS matmuls on one thread (as the cells run), with no
-    cell running beside it. Timed while the A/B ran (every 5 s), it came out 1.5-2x the in-cell figure three
-    times: on a loaded 2-core machine the sampler always had a cell beside it, the cell only rarely the sampler.
-    So it runs right after the A/B, whose last processes are the profiled repeats."""
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        a = torch.ones(SIZE, SIZE)
-        torch.mm(a, a)
-        times = []
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            for _ in range(BLOCKS * CALLS):
-                torch.mm(a, a)
-            times.append(time.perf_counter() - t0)
-    finally:
-        torch.set_num_threads(threads)
-    return statistics.fmean(times)
 
 
 def _slower_checkout(tmp_path):
@@ -77,45 +49,37 @@ def _slower_checkout(tmp_path):
     return other
 
 
-@pytest.mark.slow
-def test_an_extra_matmul_per_block_is_named_under_forward_at_its_cost(tiny_matrix, tmp_path):
-    from harness.analysis.kernel_diff import diff_cell
-    from harness.results.kernels import read_kernels
+def _calls(table) -> dict[tuple[str, str, str], float]:
+    """calls_per_step per (phase, operator, kernel), each profiled repeat's, as a set per key."""
+    seen: dict[tuple[str, str, str], set[float]] = {}
+    for r in table.to_pylist():
+        seen.setdefault((r["phase"], r["operator"], r["kernel"]), set()).add(r["calls_per_step"])
+    return seen
 
-    matrix, out = tiny_matrix(repeats=5), tmp_path / "ab"
-    # Up to 10 pairs while inconclusive, throughput alone, no machine-speed adjustment: under the shared machine's
-    # load the timed verdict was inconclusive three times in four tries (5 + 5 pairs; at 10 + 10 the probe
-    # unbalanced by 7 %; then the fast-step rate's test). What is tested here is the kernel diff the verdict starts.
+
+@pytest.mark.slow
+def test_extra_matmuls_are_counted_exactly_under_forward_and_named_by_the_diff(tiny_matrix, tmp_path):
+    matrix, out = tiny_matrix(repeats=3), tmp_path / "ab"
     proc = nvbench("ab", str(matrix), "--b-checkout", str(_slower_checkout(tmp_path)), "--out", str(out),
-                   "--max-repeats", "10", "--no-speed-adjust", "--no-fast-steps",
-                   "--kernel-repeats", str(KERNEL_REPEATS), "--kernel-steps", "3", "--kernel-floor", str(FLOOR_PCT),
-                   timeout=1200)
-    alone_s = _matmuls_per_step_s()
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    lines = proc.stdout.splitlines()
-    at = next((i for i, x in enumerate(lines) if x.startswith("regression:")), None)
-    assert at is not None, proc.stdout + proc.stderr[-3000:]
-    block = [lines[at]]
-    for x in lines[at + 1:]:  # the verdict line goes on, wrapped to the terminal, on indented lines
-        if not x.startswith(" "):
-            break
-        block.append(x.strip())
-    verdict = " ".join(block)
-    assert "operators: forward" in verdict and "aten::mm" in verdict, proc.stdout + proc.stderr[-3000:]
+                   "--max-repeats", "3", "--fdr", "0.1", "--min-repeats", "3", "--no-speed-adjust", "--no-fast-steps", "--kernels",
+                   "--kernel-repeats", str(KERNEL_REPEATS), "--kernel-steps", "3", timeout=900)
+    assert proc.returncode in (0, 3), proc.stdout + proc.stderr  # the timed verdict is not what is tested
     # the profiled repeats ran apart: their rows under profile/, flagged, never among the timed ones
     for side in "ab":
         timed = pq.read_table(out / side / "cells").to_pylist()
-        assert len(timed) >= 5 and all(r["profile_tool"] is None for r in timed)
+        assert len(timed) == 3 and all(r["profile_tool"] is None for r in timed)
         profiled = pq.read_table(out / side / "profile" / "cells").to_pylist()
         assert [r["profile_tool"] for r in profiled] == ["torch"] * KERNEL_REPEATS
     assert len(json.loads((out / "ab.json").read_text())["kernel_repeats"]["order"]) == 2 * KERNEL_REPEATS
-    cell = pq.read_table(out / "a" / "cells").column("cell_id")[0].as_py()
-    d = diff_cell(read_kernels(out / "a" / "kernels.parquet"), read_kernels(out / "b" / "kernels.parquet"), cell)
-    called = {(o.phase, o.operator): o for o in d.operators if o.verdict in (REGRESSION, IMPROVEMENT)}
-    seen = f"called: {[(k, o.text()) for k, o in called.items()]}; the matmuls alone {1e3 * alone_s:.2f} ms a step"
-    # no other operator: a phase's own time between ops (BETWEEN_OPS) is no operator, and the extra work can move
-    # it (on this shared machine B's optimizer Python time rose in every repeat; not the collector: it never ran)
-    ops = [k for k in called if k[1] != BETWEEN_OPS]
-    assert ops == [("forward", "aten::mm")], seen
-    assert called[("forward", "aten::mm")].change_s == pytest.approx(alone_s, rel=0.25), seen
-    assert (out / "report" / "kernels.md").exists() and "aten::mm" in (out / "report" / "summary.md").read_text()
+    a, b = (_calls(pq.read_table(out / side / "kernels.parquet")) for side in "ab")
+    # exact work: every count the same in every repeat of a side, and B = A but for the injected calls
+    ops = {k: v for k, v in b.items() if k[1] != BETWEEN_OPS}
+    assert all(len(v) == 1 for v in ops.values()), ops
+    assert b[("forward", "aten::mm", "aten::mm")] == {float(BLOCKS * CALLS)}
+    assert ("forward", "aten::mm", "aten::mm") not in a
+    differ = {k for k in set(a) | set(b) if k[1] not in (BETWEEN_OPS, "aten::mm") and a.get(k) != b.get(k)}
+    assert differ == set(), {k: (a.get(k), b.get(k)) for k in differ}
+    summary = (out / "report" / "summary.md").read_text()
+    assert "aten::mm" in summary and (out / "report" / "kernels.md").exists()
+    line = next(x for x in summary.splitlines() if "operators: forward" in x)
+    assert "aten::mm +" in line, line
