@@ -68,6 +68,9 @@ def cmd_ab(args: argparse.Namespace) -> int:
         pythons = {"a": ab.resolve_python(args.a), "b": ab.resolve_python(args.b)}
         checkouts = {name: ab.resolve_checkout(path) if path else None
                      for name, path in (("a", args.a_checkout), ("b", args.b_checkout))}
+        for name, checkout in checkouts.items():
+            if checkout is not None:
+                ab.precompile(pythons[name], checkout)
         envs = {name: ab.collect_env_under(py, checkout=checkouts[name]) for name, py in pythons.items()}
         out = opening.fresh_out(args.out, reports=args.reports, name=f"{matrix.benchmark.name}-ab")
     except (MatrixError, ab.AbInputError, opening.OpeningError) as exc:

@@ -120,7 +120,7 @@ def repository(tmp_path_factory):
     # No machine-speed probe: on a 2-core machine under others' load one probe in ten ran 8x slow, the probe read
     # as unbalanced between the sides, and compare held a clean 2x slowdown (10 + 10 pairs, no overlap)
     # inconclusive. The bisect is under test here, not the adjustment.
-    matrix.write_text(text.replace("measure_steps = 3", "measure_steps = 6") + "speed_probe = false\n")
+    matrix.write_text(text.replace("measure_steps = 3", "measure_steps = 4") + "speed_probe = false\n")
     return repo, commits, matrix
 
 
