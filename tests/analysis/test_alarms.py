@@ -27,8 +27,8 @@ def verdict(word: str, effect: float = -20.0, half: float = 2.0, *, cell: str = 
 
 def night(word_or_verdicts, state, acks=(), name="n", day="2026-11-27"):
     vs = [word_or_verdicts] if isinstance(word_or_verdicts, CellVerdict) else word_or_verdicts
-    found, after, closed = judge_night(vs, state, acks, night=name, day=day)
-    return found, after, closed
+    judged = judge_night(vs, state, acks, night=name, when=f"{day}T03:00:00+00:00")
+    return list(judged.alarms), list(judged.open), judged.closed
 
 
 def test_a_regression_alarms_once_then_stays_open_until_it_worsens_beyond_the_floor():
@@ -57,10 +57,10 @@ def test_below_the_first_interval_but_within_the_floor_is_the_same_change():
 
 def test_an_unchanged_night_closes_the_alarm_and_an_inconclusive_one_keeps_it():
     _, state, _ = night(verdict("regression", -20), [], name="a")
-    _, kept, closed = night(verdict("inconclusive", -5, 8), state, name="b")
+    _, kept, closed = night(verdict("inconclusive", -12, 8), state, name="b")  # [-20, -4] reaches [-22, -18]
     assert (len(kept), closed) == (1, [])
     _, after, closed = night(verdict("unchanged", 0.5, 1), kept, name="c")
-    assert after == [] and [a.since for a in closed] == ["a"]
+    assert after == [] and [(r.alarm.since, r.outcome) for r in closed] == [("a", alarms.FIXED)]
     found, _, _ = night(verdict("regression", -20), after, name="d")
     assert found[0].status == NEW  # back after a fix: a new alarm
 
@@ -106,13 +106,14 @@ def test_junit_fails_only_the_new_and_the_worse_and_skips_the_open_saying_so():
     run = RunData(path="r", run_id="night3", created_at="", environment={}, rows=())
     comparison = Comparison(mode="baseline", candidate=run, baseline_label="b", baseline_environment={},
                             thresholds=Thresholds(), verdicts=tuple(vs))
-    root = ET.fromstring(alarm_formats.rewrite_junit(render_junit(comparison), found))
+    judged = judge_night(vs, state, (), night="night3", when="2026-11-27")
+    root = ET.fromstring(alarm_formats.rewrite_junit(render_junit(comparison), judged))
     cases = {c.get("name").split(" [")[0]: c for c in root.iter("testcase")}
     assert cases[CELL].find("failure") is None
     assert "open since night2, 2 nights" in cases[CELL].find("skipped").get("message")
     assert cases[other].find("failure").get("message").startswith("new: regression")
     assert (root.get("failures"), root.get("skipped"), root.get("tests")) == ("1", "1", "2")
-    section = alarm_formats.summary_section(found, [], "night3")
+    section = alarm_formats.summary_section(judged, "night3")
     assert "**New tonight (fail the job): 1**" in section and "**Still open" in section
     assert section.index("New tonight") < section.index("Still open")
 
