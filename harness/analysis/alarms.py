@@ -233,7 +233,9 @@ class Event:
 
     def text(self) -> str:
         c = self.change
-        words = f"{self.night} {self.kind}: {c.cell_id} {c.text()}, open since {self.since}, {self.nights} nights"
+        words = f"{self.night} {self.kind}: {c.cell_id} {c.text()}"
+        if self.kind != OPENED:
+            words += f", open since {self.since}, {self.nights} nights"
         if self.kind in (GONE, FIXED):
             words += "; tonight " + (self.tonight.text() if self.tonight is not None else "no interval")
         return words + (f"; {self.note}" if self.note else "")
@@ -298,7 +300,8 @@ def _one(change: Change, previous: OpenAlarm | None, acks: Sequence[Ack],
     if previous is not None and bool(previous.change.fire_drill_pct) != drilled:
         previous = None
     ack = next((a for a in acks if bool(a.change.fire_drill_pct) == drilled), None)
-    if previous is None or previous.since == night:  # a night judged again is still its own first night
+    again = previous is not None and previous.since == night  # its first judgement recorded its step
+    if previous is None or again:  # a night judged again is still its own first night
         status, state = NEW, OpenAlarm(change=change, since=night, nights=1, last=night)
     elif is_worse(change, previous.change):
         status, state = WORSE, OpenAlarm(change=change, since=night, nights=1, last=night)
@@ -306,7 +309,7 @@ def _one(change: Change, previous: OpenAlarm | None, acks: Sequence[Ack],
         nights = previous.nights + (previous.last != night)
         status, state = OPEN, replace(previous, nights=nights, last=night)
     steps = []
-    if status in (NEW, WORSE):
+    if status in (NEW, WORSE) and not again:
         note = f"was {previous.change.text()}, open since {previous.since}" if status == WORSE else ""
         steps.append(Event(kind=OPENED if status == NEW else WORSE, night=night, change=change, since=night,
                            nights=1, note=note))

@@ -106,12 +106,8 @@ def read_events(reports: Path) -> list[Event]:
 
 
 def alarms_bytes(reports: Path, alarms: Sequence[OpenAlarm], events: Sequence[Event]) -> bytes:
-    """alarms.json with the alarms open after a night and its events added to the history (a night judged again
-    adds no step twice), newest first."""
-    earlier = read_events(reports)
-    seen = {(e.kind, e.night, e.change.cell_id, e.change.metric) for e in earlier}
-    new = [e for e in events if (e.kind, e.night, e.change.cell_id, e.change.metric) not in seen]
-    history = [as_record(e) for e in [*reversed(new), *earlier][:MAX_EVENTS]]
+    """alarms.json with the alarms open after a night and its events added to the history, newest first."""
+    history = [as_record(e) for e in [*reversed(events), *read_events(reports)][:MAX_EVENTS]]
     return (json.dumps({"version": ALARMS_VERSION, "open": [as_record(a) for a in alarms], "events": history},
                        indent=2, sort_keys=True) + "\n").encode()
 
