@@ -186,7 +186,8 @@ def test_a_night_that_no_longer_shows_the_regression_ends_it_as_gone_or_fixed_or
     assert between.text().endswith("still open, tonight's interval reaches into the regression's (-16.0 is not "
                                    "above -13.0): neither gone nor fixed")
     assert read(tonight["unchanged"][0], state)[0].text().endswith(": fixed (unchanged against the baseline)")
-    assert "tonight failed: still open, tonight has no throughput interval" in read(tonight["failed"][0], state)[0].text()
+    failed, _ = read(tonight["failed"][0], state)
+    assert "tonight failed: still open, tonight has no throughput interval" in failed.text()
     absent, _ = read(tonight["absent"][0], state)
     assert absent.verdict == NO_VERDICT and absent.text().endswith("the cell has no verdict tonight")
 
