@@ -6,7 +6,6 @@ open or acknowledged one is a skipped test whose message says so: shown, never a
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
-from collections.abc import Sequence
 
 from harness.analysis.alarms import ACKNOWLEDGED, FIXED, GONE, NEW, OPEN, WORSE, NightAlarms, Reading
 from harness.analysis.wording import esc_md
