@@ -34,8 +34,10 @@
 # 2 bad input; 130 interrupted.
 # A confirmed regression fails the job once: the night it first appears, or a night it got worse beyond the
 # floor; other nights list it as `open since <night>, N nights` (exit 0), and `nvbench ack CELL-FILTER --reason`
-# accepts it (listed as acknowledged while it stays within its interval). `nvbench baseline promote RUN --reason`
-# moves the baseline (reports/baselines/README.md).
+# accepts it (listed as acknowledged while it stays within its interval). A night that does not show it ends it
+# (`fixed`: the cell unchanged or improved; `gone`: tonight's interval wholly above the regression's) or lists it
+# as still open with tonight's reading. `nvbench baseline promote RUN --reason` moves the baseline
+# (reports/baselines/README.md).
 set -uo pipefail
 
 MATRIX=${NVBENCH_MATRIX:-matrices/resnet50.toml}
@@ -215,7 +217,8 @@ fi
 # A regression alarms once: the decisive report's regressions against the alarms still open from earlier nights
 # ($REPORTS/alarms.json) and the acknowledged changes ($REPORTS/baselines/acks.json, `nvbench ack`). Only a new
 # one, or one worse than when it opened (or than its acknowledgement), fails the night; the open and
-# acknowledged ones are listed apart in summary.md and are skipped tests in junit.xml.
+# acknowledged ones are listed apart in summary.md and are skipped tests in junit.xml, and so is every other
+# alarm still open, with tonight's reading; an alarm tonight shows gone or fixed is closed, said so.
 if [ -f "$LAST_REPORT/verdicts.parquet" ] && { [ "$report_rc" -le 1 ] || [ "$report_rc" -eq 3 ]; }; then
   child python -m harness.orchestrate.workflows.nightly alarms "$LAST_REPORT" --reports "$REPORTS" --night "$RUN_ID" \
     ${GITHUB_STEP_SUMMARY:+--summary "$GITHUB_STEP_SUMMARY"}

@@ -1,18 +1,18 @@
 """The nightly's records under the reports folder: the baseline pointer and its promotions, the acknowledged
-changes (both in reports/baselines/, kept in version control) and the alarms still open (reports/alarms.json,
-this machine's state). The rules a run must pass to be promoted (reports/baselines/README.md) live here too.
-Every file is written whole and atomically (results.store)."""
+changes (both in reports/baselines/, kept in version control) and the alarms still open with their history
+(reports/alarms.json, this machine's state). The rules a run must pass to be promoted (reports/baselines/README.md)
+live here too. Every file is written whole and atomically (results.store)."""
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.analysis.alarms import Ack, OpenAlarm, as_record, from_record
+from harness.analysis.alarms import ACKNOWLEDGED, FIXED, Ack, Event, OpenAlarm, as_record, from_record
 from harness.analysis.repeats import by_cell, drill_pct, env_difference, ok_rows
 from harness.analysis.runs import RunData, RunInputError, load_run, resolve_pointer
 from harness.results import store
@@ -20,7 +20,14 @@ from harness.results.schema import SUPERSEDED
 from harness.catalogue import col
 
 RECORDS_VERSION = 1
-"""Version of alarms.json, acks.json and promotions.json (their `version` key)."""
+"""Version of acks.json and promotions.json (their `version` key)."""
+ALARMS_VERSION = 2
+"""Version of alarms.json. 1: `open` and `closed` (the alarms an unchanged or improved night closed, each with
+its `closed_by` night); 2: `closed` became `events`, the alarms' history (opened, worse, acknowledged, gone,
+fixed; harness.analysis.alarms.Event), and an open alarm records the acknowledgement it was last listed under.
+An older file is migrated on reading (migrate_alarms)."""
+MAX_EVENTS = 1000
+"""The alarms' history keeps this many events, newest first."""
 MIN_PROMOTE_REPEATS = 5
 """A baseline needs at least this many repeats a cell (every one ok): fewer can never make a verdict (README's
 rule 2)."""
@@ -46,20 +53,34 @@ def alarms_path(reports: Path) -> Path:
     return Path(reports) / "alarms.json"
 
 
-def _read(path: Path, key: str) -> list[dict[str, Any]]:
-    """The list under `key` of one of these files; [] when the file does not exist. RunInputError (one line)
-    when it is not one this nvbench reads."""
+def _read(path: Path, key: str, version: int = RECORDS_VERSION,
+          migrate: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """The list under `key` of one of these files (an older version migrated by `migrate`); [] when the file does
+    not exist. RunInputError (one line) when it is not one this nvbench reads."""
     if not path.is_file():
         return []
     try:
         data = store.read_json(path)
     except store.UnreadableFile as exc:
         raise RunInputError([str(exc)]) from None
+    if isinstance(data, dict) and migrate is not None:
+        data = migrate(data)
     if not isinstance(data, dict) or not isinstance(data.get(key), list):
         raise RunInputError([f"{path}: not an nvbench {key} file (a JSON object with a `{key}` list)"])
-    if not isinstance(data.get("version"), int) or data["version"] > RECORDS_VERSION:
-        raise RunInputError([f"{path}: version {data.get('version')!r}: this nvbench reads {RECORDS_VERSION}"])
+    if not isinstance(data.get("version"), int) or data["version"] > version:
+        raise RunInputError([f"{path}: version {data.get('version')!r}: this nvbench reads {version}"])
     return data[key]
+
+
+def migrate_alarms(data: dict[str, Any]) -> dict[str, Any]:
+    """An alarms.json of any earlier version as ALARMS_VERSION's: version 1's closed alarms become `fixed` events
+    (the only way version 1 closed one) of their `closed_by` night."""
+    if data.get("version") != 1:
+        return data
+    events = [{"kind": FIXED, "night": c.get("closed_by", ""), "change": c.get("change"), "since": c.get("since", ""),
+               "nights": c.get("nights", 1)} for c in data.get("closed") or [] if isinstance(c, dict)]
+    rest = {k: v for k, v in data.items() if k != "closed"}
+    return rest | {"version": ALARMS_VERSION, "events": events}
 
 
 def _write(path: Path, key: str, items: Sequence[Any]) -> None:
@@ -67,24 +88,33 @@ def _write(path: Path, key: str, items: Sequence[Any]) -> None:
     store.write_bytes(path, text.encode())
 
 
-def _records(path: Path, key: str, cls: type) -> list[Any]:
+def _records(path: Path, key: str, cls: type, version: int = RECORDS_VERSION,
+             migrate: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> list[Any]:
     try:
-        return [from_record(cls, r) for r in _read(path, key)]
+        return [from_record(cls, r) for r in _read(path, key, version, migrate)]
     except (KeyError, TypeError, AttributeError) as exc:
         raise RunInputError([f"{path}: an entry of `{key}` is not one this nvbench wrote ({exc})"]) from None
 
 
 def read_open(reports: Path) -> list[OpenAlarm]:
-    return _records(alarms_path(reports), "open", OpenAlarm)
+    return _records(alarms_path(reports), "open", OpenAlarm, ALARMS_VERSION, migrate_alarms)
 
 
-def write_open(reports: Path, alarms: Sequence[OpenAlarm], closed: Sequence[OpenAlarm], night: str) -> None:
-    """The alarms open after `night`, and the ones it closed (kept, newest first, for the record)."""
-    earlier = _read(alarms_path(reports), "closed") if alarms_path(reports).is_file() else []
-    shut = [as_record(a) | {"closed_by": night} for a in closed] + earlier
-    text = json.dumps({"version": RECORDS_VERSION, "open": [as_record(a) for a in alarms], "closed": shut[:200]},
-                      indent=2, sort_keys=True) + "\n"
-    store.write_bytes(alarms_path(reports), text.encode())
+def read_events(reports: Path) -> list[Event]:
+    """The alarms' history, newest first."""
+    return _records(alarms_path(reports), "events", Event, ALARMS_VERSION, migrate_alarms)
+
+
+def alarms_bytes(reports: Path, alarms: Sequence[OpenAlarm], events: Sequence[Event]) -> bytes:
+    """alarms.json with the alarms open after a night and its events added to the history, newest first."""
+    history = [as_record(e) for e in [*reversed(events), *read_events(reports)][:MAX_EVENTS]]
+    return (json.dumps({"version": ALARMS_VERSION, "open": [as_record(a) for a in alarms], "events": history},
+                       indent=2, sort_keys=True) + "\n").encode()
+
+
+def write_open(reports: Path, alarms: Sequence[OpenAlarm], events: Sequence[Event] = ()) -> None:
+    """The alarms open after a night, and its events added to the history."""
+    store.write_bytes(alarms_path(reports), alarms_bytes(reports, alarms, events))
 
 
 def read_acks(reports: Path) -> list[Ack]:
@@ -204,7 +234,8 @@ def _as_dict(p: Promotion) -> dict[str, Any]:
 
 
 def show_lines(reports: Path) -> list[str]:
-    """`nvbench baseline show`: the current baseline, then every promotion, newest first."""
+    """`nvbench baseline show`: the current baseline, then every promotion, newest first, then the alarms
+    (alarm_lines)."""
     current = current_baseline(reports)
     lines = [f"current baseline: {current.resolve() if current else 'none'} ({pointer_path(reports)})"]
     if current is not None:
@@ -222,16 +253,30 @@ def show_lines(reports: Path) -> list[str]:
         drill = f" FIRE DRILL +{p[col.fire_drill_pct]:g}%" if p.get(col.fire_drill_pct) else ""
         lines.append(f"  {p.get('when')} {p.get(col.run_id)} (commit {p.get('commit') or 'not recorded'}) by "
                      f"{p.get('who')}: {p.get('reason')}{drill}")
-    return lines
+    return lines + alarm_lines(reports)
+
+
+def alarm_lines(reports: Path) -> list[str]:
+    """The alarms open on this machine (alarms.json), then their history, newest first."""
+    open_, events = read_open(reports), read_events(reports)
+    lines = [f"alarms open ({len(open_)}) in {alarms_path(reports)}:" if open_ else
+             f"no alarm open ({alarms_path(reports)})"]
+    lines += [f"  {a.change.cell_id} {a.change.text()}: open since {a.since}, {a.nights} nights, last seen "
+              f"{a.last or a.since}" + (", acknowledged" if a.acknowledged else "") for a in open_]
+    lines.append(f"alarm history ({len(events)} events), newest first:" if events else "no alarm history recorded")
+    return lines + [f"  {e.text()}" for e in events]
 
 
 def event_marks(reports: Path) -> list[Mapping[str, Any]]:
-    """What the history page marks on the trends: each promotion (every cell) and acknowledgement (its cell),
-    as {kind, when, cell_id (None: every cell), text}."""
+    """What the history page marks on the trends: each promotion (every cell), acknowledgement (its cell) and step
+    of an alarm's history (its cell; acknowledged is the acknowledgement's own mark), as {kind, when, cell_id
+    (None: every cell), text}, an alarm's with its `event` and the run id of its night."""
     marks = [{"kind": "promotion", "when": p.get("when") or "", col.cell_id: None,
               "text": f"baseline promoted: {p.get(col.run_id)} by {p.get('who')}: {p.get('reason')}"}
              for p in read_promotions(reports)]
     marks += [{"kind": "ack", "when": a.when, col.cell_id: a.change.cell_id,
                "text": f"acknowledged {a.change.text()} by {a.who}: {a.reason}"
                        + (f" (until {a.expires})" if a.expires else "")} for a in read_acks(reports)]
+    marks += [{"kind": "alarm", "event": e.kind, "when": e.when, col.run_id: e.night, col.cell_id: e.change.cell_id,
+               "text": f"alarm {e.text()}"} for e in read_events(reports) if e.kind != ACKNOWLEDGED]
     return marks

@@ -39,8 +39,9 @@ class HistoryResult:
 
 
 Mark = Mapping[str, Any]
-"""An event the page marks on the trends (harness.analysis.baselines.event_marks): kind (promotion or ack), when
-(ISO time), cell_id (None: every cell) and text."""
+"""An event the page marks on the trends (harness.analysis.baselines.event_marks): kind (promotion, ack or alarm),
+when (ISO time), cell_id (None: every cell) and text; an alarm's also its event (opened, worse, gone, fixed) and
+the run id of its night."""
 
 
 def write_history(history: History, out_dir: Path, marks: Sequence[Mark] = ()) -> HistoryResult:
@@ -168,29 +169,40 @@ def _y_range(series: Series) -> tuple[float, float]:
     return lo - pad, hi + pad
 
 
-def _mark_x(history: History, when: str) -> float:
-    """Where an event sits among the nights: before the first night created after it (the right edge: after all)."""
+def _mark_x(history: History, mark: Mark) -> float:
+    """Where an event sits among the nights: on its own night where it names one the history holds (an alarm's),
+    else before the first night created after it (the right edge: after all)."""
+    night = [i for i, n in enumerate(history.nights) if mark.get(col.run_id) and n.run.run_id == mark.get(col.run_id)]
+    if night:
+        return night[0]
+    when = str(mark.get("when") or "")
     later = [i for i, n in enumerate(history.nights) if n.run.created_at and n.run.created_at > when]
     return (later[0] if later else len(history.nights)) - 0.5
 
 
+def _mark_letter(mark: Mark) -> str:
+    """P a promotion, A an acknowledgement, an alarm's step by its first letter (O opened, W worse, G gone, F fixed)."""
+    kind = str(mark.get("kind") or "")
+    return str(mark.get("event") or "?")[:1].upper() if kind == "alarm" else ("P" if kind == "promotion" else "A")
+
+
 def cell_marks(marks: Sequence[Mark], cell_id: str) -> list[Mark]:
-    """The marks of one cell's trend, oldest first: every promotion and the cell's own acknowledgements."""
+    """The marks of one cell's trend, oldest first: every promotion, the cell's own acknowledgements and alarms."""
     return sorted((m for m in marks if m.get(col.cell_id) in (None, cell_id)), key=lambda m: m.get("when") or "")
 
 
 def _marks_svg(history: History, marks: Sequence[Mark], sx, bottom: float) -> list[str]:
     out = []
     for m in marks:
-        x = sx(_mark_x(history, str(m.get("when") or "")))
-        letter = "P" if m.get("kind") == "promotion" else "A"
-        out.append(f'<g class="mark {esc(m.get("kind"))}"><line x1="{x:.1f}" y1="{_TOP}" x2="{x:.1f}" y2="{bottom}"/>'
+        x = sx(_mark_x(history, m))
+        letter, css = _mark_letter(m), " ".join(str(c) for c in (m.get("kind"), m.get("event")) if c)
+        out.append(f'<g class="mark {esc(css)}"><line x1="{x:.1f}" y1="{_TOP}" x2="{x:.1f}" y2="{bottom}"/>'
                    f'<text x="{x + 2:.1f}" y="{bottom - 3}">{letter}</text><title>{esc(m.get("text"))}</title></g>')
     return out
 
 
 def marks_legend(marks: Sequence[Mark]) -> str:
-    items = "".join(f'<li>{"P" if m.get("kind") == "promotion" else "A"}: {esc(str(m.get("when") or "")[:16])} '
+    items = "".join(f'<li>{_mark_letter(m)}: {esc(str(m.get("when") or "")[:16])} '
                     f'{esc(m.get("text"))}</li>' for m in marks)
     return f'<ul class="marks">{items}</ul>' if items else ""
 

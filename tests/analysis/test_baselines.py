@@ -91,8 +91,7 @@ def test_ack_records_the_open_alarm_of_the_matching_cells_and_refuses_what_match
     reports = tmp_path / "reports"
     change = alarms.Change(cell_id=CELLS["synthetic"], metric="throughput", effect=-20, low=-22, high=-18, floor=3,
                            axes=(("backend", "synthetic"), ("precision", "fp32")))
-    baselines.write_open(reports, [alarms.OpenAlarm(change=change, since="night2", nights=2, last="night3")], [],
-                         "night3")
+    baselines.write_open(reports, [alarms.OpenAlarm(change=change, since="night2", nights=2, last="night3")])
     proc = cli("ack", "backend=pytorch", "--reason", "x", "--reports", reports)
     assert proc.returncode == 2 and "no open regression matches" in proc.stderr
     assert cli("ack", "backend=synthetic", "--reason", "x", "--expires", "2001-01-01", "--reports", reports

@@ -299,3 +299,22 @@ def test_the_trend_marks_promotions_on_every_cell_and_an_acknowledgement_on_its_
     sx = [float(x) for x in figures[CELL].split('class="mark promotion"><line x1="')[1:2][0].split('"')[:1]]
     points = [float(c.split('cx="')[1].split('"')[0]) for c in figures[CELL].split('<circle')[1:5]]
     assert points[1] < sx[0] < points[2]  # between night 2 and night 3
+
+
+def test_an_alarms_steps_sit_on_their_own_nights_on_the_cells_trend_and_in_its_list(tmp_path):
+    """An alarm's history (harness.analysis.baselines.event_marks): opened on night 2, gone on night 4, each mark
+    on its night's point (its run id, not its time), lettered, in its cell's list and nowhere else."""
+    nights, skipped = history.load_nights(nightly_series(tmp_path / "h", [100.0] * 4))
+    h = history.analyse(str(tmp_path / "h"), nights, skipped)
+    marks = [{"kind": "alarm", "event": event, "when": "2026-01-09T12:00:00+00:00", "run_id": night, "cell_id": CELL,
+              "text": f"alarm {night} {event}: throughput"} for event, night in (("opened", "night02"),
+                                                                                 ("gone", "night04"))]
+    page = trend.render_html(h, marks)
+    figures = {cid: page.split(f'<figure id="cell-{cid}">')[1].split("</figure>")[0] for cid in (CELL, OTHER)}
+    assert 'class="mark alarm' not in figures[OTHER]
+    mine = figures[CELL].split('<div class="metric">')[1]  # the throughput plot
+    at = {e: float(mine.split(f'class="mark alarm {e}"><line x1="')[1].split('"')[0]) for e in ("opened", "gone")}
+    points = [float(c.split('cx="')[1].split('"')[0]) for c in mine.split("<circle")[1:5]]
+    assert (at["opened"], at["gone"]) == (points[1], points[3])
+    assert ">O</text>" in mine and ">G</text>" in mine
+    assert "<li>G: 2026-01-09T12:00 alarm night04 gone: throughput</li>" in figures[CELL]

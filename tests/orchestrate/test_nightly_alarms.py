@@ -2,8 +2,10 @@
 one baseline, a fire drill from night 2 on alarms once (night 2 exits 1 naming it; night 3 exits 0 listing it open
 since night 2; a worse night failing again is tests/analysis/test_alarms.py's); after `nvbench ack` the drilled
 night's verdicts exit 0 listed as acknowledged; `nvbench baseline promote` refuses the drill unless told it is a
-rehearsal, and a drilled run judged against the promoted one is unchanged or inconclusive; the trend marks both. The drills are +100 % and +300 % (the issue's +25 % and +50 % are in tests/analysis/test_alarms.py): on this
-shared 2-core machine a 3-step window's repeats spread by 25 % and more, and a +25 % drill was inconclusive."""
+rehearsal, and a drilled run judged against the promoted one is unchanged or inconclusive; the trend marks both;
+the alarm's history (opened, acknowledged once) is listed by `nvbench baseline show` and marked too. The drills
+are +100 % and +300 % (the issue's +25 % and +50 % are in tests/analysis/test_alarms.py): on this shared 2-core
+machine a 3-step window's repeats spread by 25 % and more, and a +25 % drill was inconclusive."""
 
 from __future__ import annotations
 
@@ -13,6 +15,8 @@ import xml.etree.ElementTree as ET
 
 import pytest
 from test_nightly import night
+
+from harness.analysis import baselines
 
 KNOBS = {"NVBENCH_CONFIRM": "sequential", "NVBENCH_SLOTS": "1",  # test_nightly's night: 3 repeats, in turn
          # 3 + 3 repeats at --fdr 0.1 can decide; others' jobs on this machine moved the speed probe by +96 % in
@@ -62,6 +66,10 @@ def test_a_regression_alarms_once_is_acknowledged_and_a_promoted_baseline_ends_i
         summary = (reports / "night3" / "report" / "summary.md").read_text()
         assert "**Still open (alarmed before; not failing again): 1**" in summary
     # a worse change failing again is the alarm step's own rule (tests/analysis/test_alarms.py): not a night more
+    # the alarm's history: opened on night 2 (and worse on night 3 where it read worse), listed by baseline show
+    assert [(e.kind, e.night) for e in baselines.read_events(reports)][-1] == ("opened", "night2")
+    shown = nvbench("baseline", "show", "--reports", reports)
+    assert shown.returncode == 0 and f"night2 opened: {CELL}" in shown.stdout, shown.stdout + shown.stderr
 
     ack = nvbench("ack", "backend=synthetic", "--reason", "rehearsal: accepted", "--reports", reports)
     assert ack.returncode == 0, ack.stderr
@@ -71,6 +79,7 @@ def test_a_regression_alarms_once_is_acknowledged_and_a_promoted_baseline_ends_i
         assert step.returncode == 0 and f"ACKNOWLEDGED: {CELL}" in step.stderr, step.stderr
         assert "rehearsal: accepted" in step.stderr
         assert "**Acknowledged" in (reports / report / "report" / "summary.md").read_text()
+    assert [e.night for e in baselines.read_events(reports) if e.kind == "acknowledged"] == ["night5"]  # once
 
     refused = nvbench("baseline", "promote", reports / "night3", "--reason", "new normal", "--reports", reports)
     assert refused.returncode == 2 and len(refused.stderr.splitlines()) == 1 and "a fire drill" in refused.stderr
@@ -92,3 +101,4 @@ def test_a_regression_alarms_once_is_acknowledged_and_a_promoted_baseline_ends_i
     assert step.returncode == 0, step.stderr
     html = (page / "history.html").read_text()
     assert 'class="mark promotion"' in html and 'class="mark ack"' in html and "baseline promoted: night3" in html
+    assert 'class="mark alarm opened"' in html and "alarm night2 opened: " in html

@@ -1,8 +1,10 @@
 """The nightly's alarm step (`python -m harness.orchestrate.workflows.nightly alarms`): the decisive report's regressions
-judged against the alarms open from earlier nights and the acknowledged changes (harness.analysis.alarms), the
-alarms state written for the next night, junit.xml and summary.md told which regressions are new, worse, open
-or acknowledged, and the night's exit status: 1 for a new or worse regression or a failed cell, 3 when nothing
-failed but a cell stayed inconclusive, 0 otherwise, 2 bad input."""
+judged against the alarms open from earlier nights and the acknowledged changes (harness.analysis.alarms), every
+other open alarm ended (gone, fixed) or kept with tonight's reading, the alarms state and its history written
+for the next night, junit.xml, summary.md and the console told which regressions are new, worse, open or
+acknowledged and which alarms are still open or ended tonight, and the night's exit status: 1 for a new or
+worse regression or a failed cell, 3 when nothing failed but a cell stayed inconclusive, 0 otherwise, 2 bad
+input."""
 
 from __future__ import annotations
 
@@ -27,16 +29,15 @@ def alarm_step(argv: list[str]) -> int:
     report, reports = Path(args.report_dir), Path(args.reports)
     try:
         verdicts = verdicts_file.read_verdicts(report / "verdicts.parquet")
-        found, after, closed = alarms.judge_night(verdicts, baselines.read_open(reports), baselines.read_acks(reports),
-                                                  night=args.night, day=datetime.now(UTC).date().isoformat())
-        section = alarm_formats.summary_section(found, closed, args.night).encode()
-        files = {}
+        judged = alarms.judge_night(verdicts, baselines.read_open(reports), baselines.read_acks(reports),
+                                    night=args.night, when=datetime.now(UTC).isoformat(timespec="seconds"))
+        section = alarm_formats.summary_section(judged, args.night).encode()
+        files = {baselines.alarms_path(reports): baselines.alarms_bytes(reports, judged.open, judged.events)}
         if (report / "junit.xml").is_file():
-            files[report / "junit.xml"] = alarm_formats.rewrite_junit((report / "junit.xml").read_bytes(), found)
+            files[report / "junit.xml"] = alarm_formats.rewrite_junit((report / "junit.xml").read_bytes(), judged)
         for summary in [report / "summary.md", *map(Path, args.summary)]:
             files[summary] = (summary.read_bytes() if summary.is_file() else b"") + section
         store.write_all(files)
-        baselines.write_open(reports, after, closed, args.night)
     except RunInputError as exc:
         print(f"nightly alarms: {exc.problems[0]}", file=sys.stderr)
         return 2
@@ -46,11 +47,11 @@ def alarm_step(argv: list[str]) -> int:
     except OSError as exc:
         print(f"nightly alarms: {exc.filename or reports}: cannot write: {exc.strerror}", file=sys.stderr)
         return 2
-    for a in found:
+    for a in judged.alarms:
         print(f"{a.status.upper()}: {a.text()}", file=sys.stderr)
-    for a in closed:
-        print(f"closed: {a.change.cell_id} {a.change.text()} (open since {a.since}, {a.nights} nights)",
-              file=sys.stderr)
-    if any(a.fails for a in found) or any(v.verdict == FAILED for v in verdicts):
+    for r in judged.readings:
+        print(f"{r.outcome.upper()}: {r.text()}", file=sys.stderr)
+    print(f"alarms open after tonight: {len(judged.open)}", file=sys.stderr)
+    if any(a.fails for a in judged.alarms) or any(v.verdict == FAILED for v in verdicts):
         return 1
     return 3 if any(v.verdict == INCONCLUSIVE and alarms.change_of(v) is None for v in verdicts) else 0
