@@ -26,6 +26,9 @@ SYNC_OPS = frozenset({
 """aten ops that force a host-device sync on a GPU, counted as such on a CPU too. aten::nonzero_static is left out:
 its size is given, which is why it exists. .tolist() of a CPU tensor calls no aten op (nothing to see on a CPU); of
 a CUDA tensor it copies to the host, seen as the runtime's synchronize."""
+VALUE_READS = frozenset({"aten::item", "aten::is_nonzero"})
+"""aten ops that only read a value through a sync op: a call of one is counted as its host sync, not as an op call
+too (the sync is the work; an .item() added shows as one host sync and nothing else)."""
 CUDA_SYNC_CALLS = frozenset({"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy"})
 """CUDA runtime calls that block the host until the device is done (cudaMemcpy without Async is blocking)."""
 COLLECTIVE_PREFIX = "c10d::"
@@ -80,10 +83,11 @@ def _cpu_events(events: Sequence[Any], phases: _Phases) -> Iterable[tuple[str, A
 
 def host_counts(events: Sequence[Any], phases: _Phases, counts: Counter) -> None:
     """op_calls, host_syncs and collectives of the CPU events into `counts`. A sync or a collective inside
-    another is the same one seen twice (.item()'s cudaStreamSynchronize inside aten::_local_scalar_dense)."""
+    another is the same one seen twice (.item()'s cudaStreamSynchronize inside aten::_local_scalar_dense); an
+    outermost op that is a sync or a value read is counted as the sync alone."""
     for phase, e in _cpu_events(events, phases):
         up = list(_ancestors(e))
-        if _is_op(e) and not any(_is_op(a) for a in up):
+        if _is_op(e) and e.name not in SYNC_OPS | VALUE_READS and not any(_is_op(a) for a in up):
             counts[(phase, OP_CALLS, e.name)] += 1
         if e.name in SYNC_OPS | CUDA_SYNC_CALLS and not any(a.name in SYNC_OPS for a in up):
             counts[(phase, HOST_SYNCS, e.name)] += 1

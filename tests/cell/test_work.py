@@ -86,10 +86,8 @@ def test_a_window_counts_the_same_twice_and_no_copy_on_a_cpu(base):
 
 
 def test_an_item_in_the_optimizer_is_one_more_host_sync_a_step(base):
-    d = _diff(base, _counted(item=True))
-    assert d[("optimizer", HOST_SYNCS, SYNC)] == STEPS
-    assert d[("optimizer", OP_CALLS, "aten::item")] == STEPS
-    assert {k for k in d if k[1] == HOST_SYNCS} == {("optimizer", HOST_SYNCS, SYNC)}
+    """The sync is the work: aten::item around it is no op call of its own (the acceptance's "and nothing else")."""
+    assert _diff(base, _counted(item=True)) == {("optimizer", HOST_SYNCS, SYNC): STEPS}
 
 
 def test_sixteen_matmuls_in_forward_are_sixteen_more_mm_calls_a_step(base):
