@@ -197,6 +197,10 @@ def test_rows_are_per_step_except_whole_window_counts_and_read_in_duckdb_and_pya
     assert table.schema.names == ["cell_id", "process", "rank", "device", "phase", "counter", "key", "count", "steps",
                                   "per_step"]
     assert table.schema.metadata[b"nvbench.work_version"] == b"1" and table.schema.metadata[b"nvbench.table"] == b"work"
+    from harness.analysis.columns import dictionary
+
+    kind, described = dictionary(path)  # what `nvbench columns work.parquet` prints
+    assert kind == "work" and [c.name for c in described] == table.schema.names and all(c.doc for c in described)
     duckdb = pytest.importorskip("duckdb")
     got = duckdb.sql(f"select sum(count) from '{path}' where counter = 'op_calls' and phase = 'forward'").fetchall()[0][0]
     assert got == sum(n for (p, c, _), n in base.items() if (p, c) == ("forward", OP_CALLS))
