@@ -55,3 +55,19 @@ def test_an_item_in_b_s_optimizer_is_one_more_host_sync_a_step_and_nothing_else(
         assert [(r["repeat"], r["status"], r["profile_tool"]) for r in counted] == [(0, "ok", "torch")]
     record = json.loads((out / "ab.json").read_text())["work_repeats"]
     assert record["repeats"] == 1 and record["steps"] == STEPS and sorted(o[0] for o in record["order"]) == ["a", "b"]
+
+
+@pytest.mark.slow
+def test_a_run_counts_after_its_timed_jobs_and_a_resume_runs_no_counted_process_again(tiny_matrix, tmp_path):
+    out = tmp_path / "run"
+    proc = nvbench("run", str(tiny_matrix()), "--out", str(out), "--work-repeats", "1", "--no-progress")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    counted = out / "counted" / "cells"
+    (row,) = pq.read_table(counted).to_pylist()
+    assert row["profile_tool"] == "torch" and row["num_measure_steps"] == STEPS
+    first = (out / "work.parquet").stat().st_mtime_ns
+    assert {r["process"] for r in pq.read_table(out / "work.parquet").to_pylist()} == {0}
+    again = nvbench("run", "--resume", str(out), "--no-progress")
+    assert again.returncode == 0, again.stderr
+    assert "counted p0" not in again.stderr and len(list(counted.glob("*.parquet"))) == 1
+    assert (out / "work.parquet").stat().st_mtime_ns == first  # no part was new: nothing gathered again

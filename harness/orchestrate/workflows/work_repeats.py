@@ -91,7 +91,8 @@ def run_work_repeats(sides: Mapping[str, Path], cell_ids: Sequence[str], plan: W
     for name, folder in sides.items():
         ctx, _ = contexts[name]
         shutil.rmtree(ctx.run_dir / "work", ignore_errors=True)  # the jobs' own folders
-        work.gather(folder, ctx.run_dir / work.PARTS_DIR)
+        if any(o[0] == name for o in order) or not (folder / work.WORK_FILE).exists():  # else gathered already
+            work.gather(folder, ctx.run_dir / work.PARTS_DIR)
     return order
 
 
