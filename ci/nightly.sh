@@ -54,6 +54,8 @@ CONFIRM_REPEATS=${NVBENCH_CONFIRM_REPEATS-10}  # first pairs of an A/B confirmat
 CONFIRM_MAX_REPEATS=${NVBENCH_CONFIRM_MAX_REPEATS-20}  # pairs an inconclusive cell may grow to; empty = no more
 KERNEL_REPEATS=${NVBENCH_KERNEL_REPEATS:-}  # profiled processes a side when the A/B calls a change (where the time
                                             # went, to the kernel); empty = nvbench ab's default; 0 = none
+WORK_REPEATS=${NVBENCH_WORK_REPEATS-1}  # counted processes per cell after the night's timed jobs (work.parquet: what
+                                        # a step does, counted; never timed); 0 = none
 RUN_ID=${NVBENCH_RUN_ID:-nightly-$(date -u +%Y%m%d-%H%M%S)}
 RUN=$REPORTS/$RUN_ID
 LAST_REPORT=$RUN/report  # the report whose verdicts decide the night (an A/B's or a confirmation's, when one ran)
@@ -141,9 +143,9 @@ if [ -n "$SLOTS" ]; then RUN_ARGS="--slots $SLOTS $RUN_ARGS"; fi  # the run, its
 log "run $RUN_ID: $MATRIX${REPEATS:+ x$REPEATS repeats}"
 # What the run will cost (its estimate is the dry run's last line) and, once it ran, beside what it took.
 # shellcheck disable=SC2086  # RUN_ARGS is a list of flags
-log "$(nvbench run "$MATRIX" --dry-run --reports "$REPORTS" $RUN_ARGS 2>&1 | tail -n 1)"
+log "$(nvbench run "$MATRIX" --dry-run --reports "$REPORTS" ${WORK_REPEATS:+--work-repeats "$WORK_REPEATS"} $RUN_ARGS 2>&1 | tail -n 1)"
 # shellcheck disable=SC2086  # RUN_ARGS is a list of flags
-child nvbench run "$MATRIX" --out "$RUN" --reports "$REPORTS" --no-progress $RUN_ARGS
+child nvbench run "$MATRIX" --out "$RUN" --reports "$REPORTS" --no-progress ${WORK_REPEATS:+--work-repeats "$WORK_REPEATS"} $RUN_ARGS
 run_rc=$?
 if [ -f "$RUN/manifest.json" ]; then log "$(python -m harness.orchestrate.cost.pricing "$RUN")"; fi
 if [ "$run_rc" -ge 2 ]; then log "nvbench run exited $run_rc"; exit "$run_rc"; fi

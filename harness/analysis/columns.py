@@ -1,4 +1,4 @@
-"""Every column nvbench writes, described where it is declared: cells, steps and verdicts in harness.catalogue;
+"""Every column nvbench writes, described where it is declared: cells, steps, verdicts and work in harness.catalogue;
 changes.parquet's from the dataclass fields it is typed from (unit and meaning as its Parquet fields' `unit`, `doc`
 metadata); and the data dictionary `nvbench columns FILE` prints."""
 
@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 from harness.catalogue.cells import CELL_COLUMNS
 from harness.catalogue.steps import STEP_COLUMNS
 from harness.catalogue.verdicts import VERDICT_COLUMNS
+from harness.catalogue.work import WORK_COLUMNS
 from harness.catalogue import col
 
 UNIT_SUFFIXES = (("_img_per_s", "images/s"), ("_pct", "%"), ("_ms", "ms"), ("_bytes", "bytes"), ("_s", "s"),
@@ -77,7 +78,8 @@ def described(schema: pa.Schema, docs: Mapping[str, str]) -> pa.Schema:
 
 def _declared(kind: str) -> dict[str, tuple[str, str]]:
     """name -> (unit, doc) as this nvbench declares table `kind` (for files written without field metadata)."""
-    declared = {"cells": CELL_COLUMNS, "steps": STEP_COLUMNS, "verdicts": VERDICT_COLUMNS}.get(kind)
+    declared = {"cells": CELL_COLUMNS, "steps": STEP_COLUMNS, "verdicts": VERDICT_COLUMNS,
+                "work": WORK_COLUMNS}.get(kind)
     if declared is not None:
         return {c.name: (c.unit, c.doc) for c in declared}
     return {name: (unit_of(name), doc) for name, doc in change_docs().items()} if kind == "changes" else {}

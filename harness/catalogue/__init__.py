@@ -1,5 +1,5 @@
 """What a result holds, each thing declared once: the axes (`axes`), the columns of every table nvbench writes
-(`cells`, `steps`, `verdicts`, `kernels`; what a column is: `columns`) and the metrics a comparison judges (`judged`). Pure
+(`cells`, `steps`, `verdicts`, `kernels`, `work`; what a column is: `columns`) and the metrics a comparison judges (`judged`). Pure
 data: imports nothing of nvbench and no third-party package, so every process and package may read it.
 
 `col.<name>` is a column's name: code names columns through it, never by a string literal of its own
@@ -14,9 +14,10 @@ from harness.catalogue.cells import CELL_COLUMNS
 from harness.catalogue.kernels import KERNEL_COLUMNS
 from harness.catalogue.steps import STEP_COLUMNS
 from harness.catalogue.verdicts import VERDICT_COLUMNS
+from harness.catalogue.work import WORK_COLUMNS
 
 ALL_COLUMN_NAMES: frozenset[str] = frozenset(
-    c.name for c in (*CELL_COLUMNS, *STEP_COLUMNS, *VERDICT_COLUMNS, *KERNEL_COLUMNS)
+    c.name for c in (*CELL_COLUMNS, *STEP_COLUMNS, *VERDICT_COLUMNS, *KERNEL_COLUMNS, *WORK_COLUMNS)
 ) | frozenset(AXES)
 """Every column name of every table nvbench writes."""
 

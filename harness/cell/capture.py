@@ -87,10 +87,48 @@ class TorchCapture:
         store.write_table(path, kernels.kernels_table(rows))
 
 
-def capture(section: dict[str, Any] | None, *, rank: int, is_cuda: bool) -> NsysCapture | TorchCapture | None:
+class WorkCapture:
+    """A counted process's window (section `work`): its work counted (harness.cell.work), written as its
+    work.parquet part; no trace."""
+
+    def __init__(self, section: dict[str, Any], *, rank: int, is_cuda: bool) -> None:
+        from harness.cell.work import WorkCounter
+
+        self._section, self._rank = section, rank
+        self._counter = WorkCounter(is_cuda=is_cuda)
+
+    def start(self) -> None:
+        self._counter.start()
+
+    def stop(self) -> None:
+        from harness.cell.work import work_rows
+        from harness.results import store, work
+
+        self._counter.stop()
+        section = self._section
+        cell_id, process = split_job_key(section["name"])
+        rows = work_rows(self._counter.counts(), cell_id=cell_id, process=process, rank=self._rank,
+                         device=self._counter.device, steps=int(section["steps"]))
+        path = Path(section["dir"]) / work.PARTS_DIR / f"{section['name']}-rank{self._rank}.parquet"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        store.write_table(path, work.work_table(rows))
+
+
+def prepare(cell: Cell, section: dict[str, Any] | None) -> None:
+    """Before the cell builds: a counted process that compiles keeps every compile's record (its recompilations)."""
+    if section and section.get("work") and cell.compile == "inductor":
+        from harness.cell.work import prepare_process
+
+        prepare_process()
+
+
+def capture(section: dict[str, Any] | None, *, rank: int,
+            is_cuda: bool) -> NsysCapture | TorchCapture | WorkCapture | None:
     """The instrument that records the measured window for the job's profile section (None: not profiling)."""
     if not section:
         return None
+    if section.get("work"):
+        return WorkCapture(section, rank=rank, is_cuda=is_cuda)
     if section["tool"] == "nsys":  # a CPU cell is captured whole (no cudaProfilerApi without CUDA)
         return NsysCapture() if is_cuda else None
     return TorchCapture(section, rank=rank, is_cuda=is_cuda)

@@ -36,6 +36,7 @@ from harness.catalogue import col
 def _setup(job: dict[str, Any]) -> Context:
     cell = capture.cell_for_job(Cell.from_plain(job["cell"]), job.get("profile"))
     nvtx_on, profiler_ranges = capture.range_modes(cell, job.get("profile"))
+    capture.prepare(cell, job.get("profile"))
     phases = PhaseClock() if cell.run.phase_timing else None
     rank = int(os.environ.get("RANK", 0))
     local_rank = int(os.environ.get("LOCAL_RANK", 0))

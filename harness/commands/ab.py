@@ -19,6 +19,7 @@ from harness.commands.common import (
     thresholds_from,
 )
 from harness.commands.kernel_flags import add_kernel_flags, kernel_settings_problem, with_kernels
+from harness.commands.work_flags import DEFAULT_WORK_REPEATS, add_work_flags
 from harness.matrix.sections import RunConfig
 from harness.matrix.parse import MatrixError, load_matrix, with_repeats
 from harness.catalogue import col
@@ -39,7 +40,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
     from harness.orchestrate.placement.packing import CalibrationError
     from harness.orchestrate.placement.slots import SlotError
     from harness.orchestrate.session import opening
-    from harness.orchestrate.workflows import kernel_repeats
+    from harness.orchestrate.workflows import kernel_repeats, work_repeats
     from harness.orchestrate.workflows.looks import plan_looks
     from harness.matrix.cells import expand
 
@@ -63,6 +64,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
         kernel_plan = kernel_repeats.KernelPlan(repeats=args.kernel_repeats, steps=args.kernel_steps)
         if args.kernels and not kernel_plan.repeats:
             raise ValueError("--kernels with --kernel-repeats 0: no profiled repeat would run")
+        work_plan = work_repeats.WorkPlan(repeats=args.work_repeats, steps=args.work_steps)
         if problem := kernel_settings_problem(args):
             raise ValueError(problem)
         pythons = {"a": ab.resolve_python(args.a), "b": ab.resolve_python(args.b)}
@@ -94,7 +96,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
     adaptive = f"; more pairs of inconclusive cells up to {looks[-1]} a side, looks at {looks}" if len(looks) > 1 else ""
     print(f"A/B folder: {out}  ({2 * len(cells) * matrix.run.repeats} jobs{adaptive}; a repeat whose window opens "
           f"in a start transient or under interference runs again, at most {args.max_reruns} per cell and side)", *sides, sep="\n", file=sys.stderr)
-    print(_estimate_line(cells, looks, caps, envs, Path(args.reports)), file=sys.stderr)
+    print(_estimate_line(cells, looks, caps, envs, Path(args.reports), work_plan.repeats), file=sys.stderr)
 
     def done(side: str, row: dict) -> None:
         detail = f"{row[col.throughput_img_per_s]:.1f} img/s" if row["status"] == "ok" else row["reason"]
@@ -118,6 +120,8 @@ def cmd_ab(args: argparse.Namespace) -> int:
             kernel_repeats.run_kernel_repeats(out, targets, kernel_plan, caps=caps, envs=envs, pythons=pythons,
                                               seed=args.seed, checkouts=checkouts,
                                               notify=lambda m: print(m, file=sys.stderr))
+        _count(out, [c.cell_id for c in cells], work_plan, caps=caps, envs=envs, pythons=pythons, seed=args.seed,
+               checkouts=checkouts)
     except KeyboardInterrupt:
         print(f"interrupted; the rows so far are in {out}/a and {out}/b", file=sys.stderr)
         return EXIT_INTERRUPTED
@@ -125,15 +129,34 @@ def cmd_ab(args: argparse.Namespace) -> int:
                         args.fail_on_regression)
 
 
-def _estimate_line(cells, looks: list[int], caps, envs: dict, reports: Path) -> str:
+def _count(out: Path, cell_ids: list[str], plan, **how) -> None:
+    """The counted processes of every cell, one side beside the other, after the timed pairs (never timed)."""
+    from harness.orchestrate.workflows import work_repeats
+
+    if not plan.repeats:
+        return
+    print(f"counting: {plan.repeats} counted process(es) per side of {len(cell_ids)} cell(s), {plan.steps} steps "
+          "each (never timed, never part of the verdict)", file=sys.stderr)
+    order = work_repeats.run_work_repeats({"a": out / "a", "b": out / "b"}, cell_ids, plan,
+                                          notify=lambda m: print(m, file=sys.stderr), **how)
+    work_repeats.record_ab(out, cell_ids, plan, order)
+
+
+def _estimate_line(cells, looks: list[int], caps, envs: dict, reports: Path, counted: int = 0) -> str:
     """The A/B's estimated wall time at its first look's pairs and, adaptive, at its last, from past rows in
-    --reports measured in each side's environment."""
+    --reports measured in each side's environment; what its counted processes add."""
     from harness.orchestrate.cost import pricing as cost
+    from harness.orchestrate.cost.estimate import duration_text
 
     keys = [envs[side][col.env_key] for side in ("a", "b")]
     first = cost.ab_estimate(cells, looks[0], caps, roots=[reports], keys=keys)
     last = cost.ab_estimate(cells, looks[-1], caps, roots=[reports], keys=keys) if len(looks) > 1 else None
-    return cost.ab_line(first, last, looks)
+    line = cost.ab_line(first, last, looks)
+    if not counted:
+        return line
+    # a counted process is priced as a timed repeat of its cell: an upper bound, its window being the shorter
+    extra = cost.ab_estimate(cells, counted, caps, roots=[reports], keys=keys).wall_s
+    return f"{line}; then {counted} counted process(es) a side per cell, at most {duration_text(extra)}"
 
 
 def add_parser(subparsers) -> None:
@@ -174,6 +197,8 @@ def add_parser(subparsers) -> None:
     ab.add_argument("--out", metavar="DIR", help="A/B folder (default: REPORTS/<id>); holds a/, b/, report/")
     ab.add_argument("--reports", default="reports", metavar="DIR", help="where A/B folders go (default: %(default)s)")
     add_kernel_flags(ab)
+    add_work_flags(ab, default_repeats=DEFAULT_WORK_REPEATS,
+                   what="per cell and side, interleaved A/B after the timed pairs, whatever the verdict")
     add_slots_flag(ab)
     add_threshold_flags(ab, history=False)
     ab.set_defaults(func=cmd_ab)

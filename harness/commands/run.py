@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from harness.commands.common import (
@@ -17,6 +18,7 @@ from harness.commands.common import (
     reach_warning,
     slot_packing,
 )
+from harness.commands.work_flags import add_work_flags
 from harness.matrix.executor import ExecutorConfig
 from harness.matrix.sections import RunConfig
 
@@ -31,10 +33,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     from harness.orchestrate.session.runner import executor_for
     from harness.results import store
 
+    from harness.orchestrate.workflows import work_repeats
+
     if args.resume and (args.matrix or args.only or args.smoke or args.out or args.dry_run or args.fire_drill
-                        or args.repeats is not None or args.executor):
+                        or args.repeats is not None or args.executor or args.work_repeats):
         return bad_input(["--resume takes the run folder alone (its plan fixes matrix, filters, --smoke, "
-                          "--repeats, --fire-drill and --executor)"])
+                          "--repeats, --fire-drill, --executor and --work-repeats)"])
+    try:
+        work_plan = work_repeats.WorkPlan(repeats=args.work_repeats, steps=args.work_steps)
+    except ValueError as exc:
+        return bad_input([str(exc)])
     if problem := fire_drill_problem(args.fire_drill):
         return bad_input([problem])
     if args.resume:
@@ -82,12 +90,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     at_once = len(packing.slots) if packing is not None else where.max_parallel
     cost = _estimate(args, run_dir if args.resume else None, cells if args.resume else
                      {c.cell_id: c for c in cell_list}, None if args.resume else matrix, caps, key, at_once)
+    if args.resume:
+        work_plan = work_repeats.load_plan(run_dir) or work_plan
+    counted = _counted_line(args, work_plan, {c.cell_id: c for c in cell_list}, caps, key)
     if args.dry_run:
         for cell in cell_list:
             reason = capabilities.skip_reason(cell, caps)
             print(f"{cell.cell_id}  x{matrix.run.repeats}  " + (f"skip: {reason}" if reason else "run"))
-        print(cost.text())
-        print(f"{len(cell_list)} cells, {len(cell_list) * matrix.run.repeats} jobs; nothing was run or written")
+        print(cost.text() + counted)
+        more = f" (and {len(cell_list) * work_plan.repeats} counted processes)" if work_plan.repeats else ""
+        print(f"{len(cell_list)} cells, {len(cell_list) * matrix.run.repeats} jobs{more}; nothing was run or written")
         return EXIT_OK
     try:
         where.check()  # before anything is written: sbatch missing or the controller down is one line, exit 2
@@ -97,6 +109,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         run_dir = runfolder.create_run(matrix, cell_list, run_dir=Path(args.out) if args.out else None,
                                     reports_root=Path(args.reports), smoke=args.smoke, only=args.only, env=env,
                                     fire_drill_pct=args.fire_drill or 0.0, executor=executor)
+        if work_plan.repeats:
+            work_repeats.save_plan(run_dir, work_plan)
+    if counted and not args.quiet:
+        print(counted.removeprefix("; "), file=sys.stderr)
     return _execute(run_dir, caps, env, key, progress=not args.no_progress, verbose=args.verbose, executor=where,
                     packing=packing, estimate=cost, quiet=args.quiet)
 
@@ -114,6 +130,33 @@ def _estimate(args, run_dir: Path | None, cells: dict, matrix, caps, key: str, s
         jobs = schedule(list(cells), matrix.run.repeats, matrix.run.order, matrix.run.shuffle_seed)
     roots = [Path(args.reports)] + ([run_dir] if run_dir is not None else [])
     return cost.estimate_jobs(cells, jobs, caps, roots=roots, key=key, slots=slots)
+
+
+def _counted_line(args, plan, cells: dict, caps, key: str) -> str:
+    """'; then N counted process(es) per cell, at most X' (empty without counted processes): priced as timed repeats
+    of their cells, an upper bound, their window being the shorter."""
+    from harness.orchestrate.cost import pricing as cost
+    from harness.orchestrate.cost.estimate import duration_text
+
+    if not plan.repeats:
+        return ""
+    jobs = [(cid, p) for p in range(plan.repeats) for cid in cells]
+    wall_s = cost.estimate_jobs(cells, jobs, caps, roots=[Path(args.reports)], key=key).wall_s
+    return f"; then {plan.repeats} counted process(es) per cell, one at a time, at most {duration_text(wall_s)}"
+
+
+def _count(run_dir: Path, caps, env, key: str, notify) -> None:
+    """The counted processes the run planned (RUN/counted/work-plan.json), after its timed jobs; those done are kept."""
+    from harness.catalogue import col
+    from harness.orchestrate.session import runfolder
+    from harness.orchestrate.workflows import work_repeats
+
+    plan = work_repeats.load_plan(run_dir)
+    if plan is None or not plan.repeats:
+        return
+    _, _, cells = runfolder.load_plan(run_dir)
+    work_repeats.run_work_repeats({"run": run_dir}, list(cells), plan, caps=caps, envs={"run": env | {col.env_key: key}},
+                                  notify=notify)
 
 
 def _executor_config(matrix, flag: str | None):
@@ -161,6 +204,11 @@ def _execute(run_dir: Path, caps, env, key, *, progress: bool, verbose: bool, ex
     except KeyboardInterrupt:
         errors.print(f"interrupted; finish with: nvbench run --resume {run_dir}", soft_wrap=True)
         return EXIT_INTERRUPTED
+    try:
+        _count(run_dir, caps, env, key, notify=lambda message: console.print(message, soft_wrap=True))
+    except KeyboardInterrupt:
+        errors.print(f"interrupted while counting; finish with: nvbench run --resume {run_dir}", soft_wrap=True)
+        return EXIT_INTERRUPTED
     rows, results = store.read_cells(run_dir).to_pylist(), Console()
     if verbose:
         results.print(detail_table(rows))
@@ -193,6 +241,8 @@ def add_parser(subparsers) -> None:
                    help="print only the summary (stdout) and problems (stderr): no progress, no line per job")
     r.add_argument("--verbose", action="store_true",
                    help="end with every (cell, repeat) row in full, before the summary (stdout)")
+    add_work_flags(r, default_repeats=0, what="per cell after the timed jobs (the nightly runs 1, so that its run "
+                   "folder and a baseline promoted from it carry work.parquet)")
     r.add_argument("--fire-drill", type=float, metavar="PCT",
                    help="add calibrated extra work of PCT %% of each measured step (tests the regression detector; "
                         "every row is flagged; default: off)")

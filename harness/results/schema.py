@@ -106,8 +106,12 @@ def _table(rows: list[dict[str, Any]], sch: pa.Schema) -> pa.Table:
 def markdown_reference() -> str:
     """Column tables for docs/results.md."""
     out = []
+    from harness.catalogue.work import WORK_COLUMNS
+
     for title, cols in (("cells/*.parquet: one row per (cell, repeat)", CELL_COLUMNS),
-                        ("steps/*.parquet: one row per step per rank", STEP_COLUMNS)):
+                        ("steps/*.parquet: one row per step per rank", STEP_COLUMNS),
+                        ("work.parquet: one row per (cell, process, rank, phase, counter, key) of a counted process",
+                         WORK_COLUMNS)):
         out.append(f"### {title}\n\n| column | type | unit | meaning |\n|---|---|---|---|")
         out += [f"| `{c.name}` | {ARROW_TYPES[c.type]} | {c.unit} | {c.doc} |" for c in cols]
         out.append("")

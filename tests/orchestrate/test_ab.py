@@ -73,7 +73,9 @@ def test_ab_runs_both_interpreters_interleaved_and_reports(tiny_matrix, tmp_path
     assert proc.stdout.split()[:4] == [str(out / "report" / n) for n in ("report.html", "summary.md",
                                                                           "verdicts.parquet", "junit.xml")]
     launched = [line for line in calls.read_text().splitlines() if "harness.cell run" in line]
-    assert len(launched) == 1 and all(str(out / "b" / "work") in line for line in launched)
+    # the timed repeat and the counted process (nvbench ab counts one a side by default), both under B's interpreter
+    assert len(launched) == 2 and [str(out / "b" / "work") in line for line in launched] == [True, False]
+    assert str(out / "b" / "counted" / "work") in launched[1]
     meta = json.loads((out / "ab.json").read_text())
     assert meta["python"] == {"a": sys.executable, "b": str(python_b)} and meta["seed"] == 3
     order = meta["order"]
@@ -119,7 +121,8 @@ def test_ab_side_a_runs_another_checkout_and_the_fire_drill_slows_only_b(tiny_ma
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = marks.read_text().splitlines()
     cells = [line for line in lines if "job.json" in line]
-    assert len(cells) == 1 and all(str(out / "a" / "work") in line for line in cells)  # never side B's
+    assert len(cells) == 2 and all(str(out / "a" / "") in line for line in cells)  # never side B's
+    assert str(out / "a" / "counted" / "work") in cells[1]  # the counted process runs A's checkout too
     meta = json.loads((out / "ab.json").read_text())
     assert meta["checkout"] == {"a": str(other), "b": None}
     rows = {side: pq.read_table(out / side / "cells").to_pylist() for side in ("a", "b")}

@@ -257,8 +257,11 @@ class Bisector:
     def _ab_args(self, *, profiled: bool) -> list[str]:
         """The A/B's flags. Only an A/B against GOOD profiles (when it calls a change: `nvbench ab`'s own rule),
         since the answer is the first bad point against GOOD; one against BAD only decides a step. A bisect begun
-        before bisects profiled keeps its profile-free A/Bs."""
+        before bisects profiled keeps its profile-free A/Bs. No counted processes: a bisect's answer is a timing's
+        (its estimate prices no counted process)."""
         args = list(self.ab_args)
+        if "--work-repeats" not in args:
+            args += ["--work-repeats", "0"]
         if "--kernel-repeats" not in args:
             return args + ["--kernel-repeats", "0"]
         if not profiled:

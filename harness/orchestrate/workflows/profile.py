@@ -49,10 +49,14 @@ class ProfileSpec:
     captured whole, warmup and window told apart by their NVTX ranges."""
     kernels: bool = False
     """torch only: write the window's kernels.parquet rows (harness/cell/kernels.py) instead of a trace."""
+    work: bool = False
+    """torch only: count the window's work into work.parquet rows (harness/cell/work.py) instead of a trace."""
 
     def job_section(self, key: str) -> dict[str, Any]:
         """The job file's `profile` section, read by the worker."""
         section = {"tool": self.tool, "steps": self.steps, "dir": str(self.out_dir), "name": key}
+        if self.work:
+            return section | {"work": True}
         return section | {"kernels": True} if self.kernels else section
 
     def command(self, argv: list[str], key: str) -> list[str]:

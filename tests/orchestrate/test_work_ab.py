@@ -1,0 +1,73 @@
+"""Counted processes end to end: `nvbench ab` of a tiny cell against a checkout whose optimizer phase calls .item()
+on the loss once a step. Each side's work.parquet, read with pyarrow alone, differs by exactly that: one host sync
+a step (aten::_local_scalar_dense) in optimizer, every other count equal; the counted processes are no timed
+repeat (their rows under SIDE/counted/, flagged, and ab.json records them apart)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pyarrow.parquet as pq
+import pytest
+
+from conftest import ROOT, nvbench
+
+STEPS = 3
+
+
+def _syncing_checkout(tmp_path):
+    """harness/ with one .item() of the step's loss in the optimizer phase (a reference kept, no other op)."""
+    other = tmp_path / "syncing"
+    shutil.copytree(ROOT / "harness", other / "harness", ignore=shutil.ignore_patterns("__pycache__"))
+    engine = other / "harness" / "cell" / "engine.py"
+    text = engine.read_text()
+    keep = "        loss = self.micro_step(images, labels, sync_grads=sync_grads)\n"
+    read = "            self.optimizer.zero_grad(set_to_none=True)\n"
+    assert text.count(keep) == 1 and text.count(read) == 1
+    text = text.replace(keep, keep + "        self._injected_loss = loss\n")
+    text = text.replace(read, read + "            self._injected_loss.item()  # injected: a host sync a step\n")
+    engine.write_text(text)
+    return other
+
+
+def _counts(path) -> dict[tuple, tuple[int, float]]:
+    rows = pq.read_table(path).to_pylist()
+    assert {r["process"] for r in rows} == {0} and {r["steps"] for r in rows} == {STEPS}
+    return {(r["phase"], r["counter"], r["key"]): (r["count"], r["per_step"]) for r in rows}
+
+
+@pytest.mark.slow
+def test_an_item_in_b_s_optimizer_is_one_more_host_sync_a_step_and_nothing_else(tiny_matrix, tmp_path):
+    matrix, out = tiny_matrix('backend = ["synthetic"]', repeats=1), tmp_path / "ab"  # one timed pair
+    proc = nvbench("ab", str(matrix), "--b-checkout", str(_syncing_checkout(tmp_path)), "--out", str(out),
+                   "--kernel-repeats", "0", "--work-steps", str(STEPS), timeout=900)
+    assert proc.returncode in (0, 1, 3), proc.stdout + proc.stderr
+    a, b = _counts(out / "a" / "work.parquet"), _counts(out / "b" / "work.parquet")
+    sync = ("optimizer", "host_syncs", "aten::_local_scalar_dense")
+    assert b[sync] == (STEPS, 1.0) and sync not in a
+    assert {k: v for k, v in b.items() if k != sync} == a
+    assert a[("forward", "op_calls", "aten::conv2d")][1] == 20  # resnet18's convolutions, once each a step
+    for side in "ab":  # the timed repeat (and any re-run of it) a side, one counted process apart from them
+        timed = pq.read_table(out / side / "cells").to_pylist()
+        assert {r["repeat"] for r in timed} == {0} and all(r["profile_tool"] is None for r in timed)
+        counted = pq.read_table(out / side / "counted" / "cells").to_pylist()
+        assert [(r["repeat"], r["status"], r["profile_tool"]) for r in counted] == [(0, "ok", "torch")]
+    record = json.loads((out / "ab.json").read_text())["work_repeats"]
+    assert record["repeats"] == 1 and record["steps"] == STEPS and sorted(o[0] for o in record["order"]) == ["a", "b"]
+
+
+@pytest.mark.slow
+def test_a_run_counts_after_its_timed_jobs_and_a_resume_runs_no_counted_process_again(tiny_matrix, tmp_path):
+    out = tmp_path / "run"
+    proc = nvbench("run", str(tiny_matrix()), "--out", str(out), "--work-repeats", "1", "--no-progress")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    counted = out / "counted" / "cells"
+    (row,) = pq.read_table(counted).to_pylist()
+    assert row["profile_tool"] == "torch" and row["num_measure_steps"] == STEPS
+    first = (out / "work.parquet").stat().st_mtime_ns
+    assert {r["process"] for r in pq.read_table(out / "work.parquet").to_pylist()} == {0}
+    again = nvbench("run", "--resume", str(out), "--no-progress")
+    assert again.returncode == 0, again.stderr
+    assert "counted p0" not in again.stderr and len(list(counted.glob("*.parquet"))) == 1
+    assert (out / "work.parquet").stat().st_mtime_ns == first  # no part was new: nothing gathered again
