@@ -59,8 +59,9 @@ def render_markdown(comparison: Comparison) -> str:
     if banner:
         lines += [f"> **{esc_md(banner)}**", ""]
     regs = comparison.regressions
-    lines += [f"**{esc_md(headline_words(comparison))}**" + (" \u2014 no confirmed regression." if not regs else ""),
-              ""]
+    gates = len(comparison.broken_gates)
+    quiet = " \u2014 no confirmed regression" + (f", but {gates} cell(s) broke a work gate." if gates else ".")
+    lines += [f"**{esc_md(headline_words(comparison))}**" + (quiet if not regs else ""), ""]
     lines += [f"- {esc_md(n)}" for n in comparison.notes]
     if cand.cost_text():  # where this run's time went, so that the next cut is obvious
         lines += ["", f"Time: {esc_md(cand.cost_text())} (matrix efficiency: measured window s / run wall s)."]
