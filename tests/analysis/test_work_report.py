@@ -1,15 +1,20 @@
 """The work diff through the real CLI: `nvbench report B --baseline A` on hand-made run folders (real Parquet and
 manifests, no cell runs) with a work.parquet each; the same timing, one more host sync per step on B. A gate on
 host syncs fails the report (exit 1) naming the counter and the place, whatever the timing says; without the gate
-the increase is reported and nothing fails; a folder without work.parquet says `no work counted`."""
+the increase is reported and nothing fails; a folder without work.parquet says `no work counted`. And ci/nightly.sh
+over such folders (its `nvbench run` a stub that copies one into place) fails on the gate and passes an A/A."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from conftest import TINY
+from conftest import ROOT, TINY
 from test_baselines import CELLS, cli, run_folder
 from test_work_diff import SYNC, step
 
@@ -89,3 +94,38 @@ def test_a_baseline_without_work_is_no_work_counted_and_without_any_nothing_is_s
     proc, v = report(a, plain, tmp_path / "out2")
     assert proc.returncode == 0 and (v["work"], v["work_changed"], v["work_gate"]) == (None, None, None)
     assert "work" not in v["reason"]
+
+
+def night(tmp_path, baseline, tonight):
+    """ci/nightly.sh judging `tonight` (a prepared run folder: `nvbench run` copies it into place, through a stub
+    first on PATH; every other command is the real one) against `baseline`, no A/B."""
+    tmp_path.mkdir()
+    stub = tmp_path / "bin" / "nvbench"
+    stub.parent.mkdir()
+    stub.write_text('#!/usr/bin/env bash\nif [ "$1" = run ]; then\n  prev=""\n  for a in "$@"; do\n'
+                    '    if [ "$a" = --dry-run ]; then echo "stub: no estimate"; exit 0; fi\n'
+                    '    if [ "$prev" = --out ]; then out=$a; fi; prev=$a\n  done\n'
+                    '  mkdir -p "$(dirname "$out")" && cp -r "$NIGHT_SRC" "$out"; exit 0\nfi\n'
+                    f'exec {sys.executable} -m harness "$@"\n')
+    stub.chmod(0o755)
+    env = dict(os.environ, PATH=f"{stub.parent}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}"
+                                f"{os.environ.get('PATH', '')}", NIGHT_SRC=str(tonight),
+               NVBENCH_MATRIX=str(tmp_path / "none.toml"), NVBENCH_REPORTS=str(tmp_path / "reports"),
+               NVBENCH_BASELINE=str(baseline), NVBENCH_RUN_ID="night1", NVBENCH_CONFIRM="sequential",
+               NVBENCH_REPORT_ARGS="--fdr 0.05")
+    env.pop("GITHUB_STEP_SUMMARY", None)
+    env.pop("GITHUB_OUTPUT", None)
+    return subprocess.run(["bash", str(ROOT / "ci" / "nightly.sh")], capture_output=True, text=True, env=env,
+                          cwd=tmp_path, timeout=300)
+
+
+def test_a_nightly_fails_on_a_broken_gate_from_one_counted_process_and_passes_an_a_a(tmp_path):
+    a = folder(tmp_path / "a", tmp_path, judge=GATE, work=step(0))
+    b = folder(tmp_path / "b", tmp_path, judge=GATE, work=step(0, **{f"optimizer|host_syncs|{SYNC}": 1}))
+    proc = night(tmp_path / "n1", a, b)
+    assert proc.returncode == 1, proc.stderr
+    assert f"WORK GATE BROKEN {CELL}: {BROKEN}" in proc.stderr and "a work gate is broken" in proc.stderr
+    same = folder(tmp_path / "same", tmp_path, judge=GATE, work=step(0))
+    proc = night(tmp_path / "n2", a, same)
+    assert proc.returncode == 0, proc.stderr
+    assert "WORK GATE" not in proc.stderr
