@@ -20,6 +20,8 @@ from harness.analysis import history_cache
 from harness.analysis.history_cache import Cache
 from harness.analysis.runs import RunData, RunInputError, resolve_pointer
 from harness.analysis.verdict import DEFAULT_FLOOR_PCT
+from harness.analysis.work_diff import SideWork, changes_text, diff_sides
+from harness.analysis.work_report import read_work_table
 from harness.catalogue.axes import AXES, AxisValues
 from harness.stats import changepoint
 from harness.stats.inference import to_percent
@@ -123,6 +125,9 @@ class Night:
     cells: Mapping[str, Any] = field(default_factory=dict)
     """cell_id -> {"axes": {axis: value}, "points": {column: [value, low, high, repeats, [values]]}}: the night's
     ok rows as history_cache.summarise left them (run.rows stays empty: history reads nothing else)."""
+    work: Mapping[str, Any] = field(default_factory=dict)
+    """cell_id -> {"processes", "digest", "ranges"}: the night's counted work (history_cache.work_summary); empty
+    where the night has no work.parquet."""
 
     @property
     def run_id(self) -> str:
@@ -210,6 +215,57 @@ class Change(AxisValues):
 CHANGE_COLUMNS = (col.cell_id, *AXES, *(f.name for f in fields(Change) if f.name not in AXES and f.name != col.cell_id))
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkStep:
+    """A night whose counted work differs from the cell's night before it (both counted): an exact step, no
+    statistics; only items every counted process of both nights agrees on."""
+
+    cell_id: str
+    night: int
+    """The first night of the new work (1-based, oldest first)."""
+    run_id: str
+    previous_run_id: str
+    """The night before it that counted the cell's work."""
+    commit_from: str
+    commit_to: str
+    words: str
+    """`forward +16 aten::mm per step; optimizer +1 host sync per step (aten::_local_scalar_dense)`."""
+    is_new: bool = False
+    """Tonight's (the newest night)."""
+
+    def text(self) -> str:
+        """`work changed at night 3 (run): cell: forward +16 aten::mm per step`."""
+        return f"work changed at night {self.night} ({self.run_id}): {self.cell_id}: {self.words}"
+
+
+def _side(summary: Mapping[str, Any]) -> SideWork:
+    return SideWork(processes=summary["processes"],
+                    ranges={(p, c, k): (lo, hi) for p, c, k, lo, hi in summary["ranges"]})
+
+
+def work_steps(nights: Sequence[Night]) -> tuple[WorkStep, ...]:
+    """Every cell's work night against the night before that counted it: where an exact item changed, a step.
+    Nights whose work is byte-for-byte the same (their digests) are passed over without a diff."""
+    last: dict[str, tuple[int, Mapping[str, Any]]] = {}
+    steps = []
+    for i, night in enumerate(nights):
+        for cid, summary in sorted(night.work.items()):
+            if summary["processes"] == 0:
+                continue
+            before = last.get(cid)
+            last[cid] = (i, summary)
+            if before is None or before[1]["digest"] == summary["digest"]:
+                continue
+            diff = diff_sides(cid, _side(before[1]), _side(summary))
+            if diff.changed:
+                prev = nights[before[0]]
+                steps.append(WorkStep(cell_id=cid, night=i + 1, run_id=night.run_id, previous_run_id=prev.run_id,
+                                      commit_from=prev.commit, commit_to=night.commit,
+                                      words=changes_text(diff.changed), is_new=i == len(nights) - 1))
+    steps.sort(key=lambda w: (-w.night, w.cell_id))
+    return tuple(steps)
+
+
 class HistoryInputError(RunInputError):
     """The history as a whole cannot be analysed (no folder, no run folders, nothing readable)."""
 
@@ -236,12 +292,16 @@ def _night(path: Path, cache: Cache) -> Night:
         raise RunInputError([f"{path / 'manifest.json'}: not an nvbench manifest (a JSON object)"])
     summary = cache.night(key)
     if summary is None:
-        summary = history_cache.summarise(path, manifest, history_cache.read_rows(path))
+        try:
+            work_rows = read_work_table(path)
+        except store.UnreadableFile as exc:
+            raise RunInputError([str(exc)]) from None
+        summary = history_cache.summarise(path, manifest, history_cache.read_rows(path), work_rows)
         cache.keep_night(key, summary)
     run = RunData(path=summary["path"], run_id=summary[col.run_id], created_at=summary["created_at"],
                   environment=summary["environment"], rows=())
     return Night(run=run, matrix=history_cache.matrix_name(manifest), commit=history_cache.commit(run.environment),
-                 fire_drill_pct=summary[col.fire_drill_pct], cells=summary["cells"])
+                 fire_drill_pct=summary[col.fire_drill_pct], cells=summary["cells"], work=summary.get("work") or {})
 
 
 def load_nights(folder: Path | str, cache: Cache | None = None) -> tuple[list[Night], list[tuple[str, str]]]:
@@ -417,6 +477,8 @@ class History:
     changes: tuple[Change, ...]
     """Newest first, then the largest change first."""
     settings: HistorySettings = field(default_factory=HistorySettings)
+    work_steps: tuple[WorkStep, ...] = ()
+    """The nights a cell's counted work changed (work_steps), newest first."""
 
     def drift_note(self) -> str | None:
         """Why some series were not assessed for a drift (fewer nights than its window), or None."""
@@ -449,7 +511,7 @@ def analyse(folder: str, nights: Sequence[Night], skipped: Sequence[tuple[str, s
         changes += found
     changes.sort(key=lambda c: (-c.night, -abs(c.change)))
     return History(folder=folder, nights=tuple(nights), skipped=tuple(skipped), series=tuple(series),
-                   changes=tuple(changes), settings=settings)
+                   changes=tuple(changes), settings=settings, work_steps=work_steps(nights))
 
 
 def _replace_new(change: Change) -> Change:
@@ -466,7 +528,7 @@ def with_confirmations(history: History, confirmations: Mapping[int, tuple[str, 
     changes = tuple(replace_change(c, confirmation=confirmations[i][0], confirmation_note=confirmations[i][1])
                     if i in confirmations else c for i, c in enumerate(history.changes))
     return History(folder=history.folder, nights=history.nights, skipped=history.skipped, series=history.series,
-                   changes=changes, settings=history.settings)
+                   changes=changes, settings=history.settings, work_steps=history.work_steps)
 
 
 def load_history(folder: Path | str, settings: HistorySettings | None = None, *, use_cache: bool = True) -> History:

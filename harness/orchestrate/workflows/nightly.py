@@ -142,6 +142,9 @@ def history_step(argv: list[str]) -> int:
             print(f"new {c.kind}: {c.cell_id} {c.metric} {trend.change_text(c)} at night {c.night} ({c.run_id}), "
                   f"commits {trend.commit_range(c)}" + (f": {trend.confirmation_text(c)}" if c.confirmation else ""),
                   file=sys.stderr)
+    for w in h.work_steps:
+        if w.is_new:
+            print(f"new: {w.text()}, commits {w.commit_from}..{w.commit_to}", file=sys.stderr)
     return 1 if failing else 0
 
 
