@@ -58,6 +58,14 @@ def test_both_changes_read_in_step_order_as_the_issue_writes_them():
     assert words(step(), b) == f"work changed: forward +16 aten::mm per step; optimizer +1 host sync per step ({SYNC})"
 
 
+def test_every_phase_reads_in_the_order_a_step_runs_them_then_the_window():
+    b = step(**{"data|op_calls|aten::to": 1, "h2d|copies|h2d": 3, "forward|op_calls|aten::mm": 20,
+                "backward|op_calls|aten::mm": 9, f"optimizer|host_syncs|{SYNC}": 1, "window|recompilations|": 1})
+    assert words(step(), b) == ("work changed: data +1 aten::to per step; h2d +1 h2d copy per step; forward +16 aten::mm "
+                                "per step; backward +1 aten::mm per step; optimizer +1 host sync per step "
+                                f"({SYNC}); window +1 recompilation after warm-up")
+
+
 def test_a_new_allocation_is_counted_with_its_bytes_in_forward():
     b = step(**{"forward|allocations|aten::empty": 1, "forward|allocated_bytes|aten::empty": 4096})
     assert words(step(), b) == "work changed: forward +1 allocation per step (+4.0 KiB, aten::empty)"
