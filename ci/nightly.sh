@@ -262,7 +262,7 @@ esac
 
 if [ "$report_rc" -eq 2 ] || [ "$report_rc" -gt 3 ]; then exit "$report_rc"; fi
 if [ "$report_rc" -eq 1 ]; then log "confirmed regression (new or worse) or failed cells"; exit 1; fi
-if [ "$gate_rc" -eq 1 ]; then log "a work gate is broken (counted work, whatever the timing): see WORK GATE BROKEN above"; exit 1; fi
+if [ "$gate_rc" -eq 1 ]; then log "a work gate is broken (counted work, whatever the timing): see above"; exit 1; fi
 if [ "$gate_rc" -ne 0 ]; then log "the work gate step failed (exit $gate_rc)"; exit "$gate_rc"; fi
 if [ "$history_rc" -eq 1 ]; then log "confirmed change point"; exit 1; fi
 if [ "$run_rc" -eq 1 ]; then log "cells failed (see the report's failed and skipped cells)"; exit 1; fi
