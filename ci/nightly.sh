@@ -29,7 +29,7 @@
 # before the step and the commit of its first night (worktrees of this repository; the same A/B repeats as
 # above); the page says confirmed, not confirmed or could not confirm (why), and only a confirmed slowdown
 # fails the job (NVBENCH_CONFIRM=sequential: no A/B, nothing confirmed). Exit: 0 ok (every judged cell
-# unchanged or improved); 1 confirmed regression, confirmed change point or failed cells; 3 nothing
+# unchanged or improved); 1 confirmed regression, confirmed change point, failed cells or a broken work gate; 3 nothing
 # regressed but some cell stayed inconclusive (the night could not tell: the cells are printed last);
 # 2 bad input; 130 interrupted.
 # A confirmed regression fails the job once: the night it first appears, or a night it got worse beyond the
@@ -216,6 +216,16 @@ else
   publish "$RUN/report"
 fi
 
+# A work gate ([judge.work_gates] of the matrix) fails the night from one counted process, whatever the timing and
+# its confirmation say: read from tonight's report against the baseline (where both sides counted work; the A/B
+# confirms the timing). Unlike a timing regression it fails every night it stays broken: promote a baseline to
+# accept it.
+gate_rc=0
+if [ -f "$RUN/report/verdicts.parquet" ]; then
+  python -m harness.orchestrate.workflows.nightly gates "$RUN/report" >&2
+  gate_rc=$?
+fi
+
 # A regression alarms once: the decisive report's regressions against the alarms still open from earlier nights
 # ($REPORTS/alarms.json) and the acknowledged changes ($REPORTS/baselines/acks.json, `nvbench ack`). Only a new
 # one, or one worse than when it opened (or than its acknowledgement), fails the night; the open and
@@ -257,6 +267,8 @@ esac
 
 if [ "$report_rc" -eq 2 ] || [ "$report_rc" -gt 3 ]; then exit "$report_rc"; fi
 if [ "$report_rc" -eq 1 ]; then log "confirmed regression (new or worse) or failed cells"; exit 1; fi
+if [ "$gate_rc" -eq 1 ]; then log "a work gate is broken (counted work, whatever the timing): see above"; exit 1; fi
+if [ "$gate_rc" -ne 0 ]; then log "the work gate step failed (exit $gate_rc)"; exit "$gate_rc"; fi
 if [ "$history_rc" -eq 1 ]; then log "confirmed change point"; exit 1; fi
 if [ "$run_rc" -eq 1 ]; then log "cells failed (see the report's failed and skipped cells)"; exit 1; fi
 if [ "$report_rc" -eq 3 ]; then

@@ -59,13 +59,17 @@ def render_markdown(comparison: Comparison) -> str:
     if banner:
         lines += [f"> **{esc_md(banner)}**", ""]
     regs = comparison.regressions
-    lines += [f"**{esc_md(headline_words(comparison))}**" + (" \u2014 no confirmed regression." if not regs else ""),
-              ""]
+    gates = len(comparison.broken_gates)
+    quiet = " \u2014 no confirmed regression" + (f", but {gates} cell(s) broke a work gate." if gates else ".")
+    lines += [f"**{esc_md(headline_words(comparison))}**" + (quiet if not regs else ""), ""]
     lines += [f"- {esc_md(n)}" for n in comparison.notes]
     if cand.cost_text():  # where this run's time went, so that the next cut is obvious
         lines += ["", f"Time: {esc_md(cand.cost_text())} (matrix efficiency: measured window s / run wall s)."]
+    if comparison.broken_gates:  # a broken gate fails the cell whatever the timing: said before the tables
+        lines += ["", "**Work gates broken** (each fails its cell, whatever its timing):", ""]
+        lines += [f"- {esc_md(label(v.cell_id))}: {esc_md(v.work_gate)}" for v in comparison.broken_gates]
     attention = [v for v in sorted_verdicts(comparison)
-                 if v.verdict not in (UNCHANGED, NO_BASELINE, INCONCLUSIVE) or v.is_regression]
+                 if v.verdict not in (UNCHANGED, NO_BASELINE, INCONCLUSIVE) or v.is_regression or v.work_gate]
     if attention:
         lines += ["", head, *(_md_row(v) for v in attention)]
     open_ = [v for v in sorted_verdicts(comparison) if v.verdict == INCONCLUSIVE and not v.is_regression]
@@ -115,7 +119,8 @@ def _x(value: Any) -> str:
 
 
 def render_junit(comparison: Comparison) -> bytes:
-    """One <testcase> per cell: a confirmed regression is a <failure>, a failed cell an <error>, and cells
+    """One <testcase> per cell: a confirmed regression or a broken work gate is a <failure>, a failed cell an
+    <error>, and cells
     that were not decided (inconclusive) or could not be judged (skipped, not comparable, insufficient data,
     no baseline) are <skipped> with the verdict and its reason as the message: never a pass."""
     cand = comparison.candidate
@@ -141,6 +146,9 @@ def render_junit(comparison: Comparison) -> bytes:
                 message = _x(f"top-1 {v.accuracy_verdict}: {v.top1_change:+.4f} "
                              f"[{v.top1_ci_low:+.4f}, {v.top1_ci_high:+.4f}]")
             ET.SubElement(case, "failure", message=message, type=f"{what}-regression").text = _x(v.reason)
+        elif v.work_gate:  # counted work, not timing: fails whatever the timing verdict says
+            counts["failures"] += 1
+            ET.SubElement(case, "failure", message=_x(v.work_gate), type="work-gate").text = _x(v.reason)
         elif v.verdict == FAILED:
             counts["errors"] += 1
             ET.SubElement(case, "error", message=_x(v.reason), type="cell-failed").text = _x(v.reason)

@@ -20,6 +20,8 @@ from harness.analysis import history_cache
 from harness.analysis.history_cache import Cache
 from harness.analysis.runs import RunData, RunInputError, resolve_pointer
 from harness.analysis.verdict import DEFAULT_FLOOR_PCT
+from harness.analysis.work_history import WorkStep, work_steps
+from harness.analysis.work_report import read_work_table
 from harness.catalogue.axes import AXES, AxisValues
 from harness.stats import changepoint
 from harness.stats.inference import to_percent
@@ -123,6 +125,9 @@ class Night:
     cells: Mapping[str, Any] = field(default_factory=dict)
     """cell_id -> {"axes": {axis: value}, "points": {column: [value, low, high, repeats, [values]]}}: the night's
     ok rows as history_cache.summarise left them (run.rows stays empty: history reads nothing else)."""
+    work: Mapping[str, Any] = field(default_factory=dict)
+    """cell_id -> {"processes", "digest", "ranges"}: the night's counted work (history_cache.work_summary); empty
+    where the night has no work.parquet."""
 
     @property
     def run_id(self) -> str:
@@ -236,12 +241,16 @@ def _night(path: Path, cache: Cache) -> Night:
         raise RunInputError([f"{path / 'manifest.json'}: not an nvbench manifest (a JSON object)"])
     summary = cache.night(key)
     if summary is None:
-        summary = history_cache.summarise(path, manifest, history_cache.read_rows(path))
+        try:
+            work_rows = read_work_table(path)
+        except store.UnreadableFile as exc:
+            raise RunInputError([str(exc)]) from None
+        summary = history_cache.summarise(path, manifest, history_cache.read_rows(path), work_rows)
         cache.keep_night(key, summary)
     run = RunData(path=summary["path"], run_id=summary[col.run_id], created_at=summary["created_at"],
                   environment=summary["environment"], rows=())
     return Night(run=run, matrix=history_cache.matrix_name(manifest), commit=history_cache.commit(run.environment),
-                 fire_drill_pct=summary[col.fire_drill_pct], cells=summary["cells"])
+                 fire_drill_pct=summary[col.fire_drill_pct], cells=summary["cells"], work=summary.get("work") or {})
 
 
 def load_nights(folder: Path | str, cache: Cache | None = None) -> tuple[list[Night], list[tuple[str, str]]]:
@@ -417,6 +426,8 @@ class History:
     changes: tuple[Change, ...]
     """Newest first, then the largest change first."""
     settings: HistorySettings = field(default_factory=HistorySettings)
+    work_steps: tuple[WorkStep, ...] = ()
+    """The nights a cell's counted work changed (work_steps), newest first."""
 
     def drift_note(self) -> str | None:
         """Why some series were not assessed for a drift (fewer nights than its window), or None."""
@@ -449,7 +460,7 @@ def analyse(folder: str, nights: Sequence[Night], skipped: Sequence[tuple[str, s
         changes += found
     changes.sort(key=lambda c: (-c.night, -abs(c.change)))
     return History(folder=folder, nights=tuple(nights), skipped=tuple(skipped), series=tuple(series),
-                   changes=tuple(changes), settings=settings)
+                   changes=tuple(changes), settings=settings, work_steps=work_steps(nights))
 
 
 def _replace_new(change: Change) -> Change:
@@ -466,7 +477,7 @@ def with_confirmations(history: History, confirmations: Mapping[int, tuple[str, 
     changes = tuple(replace_change(c, confirmation=confirmations[i][0], confirmation_note=confirmations[i][1])
                     if i in confirmations else c for i, c in enumerate(history.changes))
     return History(folder=history.folder, nights=history.nights, skipped=history.skipped, series=history.series,
-                   changes=changes, settings=history.settings)
+                   changes=changes, settings=history.settings, work_steps=history.work_steps)
 
 
 def load_history(folder: Path | str, settings: HistorySettings | None = None, *, use_cache: bool = True) -> History:

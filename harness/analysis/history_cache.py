@@ -17,14 +17,16 @@ import numpy as np
 from scipy import special as _special
 
 from harness.analysis.runs import RunInputError
+from harness.analysis.work_report import WORK_FILE
 from harness.matrix.sections import AXES
 from harness.stats.core import Interval
 from harness.catalogue import col
 
 CACHE_DIR = ".nvbench-cache"
 """Beside the run folders (history skips names starting with '.')."""
-CACHE_VERSION = 3
-"""Bump when a summary's or a detection's content changes meaning: every entry of another version is dropped."""
+CACHE_VERSION = 4
+"""Bump when a summary's or a detection's content changes meaning: every entry of another version is dropped.
+4: a night's summary holds its counted work (work.parquet), and its key the file's size and time."""
 NIGHTS_DIR, DETECT_FILE = "nights", "detections.json"
 OLD_NIGHTS_FILE = "nights.json"
 """Where cache version 2 kept every night's summary in one file (removed when a newer history saves)."""
@@ -47,7 +49,9 @@ def night_key(run_dir: Path) -> str:
     digest.update((run_dir / "manifest.json").read_bytes())
     listing = sorted((e.name, e.stat().st_size, e.stat().st_mtime_ns) for e in os.scandir(run_dir / "cells")
                      if e.is_file()) if (run_dir / "cells").is_dir() else None
-    digest.update(json.dumps([CACHE_VERSION, str(run_dir.resolve()), listing]).encode())
+    work = run_dir / WORK_FILE
+    counted = [work.stat().st_size, work.stat().st_mtime_ns] if work.is_file() else None
+    digest.update(json.dumps([CACHE_VERSION, str(run_dir.resolve()), listing, counted]).encode())
     return digest.hexdigest()
 
 
@@ -83,8 +87,24 @@ def _points(cells: dict[str, list[Mapping[str, Any]]]) -> dict[str, dict[str, li
     return out
 
 
-def summarise(run_dir: Path, manifest: Mapping[str, Any], rows: list[Mapping[str, Any]]) -> dict[str, Any]:
-    """A night as history needs it (JSON): its identity, its fire drill, and each cell's axes and points."""
+def work_summary(work_rows: Sequence[Mapping[str, Any]] | None) -> dict[str, Any]:
+    """cell -> {processes, digest, ranges: [[phase, counter, key, low, high], ...]}: each cell's counted work as
+    the diff reads it (work_diff.side_work); the digest lets consecutive nights be compared without the ranges."""
+    from harness.analysis.work_diff import side_work
+
+    out = {}
+    for cid in sorted({r[col.cell_id] for r in work_rows or ()}):
+        side = side_work(work_rows, cid)
+        ranges = sorted([*item, lo, hi] for item, (lo, hi) in side.ranges.items())
+        digest = hashlib.sha256(json.dumps([side.processes, ranges]).encode()).hexdigest()
+        out[cid] = {"processes": side.processes, "digest": digest, "ranges": ranges}
+    return out
+
+
+def summarise(run_dir: Path, manifest: Mapping[str, Any], rows: list[Mapping[str, Any]],
+              work_rows: Sequence[Mapping[str, Any]] | None = None) -> dict[str, Any]:
+    """A night as history needs it (JSON): its identity, its fire drill, each cell's axes and points, and each
+    cell's counted work where the night has a work.parquet."""
     cells: dict[str, list[Mapping[str, Any]]] = {}
     for row in rows:
         if row["status"] == "ok" and (row.get(col.throughput_img_per_s) or 0) > 0:
@@ -95,7 +115,7 @@ def summarise(run_dir: Path, manifest: Mapping[str, Any], rows: list[Mapping[str
             "environment": manifest.get("environment") or {},
             col.fire_drill_pct: max((float(r.get(col.fire_drill_pct) or 0.0) for r in rows), default=0.0),
             "cells": {cid: {"axes": {a: rs[0].get(a) for a in AXES}, "points": points[cid]}
-                      for cid, rs in cells.items()}}
+                      for cid, rs in cells.items()}, "work": work_summary(work_rows)}
 
 
 def read_rows(run_dir: Path) -> list[dict[str, Any]]:

@@ -16,7 +16,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from harness.analysis import ci_formats, compare, heatmap, screen, verdicts_file
+from harness.analysis import ci_formats, compare, heatmap, screen, verdicts_file, work_report
 from harness.analysis.runs import RunData, RunInputError, load_history, load_run
 from harness.analysis.verdict import (
     ACCURACY_BELOW,
@@ -91,8 +91,9 @@ def make_report(run_dir: Path, *, baseline: Path | None = None, history: Path | 
     if problems:
         raise RunInputError(problems)
     th = run_thresholds(thresholds or Thresholds(), candidate)
-    if baseline_run is not None:
-        comparison = compare.compare_runs(candidate, baseline_run, th)
+    if baseline_run is not None:  # both folders' counted work diffed beside the timing
+        comparison = work_report.with_work(compare.compare_runs(candidate, baseline_run, th),
+                                           Path(baseline_run.path), Path(candidate.path))
     elif runs is not None:
         comparison = screen.screen_history(candidate, runs, th, label=f"history: {len(runs)} run(s) in {history}")
     else:
@@ -295,7 +296,8 @@ def render_html(comparison: Comparison, steps: Mapping[str, Sequence[StepSeries]
     return string.Template(_template("report.html")).substitute(
         title=esc(f"nvbench report: {cand.run_id}"), css=_template("report.css"), subtitle=esc(subtitle),
         setup=_setup(comparison), banner=f'<div class="banner">{esc(banner)}</div>' if banner else "",
-        headline=_cards(comparison), kernels=kernels_html, heatmap=_heatmap(comparison), table=render_table(comparison),
+        headline=_cards(comparison), work=work_report.render_sections(comparison), kernels=kernels_html,
+        heatmap=_heatmap(comparison), table=render_table(comparison),
         plots="\n".join(plots), steps=step_details(steps or {}), environment=_environment(comparison),
         failures=_failures(comparison),
         method=esc(f"{method_text(comparison)} Written {human_time(datetime.now(timezone.utc).isoformat())}."),

@@ -39,11 +39,12 @@ def _why(reason: str | None) -> str:
 
 
 def _single(v: CellVerdict) -> bool:
-    return v.verdict in ONE_LINE_EACH or v.is_regression
+    return v.verdict in ONE_LINE_EACH or v.is_regression or bool(v.work_gate)
 
 
 def _cell_line(v: CellVerdict, width: int) -> list[str]:
     word = "regression" if v.is_regression else v.verdict
+    word += ", work gate broken" if v.work_gate else ""
     below = "; top-1 below its band" if v.accuracy_verdict == ACCURACY_BELOW else ""
     return wrap(f"{v.reason or '-'}{below}", width, first=f"{word}: {cell_label(v.cell_id)}: ", indent="    ")
 

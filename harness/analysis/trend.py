@@ -320,6 +320,22 @@ def _changes_table(history: History) -> str:
             f"<th>A/B of the commits</th></tr></thead><tbody>{''.join(rows)}</tbody></table>")
 
 
+def _work_section(history: History) -> str:
+    """The nights a cell's counted work changed (exact: no statistics), newest first; nothing without work."""
+    if not history.work_steps:
+        return ""
+    rows = []
+    for w in history.work_steps:
+        tag = ' <span class="tag">new tonight</span>' if w.is_new else ""
+        commits = f"{w.commit_from}..{w.commit_to}"
+        rows.append(f'<tr><td class="num">{w.night}</td><td><code>{esc(w.run_id)}</code>{tag}</td>'
+                    f'<td><a href="#cell-{esc(w.cell_id)}"><code>{esc(w.cell_id)}</code></a></td>'
+                    f"<td>{esc(w.words)}</td><td><code>{esc(commits)}</code></td></tr>")
+    return ('<section id="work"><h2>Work changed, newest first (counted exactly, night against night)</h2>'
+            '<table id="work-table"><thead><tr><th>night</th><th>run</th><th>cell</th><th>work changed</th>'
+            f"<th>commits</th></tr></thead><tbody>{''.join(rows)}</tbody></table></section>")
+
+
 _CONFIRMATION_CSS = {"confirmed": "confirmed", "not confirmed": "unconfirmed", "could not confirm": "unknown"}
 
 
@@ -401,7 +417,8 @@ def render_html(history: History, marks: Sequence[Mark] = ()) -> str:
                 + (f" \u00b7 {history.drift_note()}" if history.drift_note() else ""))
     return string.Template(_template("history.html")).substitute(
         title=esc("nvbench history"), css=_template("report.css") + _template("history.css"), subtitle=esc(subtitle),
-        changes=_changes_table(history), cells=_cell_figures(history, marks), nights=_nights_table(history),
+        changes=_changes_table(history), work=_work_section(history), cells=_cell_figures(history, marks),
+        nights=_nights_table(history),
         skipped=_skipped(history),
         method=esc(f"{method_text(history)} Written {datetime.now(UTC).isoformat(timespec='seconds')}."))
 
@@ -422,13 +439,18 @@ _HEADER = ["| night | run | cell | metric | kind | change | significance | commi
            "|---|---|---|---|---|---|---|---|---|"]
 
 
+def _work_lines(steps) -> list[str]:
+    """`- work changed at night 3 (run): cell: forward +16 aten::mm per step (commits a..b)`, one per step."""
+    return [f"- {esc_md(w.text())} (commits {esc_md(w.commit_from)}..{esc_md(w.commit_to)})" for w in steps]
+
+
 def new_changes_markdown(history: History) -> str:
-    """The section the nightly's summary.md gets: tonight's new change points and drifts."""
+    """The section the nightly's summary.md gets: tonight's new change points and drifts, and tonight's work."""
     new = [c for c in history.changes if c.is_new]
+    work = _work_lines([w for w in history.work_steps if w.is_new])
     lines = ["", "### Change points new tonight", ""]
-    if not new:
-        return "\n".join(lines + [f"None (history of {len(history.nights)} night(s)).", ""])
-    return "\n".join(lines + _HEADER + [_md_row(c) for c in new] + [""])
+    lines += _HEADER + [_md_row(c) for c in new] if new else [f"None (history of {len(history.nights)} night(s))."]
+    return "\n".join(lines + ["", *work] + ([""] if work else []))
 
 
 def render_markdown(history: History) -> str:
@@ -437,6 +459,9 @@ def render_markdown(history: History) -> str:
         lines += _HEADER + [_md_row(c) for c in history.changes]
     else:
         lines.append("No change point and no drift in any series.")
+    if history.work_steps:
+        lines += ["", "**Work changed** (counted exactly, night against night, newest first):", "",
+                  *_work_lines(history.work_steps)]
     if note := history.drift_note():
         lines += ["", f"**{esc_md(note[0].upper() + note[1:])}.**"]
     if history.skipped:

@@ -14,7 +14,7 @@ from harness.analysis.runs import RunData
 from harness.catalogue import judged
 from harness.catalogue.axes import AXES, AxisValues
 from harness.catalogue.verdicts import VERDICT_COLUMNS as _VERDICT_COLUMNS
-from harness.matrix.judge import FloorOverride, JudgeConfig
+from harness.matrix.judge import FloorOverride, JudgeConfig, WorkGate
 
 REGRESSION, IMPROVEMENT, UNCHANGED, INCONCLUSIVE = decide.REGRESSION, decide.IMPROVEMENT, decide.UNCHANGED, \
     decide.INCONCLUSIVE
@@ -76,6 +76,8 @@ class Thresholds:
     """The matrix's [[judge.override]] floors: the first that matches a cell replaces floor_pct for it."""
     floor_origin: str = "default"
     """Where floor_pct came from (default, --floor, judge.floor_pct): the report names the floor of each cell."""
+    work_gates: tuple[WorkGate, ...] = ()
+    """The matrix's [judge.work_gates]: a broken one fails its cell whatever the timing (analysis.work_report)."""
 
     def __post_init__(self) -> None:
         problems = []
@@ -119,11 +121,13 @@ class Thresholds:
 
 
 def with_judge(th: Thresholds, judge: JudgeConfig) -> Thresholds:
-    """`th` with a matrix's [judge]: its floor_pct unless --floor set one (floor_origin `--floor`), its overrides."""
+    """`th` with a matrix's [judge]: its floor_pct unless --floor set one (floor_origin `--floor`), its overrides,
+    its work gates."""
     floor, origin = th.floor_pct, th.floor_origin
     if judge.floor_pct is not None and origin != "--floor":
         floor, origin = judge.floor_pct, "judge.floor_pct"
-    return dataclasses.replace(th, floor_pct=floor, floor_origin=origin, floor_overrides=judge.overrides)
+    return dataclasses.replace(th, floor_pct=floor, floor_origin=origin, floor_overrides=judge.overrides,
+                               work_gates=judge.work_gates)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -243,6 +247,13 @@ class CellVerdict(AxisValues):
     """The whole step's change (median step time), candidate - baseline, in ms."""
     attribution: str = ""
     """The phase's change in words, e.g. "optimizer +20.3 ms [+18.9, +21.6] of +21.0 ms per step"."""
+    work: str | None = None
+    """The work diff in words (`work: same`, `work changed: forward +16 aten::mm per step`, `work: no work
+    counted ...`); null where neither side counted work (analysis.work_report)."""
+    work_changed: bool | None = None
+    """An item exact on both sides changed; null where either side counted nothing."""
+    work_gate: str | None = None
+    """The broken work gates in words; null where none broke. A broken gate fails the cell whatever its timing."""
 
     def axis_filters(self) -> list[str]:
         """`AXIS=VALUE` for every axis the verdict records: the `--only` filters that select its cell (an axis
@@ -332,6 +343,9 @@ class Comparison:
     """What the candidate is, in words (an A/B: "B"); empty: its run id."""
     sides: tuple[str, ...] = ()
     """An A/B: one line naming each side alike, A first ("A: <label> (<interpreter or checkout>)")."""
+    work_diffs: Mapping[str, Any] = field(default_factory=dict)
+    """cell_id -> its work diff (analysis.work_diff.WorkDiff) where the sides counted work: report.html's
+    sections read it."""
 
     @property
     def title(self) -> str:
@@ -349,6 +363,11 @@ class Comparison:
     @property
     def fire_drill_pct(self) -> float:
         return max((v.fire_drill_pct for v in self.verdicts), default=0.0)
+
+    @property
+    def broken_gates(self) -> tuple[CellVerdict, ...]:
+        """The cells whose work broke a gate of the matrix's [judge.work_gates]: each fails, whatever its timing."""
+        return tuple(v for v in self.verdicts if v.work_gate)
 
 
 def merge_fields(*parts: Mapping[str, Any]) -> dict[str, Any]:

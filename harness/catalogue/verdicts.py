@@ -7,7 +7,7 @@ from harness.catalogue.axes import AXES_RECORD
 from harness.catalogue.columns import B, F, I, S, Column, per_cell
 from harness.catalogue.judged import JUDGED, METRIC_FIELDS, Judged
 
-VERDICTS_VERSION = 10
+VERDICTS_VERSION = 11
 """Version of verdicts.parquet (schema metadata nvbench.verdicts_version). 1: first release. 2: the
 speed-adjustment columns unadjusted_effect_pct, speed_probe_change_pct and speed_slope. 3: the fast-step
 rate (decided_by, throughput_p_value, fast_effect_pct, fast_ci_low_pct, fast_ci_high_pct, fast_p_value,
@@ -21,7 +21,8 @@ file). 8: each judged metric's own call (`throughput_verdict`, `fast_verdict`; n
 file); the columns derived from harness.catalogue.judged, every column with its unit and meaning. 9: energy judged
 (img_per_joule: energy_verdict, energy_effect_pct, energy_ci_low_pct, energy_ci_high_pct, energy_p_value,
 candidate_img_per_joule, baseline_img_per_joule; null when read from an older file or where it was not tested).
-10: floor_source, the rule that set the cell's floor (the matrix's [judge]; empty when read from an older file)."""
+10: floor_source, the rule that set the cell's floor (the matrix's [judge]; empty when read from an older file).
+11: the work diff (work, work_changed, work_gate; null when read from an older file or where no work was counted)."""
 
 _F, _I, _S, _B = F, I, S, B
 
@@ -97,6 +98,23 @@ CELL_LEVEL: tuple[Column, ...] = (
     per_cell("step_change_ms", F, "ms", "The whole step's change (median step time), candidate - baseline."),
     per_cell(
         "attribution", S, "", 'The phase\'s change in words ("optimizer +20.3 ms [+18.9, +21.6] of +21.0 ms per step").'
+    ),
+    per_cell(
+        "work",
+        S,
+        "",
+        "The counted work of B against A in words: `work: same`, `work changed: forward +16 aten::mm per step`, "
+        "`work: same where exact; varying: ...` or `work: no work counted (...)`; null: neither side counted work.",
+    ),
+    per_cell(
+        "work_changed", B, "", "An item exact on both sides changed per step; null where either side counted nothing."
+    ),
+    per_cell(
+        "work_gate",
+        S,
+        "",
+        "The matrix's broken work gates in words, each naming the counter and the place; null: none broke. A broken "
+        "gate fails the cell whatever its timing says.",
     ),
 )
 """What a comparison says of a cell as a whole (harness.analysis.verdict.CellVerdict's fields)."""

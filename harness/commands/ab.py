@@ -33,7 +33,8 @@ too short a warm-up, not bad luck, and re-running it more would only cost time."
 
 def cmd_ab(args: argparse.Namespace) -> int:
     # the library, loaded when the command runs: its pyarrow and numpy would add ~1 s to every nvbench start
-    from harness.analysis import compare
+    from harness.analysis import compare, work_report
+    from harness.results.store import UnreadableFile
     from harness.analysis.runs import load_run
     from harness.analysis.verdict import INCONCLUSIVE, Comparison, with_judge
     from harness.orchestrate.workflows import ab, ab_sides
@@ -125,6 +126,11 @@ def cmd_ab(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print(f"interrupted; the rows so far are in {out}/a and {out}/b", file=sys.stderr)
         return EXIT_INTERRUPTED
+    # both sides' counted work diffed beside the timing (the counted processes, where asked, ran before this)
+    try:
+        comparison = work_report.with_work(comparison, out / "a", out / "b")
+    except UnreadableFile as exc:  # the timed verdict stands; the work diff is said missing, not guessed
+        print(f"warning: {exc}: no work diff", file=sys.stderr)
     return print_report(with_kernels(comparison, out / "a", out / "b", out / "report", args),
                         args.fail_on_regression)
 

@@ -12,12 +12,12 @@ from harness.catalogue import col
 
 EXIT_OK, EXIT_FAILURES, EXIT_BAD_INPUT, EXIT_INCONCLUSIVE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 """nvbench report / ab with --fail-on-regression: 0 every judged cell unchanged or improved (nothing failed);
-1 a confirmed regression or a failed cell; 3 nothing regressed but some cell stayed inconclusive; 2 bad
-input; 130 interrupted."""
+1 a confirmed regression, a failed cell or a broken work gate; 3 nothing regressed but some cell stayed
+inconclusive; 2 bad input; 130 interrupted."""
 
 EXIT_CODES_TEXT = f"""exit codes:
   {EXIT_OK}    done: every cell ran (run), nothing regressed (report, ab with --fail-on-regression)
-  {EXIT_FAILURES}    a cell failed, or (--fail-on-regression) a confirmed regression
+  {EXIT_FAILURES}    a cell failed, or (--fail-on-regression) a confirmed regression or a broken work gate
   {EXIT_BAD_INPUT}    bad input: one line per problem, naming the file and key; nothing was written
   {EXIT_INCONCLUSIVE}    (--fail-on-regression) nothing regressed, but some cell stayed inconclusive
   {EXIT_INTERRUPTED}  interrupted (Ctrl-C, SIGTERM, SIGHUP): a run resumes with nvbench run --resume RUN_DIR"""
@@ -89,8 +89,8 @@ def threshold_default(name: str) -> Callable[[], Any]:
 
 def add_threshold_flags(p: argparse.ArgumentParser, *, history: bool) -> None:
     p.add_argument("--fail-on-regression", action="store_true",
-                   help="exit 1 on a confirmed regression or a failed cell, 3 when nothing regressed but a cell "
-                        "stayed inconclusive, 0 otherwise")
+                   help="exit 1 on a confirmed regression, a failed cell or a broken work gate ([judge.work_gates]), "
+                        "3 when nothing regressed but a cell stayed inconclusive, 0 otherwise")
     flags = [
         (("--floor",), {"dest": col.floor_pct, "type": float, "metavar": "PCT"},
          "practical floor: smaller changes are never a regression (default: %(own_default)s %%)"),
@@ -154,11 +154,13 @@ def print_report(result, fail_on_regression: bool) -> int:
     print(f"{comparison.title}: {headline_words(comparison)}{rerun}")
     for line in verdict_lines(comparison, width):  # grouped, fitted: as `run` does
         print(line)
+    for v in comparison.broken_gates:  # a gate fails its cell whatever the timing: said last, on its own line
+        print(f"WORK GATE BROKEN: {v.cell_id}: {v.work_gate}")
     failed = [v for v in comparison.verdicts if v.verdict == FAILED]
     open_ = [v for v in comparison.verdicts if v.verdict == INCONCLUSIVE and not v.is_regression]
     if not fail_on_regression:
         return EXIT_OK
-    if comparison.regressions or failed:
+    if comparison.regressions or failed or comparison.broken_gates:
         return EXIT_FAILURES
     return EXIT_INCONCLUSIVE if open_ else EXIT_OK
 

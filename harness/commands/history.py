@@ -49,6 +49,9 @@ def cmd_history(args: argparse.Namespace) -> int:
         if c.is_new:
             print(f"new {c.kind}: {c.cell_id} {c.metric} {trend.change_text(c)} at night {c.night} ({c.run_id}), "
                   f"commits {trend.commit_range(c)}", file=sys.stderr)
+    for w in h.work_steps:
+        if w.is_new:
+            print(f"new: {w.text()}, commits {w.commit_from}..{w.commit_to}", file=sys.stderr)
     return EXIT_OK
 
 

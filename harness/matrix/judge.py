@@ -1,5 +1,6 @@
 """The matrix's `[judge]` section: the practical floor a verdict uses, for every cell and per axis value
-(`[[judge.override]]`, e.g. a noisier backend's), validated as every other key is. Pure: no torch."""
+(`[[judge.override]]`, e.g. a noisier backend's), and the work gates (`[judge.work_gates]`: counter = rule),
+validated as every other key is. Pure: no torch."""
 
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ from typing import Any, Callable, Mapping
 
 from harness.matrix.knobs import FROZEN, show, suggest
 from harness.catalogue import col
+from harness.catalogue.work_gates import COUNTER_BY_NAME, GATE_RULES
 
 FLOOR_KEY = col.floor_pct
-JUDGE_KEYS = (FLOOR_KEY, "override")
+GATES_KEY = "work_gates"
+JUDGE_KEYS = (FLOOR_KEY, "override", GATES_KEY)
 
 
 @dataclass(**FROZEN)
@@ -34,6 +37,21 @@ class FloorOverride:
 
 
 @dataclass(**FROZEN)
+class WorkGate:
+    """A rule on one counter of the work diff (harness.catalogue.work_gates.GATE_RULES): broken, it fails the
+    cell whatever its timing says."""
+
+    counter: str
+    rule: str
+    """no-rise or none."""
+
+    @property
+    def label(self) -> str:
+        """`work gate host_syncs = "no-rise"`: as the matrix spells it."""
+        return f'work gate {self.counter} = "{self.rule}"'
+
+
+@dataclass(**FROZEN)
 class JudgeConfig:
     """How the matrix's cells are judged."""
 
@@ -41,6 +59,8 @@ class JudgeConfig:
     """Practical floor in % of every cell (None: the report's own, --floor or its default)."""
     overrides: tuple[FloorOverride, ...] = ()
     """Floors per axis value; the first override that matches a cell sets its floor."""
+    work_gates: tuple[WorkGate, ...] = ()
+    """Rules on the work diff's counters ([judge.work_gates]), in the file's order."""
 
 
 def floor_problem(value: Any) -> str | None:
@@ -73,7 +93,28 @@ def parse_judge(raw: Any, axes: Any, parse_axis_value: Callable[[str, Any], tupl
                         f"{type(overrides).__name__}")
         overrides = []
     parsed = [_override(entry, i, axes, parse_axis_value, problems) for i, entry in enumerate(overrides)]
-    return JudgeConfig(floor_pct=floor, overrides=tuple(o for o in parsed if o is not None))
+    return JudgeConfig(floor_pct=floor, overrides=tuple(o for o in parsed if o is not None),
+                       work_gates=_work_gates(raw.get(GATES_KEY, {}), problems))
+
+
+def _work_gates(raw: Any, problems: list[str]) -> tuple[WorkGate, ...]:
+    """`[judge.work_gates]`: counter = rule, each counter one of work.parquet's, each rule one of GATE_RULES."""
+    here = f"judge.{GATES_KEY}"
+    if not isinstance(raw, dict):
+        problems.append(f"{here}: must be a table of counter = rule ({', '.join(map(repr, GATE_RULES))}), got "
+                        f"{type(raw).__name__}")
+        return ()
+    gates = []
+    for counter, rule in raw.items():
+        if counter not in COUNTER_BY_NAME:
+            hint = suggest(counter, COUNTER_BY_NAME) or f" (one of {', '.join(COUNTER_BY_NAME)})"
+            problems.append(f"{here}.{counter}: unknown counter{hint}")
+        elif not isinstance(rule, str) or rule not in GATE_RULES:
+            hint = suggest(rule, GATE_RULES) if isinstance(rule, str) else ""
+            problems.append(f"{here}.{counter}: must be {' or '.join(map(repr, GATE_RULES))}, got {show(rule)}{hint}")
+        else:
+            gates.append(WorkGate(counter=counter, rule=rule))
+    return tuple(gates)
 
 
 def _override(entry: Any, index: int, axes: Any, parse_axis_value, problems: list[str]) -> FloorOverride | None:

@@ -7,6 +7,8 @@
                                                    # cell without one ok repeat: no confirmation then
     python -m harness.orchestrate.workflows.nightly inconclusive REPORT_DIR  # one line per inconclusive cell, with the
                                                    # repeats it needs (the night's last, loud words)
+    python -m harness.orchestrate.workflows.nightly gates REPORT_DIR  # one line per cell whose counted work broke a
+                                                   # work gate of the matrix; exit 1 when any did
     python -m harness.orchestrate.workflows.nightly history HISTORY_DIR OUT_DIR --matrix MATRIX [--repo DIR]
         [--summary FILE]... [--no-ab WHY] [--reports DIR] [-- AB_FLAGS...]  # the trend, its new steps confirmed
                                                    # by A/B of their commits (harness.orchestrate.workflows.confirm), the
@@ -78,6 +80,13 @@ def inconclusive_lines(report_dir: Path) -> list[str]:
     return [f"  INCONCLUSIVE {v.cell_id}: {v.reason}" for v in verdicts if v.verdict == INCONCLUSIVE]
 
 
+def gate_lines(report_dir: Path) -> list[str]:
+    """`WORK GATE BROKEN cell: work gate ... broken: <where>` for every cell of a report's verdicts.parquet whose
+    counted work broke a gate: the night fails on it from one counted process, whatever the timing says."""
+    verdicts = verdicts_file.read_verdicts(report_dir / "verdicts.parquet")
+    return [f"  WORK GATE BROKEN {v.cell_id}: {v.work_gate}" for v in verdicts if v.work_gate]
+
+
 def history_step(argv: list[str]) -> int:
     """The nightly's history step: the trend page of HISTORY_DIR into OUT_DIR, tonight's new steps confirmed by
     A/B (or each `could not confirm (WHY)` under --no-ab), the earlier nights' confirmations carried from the
@@ -133,6 +142,9 @@ def history_step(argv: list[str]) -> int:
             print(f"new {c.kind}: {c.cell_id} {c.metric} {trend.change_text(c)} at night {c.night} ({c.run_id}), "
                   f"commits {trend.commit_range(c)}" + (f": {trend.confirmation_text(c)}" if c.confirmation else ""),
                   file=sys.stderr)
+    for w in h.work_steps:
+        if w.is_new:
+            print(f"new: {w.text()}, commits {w.commit_from}..{w.commit_to}", file=sys.stderr)
     return 1 if failing else 0
 
 
@@ -164,6 +176,11 @@ def main(argv: list[str]) -> int:
         if argv[:1] == ["inconclusive"] and len(argv) == 2:
             print("\n".join(inconclusive_lines(Path(argv[1]))))
             return 0
+        if argv[:1] == ["gates"] and len(argv) == 2:
+            lines = gate_lines(Path(argv[1]))
+            for line in lines:
+                print(line, file=sys.stderr)
+            return 1 if lines else 0
         if argv[:1] == ["code"] and len(argv) <= 2:
             print(recorded_code(Path(argv[1]) if len(argv) == 2 else None) or "")
             return 0
@@ -175,7 +192,8 @@ def main(argv: list[str]) -> int:
     except (OSError, ValueError) as exc:  # a missing report or run folder: one line, exit 2
         print(f"harness.orchestrate.workflows.nightly: {exc}".splitlines()[0], file=sys.stderr)
         return 2
-    print("usage: python -m harness.orchestrate.workflows.nightly targets REPORT_DIR | code [RUN_DIR] | ran AB_DIR", file=sys.stderr)
+    print("usage: python -m harness.orchestrate.workflows.nightly targets REPORT_DIR | code [RUN_DIR] | ran AB_DIR | "
+          "gates REPORT_DIR", file=sys.stderr)
     return 2
 
 
