@@ -17,7 +17,7 @@ import numpy as np
 from scipy import special as _special
 
 from harness.analysis.runs import RunInputError
-from harness.analysis.work_report import WORK_FILE
+from harness.results.work import WORK_FILE
 from harness.matrix.sections import AXES
 from harness.stats.core import Interval
 from harness.catalogue import col

@@ -15,9 +15,6 @@ from harness.catalogue.work_gates import (AFTER_WARMUP, BYTES_FOR, COUNTER_BY_NA
 
 Item = tuple[str, str, str]
 """(phase, counter, key): one thing counted."""
-PER_STEP = "per_step"
-"""work.parquet's per-step column. TODO(merge): col.per_step once harness.catalogue.work declares it (the
-counting half); tests/test_architecture.py then flags this literal."""
 _ORDER = {name: i for i, name in enumerate(PHASES)}
 _COUNTER_ORDER = {c.name: i for i, c in enumerate(COUNTERS)}
 
@@ -103,9 +100,9 @@ def side_work(rows: Iterable[Mapping[str, Any]], cell_id: str) -> SideWork:
     for r in rows:
         if r[col.cell_id] != cell_id:
             continue
-        unit = (r["process"], r["rank"])
+        unit = (r[col.process], r[col.rank])
         units.add(unit)
-        values[(r[col.phase], r["counter"], r["key"] or "")][unit] = float(r[PER_STEP])
+        values[(r[col.phase], r[col.counter], r[col.key] or "")][unit] = float(r[col.per_step])
     ranges = {}
     for item, got in values.items():
         seen = [got.get(u, 0.0) for u in units]

@@ -12,26 +12,15 @@ from typing import Any, Mapping, Sequence
 from harness.analysis.verdict import Comparison
 from harness.analysis.work_diff import WorkDiff, check_gates, diff_cell, item_text
 from harness.catalogue.work_gates import WORK_NOTE
+from harness.results.work import WORK_FILE, read_work
 
-WORK_FILE = "work.parquet"
-"""RUN/work.parquet: the counted processes' rows (written by the counting half, harness.results.work)."""
 
 
 def read_work_table(run_dir: Path) -> list[dict[str, Any]] | None:
-    """A run folder's work.parquet as rows, or None where it has none. The one place the diff reads the table.
-    TODO(merge): harness.results.work.read_work(path) (its version checked, older files migrated)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from harness.results.store import UnreadableFile
-
+    """A run folder's work.parquet as rows (its version checked, an older one migrated), or None where it has
+    none; UnreadableFile naming it when it is not one. The one place the diff reads the table."""
     path = Path(run_dir) / WORK_FILE
-    if not path.is_file():
-        return None
-    try:
-        return pq.read_table(path).to_pylist()
-    except (pa.ArrowException, OSError) as exc:
-        raise UnreadableFile(f"{path}: not a readable work table ({type(exc).__name__})") from None
+    return read_work(path).to_pylist() if path.is_file() else None
 
 
 def diff_tables(cell_ids: Sequence[str], a_rows: Sequence[Mapping] | None,

@@ -5,7 +5,6 @@ allocator's counters around the window (harness.catalogue.work names the counter
 from __future__ import annotations
 
 import bisect
-import json
 import re
 from collections import Counter, defaultdict
 from typing import Any, Iterable, Mapping, NamedTuple, Sequence

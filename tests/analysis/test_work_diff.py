@@ -207,3 +207,12 @@ def test_no_work_table_on_either_side_leaves_the_verdicts_as_they_were():
     assert diff_tables([CELL], None, None) == {}
     assert attach(comparison(), {}).verdicts == comparison().verdicts
     assert diff_tables([CELL], step(), None)[CELL].words() == "work: no work counted (no counted process on B)"
+
+
+def test_the_diffs_counters_and_phases_are_the_tables():
+    """The diff's words (catalogue.work_gates) cover exactly the counters and phases work.parquet may hold
+    (catalogue.work, which the counting writes by)."""
+    from harness.catalogue import work, work_gates
+
+    assert {c.name for c in work_gates.COUNTERS} == set(work.COUNTERS)
+    assert (work_gates.PROCESS, work_gates.WINDOW) == (work.PROCESS_PHASE, work.WINDOW_PHASE)

@@ -12,13 +12,12 @@ import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-import pyarrow as pa
 import pyarrow.parquet as pq
 from conftest import ROOT, TINY
 from test_baselines import CELLS, cli, run_folder
 from test_work_diff import SYNC, step
 
-from harness.analysis.work_report import WORK_FILE
+from harness.results.work import WORK_FILE
 
 CELL = CELLS["synthetic"]
 GATE = '[judge.work_gates]\nhost_syncs = "no-rise"\n'
@@ -32,11 +31,9 @@ def folder(path, tmp_path, *, judge="", work=None):
                        device="cpu") + judge
     run = run_folder(path, matrix_text=text)
     if work is not None:
-        schema = pa.schema([("cell_id", pa.string()), ("process", pa.int64()), ("rank", pa.int64()),
-                            ("device", pa.string()), ("phase", pa.string()), ("counter", pa.string()),
-                            ("key", pa.string()), ("count", pa.int64()), ("steps", pa.int64()),
-                            ("per_step", pa.float64())])
-        pq.write_table(pa.Table.from_pylist([r | {"cell_id": CELL} for r in work], schema=schema), run / WORK_FILE)
+        from harness.results import store, work as work_file
+
+        store.write_table(run / WORK_FILE, work_file.work_table([r | {"cell_id": CELL} for r in work]))
     return run
 
 
