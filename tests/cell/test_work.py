@@ -24,8 +24,22 @@ STEPS = 3
 SYNC = "aten::_local_scalar_dense"
 
 
+def _fresh_dynamo() -> None:
+    """Forget what earlier tests of this pytest process compiled: dynamo's counters are the process's, and a cell
+    process starts with none (an eager window after another test's torch.compile would read as compiled)."""
+    import sys
+
+    if "torch._dynamo" in sys.modules:
+        import torch._dynamo
+        from torch._dynamo.utils import counters
+
+        torch._dynamo.reset()
+        counters.clear()
+
+
 def _counted(*, item: bool = False, mm: int = 0, new_tensor: bool = False) -> Counter:
     """The counts of STEPS profiled steps of a small net with the cell's range names, after two warm steps."""
+    _fresh_dynamo()
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU(), torch.nn.Flatten(),
                                 torch.nn.Linear(8 * 6 * 6, 10))
@@ -103,10 +117,13 @@ def test_a_new_tensor_a_step_in_forward_is_one_more_allocation_with_its_bytes(ba
                  ("forward", ALLOCATED_BYTES, "aten::ones"): 16 * 4 * STEPS}
 
 
-def _compiled_counts(with_break: bool) -> Counter:
-    import torch._dynamo
-    from torch._dynamo.utils import counters
+COMPILED = """
+import json, sys
+import torch, torch._dynamo
+from torch._dynamo.utils import counters
+from harness.cell import work
 
+def counted(with_break):
     torch._dynamo.reset()
     counters.clear()
 
@@ -116,23 +133,35 @@ def _compiled_counts(with_break: bool) -> Counter:
             torch._dynamo.graph_break()
         return y.cos()
 
-    g = torch.compile(f, backend="inductor")
-    g(torch.randn(4))
-    return work.compile_counts({k: dict(v) for k, v in counters.items()}, work._recompiles(), 0)
+    torch.compile(f, backend="inductor")(torch.randn(4))
+    got = work.compile_counts({k: dict(v) for k, v in counters.items()}, work._recompiles(), 0)
+    return [[*k, v] for k, v in got.items()]
+
+work.prepare_process()
+before = work._recompiles()
+g = torch.compile(lambda x: x.sin() + 1)
+g(torch.randn(4))
+g(torch.randn(5))  # another shape: compiled again (dynamic now)
+print(json.dumps({"without": counted(False), "with": counted(True), "recompiles": work._recompiles() - before}))
+"""
+"""Run in a fresh interpreter, as a cell is: torch.compile's state is the process's (dynamo's counters, inductor's
+config), and another test of the same pytest process may have left it changed."""
 
 
 @pytest.mark.slow
 def test_a_graph_break_under_inductor_is_counted_and_none_without_it():
-    without, with_ = _compiled_counts(False), _compiled_counts(True)
+    import json
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", COMPILED], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    without, with_ = ({tuple(r[:3]): r[3] for r in got[k]} for k in ("without", "with"))
     assert without[("process", GRAPH_BREAKS, "")] == 0 and without[("process", GRAPHS, "")] == 1
     assert with_[("process", GRAPH_BREAKS, "")] >= 1 and with_[("process", GRAPHS, "")] == 2
     assert with_[("process", GRAPH_BREAKS, "Call to `torch._dynamo.graph_break()`")] >= 1
-    work.prepare_process()
-    before = work._recompiles()
-    g = torch.compile(lambda x: x.sin() + 1)
-    g(torch.randn(4))
-    g(torch.randn(5))  # another shape: compiled again (dynamic now)
-    assert work._recompiles() == before + 1
+    assert got["recompiles"] == 1
 
 
 def test_compile_counters_are_none_for_an_eager_process_and_reasons_keep_their_first_line():

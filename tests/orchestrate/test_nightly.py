@@ -40,7 +40,11 @@ def night(matrix: Path, reports: Path, run_id: str, cores: set[int] | None = Non
                NVBENCH_REPORT_ARGS="--min-repeats 3 --fdr 0.1",
                # a confirmation that calls a change profiles its cells (10 processes more): tests/orchestrate/
                # test_kernel_ab.py covers those; here they would only double the night
-               NVBENCH_KERNEL_REPEATS="0")
+               NVBENCH_KERNEL_REPEATS="0",
+               # no counted process: these nights test the timing's path; a night on the script's own defaults
+               # counts (test_a_first_night_on_the_nightlys_own_defaults), and the work diff and gates are
+               # tests/analysis/test_work_report.py's and tests/orchestrate/test_work_ab.py's
+               NVBENCH_WORK_REPEATS="0")
     env.update(extra)
     env.pop("GITHUB_STEP_SUMMARY", None)
     env.pop("GITHUB_OUTPUT", None)
@@ -150,6 +154,8 @@ def test_a_first_night_on_the_nightlys_own_defaults(tiny_matrix, tmp_path):
     assert pq.read_table(run / "cells").num_rows == 10 and "describing the run only" in proc.stderr
     assert (run / "report" / "report.html").is_file() and (run / "history" / "history.html").is_file()
     assert (tmp_path / "reports" / "history" / run.name).resolve() == run.resolve()
+    # one counted process of the cell after the timed repeats: the night's work.parquet, for the next night's diff
+    assert {r["process"] for r in pq.read_table(run / "work.parquet").to_pylist()} == {0}
 
 
 def test_a_stopped_night_leaves_no_process_and_its_run_resumes(tiny_matrix, tmp_path, tagged):

@@ -53,6 +53,11 @@ def test_an_item_in_b_s_optimizer_is_one_more_host_sync_a_step_and_nothing_else(
         assert {r["repeat"] for r in timed} == {0} and all(r["profile_tool"] is None for r in timed)
         counted = pq.read_table(out / side / "counted" / "cells").to_pylist()
         assert [(r["repeat"], r["status"], r["profile_tool"]) for r in counted] == [(0, "ok", "torch")]
+    # the verdict line says it, and nothing else changed: the work diff read from both sides' tables
+    assert "work changed: optimizer +1 host sync per step (aten::_local_scalar_dense)" in proc.stdout, proc.stdout
+    (verdict,) = pq.read_table(out / "report" / "verdicts.parquet").to_pylist()
+    assert verdict["work_changed"] is True and verdict["work_gate"] is None
+    assert verdict["work"] == "work changed: optimizer +1 host sync per step (aten::_local_scalar_dense)"
     record = json.loads((out / "ab.json").read_text())["work_repeats"]
     assert record["repeats"] == 1 and record["steps"] == STEPS and sorted(o[0] for o in record["order"]) == ["a", "b"]
 
