@@ -31,8 +31,10 @@ from harness.orchestrate.session import runfolder
 from harness.results import store
 
 
-def night(matrix: Path, reports: Path, run_id: str, cores: set[int] | None = None,
+def night(matrix: Path, reports: Path, run_id: str, cores: set[int] | None = None, root: Path = ROOT,
           **extra: str) -> subprocess.CompletedProcess:
+    """ci/nightly.sh of the checkout at `root` (its harness runs every command and cell: the checkout's own folder
+    is the working directory, and PYTHONPATH for the `nvbench` on PATH where `root` is another checkout)."""
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
                NVBENCH_MATRIX=str(matrix), NVBENCH_REPORTS=str(reports), NVBENCH_RUN_ID=run_id,
                # 3 + 3 repeats keep the test short; an exact permutation test of 3 + 3 can reach p = 0.1
@@ -46,10 +48,12 @@ def night(matrix: Path, reports: Path, run_id: str, cores: set[int] | None = Non
                # tests/analysis/test_work_report.py's and tests/orchestrate/test_work_ab.py's
                NVBENCH_WORK_REPEATS="0")
     env.update(extra)
+    if root != ROOT:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(root), env.get("PYTHONPATH"))))
     env.pop("GITHUB_STEP_SUMMARY", None)
     env.pop("GITHUB_OUTPUT", None)
-    return subprocess.run(["bash", str(ROOT / "ci" / "nightly.sh")], capture_output=True, text=True, env=env,
-                          cwd=ROOT, timeout=600, preexec_fn=pinned(cores))
+    return subprocess.run(["bash", str(root / "ci" / "nightly.sh")], capture_output=True, text=True, env=env,
+                          cwd=root, timeout=600, preexec_fn=pinned(cores))
 
 
 @pytest.mark.slow

@@ -77,3 +77,34 @@ def test_a_run_counts_after_its_timed_jobs_and_a_resume_runs_no_counted_process_
     assert again.returncode == 0, again.stderr
     assert "counted p0" not in again.stderr and len(list(counted.glob("*.parquet"))) == 1
     assert (out / "work.parquet").stat().st_mtime_ns == first  # no part was new: nothing gathered again
+
+
+@pytest.mark.slow
+def test_a_nightly_gated_on_host_syncs_fails_on_an_item_from_one_counted_process_and_passes_an_a_a(tiny_matrix,
+                                                                                                   tmp_path):
+    """ci/nightly.sh for real, three nights of one tiny cell (3 timed repeats, one counted process): night 1 this
+    checkout, promoted; night 2 the checkout with the .item() (its own ci/nightly.sh: every nvbench command and cell
+    of the night runs its harness) fails on the matrix's gate whatever its timing says; night 3 this checkout again
+    passes the gate (its timing may be anything but a failure of the gate)."""
+    from test_nightly import night
+
+    matrix = tiny_matrix(extra='\n[judge.work_gates]\nhost_syncs = "no-rise"\n')
+    reports, knobs = tmp_path / "reports", {"NVBENCH_WORK_REPEATS": "1", "NVBENCH_CONFIRM": "sequential"}
+    first = night(matrix, reports, "night1", **knobs)
+    assert first.returncode == 0, first.stderr
+    assert (reports / "night1" / "work.parquet").is_file()
+    (reports / "baselines").mkdir()
+    (reports / "baselines" / "current").write_text("../night1\n")
+
+    syncing = _syncing_checkout(tmp_path)
+    shutil.copytree(ROOT / "ci", syncing / "ci")  # its own nightly.sh, run from its own folder
+    broken = night(matrix, reports, "night2", root=syncing, **knobs)
+    gate = 'work gate host_syncs = "no-rise" broken: optimizer +1 host sync per step (aten::_local_scalar_dense)'
+    assert broken.returncode == 1 and gate in broken.stderr, broken.stderr
+    (verdict,) = pq.read_table(reports / "night2" / "report" / "verdicts.parquet").to_pylist()
+    assert verdict["work_gate"] == gate
+
+    same = night(matrix, reports, "night3", **knobs)
+    assert same.returncode in (0, 3) and "WORK GATE" not in same.stderr, same.stderr
+    (verdict,) = pq.read_table(reports / "night3" / "report" / "verdicts.parquet").to_pylist()
+    assert verdict["work"] == "work: same" and verdict["work_gate"] is None
