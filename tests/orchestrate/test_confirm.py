@@ -1,7 +1,7 @@
 """The nightly's history step confirms a new change point by an interleaved A/B of its commits, on a throwaway git
 repository of this checkout (made as test_bisect's is: commit 2 changes only a note, commit 3 sleeps 200 ms in
 every optimizer step): a step between commits 2 and 3 is confirmed and fails the night, one between commits 1
-and 2 (the same code) is not confirmed, and one whose commits cannot be checked out could not be confirmed,
+and 2 (the same code, judged at a floor no timing of this machine reaches) is not confirmed, and one whose commits cannot be checked out could not be confirmed,
 saying why. The nights are hand-made run folders (real Parquet and manifests) of the repository's tiny cell;
 the A/Bs run for real."""
 
@@ -119,13 +119,16 @@ def test_a_step_between_two_commits_of_the_same_code_is_not_confirmed(repository
     repo, commits, matrix = repository
     folder = tmp_path / "history"
     write_nights(folder, matrix, [(commits[0], 1000.0)] * 6 + [(commits[1], 700.0)] * 2)
-    # 5 pairs and no more: the same code is inconclusive or unchanged there, and either is "not confirmed" (10
-    # pairs took twice as long to say the same)
-    proc = history_step(folder, tmp_path / "out", matrix, repo, max_repeats=5)
+    # 5 pairs and no more, judged at a 95 % floor: a same-code A/B is unchanged whatever this machine does to one
+    # side (a -4.1 % [-7.2, -0.9] false alarm at the 25 % floor in 5 pairs was seen once in a fresh clone: at q 0.05
+    # an A/A may read a regression, which is the statistics, not the plumbing this test checks). How often an A/A
+    # of real repeats reads a regression is measured in benchmarks/verdicts.py, not asserted here.
+    proc = history_step(folder, tmp_path / "out", matrix, repo, max_repeats=5, ab=("--floor", "95"))
     assert proc.returncode == 0, proc.stderr
     step = throughput_step(tmp_path / "out")
     assert step.is_new and step.confirmation == history.NOT_CONFIRMED, step
-    assert step.confirmation_note.startswith(("A/B: unchanged", "A/B: inconclusive")), step.confirmation_note
+    assert step.confirmation_note.startswith("A/B: unchanged ") and step.confirmation_note.endswith(" in 5 pairs"), \
+        step.confirmation_note
     assert "not confirmed (A/B: " in (tmp_path / "out" / "changes.md").read_text()
 
 

@@ -192,18 +192,19 @@ def test_world_size_2_trains_with_ddp_and_the_throughput_adds_up(tiny_matrix, tm
         measured = {r: [s for s in steps if not s["is_warmup"]] for r, steps in ranks.items()}
         assert all(len(m) == MEASURE_STEPS for m in measured.values())
         assert sum(s["images"] for m in measured.values() for s in m) == row["images_measured"]
-        # The all-reduce wait is a phase of its own on every rank's measured steps; the phases still make up
-        # the step (host clocks on CPU), so nothing was counted twice.
+        # The all-reduce wait is a phase of its own on every rank's measured steps. The phases are disjoint
+        # stretches of their step (host clocks on CPU), so together they never exceed it: the wait counted in
+        # backward too would. (How closely they fill it is the loop's overhead, a timing: benchmarks/, not here.)
         for m in measured.values():
             assert all(s["phase_allreduce_s"] is not None and s["phase_allreduce_s"] >= 0 for s in m)
             parts = [sum(s[f"phase_{p}_s"] or 0.0 for p in ("data", "forward", "backward", "optimizer",
                                                              "allreduce")) for s in m]
-            assert all(abs(a - s["step_time_s"]) < 0.05 * s["step_time_s"] + 1e-3 for a, s in zip(parts, m))
+            assert all(0 < a <= s["step_time_s"] for a, s in zip(parts, m)), (parts, m)
         assert row["phase_allreduce_median_s"] is not None
-        # Global throughput: all images over the common, barrier-delimited window, which holds every
-        # rank's measured steps (so it is at least the slowest rank's sum of step times).
+        # Global throughput: all images over the common window, the longest rank's, which holds that rank's
+        # measured steps (so it is at least the slowest rank's sum of step times).
         slowest = max(sum(s["step_time_s"] for s in m) for m in measured.values())
-        assert slowest <= row["window_s"] < 1.5 * slowest + 1.0
+        assert slowest <= row["window_s"]
         assert row["throughput_img_per_s"] == pytest.approx(row["images_measured"] / row["window_s"], rel=1e-12)
         assert row["throughput_per_process_img_per_s"] == pytest.approx(row["throughput_img_per_s"] / 2, rel=1e-12)
         # Loss and accuracy are all-reduced: validation counted both ranks' images (synthetic data has none).

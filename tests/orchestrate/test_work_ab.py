@@ -85,10 +85,12 @@ def test_a_nightly_gated_on_host_syncs_fails_on_an_item_from_one_counted_process
     """ci/nightly.sh for real, three nights of one tiny cell (3 timed repeats, one counted process): night 1 this
     checkout, promoted; night 2 the checkout with the .item() (its own ci/nightly.sh: every nvbench command and cell
     of the night runs its harness) fails on the matrix's gate whatever its timing says; night 3 this checkout again
-    passes the gate (its timing may be anything but a failure of the gate)."""
+    passes the gate. The matrix's floor of 95 % keeps timing out of every night's exit."""
     from test_nightly import night
 
-    matrix = tiny_matrix(extra='\n[judge.work_gates]\nhost_syncs = "no-rise"\n')
+    # floor 95 %: no timing this machine can produce is a regression, so each night's exit is the gate's alone (an
+    # A/A night 3 read -5.7 % [-11.0, -0.2] at the tiny cell's own floor in CI once, and failed on its timing)
+    matrix = tiny_matrix(extra='\n[judge]\nfloor_pct = 95\n\n[judge.work_gates]\nhost_syncs = "no-rise"\n')
     reports, knobs = tmp_path / "reports", {"NVBENCH_WORK_REPEATS": "1", "NVBENCH_CONFIRM": "sequential"}
     first = night(matrix, reports, "night1", **knobs)
     assert first.returncode == 0, first.stderr
@@ -105,6 +107,6 @@ def test_a_nightly_gated_on_host_syncs_fails_on_an_item_from_one_counted_process
     assert verdict["work_gate"] == gate
 
     same = night(matrix, reports, "night3", **knobs)
-    assert same.returncode in (0, 3) and "WORK GATE" not in same.stderr, same.stderr
+    assert same.returncode == 0 and "WORK GATE" not in same.stderr, same.stderr
     (verdict,) = pq.read_table(reports / "night3" / "report" / "verdicts.parquet").to_pylist()
     assert verdict["work"] == "work: same" and verdict["work_gate"] is None
