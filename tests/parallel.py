@@ -12,7 +12,9 @@ keeps the others out until it ends, and has every core the suite was given.
 from __future__ import annotations
 
 import fcntl
+import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -113,17 +115,55 @@ def configure(config: pytest.Config) -> None:
         config.stash[KEY] = Parallel(config, worker, int(count))
 
 
+DURATIONS = Path(__file__).with_name("durations.json")
+"""Each test file's seconds in a measured fresh-clone suite (`python tests/parallel.py JUNIT.xml` writes it)."""
+GUESS_S = {"slow": 30.0, "other": 1.0}
+"""A file the table does not know yet: by its marks."""
+
+
 def order(items: list[pytest.Item]) -> None:
-    """Files with a lone test first (nothing else is running yet to wait for), then files with a slow test, then
-    the rest, each file's tests in their own order: the long files start early, so the workers end together."""
-    def rank(item: pytest.Item) -> int:
+    """Files with a lone test first (nothing else is running yet to wait for), then the rest longest first, each
+    file's tests in their own order. pytest-xdist's loadfile hands the next file to whichever worker runs dry, so
+    longest-first (LPT) makes the two workers end within about the last file's length of each other; by marks
+    alone (slow files first, in collection order) they ended minutes apart."""
+    known = durations()
+
+    def rank(item: pytest.Item) -> tuple[int, float]:
         marks = marks_by_file[item.path]
-        return 0 if marks & set(LONE_MARKERS) else 1 if "slow" in marks else 2
+        seconds = known.get(relative(item.path), GUESS_S["slow" if "slow" in marks else "other"])
+        return (0 if marks & set(LONE_MARKERS) else 1, -seconds)
 
     marks_by_file: dict[Path, set[str]] = {}
     for item in items:
         marks_by_file.setdefault(item.path, set()).update(m.name for m in item.iter_markers())
     items.sort(key=rank)  # stable: a file's tests keep their order
+
+
+def relative(path: Path) -> str:
+    """`tests/x/test_y.py`, as the table names a file of this checkout (any other path as it is)."""
+    resolved = Path(path).resolve()
+    try:
+        return resolved.relative_to(DURATIONS.parent.parent).as_posix()
+    except ValueError:
+        return resolved.as_posix()
+
+
+def durations() -> dict[str, float]:
+    try:
+        return {k: float(v) for k, v in json.loads(DURATIONS.read_text()).items()}
+    except (OSError, ValueError):
+        return {}
+
+
+def measured(junit: Path) -> dict[str, float]:
+    """Seconds per test file (setup, call and teardown) from a junit.xml of the suite."""
+    import xml.etree.ElementTree as ET
+
+    seconds: dict[str, float] = {}
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        path = "tests/" + "/".join(case.get("classname", "").split(".")[1:]) + ".py"
+        seconds[path] = seconds.get(path, 0.0) + float(case.get("time") or 0.0)
+    return {k: round(v, 1) for k, v in sorted(seconds.items(), key=lambda kv: -kv[1])}
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -145,3 +185,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
         # Left after every test, even between two lone ones: a worker that has run its last queued test waits
         # for the controller, which may be waiting for the other worker, who would be waiting for this turn.
         par.turns.leave()
+
+
+if __name__ == "__main__":  # python tests/parallel.py JUNIT.xml: the durations table from a measured suite
+    DURATIONS.write_text(json.dumps(measured(Path(sys.argv[1])), indent=1) + "\n")

@@ -30,13 +30,40 @@ def _item(path: str, *marks: str):
                            iter_markers=lambda: [SimpleNamespace(name=m) for m in marks])
 
 
-def test_files_with_a_lone_test_go_first_then_files_with_a_slow_one_each_file_in_its_own_order():
+def test_files_with_a_lone_test_go_first_then_files_with_a_slow_one_each_file_in_its_own_order(monkeypatch):
+    import parallel
+
+    monkeypatch.setattr(parallel, "durations", lambda: {})  # no table: by marks alone
     items = [_item("a.py"), _item("b.py"), _item("b.py", "slow"), _item("c.py", "parametrize"),
              _item("d.py", "cores"), _item("d.py"), _item("e.py", "slow")]
     order(items)
     assert [(i.path.name, i.name.split(":")[1]) for i in items] == [
         ("d.py", "('cores',)"), ("d.py", "()"), ("b.py", "()"), ("b.py", "('slow',)"), ("e.py", "('slow',)"),
         ("a.py", "()"), ("c.py", "('parametrize',)")]
+
+
+def test_with_a_durations_table_the_longest_files_go_first_and_unknown_ones_by_their_marks(monkeypatch):
+    import parallel
+
+    table = {"tests/a.py": 5.0, "tests/b.py": 90.0, "tests/c.py": 40.0}
+    monkeypatch.setattr(parallel, "durations", lambda: table)
+    root = parallel.DURATIONS.parent
+    items = [_item(root / "a.py"), _item(root / "b.py"), _item(root / "c.py"), _item(root / "new.py", "slow"),
+             _item(root / "d.py", "world_size"), _item(root / "other.py")]
+    order(items)
+    # lone first; then b 90 s, c 40 s, a new slow file (guessed 30 s), a 5 s, an unknown quick one (1 s)
+    assert [i.path.name for i in items] == ["d.py", "b.py", "c.py", "new.py", "a.py", "other.py"]
+
+
+def test_the_durations_table_is_read_from_a_junit_file_per_test_file(tmp_path):
+    import parallel
+
+    junit = tmp_path / "junit.xml"
+    junit.write_text('<testsuites><testsuite>'
+                     '<testcase classname="tests.orchestrate.test_ab" name="x" time="2.5"/>'
+                     '<testcase classname="tests.orchestrate.test_ab" name="y" time="1.25"/>'
+                     '<testcase classname="tests.test_cli" name="z" time="9"/></testsuite></testsuites>')
+    assert parallel.measured(junit) == {"tests/test_cli.py": 9.0, "tests/orchestrate/test_ab.py": 3.8}
 
 
 def _visit(folder: Path, alone: bool, hold_s: float, log, started=None, delay_s: float = 0.0) -> None:

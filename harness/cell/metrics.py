@@ -3,7 +3,10 @@ peak memory, and where a diverged cell's loss went bad."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import hashlib
+import os
 import resource
 import sys
 import time
@@ -21,6 +24,7 @@ from harness.cell.engine import Engine
 from harness.cell.telemetry import THROTTLE_REASON_BITS, TelemetrySummary
 from harness.cell.timing import VALIDATION
 from harness.models import build_model
+from harness.models.user import is_import_path
 from harness.results import store
 from harness.catalogue import col
 
@@ -104,8 +108,11 @@ def telemetry_columns(ctx: Context, summary: TelemetrySummary, images: int,
 def count_flops(ctx: Context) -> float | None:
     """FLOPs of one training image, counted on the meta device before any window (rank 0 reports them).
 
-    Counting takes a second or two and depends only on model, classes and image size, so a run keeps
-    the counts in one small file (job["flops_cache"]) that later cells of the run reuse.
+    Counting costs a first cell 1.5-2 s (FlopCounterMode's first use imports torch._dynamo) and depends only on
+    the model's code, classes, image size and torch, so the count is kept twice: in the run's own small file
+    (job["flops_cache"]) that later cells of the run reuse, and, for registry models, in the machine's nvbench
+    cache (machine_flops_cache()), keyed by the torch version and a digest of harness/models' source, where every
+    later run finds it. A user's model (an import path) is counted once per run: its source is the user's.
     """
     b = ctx.cell.benchmark
     key = f"{b.model}/{b.num_classes}/{b.image_size}"
@@ -113,18 +120,54 @@ def count_flops(ctx: Context) -> float | None:
     known = store.read_json(cache) if cache and cache.is_file() else {}
     if key in known:
         return known[key]
-    try:
-        # The counter the registry's figures come from, for every model; a user's module found where the cell's was.
-        builder = functools.partial(build_model, search_dirs=ctx.cell.model_search_dirs)
-        value = flops.training_flops_per_image(b.model, num_classes=b.num_classes, image_size=b.image_size,
-                                               builder=builder)
-    except Exception as exc:  # a model the meta device cannot run costs the MFU columns, not the cell
-        print(f"nvbench: warning: FLOPs not counted ({type(exc).__name__}: {exc}); MFU columns are null",
-              file=sys.stderr)
-        return None
+    machine = machine_flops_cache() if not is_import_path(b.model) else None
+    machine_key = f"{key}/torch {torch.__version__}/models {models_digest()}"
+    value = _read_machine_count(machine, machine_key)
+    if value is None:
+        try:
+            # The counter the registry's figures come from, for every model; a user's module found where the cell's was.
+            builder = functools.partial(build_model, search_dirs=ctx.cell.model_search_dirs)
+            value = flops.training_flops_per_image(b.model, num_classes=b.num_classes, image_size=b.image_size,
+                                                   builder=builder)
+        except Exception as exc:  # a model the meta device cannot run costs the MFU columns, not the cell
+            print(f"nvbench: warning: FLOPs not counted ({type(exc).__name__}: {exc}); MFU columns are null",
+                  file=sys.stderr)
+            return None
+        if machine is not None:
+            with contextlib.suppress(OSError):  # a read-only cache costs the next run a count, not this cell
+                store.write_json(machine, (_read_machine(machine) or {}) | {machine_key: value})
     if cache:
         store.write_json(cache, known | {key: value})
     return value
+
+
+def machine_flops_cache() -> Path:
+    """$NVBENCH_CACHE (or ~/.cache/nvbench)/flops.json: registry models' FLOPs per image, shared by every run."""
+    return Path(os.environ.get("NVBENCH_CACHE") or Path.home() / ".cache" / "nvbench").expanduser() / "flops.json"
+
+
+@functools.lru_cache(maxsize=1)
+def models_digest() -> str:
+    """A digest of harness/models' Python source: a commit that changes a registry model counts it afresh."""
+    digest = hashlib.sha256()
+    for path in sorted(Path(__file__).resolve().parents[1].joinpath("models").glob("*.py")):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def _read_machine(path: Path | None) -> dict[str, Any] | None:
+    if path is None or not path.is_file():
+        return None
+    try:
+        known = store.read_json(path)
+    except (OSError, ValueError):  # torn or foreign: counted again and written whole
+        return None
+    return known if isinstance(known, dict) else None
+
+
+def _read_machine_count(path: Path | None, key: str) -> float | None:
+    value = (_read_machine(path) or {}).get(key)
+    return float(value) if isinstance(value, (int, float)) and value > 0 else None
 
 
 def mfu_columns(ctx: Context, flops_per_image: float | None, metrics: dict[str, Any], tf32: bool) -> dict[str, Any]:

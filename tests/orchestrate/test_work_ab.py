@@ -85,7 +85,7 @@ def test_a_nightly_gated_on_host_syncs_fails_on_an_item_from_one_counted_process
     """ci/nightly.sh for real, three nights of one tiny cell (3 timed repeats, one counted process): night 1 this
     checkout, promoted; night 2 the checkout with the .item() (its own ci/nightly.sh: every nvbench command and cell
     of the night runs its harness) fails on the matrix's gate whatever its timing says; night 3 this checkout again
-    passes the gate. The matrix's floor of 95 % keeps timing out of every night's exit."""
+    passes the gate. The matrix's floor of 95 % keeps timing from failing a night: only the gate can."""
     from test_nightly import night
 
     # floor 95 %: no timing this machine can produce is a regression, so each night's exit is the gate's alone (an
@@ -107,6 +107,7 @@ def test_a_nightly_gated_on_host_syncs_fails_on_an_item_from_one_counted_process
     assert verdict["work_gate"] == gate
 
     same = night(matrix, reports, "night3", **knobs)
-    assert same.returncode == 0 and "WORK GATE" not in same.stderr, same.stderr
+    # 0 (unchanged) or 3 (inconclusive: 3 + 3 repeats with the sides' probes apart, seen in a fresh clone): never 1
+    assert same.returncode in (0, 3) and "WORK GATE" not in same.stderr, same.stderr
     (verdict,) = pq.read_table(reports / "night3" / "report" / "verdicts.parquet").to_pylist()
     assert verdict["work"] == "work: same" and verdict["work_gate"] is None
