@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ContextManager, Iterator, Literal, Protocol
 
-from harness.data.registry import BACKENDS
+from harness.data.registry import AVAILABILITY, BACKENDS
 
 # Reference normalisation (ImageNet statistics on the 0..255 scale).
 MEAN_255 = (0.485 * 255, 0.456 * 255, 0.406 * 255)
@@ -96,5 +96,9 @@ def build_loader(backend: str, spec: LoaderSpec, *, h2d: ContextManager[None] | 
 
 
 def unavailable_reason(backend: str, device: str) -> str | None:
-    """Why `backend` cannot run on `device` ("cpu" or "cuda"), or None. Cheap: imports no heavy library."""
-    return backend_module(backend).unavailable_reason(device, backend=backend)
+    """Why `backend` cannot run on `device` ("cpu" or "cuda"), or None. Cheap: imports no heavy library
+    (harness.data.registry.AVAILABILITY)."""
+    if backend not in AVAILABILITY:
+        backend_module(backend)  # the unknown backend's error
+    module = AVAILABILITY[backend]
+    return importlib.import_module(module).unavailable_reason(device, backend=backend) if module else None

@@ -264,5 +264,3 @@ def build(spec: LoaderSpec, *, backend: str = "pytorch", h2d=None) -> PytorchLoa
     return PytorchLoader(spec, dataloader, sampler, h2d, num_images=len(dataset), samples_per_epoch=per_rank)
 
 
-def unavailable_reason(device: str, *, backend: str = "pytorch") -> str | None:
-    return None

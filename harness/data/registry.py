@@ -7,5 +7,15 @@ BACKENDS: dict[str, str] = {
     "pytorch": "harness.data.pytorch",
     "synthetic": "harness.data.synthetic",
 }
-"""Backend name -> module path; each module defines build(spec) -> Loader and unavailable_reason(device) ->
-str | None (None when it can run here). A new backend: its module and one line here."""
+"""Backend name -> module path; each module defines build(spec) -> Loader. A new backend: its module, one line
+here and one in AVAILABILITY."""
+
+AVAILABILITY: dict[str, str | None] = {
+    "dali-gpu": "harness.data.dali",
+    "dali-cpu": "harness.data.dali",
+    "pytorch": None,
+    "synthetic": None,
+}
+"""Backend name -> the module whose unavailable_reason(device, backend=) says why the backend cannot run on a
+device ("cpu" or "cuda"), or None when it runs wherever torch does. Asked by every command that plans cells, in a
+process that has not imported torch (1.3-1.8 s): such a module imports no heavy library."""

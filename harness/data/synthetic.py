@@ -53,5 +53,3 @@ def build(spec: LoaderSpec, *, backend: str = "synthetic", h2d=None) -> Syntheti
     return SyntheticLoader(spec)
 
 
-def unavailable_reason(device: str, *, backend: str = "synthetic") -> str | None:
-    return None

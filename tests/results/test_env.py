@@ -4,6 +4,7 @@ comparability key, and the git probe."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -484,3 +485,19 @@ def test_collect_env_in_a_non_git_copy_has_no_sha(tmp_path):
     )
     got = json.loads(done.stdout)
     assert (got["nvbench_git_sha"], got["nvbench_git_dirty"]) == (None, None)
+
+
+def test_torch_facts_are_asked_once_per_install_and_read_back_without_importing_torch(tmp_path, monkeypatch):
+    """The second command on a machine reads torch's version facts from the nvbench cache: its process never
+    imports torch (1.3-1.8 s of a command's start); what it reads is what torch says."""
+    code = ("import json, sys; from harness.results import env; "
+            "print(json.dumps([env._torch_facts(), 'torch' in sys.modules]))")
+    run = lambda: json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                                            env=os.environ | {"NVBENCH_CACHE": str(tmp_path)}).stdout)
+    first, second = run(), run()
+    assert first[1] is True and second[1] is False  # asked, then read
+    assert first[0] == second[0] == env_mod._ask_torch()
+    assert list(json.loads((tmp_path / "torch-facts.json").read_text())) == [env_mod.torch_install_key()]
+    key = env_mod.torch_install_key()
+    monkeypatch.setenv("LD_LIBRARY_PATH", "/opt/another/cudnn")  # another cuDNN may load: asked again
+    assert env_mod.torch_install_key() not in (None, key)
