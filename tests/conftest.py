@@ -185,10 +185,14 @@ def kill_plan(name: str, *, seed: int | None = None) -> tuple[signal.Signals, fl
 
 
 def start_tagged(argv: list[str], tag: str, *, env: dict | None = None, cwd: Path | None = None) -> subprocess.Popen:
-    """Start argv (stdout and stderr to pipes) with the tag that marks it and all its descendants."""
+    """Start argv (stdout and stderr to pipes) with the tag that marks it and all its descendants, SIGINT at its
+    default as in a terminal's foreground job: when the suite itself runs as a background job of a
+    non-interactive shell (`nohup bash .ci/run &`), its children start with SIGINT ignored, and bash can trap no
+    signal it was started ignoring, so ci/nightly.sh ran its night to the end through the test's Ctrl-C (two
+    fresh clones, 2026-11-28)."""
     full_env = dict(os.environ, **(env or {}), **{TAG_ENV: tag})
     return subprocess.Popen(argv, cwd=cwd or ROOT, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+                            text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 @pytest.fixture
