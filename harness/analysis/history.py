@@ -128,6 +128,18 @@ class Night:
     work: Mapping[str, Any] = field(default_factory=dict)
     """cell_id -> {"processes", "digest", "ranges"}: the night's counted work (history_cache.work_summary); empty
     where the night has no work.parquet."""
+    busy: Mapping[str, Any] = field(default_factory=dict)
+    """cell_id -> {"windows", "spoiled", "share"}: cells too few of whose windows were clean this night
+    (history_cache.MIN_CLEAN_FRAC): no point that night, neither a change point nor evidence against one."""
+
+    def busy_text(self) -> str:
+        """`busy: c1 (3 of 5 windows under interference, others 48-76 % of its cores); ...`, or ''."""
+        parts = []
+        for cid, b in sorted(self.busy.items()):
+            share = b.get("share")
+            others = f", others {share[0]:.0%}-{share[1]:.0%} of its cores" if share else ""
+            parts.append(f"{cid} ({b['spoiled']} of {b['windows']} windows under interference{others})")
+        return ("busy: " + "; ".join(parts)) if parts else ""
 
     @property
     def run_id(self) -> str:
@@ -250,7 +262,8 @@ def _night(path: Path, cache: Cache) -> Night:
     run = RunData(path=summary["path"], run_id=summary[col.run_id], created_at=summary["created_at"],
                   environment=summary["environment"], rows=())
     return Night(run=run, matrix=history_cache.matrix_name(manifest), commit=history_cache.commit(run.environment),
-                 fire_drill_pct=summary[col.fire_drill_pct], cells=summary["cells"], work=summary.get("work") or {})
+                 fire_drill_pct=summary[col.fire_drill_pct], cells=summary["cells"], work=summary.get("work") or {},
+                 busy=summary.get("busy") or {})
 
 
 def load_nights(folder: Path | str, cache: Cache | None = None) -> tuple[list[Night], list[tuple[str, str]]]:

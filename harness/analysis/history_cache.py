@@ -24,9 +24,10 @@ from harness.catalogue import col
 
 CACHE_DIR = ".nvbench-cache"
 """Beside the run folders (history skips names starting with '.')."""
-CACHE_VERSION = 4
+CACHE_VERSION = 5
 """Bump when a summary's or a detection's content changes meaning: every entry of another version is dropped.
-4: a night's summary holds its counted work (work.parquet), and its key the file's size and time."""
+4: a night's summary holds its counted work (work.parquet), and its key the file's size and time. 5: windows taken
+under interference are left out of a night's points, and a cell with too few clean ones is busy that night."""
 NIGHTS_DIR, DETECT_FILE = "nights", "detections.json"
 OLD_NIGHTS_FILE = "nights.json"
 """Where cache version 2 kept every night's summary in one file (removed when a newer history saves)."""
@@ -37,9 +38,16 @@ RELATIVE = {col.throughput_img_per_s, col.fast_step_img_per_s}
 THROUGHPUT = col.throughput_img_per_s
 CONFIDENCE = 0.95
 """Level of a night's interval (inference.mean_interval's default, as history has always drawn it)."""
+INTERFERENCE_COLUMNS = (col.foreign_cpu_frac, col.steal_frac, col.foreign_cpu_s, col.steal_s)
+"""What tells a window taken under interference (harness.results.interference.row_interference)."""
 COLUMNS = [col.cell_id, "repeat", "status", *AXES, *METRIC_COLUMNS, col.throughput_ci_low_img_per_s,
-           col.throughput_ci_high_img_per_s, col.fire_drill_pct]
+           col.throughput_ci_high_img_per_s, col.fire_drill_pct, *INTERFERENCE_COLUMNS]
 """The only columns history reads of a run."""
+MIN_CLEAN_FRAC = 0.5
+"""A cell's night stands on its clean windows only when at least this share of its ok windows is clean (and at
+least one): with fewer, the night is busy for that cell, its points left out of the series, neither a change point
+nor evidence against one (a quarter-speed window among clean ones reads as a step; the clean few as a night
+measured on less than it was meant to be)."""
 
 
 def night_key(run_dir: Path) -> str:
@@ -105,17 +113,33 @@ def summarise(run_dir: Path, manifest: Mapping[str, Any], rows: list[Mapping[str
               work_rows: Sequence[Mapping[str, Any]] | None = None) -> dict[str, Any]:
     """A night as history needs it (JSON): its identity, its fire drill, each cell's axes and points, and each
     cell's counted work where the night has a work.parquet."""
+    from harness.results.interference import row_interference
+
     cells: dict[str, list[Mapping[str, Any]]] = {}
     for row in rows:
         if row["status"] == "ok" and (row.get(col.throughput_img_per_s) or 0) > 0:
             cells.setdefault(row[col.cell_id], []).append(row)
-    points = _points(cells)
+    clean = {cid: [r for r in rs if row_interference(r) is None] for cid, rs in cells.items()}
+    busy = {cid: busy_record(rs, len(clean[cid])) for cid, rs in cells.items()
+            if len(clean[cid]) < max(1, math.ceil(MIN_CLEAN_FRAC * len(rs)))}
+    points = _points({cid: rs for cid, rs in clean.items() if cid not in busy and rs})
     return {"path": str(run_dir), col.run_id: str(manifest.get(col.run_id) or run_dir.name),
             "created_at": str(manifest.get("created_at") or ""),
             "environment": manifest.get("environment") or {},
             col.fire_drill_pct: max((float(r.get(col.fire_drill_pct) or 0.0) for r in rows), default=0.0),
-            "cells": {cid: {"axes": {a: rs[0].get(a) for a in AXES}, "points": points[cid]}
-                      for cid, rs in cells.items()}, "work": work_summary(work_rows)}
+            "cells": {cid: {"axes": {a: rs[0].get(a) for a in AXES}, "points": points.get(cid, {})}
+                      for cid, rs in cells.items()}, "work": work_summary(work_rows), "busy": busy}
+
+
+def busy_record(rows: Sequence[Mapping[str, Any]], clean: int) -> dict[str, Any]:
+    """{windows, spoiled, share: [low, high]}: a busy cell's night as the page says it (other processes' share of
+    the cell's cores over its spoiled windows; None where no window recorded one)."""
+    from harness.results.interference import row_interference
+
+    shares = [float(r[col.foreign_cpu_frac]) for r in rows if row_interference(r) is not None
+              and r.get(col.foreign_cpu_frac) is not None and math.isfinite(r[col.foreign_cpu_frac])]
+    spoiled = len(rows) - clean
+    return {"windows": len(rows), "spoiled": spoiled, "share": [min(shares), max(shares)] if shares else None}
 
 
 def read_rows(run_dir: Path) -> list[dict[str, Any]]:

@@ -371,9 +371,16 @@ def _unit(series: Series) -> str:
     return next(m.unit for m in METRICS if m.name == series.metric)
 
 
+BUSY_ROW = ' class="busy"'
+
+
 def _nights_table(history: History) -> str:
-    rows = "".join(f'<tr><td class="num">{i + 1}</td><td><code>{esc(n.run_id)}</code></td><td>{esc(n.run.created_at)}</td>'
-                   f'<td><code>{esc(n.commit)}</code></td><td>{esc(f"+{n.fire_drill_pct:g}% fire drill" if n.fire_drill_pct else "")}</td></tr>'
+    def notes(n) -> str:
+        said = [f"+{n.fire_drill_pct:g}% fire drill" if n.fire_drill_pct else "", n.busy_text()]
+        return "; ".join(x for x in said if x)
+
+    rows = "".join(f'<tr{BUSY_ROW if n.busy else ""}><td class="num">{i + 1}</td><td><code>{esc(n.run_id)}</code>'
+                   f'</td><td>{esc(n.run.created_at)}</td><td><code>{esc(n.commit)}</code></td><td>{esc(notes(n))}</td></tr>'
                    for i, n in enumerate(history.nights))
     return ('<table><thead><tr><th>night</th><th>run</th><th>created</th><th>commit</th><th></th></tr></thead>'
             f"<tbody>{rows}</tbody></table>")
@@ -400,7 +407,9 @@ def method_text(history: History) -> str:
             f"{s.drift_nights} nights (levels step at the change points) whose {s.confidence:.0%} interval excludes 0 "
             f"and whose total exceeds the floor; a series of fewer nights is not assessed. A/B of the commits: the "
             f"nightly reruns a new step's cells interleaved under the commit before and the commit after it; only "
-            f"a confirmed slowdown fails the night. Fire-drill nights are shown and marked, never left out.")
+            f"a confirmed slowdown fails the night. Fire-drill nights are shown and marked, never left out. Windows taken "
+            f"under interference are left out of a night's points; a cell with fewer than half of its windows clean "
+            f"is busy that night: marked, and no point of its series.")
 
 
 def _template(name: str) -> str:
@@ -464,6 +473,10 @@ def render_markdown(history: History) -> str:
                   *_work_lines(history.work_steps)]
     if note := history.drift_note():
         lines += ["", f"**{esc_md(note[0].upper() + note[1:])}.**"]
+    if busy := [(i, n) for i, n in enumerate(history.nights, start=1) if n.busy]:
+        lines += ["", "**Busy nights** (the machine was busy: these cells' nights are left out of their series, "
+                      "neither a change point nor evidence against one):", ""]
+        lines += [f"- night {i} ({esc_md(n.run_id)}): {esc_md(n.busy_text())}" for i, n in busy]
     if history.skipped:
         lines += ["", "**Skipped runs:**", ""] + [f"- {esc_md(path)}: {esc_md(why)}" for path, why in history.skipped]
     lines += ["", f"_{esc_md(method_text(history))}_", ""]
