@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from harness.commands.common import (
+    EXIT_INCONCLUSIVE,
     EXIT_INTERRUPTED,
     add_slots_flag,
     add_threshold_flags,
@@ -45,6 +46,17 @@ def cmd_ab(args: argparse.Namespace) -> int:
     from harness.orchestrate.workflows.looks import plan_looks
     from harness.matrix.cells import expand
 
+    from harness.orchestrate.workflows import rerun
+
+    if args.resume:
+        try:
+            args = _resumed(args)
+        except ValueError as exc:
+            return bad_input([str(exc)])
+    elif not args.matrix:
+        return bad_input(["nvbench ab needs a MATRIX, or --resume DIR"])
+    if args.busy_wait_s is not None and not args.busy_wait_s > 0:
+        return bad_input([f"--busy-wait-s {args.busy_wait_s:g}: must be > 0 seconds"])
     if warning := ab_sides.code_warning(Path.cwd(), ab.checkout_root(), {"a": args.a_checkout, "b": args.b_checkout}):
         print(warning, file=sys.stderr)  # before anything runs: the A/B the user meant may not be this one
     try:
@@ -75,7 +87,8 @@ def cmd_ab(args: argparse.Namespace) -> int:
             if checkout is not None:
                 ab.precompile(pythons[name], checkout)
         envs = {name: ab.collect_env_under(py, checkout=checkouts[name]) for name, py in pythons.items()}
-        out = opening.fresh_out(args.out, reports=args.reports, name=f"{matrix.benchmark.name}-ab")
+        out = Path(args.resume) if args.resume else opening.fresh_out(args.out, reports=args.reports,
+                                                                       name=f"{matrix.benchmark.name}-ab")
     except (MatrixError, ab.AbInputError, opening.OpeningError) as exc:
         return bad_input(exc.problems)
     except ValueError as exc:
@@ -91,13 +104,16 @@ def cmd_ab(args: argparse.Namespace) -> int:
     names = ab_sides.labels(envs, {"a": args.a_label, "b": args.b_label})
     sides = ab_sides.side_lines(names, {n: ab_sides.where(pythons[n], checkouts[n] or ab.checkout_root(), envs[n])
                                         for n in ab.SIDES})
-    ab.create_ab(matrix, cells, out_dir=out, pythons=pythons, envs=envs, smoke=args.smoke, only=args.only,
-                 seed=args.seed, checkouts=checkouts, fire_drill_pct=args.fire_drill or 0.0,
-                 max_reruns=args.max_reruns, labels=names)
+    if not args.resume:
+        ab.create_ab(matrix, cells, out_dir=out, pythons=pythons, envs=envs, smoke=args.smoke, only=args.only,
+                     seed=args.seed, checkouts=checkouts, fire_drill_pct=args.fire_drill or 0.0,
+                     max_reruns=args.max_reruns, labels=names, settings=_settings(args))
+    waits = rerun.WaitBudget(args.busy_wait_s or _default_wait_s(cells, looks, caps, envs, Path(args.reports)))
     adaptive = f"; more pairs of inconclusive cells up to {looks[-1]} a side, looks at {looks}" if len(looks) > 1 else ""
     print(f"A/B folder: {out}  ({2 * len(cells) * matrix.run.repeats} jobs{adaptive}; a repeat whose window opens "
           f"in a start transient or under interference runs again, at most {args.max_reruns} per cell and side)", *sides, sep="\n", file=sys.stderr)
-    print(_estimate_line(cells, looks, caps, envs, Path(args.reports), work_plan.repeats), file=sys.stderr)
+    print(_estimate_line(cells, looks, caps, envs, Path(args.reports), work_plan.repeats)
+          + f"; beside a neighbour it waits at most {waits.limit_s:.0f} s in all (--busy-wait-s)", file=sys.stderr)
 
     def done(side: str, row: dict) -> None:
         detail = f"{row[col.throughput_img_per_s]:.1f} img/s" if row["status"] == "ok" else row["reason"]
@@ -112,7 +128,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
         ab.run_adaptive(out, looks, judge=lambda: [v.cell_id for v in judge().verdicts
                                                     if v.verdict == INCONCLUSIVE],
                         caps=caps, envs=envs, pythons=pythons, seed=args.seed, checkouts=checkouts, on_done=done,
-                        notify=lambda m: print(m, file=sys.stderr), packing=packing)
+                        notify=lambda m: print(m, file=sys.stderr), packing=packing, waits=waits)
         comparison = judge()
         targets, why = kernel_plan.targets(comparison, asked=args.kernels)
         if targets:
@@ -126,6 +142,11 @@ def cmd_ab(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print(f"interrupted; the rows so far are in {out}/a and {out}/b", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except rerun.MachineBusy as exc:  # undecided: no verdict is written, every row stays for --resume
+        print(f"{rerun.busy_summary([out / 'a', out / 'b'])}; undecided")
+        print(f"stopped: {exc}; on a quiet machine finish the same pairs with: nvbench ab --resume {out}",
+              file=sys.stderr)
+        return EXIT_INCONCLUSIVE
     # both sides' counted work diffed beside the timing (the counted processes, where asked, ran before this)
     try:
         comparison = work_report.with_work(comparison, out / "a", out / "b")
@@ -133,6 +154,43 @@ def cmd_ab(args: argparse.Namespace) -> int:
         print(f"warning: {exc}: no work diff", file=sys.stderr)
     return print_report(with_kernels(comparison, out / "a", out / "b", out / "report", args),
                         args.fail_on_regression)
+
+
+RESUME_KEEPS = ("busy_wait_s",)
+"""What `nvbench ab --resume DIR --busy-wait-s S` may set anew; every other setting is the A/B's own (ab.json)."""
+
+
+def _settings(args: argparse.Namespace) -> dict:
+    """The command's settings as ab.json keeps them for --resume (everything but the handler and --resume)."""
+    return {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k not in ("func", "resume")}
+
+
+def _resumed(args: argparse.Namespace) -> argparse.Namespace:
+    """The A/B of folder args.resume, as it was started (ab.json's settings), with its folder as --out."""
+    from harness.orchestrate.workflows.ab import AB_FILE
+    from harness.results import store
+
+    folder = Path(args.resume)
+    if args.matrix:
+        raise ValueError(f"--resume {folder} takes the A/B folder alone (its matrix and flags are its own)")
+    meta = folder / AB_FILE
+    if not meta.is_file():
+        raise ValueError(f"--resume {folder}: not an A/B folder (no {AB_FILE})")
+    settings = store.read_json(meta).get("settings")
+    if not settings:
+        raise ValueError(f"{meta}: written before A/Bs could resume (no settings): start it again")
+    given = {k: getattr(args, k) for k in RESUME_KEEPS if getattr(args, k) is not None}
+    return argparse.Namespace(**{**settings, **given, "out": str(folder), "resume": str(folder), "func": args.func})
+
+
+def _default_wait_s(cells, looks: list[int], caps, envs: dict, reports: Path) -> float:
+    """The budget for waiting on neighbours when --busy-wait-s is not given: the A/B's own estimated wall time at its
+    last look, and never under one wait's bound (rerun.QUIET_WAIT_S): a neighbour may at most double the A/B."""
+    from harness.orchestrate.cost import pricing as cost
+    from harness.orchestrate.workflows.rerun import QUIET_WAIT_S
+
+    keys = [envs[side][col.env_key] for side in ("a", "b")]
+    return max(QUIET_WAIT_S, cost.ab_estimate(cells, looks[-1], caps, roots=[reports], keys=keys).wall_s)
 
 
 def _count(out: Path, cell_ids: list[str], plan, **how) -> None:
@@ -168,7 +226,13 @@ def _estimate_line(cells, looks: list[int], caps, envs: dict, reports: Path, cou
 def add_parser(subparsers) -> None:
     ab = subparsers.add_parser(
         "ab", help="run a matrix under two interpreters or checkouts, interleaved; compare B with A")
-    ab.add_argument("matrix", help="the matrix file (TOML) both sides run")
+    ab.add_argument("matrix", nargs="?", help="the matrix file (TOML) both sides run")
+    ab.add_argument("--resume", metavar="DIR", help="finish the A/B of folder DIR as it was started (its matrix and "
+                    "flags), running only its pending pairs: after a busy machine stopped it, or Ctrl-C")
+    ab.add_argument("--busy-wait-s", type=float, metavar="SECONDS",
+                    help="seconds the A/B may wait in all for neighbours to leave its cores before re-running windows "
+                         "they spoiled; once spent, the next spoiled window ends it, exit 3, every row kept for "
+                         "--resume (default: the A/B's own estimated time, at least 120 s)")
     ab.add_argument("--a", default=sys.executable, metavar="PYTHON",
                     help="interpreter of side A, the baseline (default: this one, %(default)s)")
     ab.add_argument("--b", default=sys.executable, metavar="PYTHON",

@@ -274,20 +274,24 @@ def _torch_facts() -> dict[str, object]:
 
 
 def torch_install_key() -> str | None:
-    """What the facts of _ask_torch() depend on, read without importing torch: this interpreter, torch's
-    version.py and compiled core (path, size, mtime), the cuDNN and NCCL distributions beside it, and
-    LD_LIBRARY_PATH (which cuDNN loads). None where torch is not installed."""
-    import importlib.util
+    """What the facts of _ask_torch() depend on, read without importing torch: this interpreter, PYTHONPATH and the
+    site hooks it loaded, torch's version.py and compiled core (path, size, mtime), the cuDNN and NCCL
+    distributions beside it, and LD_LIBRARY_PATH (which cuDNN loads). None where torch is not installed."""
+    import importlib.machinery
 
-    try:
-        spec = importlib.util.find_spec("torch")
+    try:  # the path finder alone: a meta-path hook (ci/pretend_gpu's patches torch once, when first found) stays armed
+        spec = importlib.machinery.PathFinder.find_spec("torch")
     except (ImportError, ValueError):
         return None
     if spec is None or not spec.origin:
         return None
     package = Path(spec.origin).parent
     digest = hashlib.sha256()
-    digest.update(os.path.realpath(sys.executable).encode() + b"\0")
+    # and what this process loaded at its start that may change what torch says (a sitecustomize on PYTHONPATH, as
+    # ci/pretend_gpu's, makes a CPU build look like a CUDA one): not sys.path, whose first entry is the cwd
+    hooks = [getattr(sys.modules.get(name), "__file__", None) for name in ("sitecustomize", "usercustomize")]
+    digest.update("\0".join([os.path.realpath(sys.executable), os.environ.get("PYTHONPATH", ""),
+                              *map(str, hooks)]).encode() + b"\0")
     try:
         digest.update((package / "version.py").read_bytes())
         for core in sorted(package.glob("_C*.so")) + sorted(package.glob("_C*.pyd")):

@@ -135,9 +135,10 @@ def test_the_wait_ends_when_the_neighbour_leaves_or_at_its_limit(monkeypatch):
     said = []
     readings = iter([0.75, 0.74, 0.02])
     monkeypatch.setattr(rerun.time, "monotonic", iter(range(100)).__next__)  # a second a reading
+    monkeypatch.setattr(rerun, "holders_text", lambda cores: "stress-ng (pid 812) 98%")
     assert rerun.wait_for_quiet([0], said.append, sample=lambda cores: next(readings)) == 3
-    assert said == ["  waiting for the neighbour to leave (other processes use 75% of the cores; at most 120 s)",
-                    "  quiet after 3 s"]
+    assert said == ["  waiting for the neighbour to leave (other processes use 75% of the cores: stress-ng (pid 812) "
+                    "98%; at most 120 s)", "  quiet after 3 s"]
     said.clear()
     assert rerun.wait_for_quiet([0], said.append, max_wait_s=5, sample=lambda cores: 0.9) >= 5
     assert said[-1].startswith("  still busy after") and said[-1].endswith("running it again anyway")
@@ -209,3 +210,40 @@ def test_an_ab_typed_in_a_checkout_whose_code_it_does_not_import_says_so_before_
                           env=dict(os.environ, PYTHONPATH=str(ROOT), PYTHONSAFEPATH="1"))  # as the `nvbench` script
     assert proc.returncode == 2 and proc.stderr.splitlines()[0].startswith(
         f"warning: you are in the checkout {here}, but this nvbench imports its code from {ROOT}: side(s) B will run")
+
+
+def test_a_wait_budget_is_spent_across_waits_then_a_spoiled_window_ends_the_command_its_job_pending(tmp_path,
+                                                                                                   monkeypatch):
+    """Issue 58: a neighbour that stays. Each wait spends the command's budget; the wait that spends it ends the
+    command (MachineBusy) with the spoiled job pending again (its row superseded), so a --resume runs it."""
+    clock = iter(range(0, 1000, 5))  # five seconds a reading
+    monkeypatch.setattr(rerun.time, "monotonic", clock.__next__)
+    monkeypatch.setattr(rerun, "holders_text", lambda cores: "")
+    budget, said = rerun.WaitBudget(limit_s=30), []
+    waited = rerun.wait_for_quiet([0], said.append, max_wait_s=10, sample=lambda cores: 0.9, budget=budget)
+    assert waited == 10 and budget.waited_s == 10 and not budget.spent  # one wait's bound, 10 s of the 30 spent
+    assert said[0].endswith("at most 10 s; 30 s of the 30 s budget left)") and said[-1].endswith(
+        "; 10 of the 30 s budget waited): running it again anyway")
+
+    run_dir = tmp_path / "b"
+    busy = finished(run_dir, 0, transient=0) | {"foreign_cpu_frac": 0.61, "foreign_cpu_s": 2.0, "cpu_affinity": "0"}
+    store.write_table(run_dir / "cells" / f"{job_key(CELL, 0)}.parquet", cell_table([busy]))
+    reruns = rerun.Reruns(limit=2, waits=budget)
+    try:
+        rerun.again(run_dir, busy, reruns, said.append, "B r0",
+                    quiet=lambda cores: rerun.wait_for_quiet(cores, said.append, sample=lambda c: 0.9, budget=budget))
+    except rerun.MachineBusy as exc:
+        assert "still busy when the wait budget (30 s) was spent" in str(exc)
+    else:
+        raise AssertionError("the spent budget did not end the command")
+    assert budget.spent and not (run_dir / "cells" / f"{job_key(CELL, 0)}.parquet").exists()  # pending again
+    assert rerun.busy_summary([run_dir]) == ("the machine was busy: 1 of 1 windows taken under interference "
+                                             "(other processes 61%-61% of the cell's cores)")
+    # spent already: the next spoiled window ends the command before any wait
+    store.write_table(run_dir / "cells" / f"{job_key(CELL, 1)}.parquet", cell_table([busy | {"repeat": 1}]))
+    try:
+        rerun.again(run_dir, busy | {"repeat": 1}, reruns, said.append, "B r1", quiet=lambda cores: 1 / 0)
+    except rerun.MachineBusy as exc:
+        assert "the wait budget (30 s) is spent" in str(exc)
+    else:
+        raise AssertionError("a spent budget let a re-run wait")

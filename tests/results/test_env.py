@@ -501,3 +501,6 @@ def test_torch_facts_are_asked_once_per_install_and_read_back_without_importing_
     key = env_mod.torch_install_key()
     monkeypatch.setenv("LD_LIBRARY_PATH", "/opt/another/cudnn")  # another cuDNN may load: asked again
     assert env_mod.torch_install_key() not in (None, key)
+    monkeypatch.delenv("LD_LIBRARY_PATH")
+    monkeypatch.setenv("PYTHONPATH", "ci/pretend_gpu")  # a sitecustomize may dress torch up: asked again
+    assert env_mod.torch_install_key() not in (None, key)

@@ -58,6 +58,9 @@ def run(command: Callable[[], int]) -> int:
         print(f"interrupted ({exc or 'SIGINT'})", file=sys.stderr)
         return EXIT_INTERRUPTED
     finally:
+        # A signal from here on finds the work done: _stop must not raise while the handlers go back one by one (a
+        # SIGHUP between putting back SIGTERM's and its own raised Stopped out of this block: a traceback, exit 1).
+        _stopping = True
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         _stopping = False

@@ -136,7 +136,8 @@ def interleaved_rounds(sides: Sequence[Side], *, seed: int) -> list[list[tuple[S
 
 def run_interleaved(sides: Sequence[Side], *, seed: int,
                     on_done: Callable[[str, dict[str, Any]], None] | None = None,
-                    packing: Packing | None = None, max_reruns: int = 0) -> list[tuple[str, str, int]]:
+                    packing: Packing | None = None, max_reruns: int = 0,
+                    waits: rerun.WaitBudget | None = None) -> list[tuple[str, str, int]]:
     """Run the interleaved rounds (interleaved_rounds): each round's jobs one after another on the same slots, so
     the sides of a pair meet the same GPU and cores (rows record the slot: the analysis can block on it); with
     slots, as many rounds at once as they hold (`packing`; None: one job at a time on the whole machine).
@@ -151,18 +152,26 @@ def run_interleaved(sides: Sequence[Side], *, seed: int,
     sessions = {side.name: _open_session(side) for side in sides}
     for side in sides:  # each side compiles into its own run folder's cache, before any timed pair
         compile_cache.warm_compile_caches(side.jobs, side.cells, side.ctx)
-    reruns = rerun.Reruns.of([side.ctx.run_dir for side in sides], max_reruns)
+    reruns = rerun.Reruns.of([side.ctx.run_dir for side in sides], max_reruns, waits=waits)
     chains = [[lanes.Link(cell=side.cells[cid], repeat=repeat, ctx=side.ctx, tag=side.name)
                for side, cid, repeat in round_] for round_ in interleaved_rounds(sides, seed=seed)]
-    lanes.run_chains(chains, packing or solo_packing(probe_machine("cpu")),
-                     on_start=lambda link: order.append((link.tag, link.cell.cell_id, link.repeat)),
-                     on_done=(lambda link, row: on_done(link.tag, row)) if on_done else None,
-                     again=lambda link, row: _again(link, row, reruns))
+    try:
+        lanes.run_chains(chains, packing or solo_packing(probe_machine("cpu")),
+                         on_start=lambda link: order.append((link.tag, link.cell.cell_id, link.repeat)),
+                         on_done=(lambda link, row: on_done(link.tag, row)) if on_done else None,
+                         again=lambda link, row: _again(link, row, reruns))
+    except rerun.MachineBusy:  # the rows so far stand; the order run so far is kept; the session ends here
+        _end_sides(sides, sessions)
+        raise
+    _end_sides(sides, sessions)
+    return order
+
+
+def _end_sides(sides: Sequence[Side], sessions: dict[str, dict[str, Any]]) -> None:
     for side in sides:
         derive.derive_twin_columns(side.ctx.run_dir)
         _close_session(side, sessions[side.name])
         shutil.rmtree(side.ctx.run_dir / "work", ignore_errors=True)
-    return order
 
 
 def _again(link: lanes.Link, row: dict[str, Any], reruns: rerun.Reruns) -> lanes.Link | None:
@@ -197,7 +206,7 @@ def _close_session(side: Side, session: dict[str, Any]) -> None:
 def create_ab(matrix: Matrix, cells: list[Cell], *, out_dir: Path, pythons: dict[str, str],
               envs: dict[str, dict[str, Any]], smoke: bool, only: list[str], seed: int,
               checkouts: dict[str, Path | None] | None = None, fire_drill_pct: float = 0.0, max_reruns: int = 0,
-              labels: dict[str, str] | None = None) -> dict[str, Path]:
+              labels: dict[str, str] | None = None, settings: dict[str, Any] | None = None) -> dict[str, Path]:
     """OUT/a and OUT/b with the same plan (same cells, same job order) and OUT/ab.json; nothing runs yet.
 
     A fire drill (nvbench ab --fire-drill) slows side B only: B is the candidate, and the drill proves that
@@ -215,24 +224,30 @@ def create_ab(matrix: Matrix, cells: list[Cell], *, out_dir: Path, pythons: dict
         "created_at": datetime.now(timezone.utc).isoformat(), "matrix_source": matrix.source, "seed": seed,
         "python": pythons, "checkout": {n: str(checkouts[n]) if checkouts.get(n) else None for n in SIDES},
         col.env_key: {n: envs[n][col.env_key] for n in SIDES}, "order": [], "max_reruns": max_reruns,
-        "labels": labels or {}})
+        "labels": labels or {}, "settings": settings or {}})
     return dirs
 
 
 def run_ab(out_dir: Path, *, caps: capabilities.Capabilities, envs: dict[str, dict[str, Any]], pythons: dict[str, str],
            seed: int, checkouts: dict[str, Path | None] | None = None, notify: Callable[[str], None] = print,
-           on_done: Callable[[str, dict[str, Any]], None] | None = None, packing: Packing | None = None) -> None:
+           on_done: Callable[[str, dict[str, Any]], None] | None = None, packing: Packing | None = None,
+           waits: rerun.WaitBudget | None = None) -> None:
     """Run both sides interleaved, re-running start transients as ab.json allows; the order actually run is
-    appended to ab.json."""
+    appended to ab.json (also when the wait budget ends the session: rerun.MachineBusy)."""
     checkouts = checkouts or {}
     sides = [side_for(out_dir / name, caps=caps, env={k: v for k, v in envs[name].items() if k != col.env_key},
                       env_key=envs[name][col.env_key], python=pythons[name], checkout=checkouts.get(name),
                       notify=notify) for name in SIDES]
     max_reruns = int(store.read_json(out_dir / AB_FILE).get("max_reruns") or 0)
-    order = run_interleaved(sides, seed=seed, on_done=on_done, packing=packing, max_reruns=max_reruns)
-    meta = store.read_json(out_dir / AB_FILE)
-    meta["order"] += [list(item) for item in order]
-    store.write_json(out_dir / AB_FILE, meta)
+    order: list[tuple[str, str, int]] = []
+    try:
+        order = run_interleaved(sides, seed=seed, on_done=lambda side, row: (order.append(
+            (side, row[col.cell_id], row["repeat"])), on_done and on_done(side, row)), packing=packing,
+            max_reruns=max_reruns, waits=waits)
+    finally:
+        meta = store.read_json(out_dir / AB_FILE)
+        meta["order"] += [list(item) for item in order]
+        store.write_json(out_dir / AB_FILE, meta)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -301,14 +316,14 @@ def run_adaptive(out_dir: Path, looks: Sequence[int], *, judge: Callable[[], Seq
                  caps: capabilities.Capabilities, envs: dict[str, dict[str, Any]], pythons: dict[str, str], seed: int,
                  checkouts: dict[str, Path | None] | None = None, notify: Callable[[str], None] = print,
                  on_done: Callable[[str, dict[str, Any]], None] | None = None,
-                 packing: Packing | None = None) -> list[dict[str, Any]]:
+                 packing: Packing | None = None, waits: rerun.WaitBudget | None = None) -> list[dict[str, Any]]:
     """The looks of an adaptive A/B: run the first look's pairs, then, while `judge()` (the cells still
     inconclusive, judged at the design's split level) names any, extend those cells alone to the next
     look's pairs on both sides and run them interleaved. Returns one entry per look (pairs, cells run,
     cells left inconclusive), also kept in ab.json."""
     history: list[dict[str, Any]] = []
     run_ab(out_dir, caps=caps, envs=envs, pythons=pythons, seed=seed, checkouts=checkouts, notify=notify,
-           on_done=on_done, packing=packing)
+           on_done=on_done, packing=packing, waits=waits)
     for k, pairs in enumerate(looks):
         open_ = sorted(judge())
         history.append({"look": k + 1, "pairs": pairs, "inconclusive": open_})
@@ -322,5 +337,5 @@ def run_adaptive(out_dir: Path, looks: Sequence[int], *, judge: Callable[[], Seq
         for name in SIDES:
             extend_plan(out_dir / name, open_, looks[k + 1], seed=seed + k + 1)
         run_ab(out_dir, caps=caps, envs=envs, pythons=pythons, seed=seed + k + 1, checkouts=checkouts,
-               notify=notify, on_done=on_done, packing=packing)
+               notify=notify, on_done=on_done, packing=packing, waits=waits)
     return history

@@ -49,6 +49,28 @@ budget: a neighbour is the machine's doing, not the side's, and a burst of it sp
 spent, the spoiled rows stay, are left out of the comparison, and the verdict says the machine was busy."""
 
 
+class MachineBusy(Exception):
+    """The command's budget for waiting on neighbours is spent and a window was spoiled again: it stops starting
+    windows (the spoiled job is pending again, so `--resume` on a quiet machine runs it)."""
+
+
+@dataclass(slots=True)
+class WaitBudget:
+    """Seconds a command may spend, over all its re-runs, waiting for neighbours to leave its cores (issue 58: a
+    neighbour that stays made an A/B wait two minutes before each of dozens of re-runs)."""
+
+    limit_s: float
+    waited_s: float = 0.0
+
+    @property
+    def left_s(self) -> float:
+        return max(0.0, self.limit_s - self.waited_s)
+
+    @property
+    def spent(self) -> bool:
+        return self.waited_s >= self.limit_s
+
+
 @dataclass(slots=True)
 class Reruns:
     """The re-run budgets of an A/B per cell and side (run folder): `limit` for start transients, `busy_limit` for
@@ -59,16 +81,19 @@ class Reruns:
     busy_limit: int = BUSY_RERUNS
     used: dict[tuple[str, str, bool], int] = field(default_factory=dict)
     """(run folder, cell id, for interference) -> re-runs spent."""
+    waits: WaitBudget | None = None
+    """The command's budget for waiting on neighbours (None: each wait bounded by QUIET_WAIT_S alone)."""
 
     @classmethod
-    def of(cls, run_dirs: Sequence[Path], limit: int, busy_limit: int = BUSY_RERUNS) -> Reruns:
+    def of(cls, run_dirs: Sequence[Path], limit: int, busy_limit: int = BUSY_RERUNS,
+           waits: WaitBudget | None = None) -> Reruns:
         used: dict[tuple[str, str, bool], int] = {}
         for run_dir in map(Path, run_dirs):
             for path in sorted((run_dir / "cells").glob(f"*-{SUPERSEDED}*.parquet")):
                 row = pq.read_table(path, columns=[col.cell_id, "reason"]).to_pylist()[0]
                 key = (str(run_dir), row[col.cell_id], "interference" in (row["reason"] or ""))
                 used[key] = used.get(key, 0) + 1
-        return cls(limit=limit, busy_limit=busy_limit, used=used)
+        return cls(limit=limit, busy_limit=busy_limit, used=used, waits=waits)
 
     def _key(self, run_dir: Path, row: dict[str, Any]) -> tuple[str, str, bool]:
         return str(run_dir), row[col.cell_id], row_interference(row) is not None
@@ -133,25 +158,92 @@ def others_share(cores: Sequence[int], seconds: float = QUIET_SAMPLE_S) -> float
 
 
 def wait_for_quiet(cores: Sequence[int], notify, *, max_wait_s: float = QUIET_WAIT_S,
-                   sample: Callable[[Sequence[int]], float | None] = others_share) -> float:
-    """Wait, up to `max_wait_s`, until other processes use at most INTERFERENCE_THRESHOLD of `cores`; returns the
-    seconds spent (one reading's, QUIET_SAMPLE_S, when the machine is quiet at once). Says when it starts waiting
-    and what it ended on."""
+                   sample: Callable[[Sequence[int]], float | None] = others_share,
+                   budget: WaitBudget | None = None) -> float:
+    """Wait, up to `max_wait_s` (and what is left of the command's `budget`, which the wait spends), until other
+    processes use at most INTERFERENCE_THRESHOLD of `cores`; returns the seconds spent (one reading's,
+    QUIET_SAMPLE_S, when the machine is quiet at once). Says when it starts waiting, who holds the cores, how much of
+    the budget it has waited, and what it ended on."""
+    limit = min(max_wait_s, budget.left_s) if budget is not None else max_wait_s
     start, said = time.monotonic(), False
+
+    def spend(waited: float) -> float:
+        if budget is not None:
+            budget.waited_s += waited
+        return waited
+
     while (share := sample(cores)) is not None and share > INTERFERENCE_THRESHOLD:
         waited = time.monotonic() - start
-        if waited >= max_wait_s:
-            notify(f"  still busy after {waited:.0f} s (other processes used {share:.0%} of the cores): "
-                   "running it again anyway")
+        if waited >= limit:
+            spend(waited)
+            of_budget = f"; {budget.waited_s:.0f} of the {budget.limit_s:.0f} s budget waited" if budget else ""
+            notify(f"  still busy after {waited:.0f} s (other processes used {share:.0%} of the cores{of_budget})"
+                   + ("" if budget is not None and budget.spent else ": running it again anyway"))
             return waited
         if not said:
-            notify(f"  waiting for the neighbour to leave (other processes use {share:.0%} of the cores; at most "
-                   f"{max_wait_s:.0f} s)")
+            held = holders_text(cores)
+            of_budget = f"; {budget.left_s:.0f} s of the {budget.limit_s:.0f} s budget left" if budget else ""
+            notify(f"  waiting for the neighbour to leave (other processes use {share:.0%} of the cores"
+                   f"{': ' + held if held else ''}; at most {limit:.0f} s{of_budget})")
             said = True
-    waited = time.monotonic() - start
+    waited = spend(time.monotonic() - start)
     if said:
         notify(f"  quiet after {waited:.0f} s")
     return waited
+
+
+def holders_text(cores: Sequence[int], seconds: float = 0.5, top: int = 3) -> str:
+    """`stress-ng (pid 812) 98%, python3 (pid 90) 41%`: the processes outside this command's own tree that used the
+    most CPU over `seconds` (share of one core), as /proc tells; '' where it tells nothing. A process may run on
+    other cores too: this names who is busy, the share of `cores` is others_share's."""
+    own = _own_tree(os.getpid())
+    first = _ticks_by_pid(own)
+    time.sleep(seconds)
+    second = _ticks_by_pid(own)
+    hz = os.sysconf("SC_CLK_TCK")
+    used = sorted(((second[pid][1] - first[pid][1], pid, second[pid][0]) for pid in second.keys() & first.keys()),
+                  reverse=True)
+    return ", ".join(f"{name} (pid {pid}) {ticks / hz / seconds:.0%}" for ticks, pid, name in used[:top] if ticks > 0)
+
+
+def _own_tree(root: int) -> set[int]:
+    children: dict[int, list[int]] = {}
+    for pid, ppid in _parents().items():
+        children.setdefault(ppid, []).append(pid)
+    tree, todo = set(), [root]
+    while todo:
+        pid = todo.pop()
+        tree.add(pid)
+        todo += children.get(pid, [])
+    return tree
+
+
+def _parents() -> dict[int, int]:
+    out = {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                stat = Path(f"/proc/{entry.name}/stat").read_text()
+            except OSError:
+                continue
+            out[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    return out
+
+
+def _ticks_by_pid(skip: set[int]) -> dict[int, tuple[str, int]]:
+    """pid -> (command name, user + system ticks) of every process not in `skip`."""
+    out = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit() or int(entry.name) in skip:
+            continue
+        try:
+            stat = Path(f"/proc/{entry.name}/stat").read_text()
+        except OSError:
+            continue
+        head, tail = stat.rsplit(")", 1)
+        fields = tail.split()
+        out[int(entry.name)] = (head.split("(", 1)[1], int(fields[11]) + int(fields[12]))
+    return out
 
 
 def again(run_dir: Path, row: dict[str, Any], reruns: Reruns, notify: Callable[[str], None], label: str, *,
@@ -165,9 +257,24 @@ def again(run_dir: Path, row: dict[str, Any], reruns: Reruns, notify: Callable[[
     busy = row_interference(row) is not None
     notify(f"{label}: {reruns.supersede(run_dir, row)}")
     if busy:
+        waits = reruns.waits
+        if waits is not None and waits.spent:  # its job is pending again: a --resume runs it
+            raise MachineBusy(f"{label}: the wait budget ({waits.limit_s:.0f} s) is spent")
         cores = parse_cpu_list(row[col.cpu_affinity]) if row.get(col.cpu_affinity) else sorted(os.sched_getaffinity(0))
-        (quiet or (lambda c: wait_for_quiet(c, notify)))(cores)
+        (quiet or (lambda c: wait_for_quiet(c, notify, budget=waits)))(cores)
+        if waits is not None and waits.spent:
+            raise MachineBusy(f"{label}: still busy when the wait budget ({waits.limit_s:.0f} s) was spent")
     return True
+
+
+def busy_summary(run_dirs: Sequence[Path]) -> str:
+    """`the machine was busy: 11 of 16 windows taken under interference (other processes 48-76 % of the cell's
+    cores)`: every window the folders hold, superseded ones included."""
+    rows = [r for d in run_dirs for r in store.read_cells(d).to_pylist() if r["status"] in ("ok", SUPERSEDED)]
+    hit = [r for r in rows if row_interference(r) is not None]
+    shares = [r[col.foreign_cpu_frac] for r in hit if r.get(col.foreign_cpu_frac) is not None]
+    others = f" (other processes {min(shares):.0%}-{max(shares):.0%} of the cell's cores)" if shares else ""
+    return f"the machine was busy: {len(hit)} of {len(rows)} windows taken under interference{others}"
 
 
 def runs_of(cell: Cell, repeat: int, ctx: job.JobContext, reruns: Reruns, *, side: str,
