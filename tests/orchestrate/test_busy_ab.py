@@ -14,7 +14,9 @@ from conftest import nvbench
 
 
 @pytest.mark.slow
-def test_an_ab_beside_a_neighbour_that_stays_ends_undecided_and_resumes_on_the_quiet_machine(tiny_matrix, tmp_path):
+@pytest.mark.documented("nvbench ab --resume reports/<ab>", bound_s=600)
+def test_an_ab_beside_a_neighbour_that_stays_ends_undecided_and_resumes_on_the_quiet_machine(tiny_matrix, tmp_path,
+                                                                                            documented_run):
     out = tmp_path / "ab"
     # a busy loop on this test's cores (it inherits them, as the cells do): every window the A/B takes is shared
     neighbour = subprocess.Popen([sys.executable, "-c", "while True: pass"])
@@ -31,7 +33,7 @@ def test_an_ab_beside_a_neighbour_that_stays_ends_undecided_and_resumes_on_the_q
     assert f"nvbench ab --resume {out}" in busy.stderr
     assert not (out / "report").exists()  # nothing called a regression, an improvement or anything else
 
-    done = nvbench("ab", "--resume", str(out), timeout=600)
+    done = documented_run(["ab", "--resume", str(out)])
     assert done.returncode == 0, done.stdout + done.stderr
     (verdict,) = pq.read_table(out / "report" / "verdicts.parquet").to_pylist()
     assert verdict["num_candidate"] == verdict["num_baseline"] == 3
