@@ -133,13 +133,7 @@ class Night:
     (history_cache.MIN_CLEAN_FRAC): no point that night, neither a change point nor evidence against one."""
 
     def busy_text(self) -> str:
-        """`busy: c1 (3 of 5 windows under interference, others 48-76 % of its cores); ...`, or ''."""
-        parts = []
-        for cid, b in sorted(self.busy.items()):
-            share = b.get("share")
-            others = f", others {share[0]:.0%}-{share[1]:.0%} of its cores" if share else ""
-            parts.append(f"{cid} ({b['spoiled']} of {b['windows']} windows under interference{others})")
-        return ("busy: " + "; ".join(parts)) if parts else ""
+        return history_cache.busy_words(self.busy)
 
     @property
     def run_id(self) -> str:

@@ -142,6 +142,17 @@ def busy_record(rows: Sequence[Mapping[str, Any]], clean: int) -> dict[str, Any]
     return {"windows": len(rows), "spoiled": spoiled, "share": [min(shares), max(shares)] if shares else None}
 
 
+def busy_words(busy: Mapping[str, Any]) -> str:
+    """`busy: c1 (3 of 5 windows under interference, others 48%-76% of its cores); ...`, or '' (a night's busy
+    cells as summarise recorded them)."""
+    parts = []
+    for cid, b in sorted(busy.items()):
+        share = b.get("share")
+        others = f", others {share[0]:.0%}-{share[1]:.0%} of its cores" if share else ""
+        parts.append(f"{cid} ({b['spoiled']} of {b['windows']} windows under interference{others})")
+    return ("busy: " + "; ".join(parts)) if parts else ""
+
+
 def read_rows(run_dir: Path) -> list[dict[str, Any]]:
     """The run's cell rows, history's columns only; RunInputError naming the file when they cannot be read."""
     from harness.results import store

@@ -228,7 +228,7 @@ def add_parser(subparsers) -> None:
         "ab", help="run a matrix under two interpreters or checkouts, interleaved; compare B with A")
     ab.add_argument("matrix", nargs="?", help="the matrix file (TOML) both sides run")
     ab.add_argument("--resume", metavar="DIR", help="finish the A/B of folder DIR as it was started (its matrix and "
-                    "flags), running only its pending pairs: after a busy machine stopped it, or Ctrl-C")
+                    "flags), running only its pending pairs: after a busy machine stopped it, or Ctrl-C (default: a new A/B)")
     ab.add_argument("--busy-wait-s", type=float, metavar="SECONDS",
                     help="seconds the A/B may wait in all for neighbours to leave its cores before re-running windows "
                          "they spoiled; once spent, the next spoiled window ends it, exit 3, every row kept for "
