@@ -2,8 +2,9 @@
 residual block against the checkout before it, profiled on request (`--kernels`, so what is tested does not wait
 on a timed verdict). The profiled repeats run apart from the timed ones; what B does more is asserted as work,
 exactly: BLOCKS x CALLS more aten::mm calls a step under forward and every other (phase, operator, kernel) called
-as often as in A. The kernel diff's words name aten::mm under forward: a new operator against none, far beyond
-any spread of this machine.
+as often as in A. The kernel diff's table lists aten::mm under forward, none on A and some time on B. Its words,
+a Welch test over three repeats a side, are not asserted: CI failed once on them (summary.md had no operators
+line, which a cell gets only where its timed verdict calls a change).
 
 What this test asserted before on timing, and where it went (issue 57): the timed verdict calling a regression
 (inconclusive in one CI run in four), the change within 25 % of what the matmuls cost alone, and no neighbouring
@@ -20,6 +21,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import ROOT, nvbench
+from harness.catalogue.kernels import OPERATORS_NOTE
 from harness.results.kernels import BETWEEN_OPS
 
 SIZE = 320
@@ -79,7 +81,14 @@ def test_extra_matmuls_are_counted_exactly_under_forward_and_named_by_the_diff(t
     assert ("forward", "aten::mm", "aten::mm") not in a
     differ = {k for k in set(a) | set(b) if k[1] not in (BETWEEN_OPS, "aten::mm") and a.get(k) != b.get(k)}
     assert differ == set(), {k: (a.get(k), b.get(k)) for k in differ}
+    # the diff's table names the new operator under forward, none on A and some time on B: exact, whatever
+    # the timing; its words (a Welch test over three repeats a side) and the timed verdict are not asserted
+    table = (out / "report" / "kernels.md").read_text()
+    row = next(x for x in table.splitlines() if x.startswith("| forward | **aten::mm** |"))
+    a_ms, b_ms = (float(x) for x in row.split("|")[3:5])
+    assert a_ms == 0.0 and b_ms > 0.0, row
+    # a cell the timed verdict called changed carries the diff's line in summary.md; one left unchanged or
+    # inconclusive (rc 3, three pairs) does not: either way the summary says which
     summary = (out / "report" / "summary.md").read_text()
-    assert "aten::mm" in summary and (out / "report" / "kernels.md").exists()
-    line = next(x for x in summary.splitlines() if "operators: forward" in x)
-    assert "aten::mm +" in line, line
+    verdict = pq.read_table(out / "report" / "verdicts.parquet").to_pylist()[0]
+    assert (OPERATORS_NOTE in summary) == (verdict["verdict"] in ("regression", "improvement")), summary
