@@ -84,7 +84,7 @@ def test_ci_runs_exactly_the_readme_test_command():
     readme = (ROOT / "README.md").read_text()
     command = readme.split("# the tests (exactly what .ci/run does)\n", 1)[1].splitlines()[0]
     assert command.startswith("bash ci/system-deps.sh && ")
-    assert command.endswith("python -m pytest -n auto --dist loadfile --no-loadscope-reorder")
+    assert command.endswith('python -m pytest -n auto --dist loadfile --no-loadscope-reorder -m "not slow"')
     deps = (ROOT / "ci" / "system-deps.sh").read_text()
     assert "apt_install chromium" in deps, "the report's browser tests need chromium from ci/system-deps.sh"
     assert (ROOT / ".ci" / "run").read_text().rstrip().splitlines()[-1] == command

@@ -78,9 +78,11 @@ def spin(seconds):
 own = InterferenceMeter([core]).start()
 spin(0.6)  # the cell's own work
 quiet = own.stop().columns()[col.foreign_cpu_frac]
-busy_loop = "import time\\nend = time.perf_counter() + 3\\nwhile time.perf_counter() < end: pass"
-neighbour = subprocess.Popen([sys.executable, "-c", busy_loop], start_new_session=True)  # not the cell's
-time.sleep(0.5)
+busy_loop = ("import time\\nprint('ready', flush=True)\\n"
+             "end = time.perf_counter() + 3\\nwhile time.perf_counter() < end: pass")
+neighbour = subprocess.Popen([sys.executable, "-c", busy_loop], start_new_session=True,  # not the cell's
+                             stdout=subprocess.PIPE, text=True)
+assert neighbour.stdout.readline() == "ready\\n"  # spinning from now on, however long its start took
 busy = InterferenceMeter([core]).start()
 spin(1.0)
 loaded = busy.stop().columns()[col.foreign_cpu_frac]

@@ -13,7 +13,6 @@ import pytest
 from conftest import nvbench
 
 
-@pytest.mark.slow
 @pytest.mark.documented("nvbench ab --resume reports/<ab>", bound_s=600)
 def test_an_ab_beside_a_neighbour_that_stays_ends_undecided_and_resumes_on_the_quiet_machine(tiny_matrix, tmp_path,
                                                                                             documented_run):

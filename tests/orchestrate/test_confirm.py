@@ -114,7 +114,6 @@ def test_a_step_between_the_commit_before_and_the_slower_commit_is_confirmed_and
         False, history.CONFIRMED, step.confirmation_note)
 
 
-@pytest.mark.slow
 def test_a_step_between_two_commits_of_the_same_code_is_not_confirmed(repository, tmp_path):
     repo, commits, matrix = repository
     folder = tmp_path / "history"

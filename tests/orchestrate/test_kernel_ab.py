@@ -59,7 +59,6 @@ def _calls(table) -> dict[tuple[str, str, str], float]:
     return seen
 
 
-@pytest.mark.slow
 def test_extra_matmuls_are_counted_exactly_under_forward_and_named_by_the_diff(tiny_matrix, tmp_path):
     matrix, out = tiny_matrix(repeats=3), tmp_path / "ab"
     proc = nvbench("ab", str(matrix), "--b-checkout", str(_slower_checkout(tmp_path)), "--out", str(out),

@@ -137,10 +137,9 @@ def test_every_failure_kind_is_a_row_and_the_matrix_completes(tiny_matrix, tmp_p
         "precision=bf16&memory_format=nchw&grad_accum=2:exit",
     ])
     out = tmp_path / "run"
-    t0 = time.monotonic()
+    # bounded by nvbench()'s own timeout, not asserted: how long it takes is this machine's speed (issue 57)
     proc = nvbench("run", str(matrix), "--out", str(out), "--no-progress", env={"NVBENCH_FAULT": faults})
     assert proc.returncode == 1, proc.stderr  # completed, with failures
-    assert time.monotonic() - t0 < 120
     rows = rows_by(out)
     assert len(rows) == 6
 

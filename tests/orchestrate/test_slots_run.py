@@ -54,7 +54,6 @@ def cache(tmp_path, monkeypatch) -> dict:
     return env
 
 
-@pytest.mark.slow
 def test_two_slots_run_a_cpu_matrix_side_by_side_on_disjoint_cores_and_resume_after_kill_9(tiny_matrix, tmp_path,
                                                                                            cache):
     if usable_cores() < 2:

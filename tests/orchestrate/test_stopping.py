@@ -66,7 +66,9 @@ def test_a_child_command_ends_with_its_parent_even_a_sigkilled_one(sig, tagged):
 def test_a_stopped_run_leaves_no_process_and_resumes(tiny_matrix, tmp_path, documented_run, tagged):
     sig, moment = kill_plan("nvbench run")
     out = tmp_path / "run"
-    proc, tag = tagged([sys.executable, "-m", "harness", "run", str(tiny_matrix(repeats=2)), "--out", str(out),
+    # four repeats (>= 4 cells of ~4 s): alive at any moment of the plan (0-3 s after its first cell) on any
+    # machine; with two, a fast one had finished before a late stop came
+    proc, tag = tagged([sys.executable, "-m", "harness", "run", str(tiny_matrix(repeats=4)), "--out", str(out),
                          "--no-progress"])
     wait_for("nvbench run's first cell", lambda: first_cell(tag), timeout_s=60, proc=proc)
     time.sleep(moment)
@@ -75,9 +77,9 @@ def test_a_stopped_run_leaves_no_process_and_resumes(tiny_matrix, tmp_path, docu
     done = len(list((out / "cells").glob("*.parquet"))) if (out / "cells").is_dir() else 0
     resumed = documented_run(["run", "--resume", str(out)])
     assert resumed.returncode == 0, resumed.stderr
-    assert f"({2 - done} of 2 jobs to run)" in resumed.stderr
+    assert f"({4 - done} of 4 jobs to run)" in resumed.stderr
     rows = pq.read_table(out / "cells").to_pylist()
-    assert sorted(r["repeat"] for r in rows) == [0, 1] and {r["status"] for r in rows} == {"ok"}
+    assert sorted(r["repeat"] for r in rows) == [0, 1, 2, 3] and {r["status"] for r in rows} == {"ok"}
 
 
 @pytest.mark.documented("nvbench history reports/history", bound_s=120)

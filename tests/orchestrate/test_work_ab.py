@@ -37,7 +37,6 @@ def _counts(path) -> dict[tuple, tuple[int, float]]:
     return {(r["phase"], r["counter"], r["key"]): (r["count"], r["per_step"]) for r in rows}
 
 
-@pytest.mark.slow
 def test_an_item_in_b_s_optimizer_is_one_more_host_sync_a_step_and_nothing_else(tiny_matrix, tmp_path):
     matrix, out = tiny_matrix('backend = ["synthetic"]', repeats=1), tmp_path / "ab"  # one timed pair
     proc = nvbench("ab", str(matrix), "--b-checkout", str(_syncing_checkout(tmp_path)), "--out", str(out),
@@ -63,7 +62,6 @@ def test_an_item_in_b_s_optimizer_is_one_more_host_sync_a_step_and_nothing_else(
     assert record["repeats"] == 1 and record["steps"] == STEPS and sorted(o[0] for o in record["order"]) == ["a", "b"]
 
 
-@pytest.mark.slow
 def test_a_run_counts_after_its_timed_jobs_and_a_resume_runs_no_counted_process_again(tiny_matrix, tmp_path):
     out = tmp_path / "run"
     proc = nvbench("run", str(tiny_matrix()), "--out", str(out), "--work-repeats", "1", "--no-progress")
