@@ -18,7 +18,6 @@ import json
 import shutil
 
 import pyarrow.parquet as pq
-import pytest
 
 from conftest import ROOT, nvbench
 from harness.catalogue.kernels import OPERATORS_NOTE

@@ -79,7 +79,6 @@ def test_run_refuses_a_model_that_does_not_import_as_validate_does_before_anythi
     assert not (tmp_path / "run").exists() and refused.stdout == ""
 
 
-@pytest.mark.slow  # two cell processes and a report: ~25 s on the 2-core machine
 def test_a_user_model_trains_and_validates_and_one_failing_in_its_cell_is_a_failed_row_with_its_reason(nets, tmp_path):
     run = tmp_path / "run"
     done = nvbench("run", str(nets / "two.toml"), "--out", str(run), "--no-progress")
