@@ -21,9 +21,11 @@ INDUCTOR = 'backend = ["synthetic"]\ncompile = ["inductor"]'
 @pytest.mark.slow
 def test_repeats_read_the_compile_cache_their_runs_warm_up_filled(tiny_matrix, tmp_path):
     """The warm-up compiles cold (the run's own, empty cache: a cache folder the user's environment names is
-    not used), is recorded in warmups/ and never as a row; each repeat then compiles in under a tenth of the
+    not used), is recorded in warmups/ and never as a row; each repeat then compiles in under a third of the
     warm-up's compile_s, and the manifest counts the warm-up's time apart from the jobs'. Breaking the sharing
-    (a cache folder per job) makes every repeat compile cold and fails this test."""
+    (a cache folder per job) makes every repeat compile cold and fails this test: a cold repeat took ~1.2x the
+    warm-up (207.6 s against 166.3 s), a warm one 10.5 s and 8.0 s against 182.6 s, so a third leaves over 4x
+    either way (a tenth left 1.7-2.3x, issue 57)."""
     elsewhere = tmp_path / "a-cache-of-another-run"
     run = tmp_path / "run"
     # one compile thread: no worker pool to start on a shared 2-core machine (the same for warm-up and repeats)
@@ -36,7 +38,7 @@ def test_repeats_read_the_compile_cache_their_runs_warm_up_filled(tiny_matrix, t
     assert warm["status"] == "ok" and warm["cell_id"] == rows[0]["cell_id"] and warm["compile_s"] > 0
     assert (run / warm["log_path"]).is_file() and f"compile cache: {warm['cell_id']}: warmed in" in proc.stderr
     for row in rows:
-        assert 0 < row["compile_s"] < warm["compile_s"] / 10, (row["compile_s"], warm["compile_s"])
+        assert 0 < row["compile_s"] < warm["compile_s"] / 3, (row["compile_s"], warm["compile_s"])
         assert row["autotune_s"] == 0.0  # the CPU: nothing autotunes
     assert (run / "compile-cache" / "fxgraph").is_dir() and (run / "compile-cache" / "aotautograd").is_dir()
     assert not elsewhere.exists()
