@@ -273,7 +273,7 @@ if [ "$history_rc" -eq 1 ]; then log "confirmed change point"; exit 1; fi
 if [ "$run_rc" -eq 1 ]; then log "cells failed (see the report's failed and skipped cells)"; exit 1; fi
 if [ "$report_rc" -eq 3 ]; then
   # Last and loud: the night could not tell for these cells; absence of evidence is not a pass.
-  log "INCONCLUSIVE: nothing regressed, but these cells could not be decided (more repeats would):"
+  log "INCONCLUSIVE: nothing regressed, but these cells could not be decided (more repeats would, or a quiet machine where it was busy):"
   python -m harness.orchestrate.workflows.nightly inconclusive "$LAST_REPORT" >&2
   exit 3
 fi

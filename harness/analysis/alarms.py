@@ -36,6 +36,9 @@ EVENTS = (OPENED, WORSE, ACKNOWLEDGED, GONE, FIXED)
 """The steps of an alarm's history (Event.kind), each recorded with its night."""
 NO_VERDICT = "no verdict"
 """Tonight's word for the cell of an open alarm that tonight's report does not judge."""
+BUSY = "not judged (the machine was busy)"
+"""Tonight's reading of a cell whose verdict says the machine was busy (CellVerdict.busy): it neither ends an open
+alarm nor opens one."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -178,6 +181,8 @@ class Reading:
     def why_open(self) -> str:
         if self.verdict == NO_VERDICT:
             return "the cell has no verdict tonight"
+        if self.verdict == BUSY:
+            return "the machine was busy tonight: no evidence either way"
         if self.tonight is None:
             return f"tonight has no {self.alarm.change.metric} interval"
         return (f"tonight's interval reaches into the regression's ({self.tonight.low:+.1f} is not above "
@@ -200,6 +205,8 @@ def ending(alarm: OpenAlarm, v: CellVerdict | None) -> Reading:
     regression's (the level it alarmed at excluded, both intervals at the nightly's level), else OPEN."""
     if v is None:
         return Reading(alarm=alarm, verdict=NO_VERDICT, tonight=None, outcome=OPEN)
+    if v.busy and alarm.change.metric != "top1":  # the machine's load decided tonight's windows: no evidence
+        return Reading(alarm=alarm, verdict=BUSY, tonight=None, outcome=OPEN)
     tonight = measured(v, alarm.change.metric)
     if v.verdict in (UNCHANGED, IMPROVEMENT) and change_of(v) is None:
         outcome = FIXED

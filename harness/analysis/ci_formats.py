@@ -72,7 +72,12 @@ def render_markdown(comparison: Comparison) -> str:
                  if v.verdict not in (UNCHANGED, NO_BASELINE, INCONCLUSIVE) or v.is_regression or v.work_gate]
     if attention:
         lines += ["", head, *(_md_row(v) for v in attention)]
-    open_ = [v for v in sorted_verdicts(comparison) if v.verdict == INCONCLUSIVE and not v.is_regression]
+    busy = [v for v in sorted_verdicts(comparison) if v.busy and not v.is_regression]
+    if busy:
+        lines += ["", f"**Not judged, the machine was busy: {len(busy)} cell(s)** (fewer than half of a side's "
+                      "windows clean; run them again on a quiet machine):", "", head, *(_md_row(v) for v in busy)]
+    open_ = [v for v in sorted_verdicts(comparison)
+             if v.verdict == INCONCLUSIVE and not v.is_regression and not v.busy]
     if open_:
         lines += ["", f"**Inconclusive: {len(open_)} cell(s) neither shown changed nor shown inside the "
                       f"{comparison.thresholds.floor_pct:g}% floor** (more repeats would likely decide them):", "",

@@ -31,6 +31,7 @@ from harness.analysis.verdict import (
     MetricVerdict, Thresholds, build_verdict, merge_fields)
 from harness.catalogue.judged import JUDGED, Judged
 from harness.results.env import env_diff
+from harness.results.interference import clean_rows, too_busy
 from harness.stats import inference
 from harness.catalogue import col
 
@@ -80,6 +81,14 @@ def _ab_probes(probes: tuple[np.ndarray, np.ndarray] | None,
                   "so the sides' software moved it; judged unadjusted)")
 
 
+def busy_sides(cand_ok: Sequence[Mapping[str, Any]], base_ok: Sequence[Mapping[str, Any]], *, ab: bool) -> str:
+    """'7 of 10 windows of the candidate taken under interference' for each side too busy to stand for its cell
+    (harness.results.interference.too_busy), '' when neither is."""
+    names = ("B", "A") if ab else ("the candidate", "the baseline")
+    return "; ".join(f"{len(ok) - len(clean_rows(ok))} of {len(ok)} windows of {name} taken under interference"
+                     for name, ok in zip(names, (cand_ok, base_ok)) if too_busy(ok))
+
+
 def _prepare(cid: str, cand_rows: list, base_rows: list | None, candidate: RunData, baseline: RunData,
              th: Thresholds, require_same_env: bool, mode: str = "baseline") -> tuple[dict[str, Any], PendingCell | None]:
     """Common verdict fields, and the samples when the cell can be tested (else a final verdict). A cell
@@ -88,7 +97,7 @@ def _prepare(cid: str, cand_rows: list, base_rows: list | None, candidate: RunDa
     common = {col.cell_id: cid, **axes_of(cand_rows), col.floor_pct: th.floor_pct, col.floor_source: th.floor_origin,
               col.fdr_q: th.fdr_q, col.accuracy_tolerance: th.accuracy_tolerance,
               col.fire_drill_pct: max(map(drill_pct, cand_rows)), col.is_smoke: bool(cand_rows[0].get(col.is_smoke)),
-              col.candidate_run_id: candidate.run_id, col.baseline_run_id: baseline.run_id}
+              col.candidate_run_id: candidate.run_id, col.baseline_run_id: baseline.run_id, col.busy: False}
     cand_ok = usable_rows(cand_rows, th)
     common |= {col.num_candidate: len(cand_ok)}
     if not ok_rows(cand_rows):
@@ -105,6 +114,9 @@ def _prepare(cid: str, cand_rows: list, base_rows: list | None, candidate: RunDa
         which = "candidate" if common[col.is_smoke] else "baseline"
         why = f"the {which} is a --smoke run; smoke and full runs measure different things"
         return common | {"verdict": NOT_COMPARABLE, "reason": why}, None
+    if busy := busy_sides(ok_rows(cand_rows), ok_rows(base_rows), ab=mode == "ab"):
+        return common | {"verdict": INCONCLUSIVE, col.busy: True,
+                         "reason": f"not judged: the machine was busy ({busy}); run it again on a quiet machine"}, None
     diff = env_difference(ok_rows(cand_rows), ok_rows(base_rows), candidate.environment, baseline.environment)
     if diff:
         common[col.env_diff] = diff
@@ -201,7 +213,8 @@ def compare_runs(candidate: RunData, baseline: RunData, thresholds: Thresholds |
     missing = sorted(set(base_cells) - set(cand_cells))
     notes = (f"{len(missing)} baseline cell(s) not in this run: {', '.join(missing)}",) if missing else ()
     reach = decide.repeats_to_reach(th.level)
-    short = [v for v in verdicts if v.verdict == INCONCLUSIVE and 0 < min(v.num_candidate, v.num_baseline) < reach]
+    short = [v for v in verdicts if v.verdict == INCONCLUSIVE and not v.busy
+             and 0 < min(v.num_candidate, v.num_baseline) < reach]
     if short:
         notes = (f"warning: {len(short)} cell(s) have fewer usable repeats than a permutation test needs to reach "
                  f"p <= {th.level:.3g} ({reach} a side): they are inconclusive whatever their numbers",) + notes

@@ -130,7 +130,7 @@ class Night:
     where the night has no work.parquet."""
     busy: Mapping[str, Any] = field(default_factory=dict)
     """cell_id -> {"windows", "spoiled", "share"}: cells too few of whose windows were clean this night
-    (history_cache.MIN_CLEAN_FRAC): no point that night, neither a change point nor evidence against one."""
+    (harness.results.interference.MIN_CLEAN_FRAC): no point that night, neither a change point nor evidence against one."""
 
     def busy_text(self) -> str:
         return history_cache.busy_words(self.busy)

@@ -43,11 +43,6 @@ INTERFERENCE_COLUMNS = (col.foreign_cpu_frac, col.steal_frac, col.foreign_cpu_s,
 COLUMNS = [col.cell_id, "repeat", "status", *AXES, *METRIC_COLUMNS, col.throughput_ci_low_img_per_s,
            col.throughput_ci_high_img_per_s, col.fire_drill_pct, *INTERFERENCE_COLUMNS]
 """The only columns history reads of a run."""
-MIN_CLEAN_FRAC = 0.5
-"""A cell's night stands on its clean windows only when at least this share of its ok windows is clean (and at
-least one): with fewer, the night is busy for that cell, its points left out of the series, neither a change point
-nor evidence against one (a quarter-speed window among clean ones reads as a step; the clean few as a night
-measured on less than it was meant to be)."""
 
 
 def night_key(run_dir: Path) -> str:
@@ -113,15 +108,14 @@ def summarise(run_dir: Path, manifest: Mapping[str, Any], rows: list[Mapping[str
               work_rows: Sequence[Mapping[str, Any]] | None = None) -> dict[str, Any]:
     """A night as history needs it (JSON): its identity, its fire drill, each cell's axes and points, and each
     cell's counted work where the night has a work.parquet."""
-    from harness.results.interference import row_interference
+    from harness.results.interference import clean_rows, too_busy
 
     cells: dict[str, list[Mapping[str, Any]]] = {}
     for row in rows:
         if row["status"] == "ok" and (row.get(col.throughput_img_per_s) or 0) > 0:
             cells.setdefault(row[col.cell_id], []).append(row)
-    clean = {cid: [r for r in rs if row_interference(r) is None] for cid, rs in cells.items()}
-    busy = {cid: busy_record(rs, len(clean[cid])) for cid, rs in cells.items()
-            if len(clean[cid]) < max(1, math.ceil(MIN_CLEAN_FRAC * len(rs)))}
+    clean = {cid: clean_rows(rs) for cid, rs in cells.items()}
+    busy = {cid: busy_record(rs, len(clean[cid])) for cid, rs in cells.items() if too_busy(rs)}
     points = _points({cid: rs for cid, rs in clean.items() if cid not in busy and rs})
     return {"path": str(run_dir), col.run_id: str(manifest.get(col.run_id) or run_dir.name),
             "created_at": str(manifest.get("created_at") or ""),

@@ -31,6 +31,8 @@ ONE_LINE_EACH = (REGRESSION, SUSPECT_REGRESSION, FAILED, IMPROVEMENT, SUSPECT_IM
 _CHANGE = re.compile(r"^(?:(?:" + "|".join(re.escape(m.name) for m in JUDGED) + r") )?[+-]?\d[^:]*: ")
 """A reason's leading change figure ('+0.4% [-2.1, +3.0] at 99.0%: '), which differs from cell to cell."""
 _NUMBER = re.compile(r"\d+(?:\.\d+)?")
+BUSY_GROUP = "busy"
+"""The console's group of cells not judged because the machine was busy (CellVerdict.busy)."""
 
 
 def _why(reason: str | None) -> str:
@@ -55,6 +57,7 @@ def _group_lines(word: str, members: Sequence[CellVerdict], width: int) -> list[
     n = len(members)
     cells = f"{n} cell{'s' if n != 1 else ''}"
     head = (f"INCONCLUSIVE: {cells} neither shown changed nor shown unchanged, not a pass" if word == INCONCLUSIVE
+            else f"NOT JUDGED: {cells}, the machine was busy, not a pass" if word == BUSY_GROUP
             else f"{word}: {cells}")
     kinds = Counter(_NUMBER.sub("#", _why(v.reason)) for v in members)
     kind, k = kinds.most_common(1)[0]
@@ -74,7 +77,9 @@ def verdict_lines(comparison: Comparison, width: int) -> list[str]:
     for v in sorted(singles, key=lambda v: (not v.is_regression, order.get(v.verdict, 99), v.cell_id)):
         lines += _cell_line(v, width)
     for word in VERDICTS:
-        members = [v for v in comparison.verdicts if v.verdict == word and not _single(v)]
+        members = [v for v in comparison.verdicts if v.verdict == word and not _single(v) and not v.busy]
         if members:
             lines += _group_lines(word, members, width)
+    if busy := [v for v in comparison.verdicts if v.busy and not _single(v)]:
+        lines += _group_lines(BUSY_GROUP, busy, width)
     return lines

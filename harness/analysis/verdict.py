@@ -254,6 +254,10 @@ class CellVerdict(AxisValues):
     """An item exact on both sides changed; null where either side counted nothing."""
     work_gate: str | None = None
     """The broken work gates in words; null where none broke. A broken gate fails the cell whatever its timing."""
+    busy: bool | None = None
+    """True: fewer than half of a side's ok windows were clean (harness.results.interference.MIN_CLEAN_FRAC), so
+    the cell was not judged (inconclusive; no alarm opens or ends on it); null in verdicts written before
+    version 12."""
 
     def axis_filters(self) -> list[str]:
         """`AXIS=VALUE` for every axis the verdict records: the `--only` filters that select its cell (an axis

@@ -37,8 +37,8 @@ def verdict_table(comparison: Comparison) -> pa.Table:
 
 def read_verdicts(path: Path) -> list[CellVerdict]:
     """verdicts.parquet back as CellVerdicts. Older versions lack the speed-adjustment (2), fast-step (3),
-    compile (4), repeats_needed (5), phase (6), model (7), per-metric verdict (8), energy (9) and
-    floor_source (10) columns: they read as null (floor_source: empty). store.UnreadableFile,
+    compile (4), repeats_needed (5), phase (6), model (7), per-metric verdict (8), energy (9),
+    floor_source (10), work (11) and busy (12) columns: they read as null (floor_source: empty). store.UnreadableFile,
     naming the file, when it is no verdicts table."""
     try:
         table = pq.read_table(path)

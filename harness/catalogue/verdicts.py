@@ -7,7 +7,7 @@ from harness.catalogue.axes import AXES_RECORD
 from harness.catalogue.columns import B, F, I, S, Column, per_cell
 from harness.catalogue.judged import JUDGED, METRIC_FIELDS, Judged
 
-VERDICTS_VERSION = 11
+VERDICTS_VERSION = 12
 """Version of verdicts.parquet (schema metadata nvbench.verdicts_version). 1: first release. 2: the
 speed-adjustment columns unadjusted_effect_pct, speed_probe_change_pct and speed_slope. 3: the fast-step
 rate (decided_by, throughput_p_value, fast_effect_pct, fast_ci_low_pct, fast_ci_high_pct, fast_p_value,
@@ -22,7 +22,8 @@ file); the columns derived from harness.catalogue.judged, every column with its 
 (img_per_joule: energy_verdict, energy_effect_pct, energy_ci_low_pct, energy_ci_high_pct, energy_p_value,
 candidate_img_per_joule, baseline_img_per_joule; null when read from an older file or where it was not tested).
 10: floor_source, the rule that set the cell's floor (the matrix's [judge]; empty when read from an older file).
-11: the work diff (work, work_changed, work_gate; null when read from an older file or where no work was counted)."""
+11: the work diff (work, work_changed, work_gate; null when read from an older file or where no work was counted).
+12: busy, a cell not judged because the machine was busy (null when read from an older file)."""
 
 _F, _I, _S, _B = F, I, S, B
 
@@ -115,6 +116,13 @@ CELL_LEVEL: tuple[Column, ...] = (
         "",
         "The matrix's broken work gates in words, each naming the counter and the place; null: none broke. A broken "
         "gate fails the cell whatever its timing says.",
+    ),
+    per_cell(
+        "busy",
+        B,
+        "",
+        "True: fewer than half of a side's ok windows were clean (others' processes on the cell's cores), so the "
+        "cell was not judged: inconclusive, no alarm opened or ended on it. Null before version 12.",
     ),
 )
 """What a comparison says of a cell as a whole (harness.analysis.verdict.CellVerdict's fields)."""

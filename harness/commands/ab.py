@@ -144,6 +144,16 @@ def cmd_ab(args: argparse.Namespace) -> int:
         return EXIT_INTERRUPTED
     except rerun.MachineBusy as exc:  # undecided: no verdict is written, every row stays for --resume
         print(f"{rerun.busy_summary([out / 'a', out / 'b'])}; undecided")
+        try:  # what a step does is counted exactly beside any neighbour: the work diff still answers
+            _count(out, [c.cell_id for c in cells], work_plan, caps=caps, envs=envs, pythons=pythons,
+                   seed=args.seed, checkouts=checkouts)
+            for line in _work_lines(out, [c.cell_id for c in cells]):
+                print(line)
+        except KeyboardInterrupt:
+            print(f"interrupted; the rows so far are in {out}/a and {out}/b", file=sys.stderr)
+            return EXIT_INTERRUPTED
+        except UnreadableFile as exc_:
+            print(f"warning: {exc_}: no work diff", file=sys.stderr)
         print(f"stopped: {exc}; on a quiet machine finish the same pairs with: nvbench ab --resume {out}",
               file=sys.stderr)
         return EXIT_INCONCLUSIVE
@@ -191,6 +201,16 @@ def _default_wait_s(cells, looks: list[int], caps, envs: dict, reports: Path) ->
 
     keys = [envs[side][col.env_key] for side in ("a", "b")]
     return max(QUIET_WAIT_S, cost.ab_estimate(cells, looks[-1], caps, roots=[reports], keys=keys).wall_s)
+
+
+def _work_lines(out: Path, cell_ids: list[str]) -> list[str]:
+    """`<cell>: work changed: optimizer +1 host sync per step (...)`, one per cell both sides counted: what an A/B
+    the machine left undecided still says (none where no process was counted)."""
+    from harness.analysis import work_report
+
+    diffs = work_report.diff_tables(cell_ids, work_report.read_work_table(out / "a"),
+                                    work_report.read_work_table(out / "b"))
+    return [f"{cid}: {diff.words()}" for cid, diff in diffs.items()]
 
 
 def _count(out: Path, cell_ids: list[str], plan, **how) -> None:

@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from harness.commands.common import EXIT_INTERRUPTED, add_slots_flag, bad_input
+from harness.commands.common import EXIT_INCONCLUSIVE, EXIT_INTERRUPTED, add_slots_flag, bad_input
 from harness.matrix.parse import MatrixError, load_matrix
 
 
@@ -71,6 +71,12 @@ def cmd_bisect(args: argparse.Namespace) -> int:
         bisector.save()
         print(f"interrupted; continue with: nvbench bisect --resume {out}", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except bisect.MachineBusy as exc:  # undecided, and no point blamed for it
+        bisector.save()
+        print(f"{exc}", file=sys.stderr)
+        print(f"the bisect is undecided; on a quiet machine continue with: nvbench bisect --resume {out}",
+              file=sys.stderr)
+        return EXIT_INCONCLUSIVE
     finally:
         bisector.cleanup()
     print(out / bisect.LOG)

@@ -3,7 +3,8 @@ to run again) and the reports (what to leave out, what to name). The figures: ha
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+import math
+from typing import Any, Mapping, Sequence
 
 from harness.catalogue import col
 from harness.catalogue.cells import INTERFERENCE_THRESHOLD, MIN_INTERFERENCE_S
@@ -29,3 +30,20 @@ def row_interference(row: Mapping[str, Any]) -> str | None:
     """interference_reason of a cells row (None for rows written before schema 6: never measured)."""
     return interference_reason(row.get(col.foreign_cpu_frac), row.get(col.steal_frac),
                                foreign_s=row.get(col.foreign_cpu_s), steal_s=row.get(col.steal_s))
+
+
+MIN_CLEAN_FRAC = 0.5
+"""A cell's side stands on its clean windows only when at least this share of its ok windows is clean (and at
+least one): with fewer, the machine's load, not the code, decides what is left (a quarter-speed window among clean
+ones reads as a step; the clean few as a side measured on less than it was meant to be). Such a side is busy: a
+comparison does not judge the cell (inconclusive, `busy`), an alarm is neither opened nor ended by it, and history
+leaves the night out of the cell's series (harness.analysis.history_cache)."""
+
+
+def clean_rows(rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    return [r for r in rows if row_interference(r) is None]
+
+
+def too_busy(ok: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether a side's ok rows are too few clean ones to stand for it (MIN_CLEAN_FRAC); False without rows."""
+    return bool(ok) and len(clean_rows(ok)) < max(1, math.ceil(MIN_CLEAN_FRAC * len(ok)))

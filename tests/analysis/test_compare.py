@@ -427,7 +427,7 @@ def test_no_adjustment_unless_every_repeat_has_the_same_probe(change):
 # --- the verdict's structure and its row in verdicts.parquet ----------------------------------------
 
 
-def test_a_verdict_holds_one_metric_verdict_per_metric_and_its_row_keeps_the_version_11_columns():
+def test_a_verdict_holds_one_metric_verdict_per_metric_and_its_row_keeps_the_version_12_columns():
     rng = np.random.default_rng(1)
     (pc, yc), (pb, yb) = _machine(rng, 8, 0.0), _machine(rng, 8, 0.0)
     cand, base = with_fast(probed(yc * 0.95, pc), yc * 1.2), with_fast(probed(yb, pb), yb * 1.2)
@@ -435,7 +435,7 @@ def test_a_verdict_holds_one_metric_verdict_per_metric_and_its_row_keeps_the_ver
     assert v.fast_step is not None and v.throughput.speed_slope is not None  # both metrics, speed-adjusted
     assert v.metric(FAST_STEPS) is v.fast_step and v.metric(THROUGHPUT) is v.throughput
     row = v.to_row()
-    assert tuple(row) == VERDICT_COLUMNS and len(row) == 76
+    assert tuple(row) == VERDICT_COLUMNS and len(row) == 77 and row["busy"] is False
     assert (row["throughput_verdict"], row["fast_verdict"]) == (v.throughput.verdict, v.fast_step.verdict)
     assert (row["effect_pct"], row["throughput_p_value"], row["fast_effect_pct"], row["candidate_fast_img_per_s"]) \
         == (v.throughput.effect_pct, v.throughput.p_value, v.fast_step.effect_pct, v.fast_step.candidate_value)

@@ -62,6 +62,33 @@ def test_an_item_in_b_s_optimizer_is_one_more_host_sync_a_step_and_nothing_else(
     assert record["repeats"] == 1 and record["steps"] == STEPS and sorted(o[0] for o in record["order"]) == ["a", "b"]
 
 
+def test_beside_a_neighbour_that_stays_the_timing_is_undecided_and_the_work_diff_still_names_the_sync(tiny_matrix,
+                                                                                                     tmp_path):
+    """Issues 56 and 58 together: a busy loop on the cells' own cores for the whole A/B. The timed pair is spoiled
+    and the wait budget spent, so the A/B ends undecided (exit 3, its busy line); its counted processes, never
+    timed, still run and the work diff says exactly what B does more."""
+    import subprocess
+    import sys
+
+    matrix, out = tiny_matrix('backend = ["synthetic"]', repeats=1), tmp_path / "ab"
+    neighbour = subprocess.Popen([sys.executable, "-c", "while True: pass"])  # on this test's cores, as the cells
+    try:
+        proc = nvbench("ab", str(matrix), "--b-checkout", str(_syncing_checkout(tmp_path)), "--out", str(out),
+                       "--kernel-repeats", "0", "--work-steps", str(STEPS), "--busy-wait-s", "4", timeout=900)
+    finally:
+        neighbour.kill()
+        neighbour.wait()
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("the machine was busy: ") and lines[0].endswith("; undecided"), proc.stdout
+    (work,) = [line for line in lines if "work" in line]
+    assert work.endswith(": work changed: optimizer +1 host sync per step (aten::_local_scalar_dense)"), work
+    assert not (out / "report").exists()  # no timed verdict of any kind
+    sync = ("optimizer", "host_syncs", "aten::_local_scalar_dense")
+    a, b = _counts(out / "a" / "work.parquet"), _counts(out / "b" / "work.parquet")
+    assert b[sync] == (STEPS, 1.0) and {k: v for k, v in b.items() if k != sync} == a
+
+
 def test_a_run_counts_after_its_timed_jobs_and_a_resume_runs_no_counted_process_again(tiny_matrix, tmp_path):
     out = tmp_path / "run"
     proc = nvbench("run", str(tiny_matrix()), "--out", str(out), "--work-repeats", "1", "--no-progress")

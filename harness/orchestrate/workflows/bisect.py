@@ -41,6 +41,16 @@ class BisectInputError(ValueError):
     """Bad input: one line each, exit 2."""
 
 
+class MachineBusy(Exception):
+    """An A/B of the search ended undecided because the machine stayed busy past its wait budget (`nvbench ab`
+    exit 3, its line `the machine was busy: ...`): the point's code is not to blame, so it is not skipped; the
+    bisect stops, exit 3, and `--resume` on a quiet machine runs that comparison again."""
+
+
+BUSY_WORDS = "the machine was busy: "
+"""How `nvbench ab` begins its stdout line when its wait budget ended it (harness.orchestrate.workflows.rerun)."""
+
+
 # ---------------------------------------------------------------------------------------------
 # the search (pure)
 
@@ -245,6 +255,9 @@ class Bisector:
                 cell["operators"] = (r.get("reason") or "").partition(OPERATORS_NOTE)[2] or None
                 cells.append(cell)
         else:
+            busy = [line for line in (proc.stdout or "").splitlines() if line.startswith(BUSY_WORDS)]
+            if busy:  # not recorded: --resume runs this comparison again
+                raise MachineBusy(f"{self.name(b)} vs {self.name(a)}: {busy[-1]}")
             tail = [line for line in proc.stderr.strip().splitlines() if line.strip()][-1:] or ["no output"]
             error = f"nvbench ab exited {proc.returncode}: {tail[0]}"
         comparison = Comparison(a=a, b=b, folder=str(folder.relative_to(self.out)), exit=proc.returncode,

@@ -75,9 +75,11 @@ def recorded_code(run_dir: Path | None) -> str | None:
 
 
 def inconclusive_lines(report_dir: Path) -> list[str]:
-    """`INCONCLUSIVE cell: reason` for every inconclusive cell of a report's verdicts.parquet."""
+    """`INCONCLUSIVE cell: reason` for every inconclusive cell of a report's verdicts.parquet (`NOT JUDGED cell:
+    reason` for one the machine kept busy: a quiet machine, not more repeats, would decide it)."""
     verdicts = verdicts_file.read_verdicts(report_dir / "verdicts.parquet")
-    return [f"  INCONCLUSIVE {v.cell_id}: {v.reason}" for v in verdicts if v.verdict == INCONCLUSIVE]
+    return [f"  {'NOT JUDGED' if v.busy else 'INCONCLUSIVE'} {v.cell_id}: {v.reason}" for v in verdicts
+            if v.verdict == INCONCLUSIVE]
 
 
 def gate_lines(report_dir: Path) -> list[str]:
