@@ -18,20 +18,19 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-TIMING = (
-    "tests/orchestrate/test_verdicts_end_to_end.py",
+TIMING = (  # the gate's tests whose outcome could still meet this machine's speed (issue 57's audit)
     "tests/orchestrate/test_kernel_ab.py",
-    "tests/orchestrate/test_bisect.py::test_bisect_on_its_defaults_survives_a_stop_then_names_the_second_commit_and_its_phase",
-    "tests/orchestrate/test_confirm.py",
-    "tests/orchestrate/test_nightly.py::test_nightly_describes_then_fails_on_a_fire_drill",
-    "tests/orchestrate/test_nightly.py::test_a_stopped_night_leaves_no_process_and_its_run_resumes",
-    "tests/orchestrate/test_nightly_alarms.py",
-    "tests/analysis/test_history_e2e.py",
-    "tests/orchestrate/test_ab.py::test_ab_with_more_pairs_while_inconclusive_starts_at_once_and_finishes",
-    "tests/orchestrate/test_work_ab.py",
+    "tests/orchestrate/test_work_ab.py::test_beside_a_neighbour_that_stays_the_timing_is_undecided_and_the_work_diff_still_names_the_sync",
+    "tests/orchestrate/test_busy_ab.py",
+    "tests/orchestrate/test_distributed.py::test_a_failing_rank_ends_its_cell_within_the_timeout_and_leaves_no_process",
+    "tests/orchestrate/test_stopping.py::test_a_stopped_run_leaves_no_process_and_resumes",
+    "tests/orchestrate/test_slots.py::test_the_local_executor_follows_several_processes_each_to_its_own_end_or_timeout",
     "tests/cell/test_interference.py",
+    "tests/orchestrate/test_confirm.py::test_a_step_between_two_commits_of_the_same_code_is_not_confirmed",
+    "tests/orchestrate/test_nightly.py::test_a_stopped_night_leaves_no_process_and_its_run_resumes",
 )
-"""The tests that once decided on processes timed on this machine (docs/performance.md, "The test suite")."""
+"""The gate's tests that once decided on, or still meet, processes timed on this machine (docs/performance.md, "The
+test suite"); the e2e lane's were measured in earlier sessions."""
 
 
 def run_once(test: str, timeout_s: float) -> tuple[str, float, str]:

@@ -3,6 +3,7 @@ process a side, each A/B run while a busy loop (a neighbour) runs on the machine
 verdict carries.
 
     python benchmarks/work_acceptance.py --out /tmp/work-acceptance [--cases a b c d] [--aa 10]
+    python benchmarks/work_acceptance.py --out /tmp/work-same-core --same-core   # the neighbour on the cells' core
 
 (a) the optimizer phase calls .item() on the loss once a step; (b) the forward runs 16 extra matmuls; (c) the forward
 allocates one new tensor a step; (d) an inductor cell whose forward gains a graph break. `--aa N` then runs N A/As
@@ -71,6 +72,8 @@ CASES = {
 }
 
 
+EXTRA: list[str] = []
+"""Flags every A/B gets (--busy-wait-s)."""
 CORES: dict[str, set[int]] = {}
 """Where the neighbour and the A/Bs run (--neighbour-core): apart, or the A/B waits for the neighbour to leave."""
 
@@ -91,16 +94,23 @@ def ab(out: Path, name: str, axes: str, b_checkout: Path | None, *extra: str) ->
     folder = out / f"ab-{name}"
     shutil.rmtree(folder, ignore_errors=True)
     argv = [sys.executable, "-m", "harness", "ab", str(matrix), "--out", str(folder), "--max-repeats", "3",
-            "--fdr", "0.1", "--min-repeats", "3", "--max-reruns", "0", "--kernel-repeats", "0", *extra]
+            "--fdr", "0.1", "--min-repeats", "3", "--max-reruns", "0", "--kernel-repeats", "0", *EXTRA, *extra]
     if b_checkout is not None:
         argv += ["--b-checkout", str(b_checkout)]
     proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=3600,
                           preexec_fn=(lambda: os.sched_setaffinity(0, CORES["ab"])) if CORES.get("ab") else None)
     verdicts = folder / "report" / "verdicts.parquet"
     rows = pq.read_table(verdicts).to_pylist() if verdicts.exists() else []
-    return {"case": name, "exit": proc.returncode, "cells": [
-        {"cell_id": r["cell_id"], "verdict": r["verdict"], "effect_pct": r["effect_pct"], "work": r["work"],
-         "work_changed": r["work_changed"]} for r in rows], "stderr_tail": proc.stderr.strip().splitlines()[-3:]}
+    cells = [{"cell_id": r["cell_id"], "verdict": r["verdict"], "effect_pct": r["effect_pct"], "work": r["work"],
+              "work_changed": r["work_changed"]} for r in rows]
+    if not rows and proc.returncode == 3:  # the wait budget ended it (issue 58): each cell's work line on stdout
+        busy = [line for line in proc.stdout.splitlines() if line.startswith("the machine was busy: ")]
+        cells = [{"cell_id": cid, "verdict": "not judged (busy)", "effect_pct": None, "work": work, "work_changed": None}
+                 for cid, _, work in (line.partition(": ") for line in proc.stdout.splitlines()
+                                      if ": work" in line and not line.startswith("the machine"))]
+        return {"case": name, "exit": proc.returncode, "busy": busy[-1] if busy else None, "cells": cells,
+                "stderr_tail": proc.stderr.strip().splitlines()[-3:]}
+    return {"case": name, "exit": proc.returncode, "cells": cells, "stderr_tail": proc.stderr.strip().splitlines()[-3:]}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -113,12 +123,19 @@ def main(argv: list[str] | None = None) -> int:
                         help="the busy loop's core; the A/Bs keep to the others (default: %(default)s). On the cell's "
                              "own core the A/B re-runs every window it spoils after waiting for it to leave, which a "
                              "busy loop never does (issue 58)")
+    parser.add_argument("--same-core", action="store_true",
+                        help="run the A/Bs on the neighbour's own core: every window is taken under interference, "
+                             "each A/B ends undecided once its --busy-wait-s is spent (exit 3) and its counted "
+                             "processes still say what changed (default: the other cores)")
+    parser.add_argument("--busy-wait-s", type=float, default=30.0,
+                        help="each A/B's budget for waiting on the neighbour (default: %(default)s)")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
+    EXTRA[:] = ["--busy-wait-s", f"{args.busy_wait_s:g}"]
     neighbour = None
     if not args.no_neighbour:
         core = {args.neighbour_core}
-        CORES["ab"] = set(os.sched_getaffinity(0)) - core or None
+        CORES["ab"] = core if args.same_core else (set(os.sched_getaffinity(0)) - core or None)
         neighbour = subprocess.Popen([sys.executable, "-c", "while True: pass"],
                                      preexec_fn=lambda: os.sched_setaffinity(0, core))
     results, ok = [], True
