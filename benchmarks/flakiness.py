@@ -43,6 +43,9 @@ def run_once(test: str, timeout_s: float) -> tuple[str, float, str]:
         return "timeout", time.monotonic() - t0, f"over {timeout_s:.0f} s"
     seconds = time.monotonic() - t0
     lines = [x for x in proc.stdout.strip().splitlines() if x.strip()] or ["(no output)"]
+    if proc.returncode not in (0, 5):  # what failed, where: the assertion's lines beside the summary
+        lines = [x for x in lines if x.startswith(("E ", ">", "FAILED"))][:6] + lines[-1:]
+        return "failed", seconds, " | ".join(lines)
     outcome = {0: "passed", 5: "none collected"}.get(proc.returncode, "failed")
     if outcome == "passed" and " skipped" in lines[-1] and " passed" not in lines[-1]:
         outcome = "skipped"

@@ -65,8 +65,8 @@ def test_extra_matmuls_are_counted_exactly_under_forward_and_named_by_the_diff(t
                    "--kernel-repeats", str(KERNEL_REPEATS), "--kernel-steps", "3", timeout=900)
     assert proc.returncode in (0, 3), proc.stdout + proc.stderr  # the timed verdict is not what is tested
     # the profiled repeats ran apart: their rows under profile/, flagged, never among the timed ones
-    for side in "ab":
-        timed = pq.read_table(out / side / "cells").to_pylist()
+    for side in "ab":  # a window another process spoiled ran again: its row stays, superseded, beside the three
+        timed = [r for r in pq.read_table(out / side / "cells").to_pylist() if r["status"] != "superseded"]
         assert len(timed) == 3 and all(r["profile_tool"] is None for r in timed)
         profiled = pq.read_table(out / side / "profile" / "cells").to_pylist()
         assert [r["profile_tool"] for r in profiled] == ["torch"] * KERNEL_REPEATS
