@@ -152,7 +152,7 @@ def test_bisect_on_its_defaults_survives_a_stop_then_names_the_second_commit_and
     assert "optimizer +" in cell["attribution"], cell  # the phase the sleep is in
     # and, from the profiled repeats of that A/B, what in it: the sleep is no aten op, so the optimizer's own
     # time, in every profiled repeat of B and none of A (each repeat's own, not a test over two repeats a side)
-    (ab,) = out.glob("ab-*")
+    (ab,) = out.glob(f"ab-*-{commits[0][:8]}-{commits[1][:8]}")  # the A/B that named it (the first confirmed BAD)
     own = {side: _optimizer_own_s(ab / side / "kernels.parquet") for side in "ab"}
     assert len(own["a"]) == len(own["b"]) == 2 and min(own["b"]) >= 0.15 > 0.05 > max(own["a"]), own
     if cell["operators"]:  # the diff's words, where its Welch test over 2 + 2 repeats called the change
