@@ -45,7 +45,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from harness.analysis import history
+from harness.analysis.nights import history
 from harness.stats import changepoint, nightsplit
 
 OTAVA_DIR = Path(__file__).resolve().parent / ".otava"

@@ -11,7 +11,7 @@ percentage (`nvbench run --fire-drill`: calibrated extra work in every measured 
 pools are interleaved (harness.orchestrate.workflows.ab.run_interleaved): round k runs the k-th repeat of every pool in a random
 order, so drift of the machine lands on all pools alike.
 
-Analyse: --trials comparisons per setting drawn from the pools, each judged by harness.analysis.compare exactly
+Analyse: --trials comparisons per setting drawn from the pools, each judged by harness.analysis.judge.compare exactly
 as `nvbench report` judges two runs with n repeats per side (default thresholds, so adjusted for the
 machine-speed probe and testing throughput and the fast-step rate; --no-speed-adjust / --no-fast-steps
 judge as `nvbench report` does with those flags, and pools collected before the rows recorded the
@@ -58,10 +58,11 @@ import pyarrow.parquet as pq
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from harness.analysis import compare
-from harness.analysis.evidence import holm_within  # noqa: E402
-from harness.analysis.runs import RunData, load_run  # noqa: E402
-from harness.analysis.verdict import Thresholds  # noqa: E402
+from harness.analysis.judge import compare
+from harness.analysis.judge.evidence import holm_within# noqa: E402
+from harness.analysis.load.runs import load_run# noqa: E402
+from harness.analysis.judge.run import RunData
+from harness.analysis.judge.verdict import Thresholds# noqa: E402
 from harness.orchestrate.session import capabilities, runfolder  # noqa: E402
 from harness.orchestrate.workflows.nightly import SCREEN_P  # noqa: E402  the nightly's loose screen
 from harness.stats import window

@@ -22,8 +22,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from harness.analysis.kernel_diff import diff_cell  # noqa: E402
-from harness.analysis.verdict import IMPROVEMENT, REGRESSION  # noqa: E402
+from harness.analysis.judge.kernel_diff import diff_cell# noqa: E402
+from harness.analysis.judge.verdict import IMPROVEMENT, REGRESSION# noqa: E402
 from harness.results.kernels import read_kernels  # noqa: E402
 
 MATRIX = """version = 1

@@ -32,7 +32,7 @@ PAIRS = 200_000
 
 MICRO = textwrap.dedent("""
     import sys, time
-    from harness.cell.timing import STEP, make_ranges
+    from harness.cell.instruments.timing import STEP, make_ranges
     ranges = make_ranges(sys.argv[1] == "on")
     best = float("inf")
     for _ in range(7):

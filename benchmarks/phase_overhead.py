@@ -21,7 +21,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from harness.cell.timing import FORWARD, PhaseClock, make_ranges  # noqa: E402
+from harness.cell.instruments.timing import FORWARD, PhaseClock, make_ranges  # noqa: E402
 
 
 def per_range_ns(ranges, n: int, rounds: int) -> float:

@@ -9,14 +9,14 @@ Every process trains resnet18 (32 px, batch 16, one thread, synthetic data, nvbe
 setting) for --steps timed steps after 10 untimed ones, and after every step, outside the step's time,
 runs probes as a CPU cell of `nvbench run` does.
 
-One process (default) or two at once (--pair, pinned to CPU 0 and CPU 1) run harness.cell.probe's probe.
+One process (default) or two at once (--pair, pinned to CPU 0 and CPU 1) run harness.cell.instruments.probe's probe.
 Printed per window length (steps): the CV of the windows' mean step time within a process; the
 correlation of log mean step time with log median probe time over the windows; the CV left once the
 probe is regressed out. With --pair also the correlation of the two processes' window means (do both
 CPUs slow down together?).
 
 --processes N runs N processes one after another, each timing four candidate probes after every step (in
-rotating order): harness.cell.probe's (sha256 + numpy multiply-adds), a torch 192x192 matmul, a small torch
+rotating order): harness.cell.instruments.probe's (sha256 + numpy multiply-adds), a torch 192x192 matmul, a small torch
 conv2d and a 4 MiB copy. Printed per candidate: across processes, the correlation of log mean step time
 with the log median probe and the CV left after regressing it out, which is what a comparison of
 repeats gains; within processes (25-step chunks), the same correlation.
@@ -24,7 +24,7 @@ repeats gains; within processes (25-step chunks), the same correlation.
 --drill-check asks whether a change to the step can move the probe, which would make an adjustment for it
 unsound. One process runs the fire drill of `nvbench run --fire-drill 10` (harness.cell.faults.FireDrill) after
 every other step, and after each step times one candidate in rotation, so each candidate is timed right
-after a drilled step and right after the plain step before it: harness.cell.probe's probe as it is (flush,
+after a drilled step and right after the plain step before it: harness.cell.instruments.probe's probe as it is (flush,
 then the timed computation), the flush read itself, the computation without a flush (probe version /1),
 and the computation run twice with the second run timed (warm). Printed per candidate: the drill's
 effect on it (median of the paired log ratios, bootstrap 95 % interval) and, per window length, the
@@ -51,7 +51,7 @@ WINDOWS = (20, 100, 300)
 
 
 def _candidates(torch) -> dict:
-    from harness.cell import probe
+    from harness.cell.instruments import probe
 
     a, b, c = torch.randn(192, 192), torch.randn(192, 192), torch.empty(192, 192)
     image, weight = torch.randn(8, 32, 16, 16), torch.randn(32, 32, 3, 3)
@@ -66,7 +66,7 @@ def child(steps: int, out: str, candidates: bool) -> None:
 
     import torch
 
-    from harness.cell import probe
+    from harness.cell.instruments import probe
     from harness.models import build_model
 
     torch.set_num_threads(1)
@@ -99,7 +99,7 @@ def drill_child(steps: int, out: str) -> None:
 
     import torch
 
-    from harness.cell import probe
+    from harness.cell.instruments import probe
     from harness.cell.faults import FireDrill
     from harness.models import build_model
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.cell.timing import RANGE_NAMES, StepClock, make_ranges
+from harness.cell.instruments.timing import RANGE_NAMES, StepClock, make_ranges
 from harness.results import store
 from harness.results.schema import cell_table
 

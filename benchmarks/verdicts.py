@@ -15,7 +15,7 @@ simulation can be run again from the same repeats.
 Simulate: a trial shuffles the pool and deals it into a baseline side and a candidate side (no repeat on
 both sides), the candidate's throughput and fast-step rate scaled by 1 - slowdown (the probe untouched:
 slower code, not a slower machine). Each design judges the trial exactly as `nvbench ab` does
-(harness.analysis.compare.compare_runs, default thresholds): `fixed N` judges N pairs once; `adaptive
+(harness.analysis.judge.compare.compare_runs, default thresholds): `fixed N` judges N pairs once; `adaptive
 N..M` judges N pairs, and while the cell is inconclusive adds pairs at the planned looks N, 2N, ..., M
 with the level split over the looks (harness.orchestrate.workflows.ab.look_schedule), stopping at the first decided
 look. Printed per setting and design: the share of each verdict and the mean pairs a side.
@@ -48,9 +48,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from harness.analysis import compare  # noqa: E402
-from harness.analysis.runs import RunData, load_run  # noqa: E402
-from harness.analysis.verdict import IMPROVEMENT, INCONCLUSIVE, REGRESSION, UNCHANGED, Thresholds  # noqa: E402
+from harness.analysis.judge import compare  # noqa: E402
+from harness.analysis.load.runs import load_run# noqa: E402
+from harness.analysis.judge.run import RunData
+from harness.analysis.judge.verdict import IMPROVEMENT, INCONCLUSIVE, REGRESSION, UNCHANGED, Thresholds# noqa: E402
 from harness.orchestrate.workflows.ab import decisive_looks, look_schedule  # noqa: E402
 
 COLUMNS = ("pool", "repeat", "throughput_img_per_s", "fast_step_img_per_s", "speed_probe_s", "speed_probe_kind",

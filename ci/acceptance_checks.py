@@ -70,7 +70,7 @@ def read_steps(run_dir: Path) -> list[dict[str, Any]]:
 
 
 def read_verdict_rows(ab_dir: Path) -> list[dict[str, Any]]:
-    from harness.analysis.verdicts_file import read_verdicts
+    from harness.analysis.load.verdicts_file import read_verdicts
 
     path = ab_dir / "report" / "verdicts.parquet"
     return [v.to_row() for v in read_verdicts(path)] if path.is_file() else []
@@ -88,7 +88,7 @@ def apply(check, j: judge.Judgement, code: int | None = 0, timeout: float = 0.0,
 def ab_check(out: Path, run: Callable, *, drill: bool, nvtx: bool, device: str | None = None,
              cell: dict[str, Any] | None = None) -> Callable:
     """`nvbench ab` of one synthetic cell, PAIRS pairs, side B drilled or not, judged from its verdicts.parquet
-    by judge_drill or judge_aa: the same comparison (harness.analysis.compare) a user's A/B prints."""
+    by judge_drill or judge_aa: the same comparison (harness.analysis.judge.compare) a user's A/B prints."""
     name = "verdict-drill" if drill else "verdict-aa"
 
     def body(check, timeout: float) -> None:

@@ -185,7 +185,7 @@ def judge_compile_cache(records: Sequence[Mapping[str, Any]], rows: Sequence[Map
 
 def judge_slice_cost(manifest: Mapping[str, Any], largest_cut: Callable[[Any], tuple[str, float] | None], *,
                      target: float | None = EFFICIENCY_TARGET) -> dict:
-    """The slice's matrix efficiency and its largest non-window part (harness.analysis.runs.largest_cut), as
+    """The slice's matrix efficiency and its largest non-window part (harness.analysis.judge.run.largest_cut), as
     figures and words; beside issue 38's target where `target` is given (the mission's window, not a smoke)."""
     efficiency, wall = manifest.get("matrix_efficiency"), manifest.get("wall_s")
     if not isinstance(efficiency, (int, float)):
@@ -288,7 +288,7 @@ def missing_module(names: Sequence[str], *, find: Callable[[str], Any] = importl
 
 def judge_gpu_shared(rows: Sequence[Mapping[str, Any]], foreign_pid: int) -> Judgement:
     """A cell run beside a foreign CUDA process: its row says `gpu_shared`, with that process among the pids
-    (where NVML names pids in this container; otherwise the count alone, harness/cell/telemetry.py)."""
+    (where NVML names pids in this container; otherwise the count alone, harness/cell/instruments/telemetry.py)."""
     ok = [r for r in rows if r.get("status") == "ok"]
     figures = {"foreign_pid": foreign_pid, "rows": [{k: r.get(k) for k in ("status", "gpu_shared", "gpu_foreign_pids")}
                                                     for r in rows]}
@@ -393,3 +393,54 @@ def judge_kernels(sides: Mapping[str, Sequence[Mapping[str, Any]]], line: str | 
                          figures=figures)
     return Judgement(status="pass", detail=f"device kernels under every phase on both sides; {line}", figures=figures)
 
+
+def failures_text(rows: list[dict[str, Any]]) -> str:
+    """Failed cells grouped by what they said, most common first: one cause that failed 16 cells reads once."""
+    by_reason: dict[str, list[str]] = {}
+    for r in rows:
+        by_reason.setdefault(f"{r['status']}: {r['reason']}", []).append(r["cell"])
+    told = []
+    for reason, cells in sorted(by_reason.items(), key=lambda kv: -len(kv[1])):
+        who = cells[0] if len(cells) == 1 else f"{len(cells)} cells ({', '.join(cells)})"
+        told.append(f"{who}: {reason}")
+    return "; ".join(told)
+
+
+def _relative_half_width(row: dict[str, Any] | None) -> float | None:
+    """Half the throughput interval's width over the throughput, or None where a side has no interval."""
+    if not row or None in (row.get("throughput_ci_low_img_per_s"), row.get("throughput_ci_high_img_per_s")) \
+            or not row.get("throughput_img_per_s"):
+        return None
+    return (row["throughput_ci_high_img_per_s"] - row["throughput_ci_low_img_per_s"]) / 2 / row["throughput_img_per_s"]
+
+
+def judge_agreement(cells_: Sequence[Mapping[str, Any]], tolerance: float) -> Judgement:
+    """Per real-data cell: exposed data-wait fraction vs 1 - loader efficiency (issue 15's GPU check).
+
+    Each pair also carries the loader efficiency's own uncertainty (its cell's and its synthetic twin's
+    throughput intervals, relative half-widths added in quadrature): a difference just past the tolerance
+    with an uncertainty as large says "measure again", not "the two figures disagree". The verdict is the
+    tolerance's alone."""
+    cells = {r["cell"]: r for r in cells_}
+    pairs = []
+    for r in cells.values():
+        if r["status"] == "ok" and r["loader_efficiency"] is not None:
+            gap = r["exposed_data_wait_frac"] - (1 - r["loader_efficiency"])
+            twin = cells.get("synthetic/" + r["cell"].split("/", 1)[1])
+            widths = [_relative_half_width(r), _relative_half_width(twin)]
+            spread = None if None in widths else r["loader_efficiency"] * math.hypot(*widths)
+            pairs.append({"cell": r["cell"], "exposed_frac": r["exposed_data_wait_frac"],
+                          "one_minus_loader_efficiency": 1 - r["loader_efficiency"], "difference": gap,
+                          "loader_efficiency_uncertainty": spread})
+    if not pairs:
+        return Judgement(status="skip", detail="no real-data cell with a synthetic twin ran")
+
+    def said(p: dict[str, Any]) -> str:
+        spread = p["loader_efficiency_uncertainty"]
+        return f"{p['cell']} {p['difference']:+.3f}" + (f" (loader efficiency +-{spread:.3f})" if spread else "")
+
+    off = [p for p in pairs if abs(p["difference"]) > tolerance]
+    detail = (f"{len(off)} of {len(pairs)} cells differ by more than {tolerance}: "
+              + ", ".join(said(p) for p in off)) if off else f"all {len(pairs)} real-data cells within {tolerance}"
+    return Judgement(status="fail" if off else "pass", detail=detail,
+                     figures={"tolerance": tolerance, "cells": pairs})

@@ -30,7 +30,6 @@ import argparse
 import contextlib
 import importlib.util
 import json
-import math
 import os
 import re
 import signal
@@ -271,7 +270,7 @@ def mission_check(out: Path, only: list[str], *, smoke: bool = False, nvtx: bool
         manifest = run_dir / "manifest.json"
         cost = ""
         if manifest.is_file():  # a finished run says how much of its wall time measured, and where the rest went
-            from harness.analysis.runs import largest_cut
+            from harness.analysis.judge.run import largest_cut
 
             facts = json.loads(manifest.read_text())
             check.figures |= {k: facts[k] for k in ("wall_s", "matrix_efficiency", "time_breakdown_s") if k in facts}
@@ -285,21 +284,9 @@ def mission_check(out: Path, only: list[str], *, smoke: bool = False, nvtx: bool
         cpu_note = not smoke and log.is_file() and CPU_FP16_NOTE in log.read_text(errors="replace")
         check.status = "pass" if code == 0 and ran and not bad and not cpu_note else "fail"
         check.detail = (f"timed out after {timeout:.0f} s" if code is None else
-                        _failures(bad) if bad else f"{len(ran)} cells ok, {len(rows) - len(ran)} skipped") + cost + (
+                        judge.failures_text(bad) if bad else f"{len(ran)} cells ok, {len(rows) - len(ran)} skipped") + cost + (
             f"; its summary says '{CPU_FP16_NOTE}' on a GPU run" if cpu_note else "")
     return body
-
-
-def _failures(rows: list[dict[str, Any]]) -> str:
-    """Failed cells grouped by what they said, most common first: one cause that failed 16 cells reads once."""
-    by_reason: dict[str, list[str]] = {}
-    for r in rows:
-        by_reason.setdefault(f"{r['status']}: {r['reason']}", []).append(r["cell"])
-    told = []
-    for reason, cells in sorted(by_reason.items(), key=lambda kv: -len(kv[1])):
-        who = cells[0] if len(cells) == 1 else f"{len(cells)} cells ({', '.join(cells)})"
-        told.append(f"{who}: {reason}")
-    return "; ".join(told)
 
 
 def dataset_check(out: Path, cores: list[int] | None = None) -> Callable[[Check, float], None]:
@@ -317,48 +304,11 @@ def dataset_check(out: Path, cores: list[int] | None = None) -> Callable[[Check,
     return body
 
 
-def _relative_half_width(row: dict[str, Any] | None) -> float | None:
-    """Half the throughput interval's width over the throughput, or None where a side has no interval."""
-    if not row or None in (row.get("throughput_ci_low_img_per_s"), row.get("throughput_ci_high_img_per_s")) \
-            or not row.get("throughput_img_per_s"):
-        return None
-    return (row["throughput_ci_high_img_per_s"] - row["throughput_ci_low_img_per_s"]) / 2 / row["throughput_img_per_s"]
-
-
 def agreement_check(mission: Check) -> Check:
-    """Per real-data cell: exposed data-wait fraction vs 1 - loader efficiency (issue 15's GPU check).
-
-    Each pair also carries the loader efficiency's own uncertainty (its cell's and its synthetic twin's
-    throughput intervals, relative half-widths added in quadrature): a difference just past the tolerance
-    with an uncertainty as large says "measure again", not "the two figures disagree". The verdict is the
-    tolerance's alone."""
-    check = Check("data-wait-agreement")
-    cells = {r["cell"]: r for r in mission.figures.get("cells", [])}
-    pairs = []
-    for r in cells.values():
-        if r["status"] == "ok" and r["loader_efficiency"] is not None:
-            gap = r["exposed_data_wait_frac"] - (1 - r["loader_efficiency"])
-            twin = cells.get("synthetic/" + r["cell"].split("/", 1)[1])
-            widths = [_relative_half_width(r), _relative_half_width(twin)]
-            spread = None if None in widths else r["loader_efficiency"] * math.hypot(*widths)
-            pairs.append({"cell": r["cell"], "exposed_frac": r["exposed_data_wait_frac"],
-                          "one_minus_loader_efficiency": 1 - r["loader_efficiency"], "difference": gap,
-                          "loader_efficiency_uncertainty": spread})
-    if not pairs:
-        check.detail = "no real-data cell with a synthetic twin ran"
-        return check
-
-    def said(p: dict[str, Any]) -> str:
-        spread = p["loader_efficiency_uncertainty"]
-        return f"{p['cell']} {p['difference']:+.3f}" + (f" (loader efficiency +-{spread:.3f})" if spread else "")
-
-    off = [p for p in pairs if abs(p["difference"]) > AGREEMENT]
-    check.status = "fail" if off else "pass"
-    check.figures = {"tolerance": AGREEMENT, "cells": pairs}
-    check.detail = (f"{len(off)} of {len(pairs)} cells differ by more than {AGREEMENT}: "
-                    + ", ".join(said(p) for p in off)) if off else \
-        f"all {len(pairs)} real-data cells within {AGREEMENT}"
-    return check
+    """Per real-data cell: exposed data-wait fraction vs 1 - loader efficiency (issue 15's GPU check; its judgement
+    is acceptance_judge.judge_agreement)."""
+    j = judge.judge_agreement(mission.figures.get("cells", []), AGREEMENT)
+    return Check("data-wait-agreement", status=j.status, detail=j.detail, figures=j.figures)
 
 
 # ---------------------------------------------------------------- overhead and profile

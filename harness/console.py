@@ -273,7 +273,7 @@ def slot_lines(rows: list[dict[str, Any]]) -> list[Text]:
 def cost_lines(manifest: Mapping[str, Any]) -> list[str]:
     """The run's matrix efficiency with the largest part of its wall time that was not measuring (the next cut),
     and its estimate beside what it took, where the manifest records them."""
-    from harness.analysis.runs import largest_cut
+    from harness.analysis.judge.run import largest_cut
     from harness.orchestrate.cost.pricing import took_line
 
     lines = []

@@ -112,7 +112,7 @@ def tiny_matrix(tmp_path):
 
 def own_cores(count: int) -> list[set[int]] | None:
     """`count` disjoint sets of this process's cores, one core each, or None when it holds fewer: commands run
-    side by side must not share a core, or each is the other's interference (harness.cell.interference) and
+    side by side must not share a core, or each is the other's interference (harness.host.meter) and
     its windows are left out of every comparison."""
     cores = sorted(os.sched_getaffinity(0))
     return [{c} for c in cores[:count]] if len(cores) >= count else None

@@ -80,7 +80,7 @@ EDGES = graph()
 def test_the_layout_has_the_packages_the_contracts_name():
     packages = {m for m in EDGES if m.count(".") == 1 and (PACKAGE / m.split(".")[1] / "__init__.py").exists()}
     assert packages == {"harness.catalogue", "harness.matrix", "harness.orchestrate", "harness.cell", "harness.data", "harness.models",
-                        "harness.results", "harness.stats", "harness.analysis", "harness.commands"}
+                        "harness.results", "harness.stats", "harness.analysis", "harness.commands", "harness.host"}
 
 
 MAX_MODULE_LINES = 500
@@ -89,8 +89,14 @@ LONG_MODULES: dict[str, str] = {}
 """Modules allowed past MAX_MODULE_LINES, each with the reason: none today, and it should stay so."""
 
 
+SOURCE_FOLDERS = ("harness", "ci", "benchmarks", "tests", "examples")
+"""Where the repository keeps Python: the rule holds in every one of them (the ci/ scripts and tests included)."""
+
+
 def module_lines() -> dict[str, int]:
-    return {str(p.relative_to(ROOT)): len(p.read_text().splitlines()) for p in PACKAGE.rglob("*.py")}
+    """Every Python file of the repository's source folders, with its line count."""
+    return {str(p.relative_to(ROOT)): len(p.read_text().splitlines()) for folder in SOURCE_FOLDERS
+            for p in (ROOT / folder).rglob("*.py") if "__pycache__" not in p.parts}
 
 
 def test_no_module_is_longer_than_one_sitting():
@@ -99,13 +105,15 @@ def test_no_module_is_longer_than_one_sitting():
 
 
 def test_the_line_rule_sees_a_long_module(tmp_path, monkeypatch):
-    """The rule itself: a 501-line module under harness/ is caught (the suite's own break check)."""
+    """The rule itself: a 501-line module under harness/ or ci/ is caught (the suite's own break check)."""
     monkeypatch.setattr(f"{__name__}.PACKAGE", tmp_path / "harness")
     monkeypatch.setattr(f"{__name__}.ROOT", tmp_path)
     (tmp_path / "harness").mkdir()
     (tmp_path / "harness" / "long.py").write_text("x = 1\n" * (MAX_MODULE_LINES + 1))
     (tmp_path / "harness" / "short.py").write_text("x = 1\n" * MAX_MODULE_LINES)
-    assert module_lines() == {"harness/long.py": 501, "harness/short.py": 500}
+    (tmp_path / "ci").mkdir()
+    (tmp_path / "ci" / "script.py").write_text("x = 1\n" * (MAX_MODULE_LINES + 2))
+    assert module_lines() == {"harness/long.py": 501, "harness/short.py": 500, "ci/script.py": 502}
     with pytest.raises(AssertionError, match="long.py"):
         test_no_module_is_longer_than_one_sitting()
 
@@ -191,7 +199,7 @@ def test_the_specification_loads_without_torch(module):
 
 def test_a_commands_reach_warning_and_the_cells_window_statistics_load_without_scipy_stats():
     """scipy.stats takes ~0.9 s to import (its docstrings are parsed at import): every `nvbench` command paid it
-    before its first line through reach_warning -> analysis.decide, and every cell through stats.window."""
+    before its first line through reach_warning -> analysis.judge.decide, and every cell through stats.window."""
     probe = ("import sys; from harness.commands.common import reach_warning; import harness.stats.window; "
              "reach_warning(5, smoke=False, what='x'); print('scipy.stats' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120,
@@ -234,9 +242,10 @@ def test_the_contracts_see_a_broken_rule():
 
 
 def test_the_decision_is_one_pure_module():
-    """harness.analysis.decide says the verdict word: nothing of nvbench below it, no disk, no processes."""
-    assert reachable(EDGES, "harness.analysis.decide") <= {"harness.analysis.decide", "harness.analysis", "harness"}
-    assert third_party("harness.analysis.decide") <= {"__future__", "dataclasses", "math", "statistics", "typing",
+    """harness.analysis.judge.decide says the verdict word: nothing of nvbench below it, no disk, no processes."""
+    assert reachable(EDGES, "harness.analysis.judge.decide") <= {"harness.analysis.judge.decide", "harness.analysis.judge",
+                                                                 "harness.analysis", "harness"}
+    assert third_party("harness.analysis.judge.decide") <= {"__future__", "dataclasses", "math", "statistics", "typing",
                                                       "scipy"}
 
 
@@ -251,18 +260,94 @@ def test_no_package_takes_a_name_reserved_for_tests():
 
 
 ORCHESTRATE_ROOMS = ("session", "placement", "cost", "workflows")
+ANALYSIS_ROOMS = ("judge", "load", "nights", "pages")
 MAX_ROOM_MODULES = 12
-"""About a dozen modules: a room a reader holds in mind at once."""
+"""About a dozen modules: a room a reader holds in mind at once (orchestrate/'s and analysis/'s rooms)."""
+MAX_FOLDER_MODULES = 15
+"""No folder of harness/ holds more: past it, the folder is cut into rooms by role."""
 
 
-def test_the_parent_is_cut_into_rooms_by_role():
-    root = PACKAGE / "orchestrate"
+def folder_modules(root: Path) -> dict[str, list[str]]:
+    """Every folder under `root` that holds Python modules -> its modules (a package's __init__ not counted)."""
+    out: dict[str, list[str]] = {}
+    for path in root.rglob("*.py"):
+        if path.stem != "__init__" and "__pycache__" not in path.parts:
+            out.setdefault(str(path.parent.relative_to(root.parent)), []).append(path.stem)
+    return out
+
+
+def rooms_of(package: Path) -> dict[str, list[str]]:
+    return {p.name: sorted(q.stem for q in p.glob("*.py") if q.stem != "__init__")
+            for p in package.iterdir() if (p / "__init__.py").exists()}
+
+
+@pytest.mark.parametrize("package, names", [("orchestrate", ORCHESTRATE_ROOMS), ("analysis", ANALYSIS_ROOMS)])
+def test_the_parent_and_the_reader_are_cut_into_rooms_by_role(package, names):
+    root = PACKAGE / package
     assert sorted(p.name for p in root.glob("*.py")) == ["__init__.py"], "a module outside the rooms"
-    rooms = {p.name: sorted(q.stem for q in p.glob("*.py") if q.stem != "__init__")
-             for p in root.iterdir() if (p / "__init__.py").exists()}
-    assert set(rooms) == set(ORCHESTRATE_ROOMS)
+    rooms = rooms_of(root)
+    assert set(rooms) == set(names)
     crowded = {room: len(mods) for room, mods in rooms.items() if len(mods) > MAX_ROOM_MODULES}
     assert not crowded, crowded
+
+
+def test_no_folder_holds_more_than_fifteen_modules():
+    crowded = {folder: len(mods) for folder, mods in folder_modules(PACKAGE).items() if len(mods) > MAX_FOLDER_MODULES}
+    assert crowded == {}, f"over {MAX_FOLDER_MODULES} modules (cut the folder into rooms by role): {crowded}"
+
+
+def test_the_folder_rule_sees_a_crowded_folder(tmp_path):
+    (tmp_path / "harness" / "big").mkdir(parents=True)
+    for k in range(MAX_FOLDER_MODULES + 1):
+        (tmp_path / "harness" / "big" / f"m{k}.py").write_text("")
+    (tmp_path / "harness" / "big" / "__init__.py").write_text("")
+    assert {f: len(m) for f, m in folder_modules(tmp_path / "harness").items()} == {"harness/big": 16}
+
+
+DISK_MODULES = {"os", "io", "pathlib", "shutil", "subprocess", "sqlite3", "tempfile", "glob", "pyarrow.parquet",
+                "pyarrow.feather", "pyarrow.csv", "pandas", "resource", "harness.results.store"}
+"""Imports that read or write the disk or start processes."""
+DISK_CALLS = {"open", "read_text", "write_text", "read_bytes", "write_bytes", "mkdir", "unlink", "rmdir", "iterdir",
+              "glob", "rglob", "exists", "is_file", "is_dir", "read_table", "write_table", "read_json", "write_json"}
+"""Calls that read or write the disk (a built-in `open`, a Path's methods, the store's readers and writers)."""
+
+
+def disk_uses(path: Path) -> list[str]:
+    """What in `path` touches the disk: an import of DISK_MODULES or a call of DISK_CALLS, each as 'line: name'."""
+    tree = ast.parse(path.read_text(), str(path))
+    imported = {alias.name for n in ast.walk(tree) if isinstance(n, ast.Import) for alias in n.names}
+    imported |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module and not n.level}
+    found = [f"import {t}" for t in sorted(imported & DISK_MODULES)]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            name = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", None)
+            if name in DISK_CALLS:
+                found.append(f"{node.lineno}: {name}()")
+    return found
+
+
+def test_nothing_in_the_judging_room_reads_or_writes_the_disk():
+    """harness.analysis.judge is pure: data in (RunData, rows), verdicts out; it imports no other room of the
+    analysis, none of its modules imports a disk or process module or calls one that reads or writes a file."""
+    judge = PACKAGE / "analysis" / "judge"
+    uses = {p.name: u for p in judge.glob("*.py") if (u := disk_uses(p))}
+    assert uses == {}, uses
+    reached = within(reachable(EDGES, "harness.analysis.judge"), "harness.analysis")
+    assert reached <= within(set(EDGES), "harness.analysis.judge") | {"harness.analysis"}, reached
+    assert not {"harness.results.store", "harness.host.procstat"} & reachable(EDGES, "harness.analysis.judge")
+
+
+def test_the_purity_rule_sees_a_read(tmp_path):
+    module = tmp_path / "m.py"
+    module.write_text("from pathlib import Path\n\n\ndef f(p):\n    return Path(p).read_text()\n")
+    assert disk_uses(module) == ["import pathlib", "5: read_text()"]
+    module.write_text("def f(rows):\n    with open('x') as f:\n        return f.read()\n")
+    assert disk_uses(module) == ["2: open()"]
+
+
+def test_the_host_accounting_knows_nothing_of_nvbench_but_the_catalogue():
+    assert reachable(EDGES, "harness.host") <= within(set(EDGES), "harness.host") | within(set(EDGES), "harness.catalogue") \
+        | {"harness"}
 
 
 LITERAL_FREE_EXEMPT = {"stats": "pure functions of numbers: a parameter's name in an error message, never a column "

@@ -141,8 +141,8 @@ def _parsers(parser: argparse.ArgumentParser, name: str = "nvbench"):
 
 
 def test_every_flag_says_its_default_in_help_read_from_the_code_that_owns_it():
-    from harness.analysis.history import HistorySettings
-    from harness.analysis.verdict import Thresholds
+    from harness.analysis.nights.history import HistorySettings
+    from harness.analysis.judge.verdict import Thresholds
     from harness.cli import build_parser
     from harness.commands.common import default_text
 

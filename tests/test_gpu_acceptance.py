@@ -290,8 +290,8 @@ def test_the_suite_alone_on_a_small_gpu_machine_leaves_the_gpu_checks_their_esti
 def test_failed_slice_cells_are_told_once_per_cause():
     rows = [{"cell": f"synthetic/nhwc/fp16/ga{ga}", "status": "failed", "reason": "rank 0: no CUDA"} for ga in (1, 2)]
     rows.append({"cell": "pytorch/nhwc/fp16/ga2", "status": "timeout", "reason": "no progress for 300 s"})
-    assert acceptance._failures(rows) == ("2 cells (synthetic/nhwc/fp16/ga1, synthetic/nhwc/fp16/ga2): failed: rank 0: "
-                                          "no CUDA; pytorch/nhwc/fp16/ga2: timeout: no progress for 300 s")
+    assert acceptance.judge.failures_text(rows) == ("2 cells (synthetic/nhwc/fp16/ga1, synthetic/nhwc/fp16/ga2): failed: rank 0: "
+                                                      "no CUDA; pytorch/nhwc/fp16/ga2: timeout: no progress for 300 s")
 
 
 @pytest.mark.parametrize("with_suite", [True, False], ids=["with-suite", "default"])

@@ -10,8 +10,8 @@ import pytest
 from conftest import ROOT
 from test_gpu_acceptance import NO_EXTRAS, acceptance  # ci/gpu_acceptance.py, loaded once
 
-from harness.analysis.runs import largest_cut
-from harness.analysis.verdict import CellVerdict, MetricVerdict
+from harness.analysis.judge.run import largest_cut
+from harness.analysis.judge.verdict import CellVerdict, MetricVerdict
 from harness.results import store
 
 judge = acceptance.judge  # ci/acceptance_judge.py, as the acceptance imports it

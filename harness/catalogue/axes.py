@@ -52,5 +52,5 @@ AxisValues = make_dataclass(
     kw_only=True,
 )
 AxisValues.__doc__ = """One value per axis, each null where a record does not know it (a file written before the
-axis existed): the axis fields of a verdict (harness.analysis.verdict.CellVerdict) and of a change
-(harness.analysis.history.Change), made from AXES_RECORD."""
+axis existed): the axis fields of a verdict (harness.analysis.judge.verdict.CellVerdict) and of a change
+(harness.analysis.nights.history.Change), made from AXES_RECORD."""

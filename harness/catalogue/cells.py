@@ -247,7 +247,7 @@ CELL_COLUMNS: tuple[Column, ...] = (
         "mfu_peak_tflops",
         F,
         "TFLOP/s",
-        "Dense datasheet peak of one GPU at the cell's math precision (harness/cell/flops.py).",
+        "Dense datasheet peak of one GPU at the cell's math precision (harness/cell/instruments/flops.py).",
     ),
     per_repeat(
         "mfu_pct",
@@ -363,7 +363,7 @@ CELL_COLUMNS: tuple[Column, ...] = (
         "speed_probe_kind",
         S,
         "",
-        "What the machine-speed probe computed (harness/cell/probe.py); null without a probe (CUDA, torchrun groups, run.speed_probe = false).",
+        "What the machine-speed probe computed (harness/cell/instruments/probe.py); null without a probe (CUDA, torchrun groups, run.speed_probe = false).",
     ),
     per_repeat(
         "speed_probe_s",

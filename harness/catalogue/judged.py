@@ -22,7 +22,7 @@ METRIC_FIELDS: dict[str, tuple[str, str]] = {
     "unadjusted_effect_pct": ("%", "Speed-adjusted comparisons: the change before the adjustment (mean log value)."),
     "speed_slope": ("", "Speed-adjusted comparisons: fitted d log value / d log probe time."),
 }
-"""What a comparison may say about one judged metric (harness.analysis.verdict.MetricVerdict's fields): unit
+"""What a comparison may say about one judged metric (harness.analysis.judge.verdict.MetricVerdict's fields): unit
 ('=': the metric's own) and meaning."""
 
 

@@ -125,7 +125,7 @@ CELL_LEVEL: tuple[Column, ...] = (
         "cell was not judged: inconclusive, no alarm opened or ended on it. Null before version 12.",
     ),
 )
-"""What a comparison says of a cell as a whole (harness.analysis.verdict.CellVerdict's fields)."""
+"""What a comparison says of a cell as a whole (harness.analysis.judge.verdict.CellVerdict's fields)."""
 
 _FIELD_TYPES = {"verdict": S, "p_value": F}
 

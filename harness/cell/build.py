@@ -8,7 +8,7 @@ import torch
 from harness.cell.context import Context
 from harness.cell.engine import Engine
 from harness.cell.recipe import EngineOptions
-from harness.cell.timing import H2D, Ranges
+from harness.cell.instruments.timing import H2D, Ranges
 from harness.cell.warmup import most_warmup_steps
 from harness.data import LoaderSpec, build_loader
 from harness.models import build_model

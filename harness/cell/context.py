@@ -10,7 +10,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from harness.cell.timing import PhaseClock, Ranges
+from harness.cell.instruments.timing import PhaseClock, Ranges
 from harness.matrix.cells import Cell
 
 

@@ -26,7 +26,7 @@ from harness.cell.recipe import (
     param_groups,
     set_tf32,
 )
-from harness.cell.timing import BACKWARD, FORWARD, OPTIMIZER, Ranges, make_ranges
+from harness.cell.instruments.timing import BACKWARD, FORWARD, OPTIMIZER, Ranges, make_ranges
 
 TOP_K = 5
 
@@ -43,7 +43,7 @@ class Engine:
         ranges: Ranges | None = None,
     ) -> None:
         self.opts = opts
-        # forward / backward / optimizer ranges (NVTX, harness.cell.timing); none by default.
+        # forward / backward / optimizer ranges (NVTX, harness.cell.instruments.timing); none by default.
         self._ranges = ranges or make_ranges(False)
         self.device = torch.device(opts.device)
         self._channels_last = opts.memory_format == "nhwc"

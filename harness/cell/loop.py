@@ -12,8 +12,8 @@ import torch.distributed as dist
 from harness.cell.context import Context
 from harness.cell.engine import Engine
 from harness.cell.faults import FireDrill, SlowStart
-from harness.cell.probe import SpeedProbe
-from harness.cell.timing import DATA, STEP, Instrument, StepClock
+from harness.cell.instruments.probe import SpeedProbe
+from harness.cell.instruments.timing import DATA, STEP, Instrument, StepClock
 
 
 def _fence(ctx: Context) -> None:

@@ -13,18 +13,19 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from harness.cell import capture, vec_isa
+from harness.cell.instruments import capture
+from harness.cell import vec_isa
 from harness.cell.context import Context, all_reduce
 from harness.cell.engine import Engine
 from harness.cell.faults import FireDrill, inject_fault, slow_start_for
-from harness.cell.interference import InterferenceMeter
+from harness.host.meter import InterferenceMeter
 from harness.results.interference import interference_reason
 from harness.cell.loop import run_window
 from harness.cell.metrics import non_finite_reason, telemetry_columns
-from harness.cell.probe import MIN_PROBES, SpeedProbe, probe_every
-from harness.cell.probe import run_once as probe_run_once
-from harness.cell.telemetry import TelemetrySampler
-from harness.cell.timing import DATA, FORWARD, MEASURE, PHASES, StepClock
+from harness.cell.instruments.probe import MIN_PROBES, SpeedProbe, probe_every
+from harness.cell.instruments.probe import run_once as probe_run_once
+from harness.cell.instruments.telemetry import TelemetrySampler
+from harness.cell.instruments.timing import DATA, FORWARD, MEASURE, PHASES, StepClock
 from harness.cell.warmup import Warmup, warm_up
 from harness.stats import window
 from harness.catalogue import col
@@ -176,7 +177,7 @@ def epoch_marks(num_steps: int, images_per_step: int, samples_per_epoch: int | N
 
 
 def _speed_probe(ctx: Context, warm: Warmup) -> SpeedProbe | None:
-    """The machine-speed probe of a timed single-process CPU cell (run.speed_probe; harness/cell/probe.py), or
+    """The machine-speed probe of a timed single-process CPU cell (run.speed_probe; harness/cell/instruments/probe.py), or
     None. Not in torchrun groups: one rank probing while the others wait in the next all-reduce would put
     the probe into their step times."""
     if not ctx.cell.run.speed_probe or ctx.device.type != "cpu" or ctx.profile or ctx.is_distributed:

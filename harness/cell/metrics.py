@@ -17,12 +17,12 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from harness.cell import flops
+from harness.cell.instruments import flops
 from harness.cell.build import rank_loader
 from harness.cell.context import Context, all_reduce
 from harness.cell.engine import Engine
-from harness.cell.telemetry import THROTTLE_REASON_BITS, TelemetrySummary
-from harness.cell.timing import VALIDATION
+from harness.cell.instruments.telemetry import THROTTLE_REASON_BITS, TelemetrySummary
+from harness.cell.instruments.timing import VALIDATION
 from harness.models import build_model
 from harness.models.user import is_import_path
 from harness.results import store

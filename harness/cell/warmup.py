@@ -13,7 +13,7 @@ import torch.distributed as dist
 from harness.cell.context import Context, all_reduce
 from harness.cell.engine import Engine
 from harness.cell.loop import run_window
-from harness.cell.timing import WARMUP, StepClock
+from harness.cell.instruments.timing import WARMUP, StepClock
 from harness.matrix.cells import Cell
 from harness.matrix.sections import WARMUP_CHUNK, WARMUP_TOLERANCE
 from harness.stats.settle import has_settled

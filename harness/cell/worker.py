@@ -19,12 +19,13 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from harness.cell import capture, vec_isa
+from harness.cell.instruments import capture
+from harness.cell import vec_isa
 from harness.cell.build import rank_engine, rank_loader
 from harness.cell.context import Context
 from harness.cell.measure import train
 from harness.cell.metrics import NO_VALIDATION, count_flops, memory_columns, mfu_columns, validate
-from harness.cell.timing import CELL, PhaseClock, make_ranges
+from harness.cell.instruments.timing import CELL, PhaseClock, make_ranges
 from harness.results import store
 from harness.results.env import cudnn_knobs, usable_cpu_count
 from harness.results.schema import step_table

@@ -34,10 +34,11 @@ too short a warm-up, not bad luck, and re-running it more would only cost time."
 
 def cmd_ab(args: argparse.Namespace) -> int:
     # the library, loaded when the command runs: its pyarrow and numpy would add ~1 s to every nvbench start
-    from harness.analysis import compare, work_report
+    from harness.analysis.judge import compare
+    from harness.analysis.pages import work_report
     from harness.results.store import UnreadableFile
-    from harness.analysis.runs import load_run
-    from harness.analysis.verdict import INCONCLUSIVE, Comparison, with_judge
+    from harness.analysis.load.runs import load_run
+    from harness.analysis.judge.verdict import INCONCLUSIVE, Comparison, with_judge
     from harness.orchestrate.workflows import ab, ab_sides
     from harness.orchestrate.placement.packing import CalibrationError
     from harness.orchestrate.placement.slots import SlotError
@@ -206,7 +207,7 @@ def _default_wait_s(cells, looks: list[int], caps, envs: dict, reports: Path) ->
 def _work_lines(out: Path, cell_ids: list[str]) -> list[str]:
     """`<cell>: work changed: optimizer +1 host sync per step (...)`, one per cell both sides counted: what an A/B
     the machine left undecided still says (none where no process was counted)."""
-    from harness.analysis import work_report
+    from harness.analysis.pages import work_report
 
     diffs = work_report.diff_tables(cell_ids, work_report.read_work_table(out / "a"),
                                     work_report.read_work_table(out / "b"))

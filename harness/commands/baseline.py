@@ -32,8 +32,8 @@ def _now() -> str:
 
 
 def cmd_promote(args: argparse.Namespace) -> int:
-    from harness.analysis import baselines
-    from harness.analysis.runs import RunInputError, load_run
+    from harness.analysis.nights import baselines
+    from harness.analysis.load.runs import RunInputError, load_run
 
     reports = Path(args.reports)
     if not args.reason.strip():
@@ -60,8 +60,8 @@ def cmd_promote(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from harness.analysis import baselines
-    from harness.analysis.runs import RunInputError
+    from harness.analysis.nights import baselines
+    from harness.analysis.load.runs import RunInputError
 
     try:
         lines = baselines.show_lines(Path(args.reports))
@@ -72,8 +72,8 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_ack(args: argparse.Namespace) -> int:
-    from harness.analysis import alarms, baselines
-    from harness.analysis.runs import RunInputError
+    from harness.analysis.nights import alarms, baselines
+    from harness.analysis.load.runs import RunInputError
 
     reports = Path(args.reports)
     problems = [p for p in (alarms.filter_problem(args.cell_filter), _expires_problem(args.expires)) if p]

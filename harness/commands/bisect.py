@@ -86,7 +86,7 @@ def cmd_bisect(args: argparse.Namespace) -> int:
 def _estimate_line(matrix_path: str, ab_args: list[str], bisector, roots: list[Path]) -> str:
     """The bisect's estimated wall time: the A/Bs it has left (the confirmation, then about one per step of the
     bisection), each estimated as `nvbench ab` estimates itself, from past rows under `roots`."""
-    from harness.analysis.verdict import Thresholds
+    from harness.analysis.judge.verdict import Thresholds
     from harness.orchestrate.session.opening import this_machine
     from harness.orchestrate.workflows import ab
     from harness.orchestrate.cost import pricing as cost

@@ -76,10 +76,10 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 def _judge(out: Path, args: argparse.Namespace, env: dict, key: str, slots: int, *, smoke: bool) -> int:
     """Packed against solo, as a report compares; the verdict per backend into OUT/calibration.json and (not
     under --smoke) this machine's calibration file."""
-    from harness.analysis import compare
-    from harness.analysis.packing import UNCALIBRATED_NOTE, backend_verdicts
-    from harness.analysis.report import write_report
-    from harness.analysis.runs import load_run
+    from harness.analysis.judge import compare
+    from harness.analysis.judge.packing import UNCALIBRATED_NOTE, backend_verdicts
+    from harness.analysis.pages.report import write_report
+    from harness.analysis.load.runs import load_run
     from harness.orchestrate.workflows import calibrate
     from harness.orchestrate.placement import packing
     from harness.results import store

@@ -9,7 +9,7 @@ from harness.commands.common import EXIT_OK, bad_input
 
 
 def cmd_columns(args: argparse.Namespace) -> int:
-    from harness.analysis.columns import dictionary, dictionary_lines
+    from harness.analysis.load.columns import dictionary, dictionary_lines
 
     problems, pages = [], []
     for name in args.file:

@@ -27,8 +27,8 @@ EXIT_CODES_TEXT = f"""exit codes:
 def reach_warning(repeats: int, *, smoke: bool, what: str) -> None:
     """One line up front when runs of `repeats` repeats could never be told apart at the report's default level
     (a description needs no verdict: 1 repeat and --smoke runs say nothing)."""
-    from harness.analysis.decide import reach_problem
-    from harness.analysis.verdict import Thresholds
+    from harness.analysis.judge.decide import reach_problem
+    from harness.analysis.judge.verdict import Thresholds
 
     if repeats >= 2 and not smoke and (problem := reach_problem(repeats, Thresholds().level, what=what)):
         print(f"warning: {problem}: two such runs can only be inconclusive", file=sys.stderr)
@@ -80,7 +80,7 @@ def knob_default(config: type, name: str) -> Callable[[], Any]:
 
 def threshold_default(name: str) -> Callable[[], Any]:
     def read() -> Any:
-        from harness.analysis.verdict import Thresholds
+        from harness.analysis.judge.verdict import Thresholds
 
         return getattr(Thresholds(), name)
 
@@ -119,7 +119,7 @@ def add_threshold_flags(p: argparse.ArgumentParser, *, history: bool) -> None:
 
 def thresholds_from(args: argparse.Namespace):
     """verdict.Thresholds from the report/ab flags that were given (the rest keep their defaults)."""
-    from harness.analysis.verdict import Thresholds
+    from harness.analysis.judge.verdict import Thresholds
 
     given = {name: getattr(args, name) for name in (col.floor_pct, col.fdr_q, "min_repeats", "exclude_unsteady",
                                                      "history_runs", col.accuracy_tolerance, "speed_adjust",
@@ -132,12 +132,12 @@ def thresholds_from(args: argparse.Namespace):
 
 def print_report(result, fail_on_regression: bool) -> int:
     """The report's files, then the verdict lines on stdout, where `> log` keeps them (warnings stay on stderr):
-    the sides of an A/B, the headline, and the cells a person must read (analysis/report_console.py: a line per
+    the sides of an A/B, the headline, and the cells a person must read (analysis/pages/report_console.py: a line per
     regression and failure, the inconclusive ones grouped, loud); the exit status of --fail-on-regression."""
-    from harness.analysis.repeats import num_superseded
-    from harness.analysis.report_console import verdict_lines
-    from harness.analysis.verdict import FAILED, INCONCLUSIVE
-    from harness.analysis.wording import headline_words
+    from harness.analysis.judge.repeats import num_superseded
+    from harness.analysis.pages.report_console import verdict_lines
+    from harness.analysis.judge.verdict import FAILED, INCONCLUSIVE
+    from harness.analysis.pages.wording import headline_words
     from harness.fit import wrap
 
     comparison, width = result.comparison, shutil.get_terminal_size().columns

@@ -13,16 +13,17 @@ from harness.catalogue import col
 
 def cmd_history(args: argparse.Namespace) -> int:
     """Change points and drifts of every cell over a folder of nightly runs: history.html, changes.md,
-    changes.parquet (harness.analysis.history)."""
-    from harness.analysis import history, trend
-    from harness.analysis.runs import RunInputError
+    changes.parquet (harness.analysis.nights.history)."""
+    from harness.analysis.nights import history
+    from harness.analysis.pages import trend
+    from harness.analysis.load.runs import RunInputError
 
     folder = Path(args.history_dir)
     out = Path(args.out) if args.out else folder / "trend"
     given = {name: getattr(args, name) for name in (col.floor_pct, "min_segment", "alpha", "drift_nights")
              if getattr(args, name) is not None}
     try:
-        from harness.analysis.baselines import event_marks
+        from harness.analysis.nights.baselines import event_marks
 
         marks = event_marks(Path(args.reports)) if args.reports else []
         loaded = history.load_history(folder, history.HistorySettings(**given), use_cache=not args.no_cache)
@@ -56,9 +57,9 @@ def cmd_history(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    """A run's cells in another tool's format (harness.analysis.export)."""
-    from harness.analysis.export import export_run
-    from harness.analysis.runs import RunInputError
+    """A run's cells in another tool's format (harness.analysis.load.export)."""
+    from harness.analysis.load.export import export_run
+    from harness.analysis.load.runs import RunInputError
 
     try:
         count = export_run(Path(args.run_dir), args.format, Path(args.out))
@@ -73,7 +74,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def _setting_default(name: str):
     def read():
-        from harness.analysis.history import HistorySettings
+        from harness.analysis.nights.history import HistorySettings
 
         return getattr(HistorySettings(), name)
 

@@ -49,8 +49,8 @@ def with_kernels(comparison, base_dir: Path, cand_dir: Path, out_dir: Path, args
     ReportResult for print_report."""
     import dataclasses
 
-    from harness.analysis import kernel_report
-    from harness.analysis.report import write_report
+    from harness.analysis.pages import kernel_report
+    from harness.analysis.pages.report import write_report
 
     diffs = kernel_report.diff_runs(comparison, base_dir, cand_dir, floor_pct=args.kernel_floor, fdr_q=args.kernel_fdr)
     sections = kernel_report.render_sections(diffs, kernel_report.changed_cells(comparison))

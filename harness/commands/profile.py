@@ -45,7 +45,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     for path in result.files:
         print(path)
     if args.tool == "nsys" and (sqlite := next((p for p in result.files if p.suffix == ".sqlite"), None)):
-        from harness.analysis import timeline
+        from harness.analysis.load import timeline
 
         try:
             summary = timeline.window_summary(timeline.read_ranges(sqlite))

@@ -10,11 +10,11 @@ from harness.commands.kernel_flags import add_kernel_flags, kernel_settings_prob
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from harness.analysis.runs import RunInputError
-    from harness.analysis.report import make_report
+    from harness.analysis.load.runs import RunInputError
+    from harness.analysis.pages.report import make_report
     from harness.results.store import UnreadableFile
 
-    from harness.analysis.decide import reach_problem
+    from harness.analysis.judge.decide import reach_problem
 
     try:
         thresholds = thresholds_from(args)
@@ -49,7 +49,7 @@ def _sides(args: argparse.Namespace) -> tuple[Path, Path | None]:
 
 def _kernels_problem(baseline: Path | None, run_dir: Path, args: argparse.Namespace) -> str | None:
     """Why `report --kernels` cannot diff these folders (None: it can)."""
-    from harness.analysis.kernel_report import has_kernels
+    from harness.analysis.pages.kernel_report import has_kernels
 
     if baseline is None:
         return "--kernels diffs two run folders: give a baseline (report A B --kernels)"

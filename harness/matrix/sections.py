@@ -182,7 +182,7 @@ class RunConfig:
     speed_probe: bool = knob(
         True, "Single-process CPU cells time a fixed reference computation (SHA-256 + numpy multiply-adds, "
         "~0.25 ms, after reading twice the last-level cache) between measured steps, outside step times and "
-        "window, and record how fast the machine ran (speed_probe_s; harness/cell/probe.py); nvbench report "
+        "window, and record how fast the machine ran (speed_probe_s; harness/cell/instruments/probe.py); nvbench report "
         "compares at equal probe time unless --no-speed-adjust. Ignored on CUDA and in torchrun groups.")
     phase_timing: bool = knob(
         True, "Time each measured step's phases (data, h2d, forward, backward, optimizer) from the step's own "

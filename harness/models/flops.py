@@ -1,5 +1,5 @@
 """The one FLOP counter: a model's FLOPs per image, forward or forward + backward, counted on the meta device.
-The registry's figures (harness/models/registry.py) and the MFU column (harness/cell/flops.py) both come from here.
+The registry's figures (harness/models/registry.py) and the MFU column (harness/cell/instruments/flops.py) both come from here.
 
 FLOPs count a multiply-add as 2, as datasheet peaks do (torch.utils.flop_counter). Only matrix multiplications and
 convolutions are counted; normalisation, activations, the loss and the optimizer are not (the MFU convention).

@@ -1,5 +1,5 @@
 """Whether a row's window was taken under interference, in words: read by the cell (its steadiness), the A/B (what
-to run again) and the reports (what to leave out, what to name). The figures: harness.cell.interference."""
+to run again) and the reports (what to leave out, what to name). The figures: harness.host.meter."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ MIN_CLEAN_FRAC = 0.5
 least one): with fewer, the machine's load, not the code, decides what is left (a quarter-speed window among clean
 ones reads as a step; the clean few as a side measured on less than it was meant to be). Such a side is busy: a
 comparison does not judge the cell (inconclusive, `busy`), an alarm is neither opened nor ended by it, and history
-leaves the night out of the cell's series (harness.analysis.history_cache)."""
+leaves the night out of the cell's series (harness.analysis.nights.history_cache)."""
 
 
 def clean_rows(rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:

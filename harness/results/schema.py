@@ -29,7 +29,7 @@ Schema history (bump RESULT_SCHEMA_VERSION and teach store.migrate the step when
      from warmup and compile: cuDNN's autotuning; 0 on CPU) and the cuDNN knobs the cell ran with,
      `cudnn_benchmark` and `cudnn_benchmark_limit` (null on CPU). Migrating version 4: the new columns read
      null (jobs then ran one at a time, unpinned; never checked for a transient; autotuning never timed apart).
-  6 (0.2.0): what else ran during the window (harness.cell.interference): cells `foreign_cpu_frac`, `steal_frac`,
+  6 (0.2.0): what else ran during the window (harness.host.meter): cells `foreign_cpu_frac`, `steal_frac`,
      `foreign_cpu_s`, `steal_s`, `num_involuntary_switches`, steps `foreign_cpu_frac`; a window above INTERFERENCE_THRESHOLD is not steady
      and its steadiness says why; a window too short to be tested for steadiness has `is_steady` null.
      Migrating version 5: the new columns read null (never measured).

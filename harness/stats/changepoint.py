@@ -1,7 +1,7 @@
 """Change points and drift in a series of nights: where a level changed (harness.stats.nightsplit's two-level
 split test, each night with its repeats), a practical floor that merges away steps too small to matter, and a
 trend with breaks (whether the level is creeping). E-divisive means with its permutation test stays here as
-the reference benchmarks/changepoints.py measures against. Pure functions of floats; `harness.analysis.history`
+the reference benchmarks/changepoints.py measures against. Pure functions of floats; `harness.analysis.nights.history`
 builds the series.
 """
 

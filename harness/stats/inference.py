@@ -170,7 +170,7 @@ def min_detectable_change(
 
 
 # ---------------------------------------------------------------------------------------------
-# verdicts across many cells (used by harness.analysis.compare)
+# verdicts across many cells (used by harness.analysis.judge.compare)
 
 
 def fcr_adjusted_confidence(num_selected: int, num_tests: int, *, q: float = 0.05) -> float:

@@ -75,7 +75,7 @@ def fast_step_rate(step_times: Sequence[float], images_per_step: float) -> float
     ever adds time to a step, so a slowdown of the code itself moves the fast steps as it moves all steps,
     while the tail the interference makes stays out. What it cannot see is a change that slows only a
     few steps (a periodic stall, a loader that falls behind now and then): that is what the ratio of sums
-    is for, and why the comparison tests both (harness.analysis.compare)."""
+    is for, and why the comparison tests both (harness.analysis.judge.compare)."""
     t = as_array(step_times, "step_times", positive=True)
     if not (math.isfinite(images_per_step) and images_per_step > 0):
         raise ValueError(f"images_per_step must be a positive finite number, got {images_per_step!r}")

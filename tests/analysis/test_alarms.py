@@ -1,4 +1,4 @@
-"""A regression alarms once (harness.analysis.alarms), on verdicts made by hand: new the first night, open on
+"""A regression alarms once (harness.analysis.nights.alarms), on verdicts made by hand: new the first night, open on
 the nights after while its interval overlaps the first night's, worse (failing again) when it falls beyond the
 floor below it, acknowledged within an `nvbench ack`'s interval; a night that does not show it ends it as fixed
 (unchanged or improved) or gone (its interval wholly above the regression's) or keeps it saying why; a drilled
@@ -14,12 +14,13 @@ import json
 import shutil
 from dataclasses import replace
 
-from harness.analysis import alarm_formats, alarms, baselines
-from harness.analysis.alarms import (
+from harness.analysis.pages import alarm_formats
+from harness.analysis.nights import alarms, baselines
+from harness.analysis.nights.alarms import (
     ACKNOWLEDGED, FIXED, GONE, NEW, NO_VERDICT, OPEN, OPENED, WORSE, Ack, OpenAlarm, judge_night)
-from harness.analysis.ci_formats import render_junit
-from harness.analysis.runs import RunData
-from harness.analysis.verdict import CellVerdict, Comparison, MetricVerdict, Thresholds
+from harness.analysis.pages.ci_formats import render_junit
+from harness.analysis.judge.run import RunData
+from harness.analysis.judge.verdict import CellVerdict, Comparison, MetricVerdict, Thresholds
 
 CELL = "resnet18-synthetic-nchw-fp32-ws1-ga1-eager"
 
@@ -129,7 +130,7 @@ def test_junit_fails_only_the_new_and_the_worse_and_skips_the_open_saying_so():
 
 
 def test_the_nightly_alarm_step_exits_1_once_then_0_and_refuses_a_corrupt_acks_file_in_one_line(tmp_path, capsys):
-    from harness.analysis import verdicts_file
+    from harness.analysis.load import verdicts_file
     from harness.orchestrate.workflows import nightly
     from harness.results import store
 
@@ -280,7 +281,7 @@ def test_a_version_1_alarms_file_loads_and_its_closed_alarms_become_fixed_events
 
 
 def write_night_report(report, verdicts, run_id):
-    from harness.analysis import verdicts_file
+    from harness.analysis.load import verdicts_file
     from harness.results import store
 
     run = RunData(path="r", run_id=run_id, created_at="", environment={}, rows=())

@@ -14,8 +14,8 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import TINY
 
-from harness.analysis import alarms, baselines
-from harness.analysis.runs import resolve_pointer
+from harness.analysis.nights import alarms, baselines
+from harness.analysis.load.runs import resolve_pointer
 from harness.results import store
 from harness.results.schema import cell_table
 

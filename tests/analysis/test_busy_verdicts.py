@@ -11,11 +11,13 @@ import json
 from test_alarms import CELL as ALARM_CELL, verdict as alarm_verdict, write_night_report
 from test_compare import BASE, CELL, one, rows, run
 
-from harness.analysis import alarms, baselines, compare, verdicts_file
-from harness.analysis.alarms import BUSY, GONE, OPEN, judge_night
-from harness.analysis.ci_formats import render_markdown
-from harness.analysis.report_console import verdict_lines
-from harness.analysis.verdict import INCONCLUSIVE, REGRESSION, Comparison, Thresholds
+from harness.analysis.nights import alarms, baselines
+from harness.analysis.judge import compare
+from harness.analysis.load import verdicts_file
+from harness.analysis.nights.alarms import BUSY, GONE, OPEN, judge_night
+from harness.analysis.pages.ci_formats import render_markdown
+from harness.analysis.pages.report_console import verdict_lines
+from harness.analysis.judge.verdict import INCONCLUSIVE, REGRESSION, Comparison, Thresholds
 from harness.results import store
 
 QUIET = [100.0, 101.0, 99.0, 100.5, 99.5, 100.2, 99.8, 100.7, 99.3, 100.1]

@@ -10,7 +10,8 @@ from test_export import hand_made_run
 
 from harness import cli
 from harness.catalogue.verdicts import VERDICT_COLUMNS
-from harness.analysis import columns, trend, verdicts_file
+from harness.analysis.load import columns, verdicts_file
+from harness.analysis.pages import trend
 from harness.results.schema import CELL_COLUMNS, STEP_COLUMNS
 
 

@@ -1,4 +1,4 @@
-"""harness.analysis.decide: the four answers, over hand-made evidence and samples."""
+"""harness.analysis.judge.decide: the four answers, over hand-made evidence and samples."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import math
 import numpy as np
 import pytest
 
-from harness.analysis import compare, decide
-from harness.analysis.runs import RunData
-from harness.analysis.decide import INCONCLUSIVE, REGRESSION, UNCHANGED, Evidence
-from harness.analysis.verdict import Thresholds
+from harness.analysis.judge import compare, decide
+from harness.analysis.judge.run import RunData
+from harness.analysis.judge.decide import INCONCLUSIVE, REGRESSION, UNCHANGED, Evidence
+from harness.analysis.judge.verdict import Thresholds
 
 
 def ev(effect, low, high, *, significant=None, log_sd=0.03, name="throughput"):

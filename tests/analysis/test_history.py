@@ -15,9 +15,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from harness import cli
-from harness.analysis import history, trend
-from harness.analysis.runs import RunInputError
-from harness.analysis.wording import esc_md
+from harness.analysis.nights import history
+from harness.analysis.pages import trend
+from harness.analysis.load.runs import RunInputError
+from harness.analysis.pages.wording import esc_md
 from harness.results import store
 from harness.results.schema import CELL_SCHEMA, RESULT_SCHEMA_VERSION, cell_table
 
@@ -302,7 +303,7 @@ def test_the_trend_marks_promotions_on_every_cell_and_an_acknowledgement_on_its_
 
 
 def test_an_alarms_steps_sit_on_their_own_nights_on_the_cells_trend_and_in_its_list(tmp_path):
-    """An alarm's history (harness.analysis.baselines.event_marks): opened on night 2, gone on night 4, each mark
+    """An alarm's history (harness.analysis.nights.baselines.event_marks): opened on night 2, gone on night 4, each mark
     on its night's point (its run id, not its time), lettered, in its cell's list and nowhere else."""
     nights, skipped = history.load_nights(nightly_series(tmp_path / "h", [100.0] * 4))
     h = history.analyse(str(tmp_path / "h"), nights, skipped)

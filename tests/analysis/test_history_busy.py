@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow.parquet as pq
 from test_history import CELL, MATRIX, run_cli, sha
 
-from harness.analysis import history
+from harness.analysis.nights import history
 from harness.results import store
 from harness.results.schema import cell_table
 

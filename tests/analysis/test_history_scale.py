@@ -12,7 +12,7 @@ import sys
 import pytest
 from conftest import ROOT
 
-from harness.analysis import history, history_cache
+from harness.analysis.nights import history, history_cache
 
 _spec = importlib.util.spec_from_file_location("history_data", ROOT / "benchmarks" / "history_data.py")
 history_data = sys.modules.setdefault("history_data", importlib.util.module_from_spec(_spec))

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from harness.analysis.kernel_diff import REPLACED, diff_cell, top_line
-from harness.analysis.verdict import INCONCLUSIVE, REGRESSION, UNCHANGED
+from harness.analysis.judge.kernel_diff import REPLACED, diff_cell, top_line
+from harness.analysis.judge.verdict import INCONCLUSIVE, REGRESSION, UNCHANGED
 from harness.results.kernels import kernels_table
 
 STEP_S = 0.100

@@ -12,9 +12,9 @@ import pyarrow.parquet as pq
 
 from browser import Browser, chromium_path
 from conftest import nvbench
-from harness.analysis import ci_formats, kernel_report
-from harness.analysis.report import make_report, write_report
-from harness.analysis.verdict import REGRESSION
+from harness.analysis.pages import ci_formats, kernel_report
+from harness.analysis.pages.report import make_report, write_report
+from harness.analysis.judge.verdict import REGRESSION
 from harness.results import kernels, store
 
 

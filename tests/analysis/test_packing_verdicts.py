@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from test_compare import rows, run
 
-from harness.analysis import compare
-from harness.analysis.ci_formats import render_markdown
-from harness.analysis.packing import backend_verdicts
-from harness.analysis.verdict import Thresholds
+from harness.analysis.judge import compare
+from harness.analysis.pages.ci_formats import render_markdown
+from harness.analysis.judge.packing import backend_verdicts
+from harness.analysis.judge.verdict import Thresholds
 
 SOLO = [100.0, 101.0, 99.0, 100.5, 99.5, 100.2]
 NO_ADJUST = Thresholds(speed_adjust=False)

@@ -8,20 +8,22 @@ import json
 import math
 import re
 import shutil
-import xml.etree.ElementTree as ET
 from concurrent.futures import ThreadPoolExecutor
-from html.parser import HTMLParser
 from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from browser import Browser, chromium_path
+from browser import Browser
 from conftest import TINY, nvbench, own_cores
+from report_checks import (
+    UNMEASURED_LOAD, VERDICTS_V7_COLUMNS, check_html, chromium_or_skip, copy_run, figures, junit)
 
-from harness.analysis import compare, report, report_plots, verdicts_file, wording
-from harness.analysis.runs import load_run
-from harness.analysis.verdict import DEFAULT_FLOOR_PCT, CellVerdict, MetricVerdict, Thresholds
+from harness.analysis.judge import compare
+from harness.analysis.pages import report, wording
+from harness.analysis.load import verdicts_file
+from harness.analysis.load.runs import load_run
+from harness.analysis.judge.verdict import DEFAULT_FLOOR_PCT, Thresholds
 from harness.commands.common import EXIT_INCONCLUSIVE, print_report
 from harness.results import store
 from harness.results.accuracy import top1_text
@@ -29,30 +31,6 @@ from harness.results.schema import cell_table
 from harness.matrix.cells import job_key
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
-
-
-VERDICTS_V5_COLUMNS = (
-    "cell_id", "backend", "memory_format", "precision", "world_size", "grad_accum", "compile", "verdict", "reason",
-    "method",
-    "effect_pct", "ci_low_pct", "ci_high_pct", "ci_level", "p_value", "p_adjusted", "decided_by",
-    "throughput_p_value", "fast_effect_pct", "fast_ci_low_pct", "fast_ci_high_pct", "fast_p_value",
-    "candidate_fast_img_per_s", "baseline_fast_img_per_s", "floor_pct", "fdr_q", "mdc_pct", "repeats_needed", "num_candidate",
-    "num_baseline", "candidate_img_per_s", "baseline_img_per_s", "candidate_cv", "baseline_cv", "num_unsteady",
-    "noise", "accuracy_verdict", "candidate_top1", "baseline_top1", "top1_change", "top1_ci_low", "top1_ci_high",
-    "accuracy_tolerance", "history_median_img_per_s", "history_mad_img_per_s", "robust_z", "num_history_runs",
-    "unadjusted_effect_pct", "speed_probe_change_pct", "speed_slope", "fire_drill_pct", "baseline_fire_drill_pct",
-    "is_smoke", "env_diff", "candidate_run_id", "baseline_run_id",
-)  # fmt: skip
-"""verdicts.parquet version 5 (version 4 and `repeats_needed`): a reader's contract, whatever shape CellVerdict
-takes."""
-VERDICTS_V6_COLUMNS = VERDICTS_V5_COLUMNS + (
-    "phase", "phase_change_ms", "phase_change_low_ms", "phase_change_high_ms", "step_change_ms", "attribution")
-"""Version 6: version 5 and the phase attribution (issue 29)."""
-VERDICTS_V7_COLUMNS = ("cell_id", "model") + VERDICTS_V6_COLUMNS[1:]
-"""Version 7: version 6 and the model axis after cell_id (issue 41)."""
-_AT = VERDICTS_V7_COLUMNS.index("floor_pct") + 1
-VERDICTS_V8_COLUMNS = VERDICTS_V7_COLUMNS[:_AT] + ("floor_source",) + VERDICTS_V7_COLUMNS[_AT:]
-"""Version 8: version 7 and floor_source after floor_pct (issue 52)."""
 
 
 def _matrix(folder: Path, name: str, axes: str, repeats: int) -> Path:
@@ -82,101 +60,6 @@ def runs(tmp_path_factory):
     (root / "A.stderr").write_text(runs[0].result().stderr)  # and its progress
     (root / "D.out").write_text(runs[1].result().stdout + "\0" + runs[1].result().stderr)  # --quiet
     return root, a, d
-
-
-UNMEASURED_LOAD = {"foreign_cpu_frac": None, "steal_frac": None}
-"""A constructed side's rows say nothing of the machine's load: what the fixture run's own load was is not what
-a test of the report's rendering and verdicts is about (tests/cell/test_interference.py and test_compare.py test
-rows taken under interference)."""
-
-
-def copy_run(src: Path, dst: Path, *, scale: float = 1.0, run_id: str | None = None, extra_rows=(),
-             created_at: str | None = None, repeats: int | None = None) -> Path:
-    """A copy of a real run whose throughputs (and fast-step rates) are multiplied by `scale` (a constructed
-    other side); `repeats` re-deals the real rows into that many repeats per cell, each 0.5 % apart."""
-    shutil.copytree(src, dst)
-    manifest = store.read_json(dst / "manifest.json")
-    manifest["run_id"] = run_id or dst.name
-    if created_at:
-        manifest["created_at"] = created_at
-    store.write_json(dst / "manifest.json", manifest)
-    rows = store.read_cells(src).to_pylist()
-    if repeats:
-        shutil.rmtree(dst / "cells")
-        by_cell = {}
-        for row in rows:
-            by_cell.setdefault(row["cell_id"], []).append(row)
-        rates = ("throughput_img_per_s", "fast_step_img_per_s")
-        rows = [dict(same[i % len(same)], repeat=i) | {k: same[i % len(same)][k] * (1 + 0.005 * i) for k in rates}
-                for same in by_cell.values() for i in range(repeats)]
-    for row in [*rows, *extra_rows]:
-        for k in ("throughput_img_per_s", "fast_step_img_per_s"):
-            if row.get(k):
-                row[k] *= scale
-        row["run_id"] = manifest["run_id"]
-        row |= UNMEASURED_LOAD
-        store.write_table(dst / "cells" / f"{job_key(row['cell_id'], row['repeat'])}.parquet", cell_table([row]))
-    return dst
-
-
-class _Checker(HTMLParser):
-    """Tag balance, and anything that would reach the network."""
-
-    VOID = {"meta", "br", "img", "input", "link", "hr", "col", "source", "wbr", "area", "base", "embed"}
-
-    def __init__(self):
-        super().__init__()
-        self.stack, self.problems, self.tags = [], [], set()
-
-    def handle_starttag(self, tag, attrs):
-        self.tags.add(tag)
-        for name, value in attrs:
-            if name == "src" or (name == "href" and not (value or "").startswith("#")) or \
-                    (value or "").startswith(("http:", "https:", "//")):  # a link inside the page is fine
-                self.problems.append(f"<{tag} {name}={value!r}>")
-        if tag not in self.VOID:
-            self.stack.append(tag)
-
-    def handle_startendtag(self, tag, attrs):
-        self.tags.add(tag)
-
-    def handle_endtag(self, tag):
-        if not self.stack or self.stack[-1] != tag:
-            self.problems.append(f"</{tag}> closes {self.stack[-1:]}")
-        else:
-            self.stack.pop()
-
-
-def check_html(path: Path) -> str:
-    text = path.read_text()
-    checker = _Checker()
-    checker.feed(text)
-    checker.close()
-    assert checker.problems == [] and checker.stack == [], (checker.problems, checker.stack)
-    assert {"svg", "style", "table", "script"} <= checker.tags  # every script inline: a src is a problem above
-    assert "http://" not in text and "https://" not in text and "@import" not in text
-    return text
-
-
-def figures(text: str) -> list[tuple[str, str, str]]:
-    """(caption, the plot's axis label, its note) of every <figure> that draws a plot."""
-    found = re.findall(r"<figure><figcaption>(.*?)</figcaption><svg [^>]*aria-label=\"([^\"]*)\".*?</svg>"
-                       r"(?:<p>(.*?)</p>)?</figure>", text, flags=re.S)
-    return [(html.unescape(c), html.unescape(a), html.unescape(n)) for c, a, n in found]
-
-
-def chromium_or_skip() -> str:
-    binary = chromium_path()
-    if binary is None:
-        pytest.skip("no chromium on PATH (README's test command installs Debian's chromium): the report is not "
-                    "rendered in a browser")
-    return binary
-
-
-def junit(path: Path) -> ET.Element:
-    root = ET.parse(path).getroot()
-    assert root.tag == "testsuites"
-    return root.find("testsuite")
 
 
 def test_a_run_ends_with_a_summary_that_fits_80_columns(runs):
@@ -402,20 +285,6 @@ def test_history_screening_names_suspects_but_does_not_fail(runs, documented_run
     assert all(r["num_history_runs"] == 6 and r["effect_pct"] == pytest.approx(-30.0, abs=0.5) for r in rows)
 
 
-def test_change_text_shows_the_fast_step_rate_and_marks_the_metric_that_decided():
-    common = dict(cell_id="c", floor_pct=3.0, fdr_q=0.01, accuracy_tolerance=0.01)
-    t = MetricVerdict(effect_pct=-1.0, ci_low_pct=-9.0, ci_high_pct=7.0)
-    fast = dict(metrics={"throughput": t, "fast steps": MetricVerdict(effect_pct=-5.2, ci_low_pct=-6.9,
-                                                                       ci_high_pct=-3.5)})
-    regressed = CellVerdict(verdict="regression", reason="", decided_by="fast steps", **common, **fast)
-    assert wording.change_text(regressed) == "-1.0% [-9.0, +7.0]; fast steps -5.2% [-6.9, -3.5]*"
-    assert regressed.decided_effect_pct == -5.2
-    same = CellVerdict(verdict="unchanged", reason="", decided_by="fast steps", **common, **fast)
-    assert wording.change_text(same) == "-1.0% [-9.0, +7.0]; fast steps -5.2% [-6.9, -3.5]"  # nothing decided
-    alone = CellVerdict(verdict="regression", reason="", decided_by="throughput", metrics={"throughput": t}, **common)
-    assert wording.change_text(alone) == "-1.0% [-9.0, +7.0]" and alone.decided_effect_pct == -1.0
-
-
 def test_the_report_names_both_sides_offers_the_gpu_columns_and_every_plot_has_units_and_a_good_value(runs):
     root, a, _ = runs
     six = copy_run(a, root / "six-b", repeats=6)
@@ -466,15 +335,6 @@ def test_the_report_renders_in_a_real_browser_without_a_console_error(runs, tmp_
                  "(document.querySelector('#steps details'))"
         assert browser.evaluate(height) > 100  # a reader who opens a cell sees its step-time plot
         assert browser.load(page).errors == []
-
-
-def test_a_long_window_is_thinned_to_its_fastest_and_slowest_steps_so_a_stall_stays_visible():
-    steps = np.arange(10_000, dtype=float)
-    times = 0.050 + 0.001 * np.sin(steps / 50)
-    times[7_777] = 0.400  # one stall among 10,000 steps
-    x, y = report_plots._thin(steps, times)
-    assert len(x) <= report_plots.MAX_POINTS and np.all(np.diff(x) > 0)  # in step order
-    assert 7_777 in x and y.max() == 0.400 and y.min() == times.min()
 
 
 MISSION = Path(__file__).resolve().parents[2] / "matrices" / "resnet50.toml"

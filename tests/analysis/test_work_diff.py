@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from harness.analysis.runs import RunData
-from harness.analysis.verdict import CellVerdict, Comparison, Thresholds
-from harness.analysis.work_diff import check_gates, diff_cell
-from harness.analysis.work_report import attach, diff_tables, gate_lines, render_sections
+from harness.analysis.judge.run import RunData
+from harness.analysis.judge.verdict import CellVerdict, Comparison, Thresholds
+from harness.analysis.judge.work_diff import check_gates, diff_cell
+from harness.analysis.pages.work_report import attach, diff_tables, gate_lines, render_sections
 from harness.matrix.judge import WorkGate
 
 CELL = "resnet18-synthetic-nchw-fp32-ws1-ga1-eager"

@@ -10,7 +10,7 @@ from test_baselines import CELLS, cli, run_folder
 from test_work_diff import SYNC, step
 from test_work_report import folder
 
-from harness.analysis import history
+from harness.analysis.nights import history
 
 CELL = CELLS["synthetic"]
 MM = {"forward|op_calls|aten::mm": 20}

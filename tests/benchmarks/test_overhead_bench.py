@@ -49,7 +49,7 @@ def _harness_side(matrix_path: Path):
     """The engine and batch of the cell that `nvbench run` would make of the same matrix, built as its worker does."""
     from harness.cell.build import rank_engine, rank_loader
     from harness.cell.context import Context
-    from harness.cell.timing import make_ranges
+    from harness.cell.instruments.timing import make_ranges
 
     (cell,) = expand(load_matrix(matrix_path))
     ctx = Context(cell=cell, run_id="r", repeat=0, out_dir=Path("."), data_root=None, fault=None, rank=0,

@@ -10,10 +10,12 @@ import pyarrow.parquet as pq
 import pytest
 from test_telemetry import FakeNvml, run_window
 
-from harness.analysis import compare, verdicts_file, wording
-from harness.analysis.report_console import verdict_lines
-from harness.analysis.runs import RunData
-from harness.analysis.verdict import INCONCLUSIVE, REGRESSION, UNCHANGED
+from harness.analysis.judge import compare
+from harness.analysis.load import verdicts_file
+from harness.analysis.pages import wording
+from harness.analysis.pages.report_console import verdict_lines
+from harness.analysis.judge.run import RunData
+from harness.analysis.judge.verdict import INCONCLUSIVE, REGRESSION, UNCHANGED
 from harness.catalogue import col
 from harness.results import store
 

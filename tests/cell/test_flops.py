@@ -1,4 +1,4 @@
-"""harness.cell.flops: the FLOP count of a training step against the textbook ResNet-50 figure, the peak table
+"""harness.cell.instruments.flops: the FLOP count of a training step against the textbook ResNet-50 figure, the peak table
 and its name matching, and MFU arithmetic on known numbers."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.cell.flops import (
+from harness.cell.instruments.flops import (
     GPU_PATTERNS,
     PEAK_TFLOPS,
     Peak,

@@ -9,7 +9,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from harness.cell import flops, metrics
+from harness.cell.instruments import flops
+from harness.cell import metrics
 
 
 def ctx(run_dir, model="resnet18"):

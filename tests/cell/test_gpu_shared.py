@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 from test_telemetry import FakeNvml, run_window
 
-from harness.cell.telemetry import foreign_pids, process_group
+from harness.cell.instruments.telemetry import foreign_pids, process_group
 
 
 class Shared(FakeNvml):
@@ -41,7 +41,7 @@ def test_a_process_outside_the_job_is_foreign_and_the_jobs_own_are_not(monkeypat
 
 
 def run_window_sampler(nvml):
-    from harness.cell.telemetry import TelemetrySampler
+    from harness.cell.instruments.telemetry import TelemetrySampler
 
     sampler = TelemetrySampler(0, interval_s=0.005, nvml=nvml).start()
     assert nvml.polled.wait(10), "sampler never polled"

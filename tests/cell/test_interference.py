@@ -14,7 +14,7 @@ from conftest import ROOT
 
 from harness.catalogue import col
 from harness.catalogue.cells import INTERFERENCE_THRESHOLD
-from harness.cell.interference import (
+from harness.host.meter import (
     Counters,
     InterferenceMeter,
     foreign_share,
@@ -63,7 +63,7 @@ def test_per_step_shares_follow_the_samples_around_each_step():
 CELL = """
 import json, os, subprocess, sys, time
 from harness.catalogue import col
-from harness.cell.interference import InterferenceMeter, job_cpu_ticks
+from harness.host.meter import InterferenceMeter, job_cpu_ticks
 
 core = min(os.sched_getaffinity(0))
 os.sched_setaffinity(0, {core})

@@ -9,9 +9,9 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from harness.analysis.kernel_diff import GONE, NEW, REPLACED, diff_cell
-from harness.cell.kernels import kernel_rows
-from harness.cell.timing import BACKWARD, FORWARD, MEASURE, OPTIMIZER, STEP, make_ranges
+from harness.analysis.judge.kernel_diff import GONE, NEW, REPLACED, diff_cell
+from harness.cell.instruments.kernels import kernel_rows
+from harness.cell.instruments.timing import BACKWARD, FORWARD, MEASURE, OPTIMIZER, STEP, make_ranges
 from harness.results import kernels, store
 
 STEPS = 3

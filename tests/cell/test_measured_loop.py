@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from harness.cell import loop, measure, metrics, warmup, worker
-from harness.cell.timing import PHASES, PhaseClock, StepClock, make_ranges
+from harness.cell import loop, measure, warmup, worker
+from harness.cell import metrics
+from harness.cell.instruments.timing import PHASES, PhaseClock, StepClock, make_ranges
 from harness.matrix.cells import expand
 from harness.matrix.parse import parse_matrix
 

@@ -1,6 +1,6 @@
 """NVTX ranges without a GPU or Nsight: a tiny injection library (tests/nvtx_inject.c, built here with the
 C compiler) attaches to NVTX as Nsight would and logs every push and pop; a real cell must emit the
-nested ranges of harness.cell.timing in every worker process, and `run.nvtx = false` must emit none."""
+nested ranges of harness.cell.instruments.timing in every worker process, and `run.nvtx = false` must emit none."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import ROOT, nvbench
 
-from harness.cell.timing import NVTX_DOMAIN, RANGE_NAMES, make_ranges
+from harness.cell.instruments.timing import NVTX_DOMAIN, RANGE_NAMES, make_ranges
 
 SOURCE = Path(__file__).with_name("nvtx_inject.c")
 Tree = list[tuple[str, "Tree"]]
@@ -64,7 +64,7 @@ def read_logs(log_dir: Path) -> dict[str, dict[str, Tree]]:
 
 def test_ranges_reach_an_attached_tool_and_the_switch_turns_them_off(inject_lib, tmp_path):
     script = textwrap.dedent("""
-        from harness.cell.timing import make_ranges
+        from harness.cell.instruments.timing import make_ranges
         on, off = make_ranges(True), make_ranges(False)
         with off("cell"):
             with off("step"):

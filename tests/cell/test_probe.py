@@ -8,7 +8,7 @@ import time
 import numpy as np
 import pytest
 
-from harness.cell import probe
+from harness.cell.instruments import probe
 
 
 @pytest.mark.parametrize(("step_s", "probe_s", "steps", "every"), [

@@ -1,4 +1,4 @@
-"""harness.cell.telemetry: summaries from known samples, the sampling thread driven by a fake NVML, and
+"""harness.cell.instruments.telemetry: summaries from known samples, the sampling thread driven by a fake NVML, and
 the all-None summary where there is no NVML (this machine)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 from conftest import ROOT
 
 from harness.cell import telemetry as telemetry_mod
-from harness.cell.telemetry import (
+from harness.cell.instruments.telemetry import (
     TelemetrySample,
     TelemetrySampler,
     TelemetrySummary,
@@ -378,7 +378,7 @@ def test_misuse_is_reported():
 
 
 def test_importing_telemetry_does_not_import_torch():
-    script = "import sys, harness.cell.telemetry; print('torch' in sys.modules)"
+    script = "import sys, harness.cell.instruments.telemetry; print('torch' in sys.modules)"
     repo = ROOT
     done = subprocess.run(
         [sys.executable, "-c", script], cwd=repo, capture_output=True, text=True, check=True, timeout=60

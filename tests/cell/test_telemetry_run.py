@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pyarrow.parquet as pq
 import pytest
 
-from harness.cell.telemetry import TelemetrySample, summarize
+from harness.cell.instruments.telemetry import TelemetrySample, summarize
 from harness.cell.metrics import telemetry_columns
 from harness.results.env import collect_env, env_key
 

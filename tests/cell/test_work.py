@@ -14,8 +14,8 @@ import torch
 from harness.catalogue.work import (ALLOC_RETRIES, ALLOCATED_BYTES, ALLOCATIONS, COLLECTIVE_BYTES, COLLECTIVES,
                                     COPIED_BYTES, COPIES, DEVICE_MALLOCS, GRAPH_BREAKS, GRAPHS, HOST_SYNCS,
                                     KERNEL_LAUNCHES, OP_CALLS, RECOMPILATIONS)
-from harness.cell import work
-from harness.cell.timing import BACKWARD, FORWARD, MEASURE, OPTIMIZER, STEP, make_ranges
+from harness.cell.instruments import work
+from harness.cell.instruments.timing import BACKWARD, FORWARD, MEASURE, OPTIMIZER, STEP, make_ranges
 from harness.results import store
 from harness.results import work as work_table
 from harness.results.kernels import BETWEEN_OPS
@@ -121,7 +121,7 @@ COMPILED = """
 import json, sys
 import torch, torch._dynamo
 from torch._dynamo.utils import counters
-from harness.cell import work
+from harness.cell.instruments import work
 
 def counted(with_break):
     torch._dynamo.reset()
@@ -226,7 +226,7 @@ def test_rows_are_per_step_except_whole_window_counts_and_read_in_duckdb_and_pya
     assert table.schema.names == ["cell_id", "process", "rank", "device", "phase", "counter", "key", "count", "steps",
                                   "per_step"]
     assert table.schema.metadata[b"nvbench.work_version"] == b"1" and table.schema.metadata[b"nvbench.table"] == b"work"
-    from harness.analysis.columns import dictionary
+    from harness.analysis.load.columns import dictionary
 
     kind, described = dictionary(path)  # what `nvbench columns work.parquet` prints
     assert kind == "work" and [c.name for c in described] == table.schema.names and all(c.doc for c in described)

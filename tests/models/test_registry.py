@@ -12,7 +12,7 @@ import torch
 from conftest import ROOT
 from torch import nn
 
-from harness.cell.flops import training_flops_per_image
+from harness.cell.instruments.flops import training_flops_per_image
 from harness.models import ENTRIES, MODELS, build_model, entry, model_names
 from harness.models.flops import count_flops
 from harness.matrix.sections import MODEL_NAMES, BenchmarkConfig, RecipeConfig

@@ -25,9 +25,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from harness import cli
-from harness.analysis.evidence import permutations_for
-from harness.analysis.verdict import Thresholds
-from harness.analysis.decide import smallest_permutation_p
+from harness.analysis.judge.evidence import permutations_for
+from harness.analysis.judge.verdict import Thresholds
+from harness.analysis.judge.decide import smallest_permutation_p
 from harness.orchestrate.workflows import ab
 from harness.orchestrate.session import job
 from harness.results.schema import SUPERSEDED_STEPS

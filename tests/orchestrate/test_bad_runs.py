@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.analysis import ci_formats, report
+from harness.analysis.pages import ci_formats, report
 from harness.cli import main
 from harness.orchestrate.session import runfolder
 from harness.results import folded, store
@@ -132,7 +132,7 @@ def test_a_baseline_pointer_that_is_not_text(run_folder, tmp_path, capsys):
 
 
 def test_a_report_that_fails_to_render_writes_nothing(run_folder, capsys, monkeypatch):
-    from harness.analysis.verdict import Thresholds
+    from harness.analysis.judge.verdict import Thresholds
 
     assert main(["report", str(run_folder)]) == 0
     capsys.readouterr()

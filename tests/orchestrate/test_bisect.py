@@ -216,9 +216,9 @@ def test_an_ab_the_machine_kept_busy_stops_the_bisect_undecided_and_blames_no_po
     """Beside a neighbour that stays, a step's A/B ends undecided (`nvbench ab` exit 3, its busy line): the point's
     code is not to blame, so it is neither skipped nor judged; the bisect stops with it (issue 58), keeps the
     comparisons it made, and its --resume runs the undecided one again. Exact: the A/Bs' answers are given."""
-    from harness.analysis import verdicts_file
-    from harness.analysis.verdict import CellVerdict, Comparison as Compared, MetricVerdict, Thresholds
-    from harness.analysis.runs import RunData
+    from harness.analysis.load import verdicts_file
+    from harness.analysis.judge.verdict import CellVerdict, Comparison as Compared, MetricVerdict, Thresholds
+    from harness.analysis.judge.run import RunData
     from harness.orchestrate.workflows import bisect as workflow
     from harness.results import store
 

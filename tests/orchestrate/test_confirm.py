@@ -17,7 +17,8 @@ import pytest
 from conftest import TINY
 from test_bisect import SLOW_OPTIMIZER, harness_commits
 
-from harness.analysis import history, trend
+from harness.analysis.nights import history
+from harness.analysis.pages import trend
 from harness.orchestrate.workflows import confirm
 from harness.results import store
 from harness.results.schema import cell_table
@@ -158,7 +159,7 @@ def test_commits_that_cannot_be_checked_out_could_not_confirm_and_say_why(reposi
 
 
 def test_an_ab_verdict_confirms_only_a_change_the_same_way():
-    from harness.analysis.compare import CellVerdict, MetricVerdict
+    from harness.analysis.judge.compare import CellVerdict, MetricVerdict
 
     base = {"cell_id": "c", "reason": "", "floor_pct": 3.0, "fdr_q": 0.01, "accuracy_tolerance": 0.01,
             "num_candidate": 10}

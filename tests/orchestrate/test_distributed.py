@@ -339,7 +339,7 @@ def one_image_per_class(tmp_path_factory) -> Path:
 
 def _rank_context(backend: str, root: Path | None, rank: int):
     from harness.cell.context import Context
-    from harness.cell.timing import make_ranges
+    from harness.cell.instruments.timing import make_ranges
 
     matrix = parse_matrix({"version": 1,
                            "benchmark": {"num_classes": 16, "image_size": 16, "batch_size": 2, "seed": 5},

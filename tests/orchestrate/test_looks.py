@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.analysis.verdict import Thresholds
+from harness.analysis.judge.verdict import Thresholds
 from harness.orchestrate.workflows.looks import plan_looks
 
 

@@ -23,9 +23,9 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import ROOT, first_cell, kill_plan, own_cores, pinned, stop_and_check, wait_for
 
-from harness.analysis import verdicts_file
-from harness.analysis.runs import RunData
-from harness.analysis.verdict import CellVerdict, Comparison, MetricVerdict, Thresholds
+from harness.analysis.load import verdicts_file
+from harness.analysis.judge.run import RunData
+from harness.analysis.judge.verdict import CellVerdict, Comparison, MetricVerdict, Thresholds
 from harness.orchestrate.workflows import nightly
 from harness.orchestrate.session import runfolder
 from harness.results import store

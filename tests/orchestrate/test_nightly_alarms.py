@@ -20,7 +20,7 @@ import xml.etree.ElementTree as ET
 import pytest
 from test_nightly import night
 
-from harness.analysis import baselines
+from harness.analysis.nights import baselines
 
 KNOBS = {"NVBENCH_CONFIRM": "sequential", "NVBENCH_SLOTS": "1",  # test_nightly's night: 3 repeats, in turn
          # 3 + 3 repeats at --fdr 0.1 can decide; others' jobs on this machine moved the speed probe by +96 % in

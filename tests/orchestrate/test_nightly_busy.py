@@ -17,7 +17,7 @@ import pytest
 from test_nightly import night
 from test_nightly_alarms import KNOBS, drilled, nvbench
 
-from harness.analysis import baselines
+from harness.analysis.nights import baselines
 
 
 @pytest.mark.slow

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import nvbench
 
-from harness.analysis import timeline
+from harness.analysis.load import timeline
 from harness.matrix.cells import expand, job_key
 from harness.matrix.parse import load_matrix
 
@@ -21,7 +21,7 @@ needs_nsys = pytest.mark.skipif(shutil.which("nsys") is None,
 
 STEPS, ACCUM = 3, 2
 # The names as a timeline shows them, written out: Nsight filters and docs/profiling.md rely on them, so a
-# renamed range must fail here (harness/cell/timing.py holds them).
+# renamed range must fail here (harness/cell/instruments/timing.py holds them).
 CELL, WARMUP, MEASURE, STEP = "cell", "warmup", "measure", "step"
 DATA, FORWARD, BACKWARD, OPTIMIZER = "data", "forward", "backward", "optimizer"
 

@@ -9,8 +9,8 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import nvbench
 
-from harness.cell.capture import cell_for_job, range_modes
-from harness.cell.timing import RANGE_NAMES
+from harness.cell.instruments.capture import cell_for_job, range_modes
+from harness.cell.instruments.timing import RANGE_NAMES
 from harness.orchestrate.workflows.profile import ProfileSpec, select_cell
 from harness.matrix.cells import expand, job_key
 from harness.matrix.parse import load_matrix

@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import ROOT, nvbench
 
-from harness.cell import probe
+from harness.cell.instruments import probe
 from harness.orchestrate.session import job
 from harness.results import store
 from harness.results.schema import RESULT_SCHEMA_VERSION

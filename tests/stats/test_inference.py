@@ -172,7 +172,7 @@ def test_min_detectable_change_rejects_bad_input(args, kwargs, match):
         inference.min_detectable_change(*args, **kwargs)
 
 
-# --- permutation p-value, FCR-adjusted level, two proportions (harness.analysis.compare) ----------------
+# --- permutation p-value, FCR-adjusted level, two proportions (harness.analysis.judge.compare) ----------------
 
 # Efron & Tibshirani (1993), Table 2.1: survival days of mice, treatment vs control.
 MOUSE_TREATMENT = [94, 197, 16, 38, 99, 141, 23]

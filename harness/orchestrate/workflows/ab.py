@@ -284,7 +284,7 @@ def decisive_looks(looks: Sequence[int], fdr_q: float) -> list[int]:
     still decides: every cell changed together, or a cell shown unchanged (equivalence needs the gate, not a
     rejection). Where the report's test is Monte Carlo (more than 20,000 splits), compare.permutations_for
     sizes it so that its grain stays ten times below q / (k m)."""
-    from harness.analysis.decide import smallest_permutation_p
+    from harness.analysis.judge.decide import smallest_permutation_p
 
     last = len(looks)
     for k in range(last, 0, -1):

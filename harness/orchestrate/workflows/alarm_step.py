@@ -1,5 +1,5 @@
 """The nightly's alarm step (`python -m harness.orchestrate.workflows.nightly alarms`): the decisive report's regressions
-judged against the alarms open from earlier nights and the acknowledged changes (harness.analysis.alarms), every
+judged against the alarms open from earlier nights and the acknowledged changes (harness.analysis.nights.alarms), every
 other open alarm ended (gone, fixed) or kept with tonight's reading, the alarms state and its history written
 for the next night, junit.xml, summary.md and the console told which regressions are new, worse, open or
 acknowledged and which alarms are still open or ended tonight, and the night's exit status: 1 for a new or
@@ -15,9 +15,11 @@ from pathlib import Path
 
 
 def alarm_step(argv: list[str]) -> int:
-    from harness.analysis import alarm_formats, alarms, baselines, verdicts_file
-    from harness.analysis.runs import RunInputError
-    from harness.analysis.verdict import FAILED, INCONCLUSIVE
+    from harness.analysis.pages import alarm_formats
+    from harness.analysis.nights import alarms, baselines
+    from harness.analysis.load import verdicts_file
+    from harness.analysis.load.runs import RunInputError
+    from harness.analysis.judge.verdict import FAILED, INCONCLUSIVE
     from harness.results import store
 
     p = argparse.ArgumentParser(prog="python -m harness.orchestrate.workflows.nightly alarms")

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.analysis import decide
-from harness.analysis.history import CONFIRMED, COULD_NOT_CONFIRM, NOT_CONFIRMED, Change, History
-from harness.analysis.runs import load_run
+from harness.analysis.judge import decide
+from harness.analysis.nights.history import CONFIRMED, COULD_NOT_CONFIRM, NOT_CONFIRMED, Change, History
+from harness.analysis.load.runs import load_run
 from harness.orchestrate.session import stopping
 from harness.matrix.sections import AXES
 from harness.catalogue import col
@@ -149,7 +149,7 @@ class Confirmer:
         if why:
             self.notify(f"  could not confirm: {why}")
             return [(COULD_NOT_CONFIRM, why)] * len(changes)
-        from harness.analysis import verdicts_file
+        from harness.analysis.load import verdicts_file
 
         verdicts = {v.cell_id: v for v in verdicts_file.read_verdicts(folder / "report" / "verdicts.parquet")}
         answers = [judge(c, verdicts) for c in changes]

@@ -15,7 +15,7 @@ from harness.orchestrate.session import capabilities, job, runfolder
 from harness.orchestrate.workflows.profile import PROFILE_DIR, ProfileSpec
 from harness.results import kernels, store
 from harness.matrix.cells import job_key
-from harness.analysis.verdict import IMPROVEMENT, REGRESSION
+from harness.analysis.judge.verdict import IMPROVEMENT, REGRESSION
 from harness.catalogue import col
 
 AB_KEY = "kernel_repeats"

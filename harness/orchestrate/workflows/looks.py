@@ -6,8 +6,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from harness.analysis.decide import reach_problem
-from harness.analysis.verdict import Thresholds
+from harness.analysis.judge.decide import reach_problem
+from harness.analysis.judge.verdict import Thresholds
 from harness.orchestrate.workflows.ab import decisive_looks, look_schedule
 
 

@@ -36,9 +36,9 @@ import sys
 from pathlib import Path
 
 import harness
-from harness.analysis import verdicts_file
-from harness.analysis.runs import load_run
-from harness.analysis.verdict import INCONCLUSIVE, REGRESSION, CellVerdict
+from harness.analysis.load import verdicts_file
+from harness.analysis.load.runs import load_run
+from harness.analysis.judge.verdict import INCONCLUSIVE, REGRESSION, CellVerdict
 from harness.orchestrate.workflows.confirm import unusable_side
 from harness.results import store
 from harness.results.env import git_state
@@ -94,8 +94,9 @@ def history_step(argv: list[str]) -> int:
     A/B (or each `could not confirm (WHY)` under --no-ab), the earlier nights' confirmations carried from the
     night before's OUT_DIR (RUN/history, where the nightly writes it). Exit 1 when a new step is a confirmed
     slowdown, 0 otherwise, 2 bad input."""
-    from harness.analysis import baselines, history, trend
-    from harness.analysis.runs import RunInputError
+    from harness.analysis.nights import baselines, history
+    from harness.analysis.pages import trend
+    from harness.analysis.load.runs import RunInputError
     from harness.orchestrate.workflows import ab, confirm
 
     p = argparse.ArgumentParser(prog="python -m harness.orchestrate.workflows.nightly history")

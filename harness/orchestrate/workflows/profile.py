@@ -1,5 +1,5 @@
 """`nvbench profile`, the parent's side: one cell under Nsight Systems or torch.profiler, kept apart from
-timed runs (harness/cell/capture.py is the cell's side: the instruments that record its window).
+timed runs (harness/cell/instruments/capture.py is the cell's side: the instruments that record its window).
 
 A profiled cell runs through the runner's own job path (job.run_job) with a `profile` section in its
 job file; everything it writes goes under RUN/profile/ (traces, its row in profile/cells/, its log in
@@ -48,9 +48,9 @@ class ProfileSpec:
     """The cell's device: nsys gates a CUDA cell's capture to the window (cudaProfilerApi); a CPU cell is
     captured whole, warmup and window told apart by their NVTX ranges."""
     kernels: bool = False
-    """torch only: write the window's kernels.parquet rows (harness/cell/kernels.py) instead of a trace."""
+    """torch only: write the window's kernels.parquet rows (harness/cell/instruments/kernels.py) instead of a trace."""
     work: bool = False
-    """torch only: count the window's work into work.parquet rows (harness/cell/work.py) instead of a trace."""
+    """torch only: count the window's work into work.parquet rows (harness/cell/instruments/work.py) instead of a trace."""
 
     def job_section(self, key: str) -> dict[str, Any]:
         """The job file's `profile` section, read by the worker."""

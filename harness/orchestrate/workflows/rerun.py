@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 
 from harness.orchestrate.session import job
 from harness.results import store
-from harness.results.procstat import read_proc_stat, tree_cpu_ticks
+from harness.host.procstat import Counters, foreign_share, read_proc_stat, tree_cpu_ticks
 from harness.results.interference import row_interference
 from harness.results.schema import SUPERSEDED, SUPERSEDED_STEPS, cell_table
 from harness.catalogue.cells import INTERFERENCE_THRESHOLD
@@ -147,14 +147,13 @@ QUIET_SAMPLE_S = 1.0
 def others_share(cores: Sequence[int], seconds: float = QUIET_SAMPLE_S) -> float | None:
     """Share of `cores`' time over the next `seconds` that processes other than this one and its descendants used
     (None: /proc/stat said nothing)."""
-    busy0, total0, _ = read_proc_stat(cores)
-    own0 = tree_cpu_ticks(os.getpid())
+    def reading() -> Counters:
+        busy, total, steal = read_proc_stat(cores)
+        return Counters(time.monotonic(), busy, total, steal, tree_cpu_ticks(os.getpid()))
+
+    before = reading()
     time.sleep(seconds)
-    busy1, total1, _ = read_proc_stat(cores)
-    own1 = tree_cpu_ticks(os.getpid())
-    if total1 <= total0:
-        return None
-    return min(1.0, max(0.0, ((busy1 - busy0) - (own1 - own0)) / (total1 - total0)))
+    return foreign_share(before, reading())
 
 
 def wait_for_quiet(cores: Sequence[int], notify, *, max_wait_s: float = QUIET_WAIT_S,

@@ -1,5 +1,5 @@
 """Counted processes: a stated number of extra processes per cell (and side of an A/B) whose few steps after the
-warm-up are counted, never timed (harness/cell/work.py), interleaved across the sides as the timed pairs are, after
+warm-up are counted, never timed (harness/cell/instruments/work.py), interleaved across the sides as the timed pairs are, after
 the timed ones. Their rows go to RUN/counted/ (flagged `profile_tool`, never read as a timed repeat); their parts
 are gathered into RUN/work.parquet (harness/results/work.py)."""
 

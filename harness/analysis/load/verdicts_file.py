@@ -1,0 +1,52 @@
+"""verdicts.parquet: its Arrow schema (its columns and version history: harness.catalogue.verdicts), the table
+written from a comparison, and reading it back as CellVerdicts (older versions' missing columns read as null)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from harness.analysis.judge.verdict import CellVerdict, Comparison
+from harness.catalogue.verdicts import VERDICT_COLUMNS, VERDICTS_VERSION
+from harness.results import store
+from harness.results.schema import arrow_field
+
+VERSION_KEY = b"nvbench.verdicts_version"
+
+def verdict_schema() -> pa.Schema:
+    """verdicts.parquet's columns as harness.catalogue.verdicts declares them, each with its unit and meaning."""
+    return pa.schema([arrow_field(c) for c in VERDICT_COLUMNS])
+
+
+def verdict_table(comparison: Comparison) -> pa.Table:
+    """One row per cell; schema metadata carries the version, mode, baseline and thresholds, each field its unit
+    and meaning (harness.catalogue.verdicts)."""
+    schema = verdict_schema().with_metadata({
+        VERSION_KEY: str(VERDICTS_VERSION).encode(), b"nvbench.table": b"verdicts",
+        b"nvbench.mode": comparison.mode.encode(), b"nvbench.baseline": comparison.baseline_label.encode(),
+        b"nvbench.thresholds": json.dumps(asdict(comparison.thresholds), sort_keys=True).encode(),
+        b"nvbench.run_id": comparison.candidate.run_id.encode()})
+    rows = [v.to_row() for v in comparison.verdicts]
+    arrays = [pa.array([r[f.name] for r in rows], type=f.type) for f in schema]
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def read_verdicts(path: Path) -> list[CellVerdict]:
+    """verdicts.parquet back as CellVerdicts. Older versions lack the speed-adjustment (2), fast-step (3),
+    compile (4), repeats_needed (5), phase (6), model (7), per-metric verdict (8), energy (9),
+    floor_source (10), work (11) and busy (12) columns: they read as null (floor_source: empty). store.UnreadableFile,
+    naming the file, when it is no verdicts table."""
+    try:
+        table = pq.read_table(path)
+    except (pa.ArrowException, OSError) as exc:
+        raise store.UnreadableFile(f"{path}: not a readable verdicts table ({type(exc).__name__})") from None
+    version = int((table.schema.metadata or {}).get(VERSION_KEY, b"0"))
+    if not 1 <= version <= VERDICTS_VERSION:
+        why = "no nvbench.verdicts_version in its metadata" if version < 1 else \
+            f"version {version} is newer than this nvbench's {VERDICTS_VERSION}; upgrade nvbench"
+        raise store.UnreadableFile(f"{path}: not a verdicts table this nvbench reads ({why})")
+    return [CellVerdict.from_row(row) for row in table.to_pylist()]

@@ -1,0 +1,385 @@
+"""A regression alarms once: tonight's regressions against the alarms still open from earlier nights and the
+acknowledged changes (harness.analysis.nights.baselines keeps both on disk). Pure: verdicts and records in, each
+regression's status and the next night's open alarms out.
+
+The same change is the same cell and metric with its interval still overlapping the interval of the night
+it was first seen; it is worse when its whole interval lies below that one and its change is beyond the
+cell's floor further down. A new or worse change fails the night; an open one is reported with the night it
+opened and how many nights it has been seen; an acknowledged one (within the acknowledged interval, or
+better) never fails. A night that does not show an open regression ends it or says why not (ending): fixed
+when the cell is unchanged or improved, gone when tonight's interval lies wholly above the regression's; any
+other night keeps it open with tonight's reading. Each step (opened, worse, acknowledged, gone, fixed) is an
+Event of the alarms' history.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from harness.catalogue.judged import BY_NAME
+from harness.analysis.judge.verdict import (
+    ACCURACY_BELOW, IMPROVEMENT, REGRESSION, THROUGHPUT, UNCHANGED, CellVerdict)
+from harness.matrix.sections import AXES
+from harness.catalogue import col
+
+NEW, WORSE, OPEN, ACKNOWLEDGED = "new", "worse", "open", "acknowledged"
+"""A regression's status tonight: new and worse fail the night, open and acknowledged do not."""
+FAILING = (NEW, WORSE)
+GONE, FIXED = "gone", "fixed"
+"""How an open alarm ends on a night that does not show its regression: fixed (the cell unchanged or improved
+against the baseline) or gone (tonight's interval wholly above the regression's: recovered, not shown equal to
+the baseline). A night that is neither keeps it OPEN."""
+OPENED = "opened"
+EVENTS = (OPENED, WORSE, ACKNOWLEDGED, GONE, FIXED)
+"""The steps of an alarm's history (Event.kind), each recorded with its night."""
+NO_VERDICT = "no verdict"
+"""Tonight's word for the cell of an open alarm that tonight's report does not judge."""
+BUSY = "not judged (the machine was busy)"
+"""Tonight's reading of a cell whose verdict says the machine was busy (CellVerdict.busy): it neither ends an open
+alarm nor opens one."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Change:
+    """One cell's change of one metric, with its interval: a regression as tonight's verdict has it."""
+
+    cell_id: str
+    metric: str
+    """throughput, fast steps or top1."""
+    effect: float
+    """% for the rates, points (x 100) for top-1."""
+    low: float
+    high: float
+    floor: float
+    """The floor of the cell, in the change's unit."""
+    axes: tuple[tuple[str, Any], ...] = ()
+    fire_drill_pct: float = 0.0
+    """The night's fire drill: a drilled change and a real one are never the same change."""
+
+    @property
+    def unit(self) -> str:
+        return "pt" if self.metric == "top1" else "%"
+
+    def text(self) -> str:
+        unit = "%" if self.unit == "%" else " pt"
+        return f"{self.metric} {self.effect:+.1f}{unit} [{self.low:+.1f}, {self.high:+.1f}]"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OpenAlarm:
+    """A regression that alarmed on `since` and has not been shown fixed since: one entry of the alarms state."""
+
+    change: Change
+    """The change as it was the night it alarmed (or last worsened): later nights are compared with it."""
+    since: str
+    """The run id of that night."""
+    nights: int = 1
+    """Nights it has been seen as a regression, that one included."""
+    last: str = ""
+    """The newest night that saw it (a night judged twice counts once)."""
+    acknowledged: str = ""
+    """When the acknowledgement it was last listed under was recorded (Ack.when; empty: none): its history says
+    acknowledged once per acknowledgement."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Ack:
+    """An accepted change (`nvbench ack`): of a cell and metric, within an interval, until `expires`."""
+
+    change: Change
+    reason: str
+    who: str
+    when: str
+    """ISO date-time it was recorded."""
+    expires: str | None = None
+    """ISO date (inclusive) after which it no longer holds; None: until removed."""
+
+    def holds_on(self, day: str) -> bool:
+        return self.expires is None or day[:10] <= self.expires
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Alarm:
+    """What tonight says of one regression."""
+
+    change: Change
+    status: str
+    since: str
+    nights: int
+    reference: Change
+    """The interval it was compared with (the open alarm's, or the acknowledgement's)."""
+    ack: Ack | None = None
+    beyond_ack: bool = False
+    """An acknowledged cell whose change is now worse than the acknowledgement: judged as any other alarm."""
+
+    @property
+    def fails(self) -> bool:
+        return self.status in FAILING
+
+    def text(self) -> str:
+        words = {NEW: "new regression", WORSE: f"worse than when it opened ({self.reference.text()})",
+                 OPEN: f"open since {self.since}, {self.nights} nights",
+                 ACKNOWLEDGED: f"acknowledged ({self.ack.reason if self.ack else ''}), open since {self.since}, "
+                               f"{self.nights} nights"}[self.status]
+        if self.beyond_ack and self.ack is not None:
+            words += f"; beyond its acknowledgement ({self.ack.change.text()})"
+        return f"{self.change.cell_id} {self.change.text()}: {words}"
+
+
+def change_of(v: CellVerdict) -> Change | None:
+    """The regression a verdict holds (the metric it rests on, or top-1 below its band), or None."""
+    if v.verdict == REGRESSION:
+        return measured(v, v.decided_by if v.decided_by in BY_NAME else THROUGHPUT)
+    if v.accuracy_verdict == ACCURACY_BELOW:
+        return measured(v, "top1")
+    return None
+
+
+def measured(v: CellVerdict, metric: str) -> Change | None:
+    """A verdict's change of one metric with its interval, whatever the verdict (None: it has no interval)."""
+    axes = tuple((a, getattr(v, a)) for a in AXES if getattr(v, a) is not None)
+    if metric == "top1":
+        if None in (v.top1_change, v.top1_ci_low, v.top1_ci_high):
+            return None
+        return Change(cell_id=v.cell_id, metric="top1", effect=100 * v.top1_change, low=100 * v.top1_ci_low,
+                      high=100 * v.top1_ci_high, floor=100 * v.accuracy_tolerance, axes=axes,
+                      fire_drill_pct=v.fire_drill_pct)
+    m = v.metric(metric)
+    if m is None or m.effect_pct is None or m.ci_low_pct is None or m.ci_high_pct is None:
+        return None
+    return Change(cell_id=v.cell_id, metric=metric, effect=m.effect_pct, low=m.ci_low_pct, high=m.ci_high_pct,
+                  floor=v.floor_pct, axes=axes, fire_drill_pct=v.fire_drill_pct)
+
+
+def is_worse(tonight: Change, reference: Change) -> bool:
+    """Tonight's whole interval below the reference's, and its change beyond the floor further down."""
+    return tonight.high < reference.low and reference.effect - tonight.effect > tonight.floor
+
+
+def _key(c: Change) -> tuple[str, str]:
+    return c.cell_id, c.metric
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Reading:
+    """What tonight read for the cell of an open alarm that is not a regression tonight, and what became of it."""
+
+    alarm: OpenAlarm
+    verdict: str
+    """Tonight's call of the cell (inconclusive, unchanged, failed, ...), or NO_VERDICT."""
+    tonight: Change | None
+    """Tonight's change of the alarm's metric with its interval; None: tonight has no interval of it."""
+    outcome: str
+    """FIXED or GONE (the alarm ends tonight), or OPEN (it stays: why_open says why)."""
+
+    @property
+    def ends(self) -> bool:
+        return self.outcome != OPEN
+
+    def why_open(self) -> str:
+        if self.verdict == NO_VERDICT:
+            return "the cell has no verdict tonight"
+        if self.verdict == BUSY:
+            return "the machine was busy tonight: no evidence either way"
+        if self.tonight is None:
+            return f"tonight has no {self.alarm.change.metric} interval"
+        return (f"tonight's interval reaches into the regression's ({self.tonight.low:+.1f} is not above "
+                f"{self.alarm.change.high:+.1f}): neither gone nor fixed")
+
+    def text(self) -> str:
+        a = self.alarm
+        read = f"tonight {self.verdict}" + (f" {self.tonight.text()}" if self.tonight is not None else "")
+        head = f"{a.change.cell_id}: open since {a.since} ({a.change.text()}), {a.nights} nights; {read}"
+        if self.outcome == GONE:
+            return f"{head}: gone, wholly above the regression's interval (recovered, not shown equal to the baseline)"
+        if self.outcome == FIXED:
+            return f"{head}: fixed ({'unchanged' if self.verdict == UNCHANGED else 'improved'} against the baseline)"
+        return f"{head}: still open, {self.why_open()}"
+
+
+def ending(alarm: OpenAlarm, v: CellVerdict | None) -> Reading:
+    """What a night that does not show an open regression does to it: FIXED when the cell is unchanged or improved
+    (and regresses on nothing else), GONE when tonight's interval of the alarm's metric lies wholly above the
+    regression's (the level it alarmed at excluded, both intervals at the nightly's level), else OPEN."""
+    if v is None:
+        return Reading(alarm=alarm, verdict=NO_VERDICT, tonight=None, outcome=OPEN)
+    if v.busy and alarm.change.metric != "top1":  # the machine's load decided tonight's windows: no evidence
+        return Reading(alarm=alarm, verdict=BUSY, tonight=None, outcome=OPEN)
+    tonight = measured(v, alarm.change.metric)
+    if v.verdict in (UNCHANGED, IMPROVEMENT) and change_of(v) is None:
+        outcome = FIXED
+    elif tonight is not None and tonight.low > alarm.change.high:
+        outcome = GONE
+    else:
+        outcome = OPEN
+    return Reading(alarm=alarm, verdict=v.verdict, tonight=tonight, outcome=outcome)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Event:
+    """One step of an alarm's history (the alarms state keeps them, newest first)."""
+
+    kind: str
+    """One of EVENTS."""
+    night: str
+    """The run id of the night it happened."""
+    change: Change
+    """The regression as the alarm holds it (for worse: the new level)."""
+    since: str
+    """The night the alarm opened (for worse: tonight, where it opened again at the new level)."""
+    nights: int
+    """Nights it had been seen as a regression."""
+    tonight: Change | None = None
+    """Gone and fixed: tonight's change of its metric, with its interval (None: tonight had none)."""
+    note: str = ""
+    """Worse: the level it was at; acknowledged: the acknowledgement's reason, who and when."""
+    when: str = ""
+    """ISO date-time the alarm step judged the night (where the history page marks it)."""
+
+    def text(self) -> str:
+        c = self.change
+        words = f"{self.night} {self.kind}: {c.cell_id} {c.text()}"
+        if self.kind != OPENED:
+            words += f", open since {self.since}, {self.nights} nights"
+        if self.kind in (GONE, FIXED):
+            words += "; tonight " + (self.tonight.text() if self.tonight is not None else "no interval")
+        return words + (f"; {self.note}" if self.note else "")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NightAlarms:
+    """What the alarm step makes of one night."""
+
+    alarms: tuple[Alarm, ...]
+    """One per regression tonight."""
+    readings: tuple[Reading, ...]
+    """Each alarm open before tonight that tonight did not see as a regression: ended, or kept saying why."""
+    open: tuple[OpenAlarm, ...]
+    """The alarms open after tonight (the state for the next night): tonight's regressions, then the kept ones."""
+    events: tuple[Event, ...]
+    """Tonight's steps of the alarms' history."""
+
+    @property
+    def closed(self) -> list[Reading]:
+        return [r for r in self.readings if r.ends]
+
+    @property
+    def kept(self) -> list[Reading]:
+        return [r for r in self.readings if not r.ends]
+
+
+def judge_night(verdicts: Sequence[CellVerdict], open_alarms: Sequence[OpenAlarm], acks: Sequence[Ack], *,
+                night: str, when: str) -> NightAlarms:
+    """Tonight's alarms (one per regression), what tonight read for every other open alarm (ending it or not),
+    the alarms open after tonight and tonight's history. `night`: tonight's run id; `when`: its ISO date-time
+    (acknowledgements expire by its date)."""
+    before = {_key(a.change): a for a in open_alarms}
+    held: dict[tuple[str, str], list[Ack]] = {}
+    for ack in acks:  # newest first (baselines.add_acks): the first that applies is used
+        if ack.holds_on(when):
+            held.setdefault(_key(ack.change), []).append(ack)
+    alarms, after, events = [], {}, []
+    for v in verdicts:
+        change = change_of(v)
+        if change is None:
+            continue
+        alarm, state, steps = _one(change, before.get(_key(change)), held.get(_key(change), []), night)
+        alarms.append(alarm)
+        after[_key(change)] = state
+        events += [replace(e, when=when) for e in steps]
+    by_cell = {v.cell_id: v for v in verdicts}
+    readings = [ending(a, by_cell.get(a.change.cell_id)) for k, a in before.items() if k not in after]
+    after |= {_key(r.alarm.change): r.alarm for r in readings if not r.ends}
+    events += [Event(kind=r.outcome, night=night, change=r.alarm.change, since=r.alarm.since, nights=r.alarm.nights,
+                     tonight=r.tonight, when=when) for r in readings if r.ends]
+    return NightAlarms(alarms=tuple(alarms), readings=tuple(readings), open=tuple(after.values()),
+                       events=tuple(events))
+
+
+def _one(change: Change, previous: OpenAlarm | None, acks: Sequence[Ack],
+         night: str) -> tuple[Alarm, OpenAlarm, list[Event]]:
+    """One regression against its open alarm and its acknowledgement: its alarm, its open alarm after, and its
+    history's steps tonight. A drilled change is never the same as a real one (a drill's alarm must not hide a
+    real regression)."""
+    drilled = bool(change.fire_drill_pct)
+    if previous is not None and bool(previous.change.fire_drill_pct) != drilled:
+        previous = None
+    ack = next((a for a in acks if bool(a.change.fire_drill_pct) == drilled), None)
+    again = previous is not None and previous.since == night  # its first judgement recorded its step
+    if previous is None or again:  # a night judged again is still its own first night
+        status, state = NEW, OpenAlarm(change=change, since=night, nights=1, last=night)
+    elif is_worse(change, previous.change):
+        status, state = WORSE, OpenAlarm(change=change, since=night, nights=1, last=night)
+    else:
+        nights = previous.nights + (previous.last != night)
+        status, state = OPEN, replace(previous, nights=nights, last=night)
+    steps = []
+    if status in (NEW, WORSE) and not again:
+        note = f"was {previous.change.text()}, open since {previous.since}" if status == WORSE else ""
+        steps.append(Event(kind=OPENED if status == NEW else WORSE, night=night, change=change, since=night,
+                           nights=1, note=note))
+    reference = previous.change if status != NEW and previous is not None else change
+    beyond = ack is not None and is_worse(change, ack.change)
+    if ack is not None and not beyond:
+        status, reference = ACKNOWLEDGED, ack.change
+        if previous is None or previous.acknowledged != ack.when:
+            steps.append(Event(kind=ACKNOWLEDGED, night=night, change=state.change, since=state.since,
+                               nights=state.nights, note=f"{ack.reason} ({ack.who}, {ack.when[:10]})"))
+        state = replace(state, acknowledged=ack.when)
+    else:
+        state = replace(state, acknowledged="")
+    return Alarm(change=change, status=status, since=state.since, nights=state.nights, reference=reference,
+                 ack=ack, beyond_ack=beyond), state, steps
+
+
+def matches(change: Change, cell_filter: str) -> bool:
+    """A cell filter (`nvbench ack`): the cell's id, or `axis=value[,axis=value...]` all of which it has."""
+    if cell_filter == change.cell_id:
+        return True
+    pairs = [p.partition("=") for p in cell_filter.split(",")]
+    if not all(sep and axis.strip() in AXES for axis, sep, _ in pairs):
+        return False
+    values = {a: str(v) for a, v in change.axes}
+    return all(values.get(axis.strip()) == value.strip() for axis, _, value in pairs)
+
+
+def filter_problem(cell_filter: str) -> str | None:
+    """Why a cell filter can match nothing (a misspelt axis), or None."""
+    if "=" not in cell_filter:
+        return None  # a cell id
+    for axis, sep, value in (p.partition("=") for p in cell_filter.split(",")):
+        if not sep or axis.strip() not in AXES or not value.strip():
+            return (f"{cell_filter!r}: expected a cell id or axis=value[,axis=value...] with axes from "
+                    f"{', '.join(AXES)}")
+    return None
+
+
+_CHANGES = ("change", "tonight")
+"""The fields of a record that hold a Change (its own JSON object)."""
+
+
+def as_record(obj: Any) -> dict[str, Any]:
+    """An OpenAlarm, an Ack or an Event as the JSON the state and acknowledgement files hold."""
+    out = {}
+    for k in obj.__slots__:
+        value = getattr(obj, k)
+        out[k] = _change_record(value) if isinstance(value, Change) else value
+    return out
+
+
+def _change_record(c: Change) -> dict[str, Any]:
+    return {col.cell_id: c.cell_id, "metric": c.metric, "effect": c.effect, "low": c.low, "high": c.high,
+            "floor": c.floor, "axes": dict(c.axes), col.fire_drill_pct: c.fire_drill_pct}
+
+
+def from_record(cls: type, record: Mapping[str, Any]) -> Any:
+    """as_record's inverse (KeyError or TypeError on a record that is not one)."""
+    fields_ = {}
+    for k, value in record.items():
+        if k in _CHANGES and value is not None:
+            c = dict(value)
+            value = Change(**{**c, "axes": tuple(dict(c.get("axes") or {}).items())})
+        fields_[k] = value
+    return cls(**fields_)

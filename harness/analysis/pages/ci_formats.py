@@ -1,0 +1,169 @@
+"""A comparison in the two forms CI reads: summary.md (a pull-request comment or job summary) and junit.xml (a
+confirmed regression is a failed test). Strings are escaped (wording.esc_md, ElementTree) before they are written."""
+
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+from dataclasses import asdict
+from typing import Any
+
+from harness.analysis.judge.verdict import (
+    FAILED,
+    INCONCLUSIVE,
+    INSUFFICIENT,
+    NOT_COMPARABLE,
+    NO_BASELINE,
+    REGRESSION,
+    SKIPPED,
+    UNCHANGED,
+    CellVerdict,
+    Comparison,
+)
+from harness.analysis.pages.wording import (
+    cell_means,
+    change_text,
+    drill_banner,
+    field_scope,
+    floor_text,
+    headline_words,
+    esc_md,
+    method_text,
+    num_text,
+    sorted_verdicts,
+)
+from harness.results.env import ENV_KEY_FIELDS
+from harness.results.schema import SUPERSEDED
+from harness.matrix.cells import cell_label as label
+from harness.catalogue import col
+
+
+# ---------------------------------------------------------------------------------------------
+# Markdown
+
+
+def _md_row(v: CellVerdict) -> str:
+    drill = f" (fire drill +{v.fire_drill_pct:g}%)" if v.fire_drill_pct or v.baseline_fire_drill_pct else ""
+    return (f"| {esc_md(label(v.cell_id))}{esc_md(drill)} | **{esc_md(v.verdict)}** | {esc_md(change_text(v))} | "
+            f"{esc_md(num_text(v.mdc_pct, '.1f', '%'))} | {esc_md(floor_text(v))} | {esc_md(v.noise or '-')} | "
+            f"{esc_md(v.reason)} |")
+
+
+def render_markdown(comparison: Comparison) -> str:
+    cand = comparison.candidate
+    head = "| cell | verdict | change [interval] | MDC | floor | noise | reason |\n|---|---|---|---|---|---|---|"
+    lines = [f"## nvbench: {esc_md(comparison.title)}", ""]
+    if comparison.sides:  # an A/B: both sides named alike
+        lines += [f"- {esc_md(side)}" for side in comparison.sides] + [""]
+    banner = drill_banner(comparison)
+    if banner:
+        lines += [f"> **{esc_md(banner)}**", ""]
+    regs = comparison.regressions
+    gates = len(comparison.broken_gates)
+    quiet = " \u2014 no confirmed regression" + (f", but {gates} cell(s) broke a work gate." if gates else ".")
+    lines += [f"**{esc_md(headline_words(comparison))}**" + (quiet if not regs else ""), ""]
+    lines += [f"- {esc_md(n)}" for n in comparison.notes]
+    if cand.cost_text():  # where this run's time went, so that the next cut is obvious
+        lines += ["", f"Time: {esc_md(cand.cost_text())} (matrix efficiency: measured window s / run wall s)."]
+    if comparison.broken_gates:  # a broken gate fails the cell whatever the timing: said before the tables
+        lines += ["", "**Work gates broken** (each fails its cell, whatever its timing):", ""]
+        lines += [f"- {esc_md(label(v.cell_id))}: {esc_md(v.work_gate)}" for v in comparison.broken_gates]
+    attention = [v for v in sorted_verdicts(comparison)
+                 if v.verdict not in (UNCHANGED, NO_BASELINE, INCONCLUSIVE) or v.is_regression or v.work_gate]
+    if attention:
+        lines += ["", head, *(_md_row(v) for v in attention)]
+    busy = [v for v in sorted_verdicts(comparison) if v.busy and not v.is_regression]
+    if busy:
+        lines += ["", f"**Not judged, the machine was busy: {len(busy)} cell(s)** (fewer than half of a side's "
+                      "windows clean; run them again on a quiet machine):", "", head, *(_md_row(v) for v in busy)]
+    open_ = [v for v in sorted_verdicts(comparison)
+             if v.verdict == INCONCLUSIVE and not v.is_regression and not v.busy]
+    if open_:
+        lines += ["", f"**Inconclusive: {len(open_)} cell(s) neither shown changed nor shown inside the "
+                      f"{comparison.thresholds.floor_pct:g}% floor** (more repeats would likely decide them):", "",
+                  head, *(_md_row(v) for v in open_)]
+    lines += ["", f"<details><summary>All {len(comparison.verdicts)} cells</summary>", "", head,
+              *(_md_row(v) for v in sorted_verdicts(comparison)), "", "</details>"]
+    bad = [r for r in cand.rows if r["status"] not in ("ok", SUPERSEDED)]
+    if bad:
+        lines += ["", "**Failed and skipped:**", ""]
+        lines += [f"- {esc_md(r[col.cell_id])} r{r['repeat']}: {esc_md(r['status'])}: {esc_md(r.get('reason'))}"
+                  for r in bad]
+    lines += _superseded_lines(comparison)
+    if comparison.environment_diff:
+        lines += ["", "**Environment differences** (baseline -> this run):", ""]
+        lines += [f"- {esc_md(name)} (must match for {esc_md(field_scope(name))}): {esc_md(a)} -> {esc_md(b)}"
+                  if name in ENV_KEY_FIELDS else f"- {esc_md(name)}: {esc_md(a)} -> {esc_md(b)}"
+                  for name, a, b in comparison.environment_diff]
+    if comparison.suspects:
+        lines += ["", "**Suspects for a confirmation rerun:** " + ", ".join(esc_md(s) for s in comparison.suspects)]
+    lines += ["", f"<sub>{esc_md(method_text(comparison))}</sub>", ""]
+    return "\n".join(lines)
+
+
+def _superseded_lines(comparison: Comparison) -> list[str]:
+    """The repeats run again after a start transient, both sides, each with its reason."""
+    sides = [("B" if comparison.mode == "ab" else "candidate", comparison.candidate)]
+    if comparison.baseline is not None:
+        sides.append(("A" if comparison.mode == "ab" else "baseline", comparison.baseline))
+    items = [f"- {side} {esc_md(r[col.cell_id])} r{r['repeat']}: {esc_md(r.get('reason'))}"
+             for side, run in sides for r in run.rows if r["status"] == SUPERSEDED]
+    return ["", "**Re-run after a start transient** (kept, not compared):", "", *items] if items else []
+
+
+# ---------------------------------------------------------------------------------------------
+# JUnit XML
+
+
+_XML_BAD = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
+
+
+def _x(value: Any) -> str:
+    """ElementTree escapes markup but not characters XML 1.0 forbids (terminal escapes in a log line)."""
+    return _XML_BAD.sub("\ufffd", "" if value is None else str(value))
+
+
+def render_junit(comparison: Comparison) -> bytes:
+    """One <testcase> per cell: a confirmed regression or a broken work gate is a <failure>, a failed cell an
+    <error>, and cells
+    that were not decided (inconclusive) or could not be judged (skipped, not comparable, insufficient data,
+    no baseline) are <skipped> with the verdict and its reason as the message: never a pass."""
+    cand = comparison.candidate
+    suite = ET.Element("testsuite", name=_x(f"nvbench.{cand.run_id}"),
+                       timestamp=_x(cand.created_at), hostname=_x(cand.environment.get("hostname") or ""))
+    props = ET.SubElement(suite, "properties")
+    th = asdict(comparison.thresholds)
+    for name, value in [("baseline", comparison.baseline_label), ("mode", comparison.mode),
+                        (col.fire_drill_pct, comparison.fire_drill_pct), *th.items()]:
+        ET.SubElement(props, "property", name=_x(name), value=_x(value))
+    counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+    durations = cell_means(cand.rows, col.duration_s)
+    for v in sorted(comparison.verdicts, key=lambda v: v.cell_id):
+        counts["tests"] += 1
+        drill = f" [FIRE DRILL +{v.fire_drill_pct:g}%]" if v.fire_drill_pct or v.baseline_fire_drill_pct else ""
+        case = ET.SubElement(suite, "testcase", classname=_x(f"nvbench.{v.backend}.{v.precision}"),
+                             name=_x(v.cell_id + drill), time=f"{durations.get(v.cell_id, 0.0):.3f}")
+        message = _x(f"{v.verdict}: {change_text(v)}")
+        if v.is_regression:
+            counts["failures"] += 1
+            what = "throughput" if v.verdict == REGRESSION else "accuracy"
+            if v.verdict != REGRESSION:
+                message = _x(f"top-1 {v.accuracy_verdict}: {v.top1_change:+.4f} "
+                             f"[{v.top1_ci_low:+.4f}, {v.top1_ci_high:+.4f}]")
+            ET.SubElement(case, "failure", message=message, type=f"{what}-regression").text = _x(v.reason)
+        elif v.work_gate:  # counted work, not timing: fails whatever the timing verdict says
+            counts["failures"] += 1
+            ET.SubElement(case, "failure", message=_x(v.work_gate), type="work-gate").text = _x(v.reason)
+        elif v.verdict == FAILED:
+            counts["errors"] += 1
+            ET.SubElement(case, "error", message=_x(v.reason), type="cell-failed").text = _x(v.reason)
+        elif v.verdict in (INCONCLUSIVE, SKIPPED, NOT_COMPARABLE, INSUFFICIENT, NO_BASELINE):
+            counts["skipped"] += 1
+            ET.SubElement(case, "skipped", message=_x(f"{v.verdict}: {v.reason}"))
+        ET.SubElement(case, "system-out").text = _x(f"{v.verdict}: {v.reason}")
+    for key, value in counts.items():
+        suite.set(key, str(value))
+    root = ET.Element("testsuites", name="nvbench", **{k: str(v) for k, v in counts.items()})
+    root.append(suite)
+    ET.indent(root)
+    return ET.tostring(root, encoding="utf-8", xml_declaration=True) + b"\n"

@@ -1,0 +1,307 @@
+"""A comparison (harness.analysis.judge.compare) rendered and written as report.html (self-contained: inline CSS and SVG,
+no network), summary.md, junit.xml and verdicts.parquet; this module loads and compares the runs, assembles the page
+from its sections and writes every file together. No statistics here: every number comes from compare or the rows.
+
+Every string that comes from results or matrices is escaped (wording.esc for HTML and SVG, ElementTree for XML,
+wording.esc_md for Markdown) before it is written.
+"""
+
+from __future__ import annotations
+
+import json
+import string
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from importlib import resources
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from harness.analysis.pages import ci_formats, heatmap, work_report
+from harness.analysis.judge import compare, screen
+from harness.analysis.load import verdicts_file
+from harness.analysis.load.runs import RunInputError, load_history, load_run
+from harness.analysis.judge.run import RunData
+from harness.analysis.judge.verdict import (
+    ACCURACY_BELOW,
+    FAILED,
+    IMPROVEMENT,
+    INCONCLUSIVE,
+    INSUFFICIENT,
+    NOT_COMPARABLE,
+    REGRESSION,
+    SKIPPED,
+    SUSPECT_IMPROVEMENT,
+    SUSPECT_REGRESSION,
+    Comparison,
+    Thresholds,
+    metric_change_text,
+    with_judge,
+)
+from harness.analysis.pages.report_plots import (
+    StepSeries,
+    accuracy_plot,
+    bar_plot,
+    change_plot,
+    load_steps,
+    step_details,
+    throughput_plots,
+)
+from harness.analysis.pages.report_table import render_table, row_anchors
+from harness.analysis.pages.wording import (
+    cell_means,
+    drill_banner,
+    esc,
+    field_scope,
+    human_time,
+    method_text,
+    num_text,
+    self_comparison_note,
+)
+from harness.results import store
+from harness.results.schema import SUPERSEDED
+from harness.matrix.cells import cell_label as label
+from harness.catalogue import col
+
+REPORT_FILES = ("report.html", "summary.md", "verdicts.parquet", "junit.xml")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReportResult:
+    out_dir: Path
+    files: tuple[Path, ...]
+    comparison: Comparison
+
+
+# ---------------------------------------------------------------------------------------------
+# entry point: load, compare, render, write
+
+
+def make_report(run_dir: Path, *, baseline: Path | None = None, history: Path | None = None,
+                out_dir: Path | None = None, thresholds: Thresholds | None = None) -> ReportResult:
+    """Compare `run_dir` with a baseline run, a history folder, or nothing, and write the four files."""
+    problems: list[str] = []
+
+    def attempt(load):
+        try:
+            return load()
+        except RunInputError as exc:
+            problems.extend(exc.problems)
+            return None
+
+    candidate = attempt(lambda: load_run(run_dir))
+    baseline_run = attempt(lambda: load_run(baseline)) if baseline else None
+    runs = attempt(lambda: load_history(history, exclude=run_dir)) if history else None
+    if problems:
+        raise RunInputError(problems)
+    th = run_thresholds(thresholds or Thresholds(), candidate)
+    if baseline_run is not None:  # both folders' counted work diffed beside the timing
+        comparison = work_report.with_work(compare.compare_runs(candidate, baseline_run, th),
+                                           Path(baseline_run.path), Path(candidate.path))
+    elif runs is not None:
+        comparison = screen.screen_history(candidate, runs, th, label=f"history: {len(runs)} run(s) in {history}")
+    else:
+        comparison = compare.describe_only(candidate, th)
+    return write_report(comparison, Path(out_dir) if out_dir else Path(run_dir) / "report")
+
+
+def run_thresholds(th: Thresholds, run: RunData) -> Thresholds:
+    """`th` with the floors of the [judge] section of the matrix `run` recorded. RunInputError when invalid."""
+    from harness.matrix.parse import judge_from_text
+
+    if not run.matrix_text:
+        return th
+    try:
+        return with_judge(th, judge_from_text(run.matrix_text, f"{run.path}/manifest.json matrix_text"))
+    except ValueError as exc:
+        raise RunInputError(str(exc).splitlines()) from None
+
+
+def write_report(comparison: Comparison, out_dir: Path, *, kernels_html: str = "") -> ReportResult:
+    """Render every file first, then write them together: a report is never half new, half old. `kernels_html`:
+    the kernel diff's sections (analysis.pages.kernel_report), placed under the headline."""
+    steps = load_steps(Path(comparison.candidate.path)) if Path(comparison.candidate.path).is_dir() else {}
+    contents = [render_html(comparison, steps, kernels_html).encode(), ci_formats.render_markdown(comparison).encode(),
+                store.table_bytes(verdicts_file.verdict_table(comparison)), ci_formats.render_junit(comparison)]
+    files = [out_dir / name for name in REPORT_FILES]
+    if comparison.mode == "history":
+        files.append(out_dir / "suspects.json")
+        contents.append((json.dumps(suspects(comparison), indent=2, sort_keys=True, default=str) + "\n").encode())
+    store.write_all(dict(zip(files, contents)))
+    if comparison.mode != "history":  # a history screen's suspects must not outlive it in this folder
+        (out_dir / "suspects.json").unlink(missing_ok=True)
+    return ReportResult(out_dir=out_dir, files=tuple(files), comparison=comparison)
+
+
+def suspects(comparison: Comparison) -> list[dict[str, Any]]:
+    """History mode: what a confirmation rerun should target, with the `--only` filters that select it."""
+    out = []
+    for v in comparison.verdicts:
+        if v.cell_id in comparison.suspects:
+            out.append({col.cell_id: v.cell_id, "verdict": v.verdict, col.effect_pct: v.throughput.effect_pct,
+                        col.robust_z: v.robust_z, "only": v.axis_filters()})
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# the HTML page
+
+
+def _cards(comparison: Comparison) -> str:
+    kinds = {REGRESSION: "bad", FAILED: "bad", SUSPECT_REGRESSION: "bad", IMPROVEMENT: "good",
+             SUSPECT_IMPROVEMENT: "good", NOT_COMPARABLE: "warn", INSUFFICIENT: "warn", INCONCLUSIVE: "warn"}
+    cards = [f'<div class="card {kinds.get(name, "")}"><span class="n">{n}</span>{esc(name)}</div>'
+             for name, n in comparison.counts().items()]
+    acc = sum(v.accuracy_verdict == ACCURACY_BELOW for v in comparison.verdicts)
+    if acc:
+        cards.append(f'<div class="card bad"><span class="n">{acc}</span>accuracy below band</div>')
+    itself = self_comparison_note(comparison)
+    notes = "".join(f"<p>{esc(n)}</p>" for n in (*comparison.notes, *([itself] if itself else [])))
+    compared = ("<p>" + "<br>".join(esc(side) for side in comparison.sides) + "</p>" if comparison.sides
+                else f"<p>Compared with {esc(comparison.baseline_label)}.</p>")
+    return f'<div class="cards">{"".join(cards)}</div>{compared}{notes}'
+
+
+SETUP_ROWS = (("device", None), ("driver", "driver_version"), ("CUDA", "cuda_runtime"), ("cuDNN", "cudnn_version"),
+              ("torch", "torch_version"), ("DALI", "dali_version"), ("nvbench", None))
+"""The setup table's rows: what each side ran on, in words (None: composed from several fields)."""
+
+
+def _device(env: Mapping[str, Any]) -> str:
+    if env.get("gpu_name"):
+        count = env.get("gpu_count") or 1
+        return f"{env['gpu_name']}" + (f" x{count}" if count != 1 else "")
+    cores = f", {env['cpu_count']} cores" if env.get("cpu_count") else ""
+    return f"CPU: {env.get('cpu_model') or '?'}{cores}"
+
+
+def _setup_value(env: Mapping[str, Any] | None, name: str, field_: str | None) -> str:
+    if env is None:
+        return "-"
+    if name == "device":
+        return _device(env)
+    if name == "nvbench":
+        sha = env.get("nvbench_git_sha")
+        dirty = " (uncommitted changes)" if env.get("nvbench_git_dirty") else ""
+        return f"{env.get(col.nvbench_version) or '?'} git {str(sha)[:10] if sha else 'not recorded'}{dirty}"
+    return "-" if env.get(field_) is None else str(env[field_])
+
+
+def _setup(comparison: Comparison) -> str:
+    """Both sides' device, driver, CUDA, cuDNN, torch, DALI and git revision, and the matrix efficiency where
+    the run's manifest records it: a table folded under one line (the page's first screen is the verdicts)."""
+    sides = [("this run", comparison.candidate.environment, comparison.candidate.matrix_efficiency)]
+    if comparison.baseline_environment is not None:
+        base = comparison.baseline
+        sides.append(("baseline", comparison.baseline_environment, base.matrix_efficiency if base else None))
+    head = "".join(f"<th>{esc(name)}</th>" for name, _, _ in sides)
+    values = [[_setup_value(env, name, field_) for _, env, _ in sides] for name, field_ in SETUP_ROWS]
+    rows = [f"<tr><th>{esc(name)}</th>" + "".join(f"<td>{esc(value)}</td>" for value in row) + "</tr>"
+            for (name, _), row in zip(SETUP_ROWS, values)]
+    if any(eff is not None for _, _, eff in sides):
+        rows.append('<tr><th title="measured window seconds / run wall seconds">matrix efficiency</th>'
+                    + "".join(f"<td>{esc(num_text(eff, '.2f'))}</td>" for _, _, eff in sides) + "</tr>")
+        runs = [comparison.candidate] + ([comparison.baseline] if len(sides) > 1 else [])
+        rows.append('<tr><th title="the largest part of the run\'s wall time that was not measuring: the next cut">'
+                    "largest other part</th>" + "".join(f"<td>{esc((run.cut_text() if run else None) or '-')}</td>"
+                                                      for run in runs) + "</tr>")
+    table = f'<table class="setup"><thead><tr><th></th>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
+    # folded under the heatmap: one line says where this run ran and whether the baseline ran alike
+    same = "" if len(sides) == 1 else "; the baseline the same" if all(len(set(row)) == 1 for row in values) \
+        else "; the baseline differs"
+    this = {name: row[0] for (name, _), row in zip(SETUP_ROWS, values)}
+    where = f"{this['device']} \u00b7 torch {this['torch']}"
+    return f"<details><summary>Ran on: {esc(where + same)} (open for driver, CUDA, cuDNN, DALI, git)</summary>" \
+        f"{table}</details>"
+
+
+def _environment(comparison: Comparison) -> str:
+    env = comparison.candidate.environment
+    parts = []
+    if comparison.baseline_environment is None:
+        parts.append("<p>No second side to compare with.</p>")
+    elif comparison.environment_diff:
+        rows = "".join(f"<tr><td><code>{esc(name)}</code></td><td>{esc(field_scope(name))}</td>"
+                       f"<td>{esc(a)}</td><td>{esc(b)}</td></tr>" for name, a, b in comparison.environment_diff)
+        parts.append("<table><thead><tr><th>field</th><th>must match for</th><th>baseline</th><th>this run</th>"
+                     f"</tr></thead><tbody>{rows}</tbody></table>")
+    else:
+        parts.append("<p>None: both sides ran in the same recorded environment.</p>")
+    full = "".join(f"<tr><td><code>{esc(k)}</code></td><td>{esc(v)}</td></tr>" for k, v in env.items())
+    parts.append(f"<details><summary>This run's environment</summary><table><tbody>{full}</tbody></table></details>")
+    return "".join(parts)
+
+
+def _failures(comparison: Comparison) -> str:
+    """Every repeat that did not finish, with its reason and log; skipped cells are counted here and listed by
+    reason under the cell table."""
+    rows = comparison.candidate.rows
+    bad = sorted((r for r in rows if r["status"] not in ("ok", "skipped", SUPERSEDED)),
+                 key=lambda r: (r[col.cell_id], r["repeat"]))
+    skipped = sum(v.verdict == SKIPPED for v in comparison.verdicts)
+    out = []
+    if bad:
+        body = "".join(f'<tr><td><code title="{esc(r[col.cell_id])}">{esc(label(r[col.cell_id]))}</code></td>'
+                       f'<td class="num">{r["repeat"]}</td><td><span class="v v-failed">{esc(r["status"])}</span></td>'
+                       f'<td class="reason">{esc(r.get("reason"))}</td><td><code>{esc(r.get(col.log_path) or "-")}</code>'
+                       "</td></tr>" for r in bad)
+        out.append("<table class=\"failures\"><thead><tr><th>cell</th><th>repeat</th><th>status</th><th>reason</th>"
+                   f"<th>log</th></tr></thead><tbody>{body}</tbody></table>")
+    else:
+        out.append("<p>No failed repeat.</p>")
+    if skipped:
+        out.append(f'<p>{skipped} cell(s) skipped: listed by reason under <a href="#cells">the cell table</a>.</p>')
+    return "".join(out) + _superseded(comparison)
+
+
+def _superseded(comparison: Comparison) -> str:
+    """The repeats an A/B ran again because their window opened in a start transient: kept, never compared."""
+    runs = [("B" if comparison.mode == "ab" else "candidate", comparison.candidate)]
+    if comparison.baseline is not None:
+        runs.append(("A" if comparison.mode == "ab" else "baseline", comparison.baseline))
+    body = "".join(f'<tr><td>{side}</td><td><code title="{esc(r[col.cell_id])}">{esc(label(r[col.cell_id]))}</code></td>'
+                   f'<td class="num">{r["repeat"]}</td><td class="reason">{esc(r.get("reason"))}</td></tr>'
+                   for side, run in runs for r in run.rows if r["status"] == SUPERSEDED)
+    if not body:
+        return ""
+    return ("<p>Run again after a start transient (kept, not compared):</p><table class=\"failures\"><thead><tr>"
+            f"<th>side</th><th>cell</th><th>repeat</th><th>reason</th></tr></thead><tbody>{body}</tbody></table>")
+
+
+def _heatmap(comparison: Comparison) -> str:
+    rates = {v.cell_id: v.throughput.candidate_value for v in comparison.verdicts
+             if v.throughput.candidate_value is not None}
+    rates = cell_means(comparison.candidate.rows, col.throughput_img_per_s) | rates
+    return heatmap.render(comparison, rates=rates, row_anchor=row_anchors(comparison), change=metric_change_text)
+
+
+def _template(name: str) -> str:
+    return resources.files("harness.analysis.pages").joinpath("templates", name).read_text()
+
+
+def render_html(comparison: Comparison, steps: Mapping[str, Sequence[StepSeries]] | None = None,
+                kernels_html: str = "") -> str:
+    """The report page; `steps` (load_steps of the candidate) gives each cell its step-time plot."""
+    cand = comparison.candidate
+    banner = drill_banner(comparison)
+    plots = [change_plot(comparison), *throughput_plots(comparison), accuracy_plot(comparison),
+             bar_plot(comparison, col.exposed_data_wait_frac, "Exposed data wait",
+                      "% of the window the GPU waited for data",
+                      "The time the training stream sat idle waiting for a batch (CUDA events around each fetch; "
+                      "on CPU the host's wait), over the window. Lower is better; good: 0, the loader never stalled "
+                      "the GPU. The host's own time in next() (host_data_wait_frac) overlaps queued GPU work and is "
+                      "not shown here.", percent=True, at_least=0.05),
+             bar_plot(comparison, col.loader_efficiency, "Loader efficiency", "throughput / synthetic twin (ratio)",
+                      "Real-data cells with a synthetic twin: their throughput over the twin's. Higher is better; "
+                      "good: 1.0, the loader keeps up with the compute.")]
+    env = cand.environment
+    subtitle = (f"{comparison.title} \u00b7 created {human_time(cand.created_at)} \u00b7 "
+                f"host {env.get('hostname') or '?'}")
+    return string.Template(_template("report.html")).substitute(
+        title=esc(f"nvbench report: {cand.run_id}"), css=_template("report.css"), subtitle=esc(subtitle),
+        setup=_setup(comparison), banner=f'<div class="banner">{esc(banner)}</div>' if banner else "",
+        headline=_cards(comparison), work=work_report.render_sections(comparison), kernels=kernels_html,
+        heatmap=_heatmap(comparison), table=render_table(comparison),
+        plots="\n".join(plots), steps=step_details(steps or {}), environment=_environment(comparison),
+        failures=_failures(comparison),
+        method=esc(f"{method_text(comparison)} Written {human_time(datetime.now(timezone.utc).isoformat())}."),
+        script=_template("report.js"))

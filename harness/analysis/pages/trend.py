@@ -1,0 +1,483 @@
+"""Rendering of a history (harness.analysis.nights.history) into history.html (self-contained: inline CSS and SVG, no
+script, no network), changes.md and changes.parquet. No statistics here: every number comes from history.
+Every string from results is escaped (wording.esc; wording.esc_md for Markdown) before it is written.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import string
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, fields
+from datetime import UTC, datetime
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from harness.analysis.load.columns import change_docs, described
+from harness.analysis.nights.history import CHANGE_COLUMNS, CHANGES_VERSION, METRICS, Change, History, Series
+from harness.analysis.pages.report_plots import ticks
+from harness.analysis.load.runs import RunInputError
+from harness.analysis.pages.wording import esc, esc_md
+from harness.results import store
+from harness.stats import changepoint
+from harness.catalogue import col
+
+HISTORY_FILES = ("history.html", "changes.md", "changes.parquet")
+VERSION_KEY = b"nvbench.changes_version"
+_TYPES = {"str": pa.string(), "int": pa.int64(), "float": pa.float64(), "bool": pa.bool_()}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HistoryResult:
+    out_dir: Path
+    files: tuple[Path, ...]
+    history: History
+
+
+Mark = Mapping[str, Any]
+"""An event the page marks on the trends (harness.analysis.nights.baselines.event_marks): kind (promotion, ack or alarm),
+when (ISO time), cell_id (None: every cell) and text; an alarm's also its event (opened, worse, gone, fixed) and
+the run id of its night."""
+
+
+def write_history(history: History, out_dir: Path, marks: Sequence[Mark] = ()) -> HistoryResult:
+    """Render every file first, then write them together: never a half-written page. `marks`: the promotions
+    and acknowledgements to mark on each cell's trend."""
+    contents = [render_html(history, marks).encode(), render_markdown(history).encode(),
+                store.table_bytes(change_table(history))]
+    files = [Path(out_dir) / name for name in HISTORY_FILES]
+    store.write_all(dict(zip(files, contents)))
+    return HistoryResult(out_dir=Path(out_dir), files=tuple(files), history=history)
+
+
+# ---------------------------------------------------------------------------------------------
+# changes.parquet
+
+
+def change_schema() -> pa.Schema:
+    """changes.parquet's columns, typed from the Change fields, in CHANGE_COLUMNS order."""
+    types = {f.name: str(f.type).split("|")[0].strip() for f in fields(Change)}
+    return pa.schema([pa.field(name, _TYPES[types[name]]) for name in CHANGE_COLUMNS])
+
+
+def change_table(history: History) -> pa.Table:
+    """One row per change point or drift; the metadata carries the version, the nights and the settings, each
+    field its unit and meaning (harness.analysis.load.columns)."""
+    schema = described(change_schema(), change_docs()).with_metadata({
+        VERSION_KEY: str(CHANGES_VERSION).encode(), b"nvbench.table": b"changes",
+        b"nvbench.history": history.folder.encode(),
+        b"nvbench.nights": json.dumps([n.run_id for n in history.nights]).encode(),
+        b"nvbench.settings": json.dumps(asdict(history.settings), sort_keys=True).encode()})
+    rows = [asdict(c) for c in history.changes]
+    return pa.Table.from_arrays([pa.array([r[f.name] for r in rows], type=f.type) for f in schema], schema=schema)
+
+
+_ADDED_IN_2 = ("p_floor", "confirmation", "confirmation_note")
+
+
+def migrate_changes(table: pa.Table, version: int) -> pa.Table:
+    """A changes table of an older version as the current one: version 1 had no p_floor and no confirmation
+    (null: not known, not asked), versions 1 and 2 no model (null: the model was not an axis)."""
+    added = (_ADDED_IN_2 if version < 2 else ()) + (("model",) if version < 3 else ())
+    for name in (n for n in added if n not in table.column_names):
+        field = change_schema().field(name)
+        table = table.append_column(field, pa.nulls(table.num_rows, field.type))
+    return table.select(list(CHANGE_COLUMNS))
+
+
+def read_changes(path: Path) -> list[Change]:
+    """The changes of a changes.parquet this nvbench or an older one wrote. RunInputError (one line) when it
+    is unreadable, no changes table, or of a newer nvbench."""
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.read_table(path)
+    except (OSError, pa.ArrowException) as exc:
+        raise RunInputError([f"{path}: not a readable changes table ({exc})".splitlines()[0]]) from None
+    raw = (table.schema.metadata or {}).get(VERSION_KEY)
+    if raw is None or not raw.isdigit():
+        raise RunInputError([f"{path}: not a changes table (no {VERSION_KEY.decode()} in its metadata)"])
+    if int(raw) > CHANGES_VERSION:
+        raise RunInputError([f"{path}: written by a newer nvbench (changes version {int(raw)} > {CHANGES_VERSION})"])
+    return [Change(**row) for row in migrate_changes(table, int(raw)).to_pylist()]
+
+
+# ---------------------------------------------------------------------------------------------
+# words shared by the page and the Markdown
+
+
+def change_text(c: Change) -> str:
+    unit = "%" if c.unit == "%" else " pt"
+    interval = f" [{c.ci_low:+.1f}, {c.ci_high:+.1f}]" if c.ci_low is not None and c.ci_high is not None else ""
+    return f"{c.change:+.1f}{unit}{interval}"
+
+
+def commit_range(c: Change) -> str:
+    return f"{c.commit_from}..{c.commit_to}"
+
+
+def significance_text(c: Change) -> str:
+    if c.kind == "drift":
+        return f"slope's {c.confidence:.0%} interval excludes 0"
+    if c.p_floor is None:
+        return f"p = {c.p_value:.3g}"
+    if c.p_value <= c.p_floor:
+        return f"p <= {c.p_floor:.2g} (the test's floor)"
+    return f"p = {c.p_value:.3g} (floor {c.p_floor:.2g})"
+
+
+def confirmation_text(c: Change) -> str:
+    """`confirmed`, `not confirmed` or `could not confirm`, with its note in parentheses; "" when none was asked."""
+    if c.confirmation is None:
+        return ""
+    return c.confirmation + (f" ({c.confirmation_note})" if c.confirmation_note else "")
+
+
+def _cell_magnitude(history: History, cell_id: str) -> tuple[float, float]:
+    """What changed most: the largest |%| change of a rate, then the largest change in points."""
+    rel = [abs(c.change) for c in history.changes if c.cell_id == cell_id and c.unit == "%"]
+    pts = [abs(c.change) for c in history.changes if c.cell_id == cell_id and c.unit != "%"]
+    return max(rel, default=0.0), max(pts, default=0.0)
+
+
+def sorted_cells(history: History) -> list[str]:
+    """Cells, what changed most first; unchanged cells by id."""
+    cells = sorted({s.cell_id for s in history.series})
+    return sorted(cells, key=lambda cid: tuple(-m for m in _cell_magnitude(history, cid)))
+
+
+# ---------------------------------------------------------------------------------------------
+# the plots
+
+_W, _H, _LEFT, _RIGHT, _TOP, _BOTTOM = 560, 190, 62, 14, 26, 28
+
+
+def _y_range(series: Series) -> tuple[float, float]:
+    values = [p.value for p in series.points]
+    lo, hi = min(values), max(values)
+    spread = max(hi - lo, abs(hi) * 0.02, 1e-9)
+    ends = [x for p in series.points for x in (p.low, p.high) if math.isfinite(x)]
+    # an interval may widen the axis, but never past twice the points' own spread (a one-repeat night's
+    # interval can be wide enough to flatten every other point)
+    lo = max(min([lo, *ends]), lo - spread)
+    hi = min(max([hi, *ends]), hi + spread)
+    pad = (hi - lo) * 0.08 or 1.0
+    return lo - pad, hi + pad
+
+
+def _mark_x(history: History, mark: Mark) -> float:
+    """Where an event sits among the nights: on its own night where it names one the history holds (an alarm's),
+    else before the first night created after it (the right edge: after all)."""
+    night = [i for i, n in enumerate(history.nights) if mark.get(col.run_id) and n.run.run_id == mark.get(col.run_id)]
+    if night:
+        return night[0]
+    when = str(mark.get("when") or "")
+    later = [i for i, n in enumerate(history.nights) if n.run.created_at and n.run.created_at > when]
+    return (later[0] if later else len(history.nights)) - 0.5
+
+
+def _mark_letter(mark: Mark) -> str:
+    """P a promotion, A an acknowledgement, an alarm's step by its first letter (O opened, W worse, G gone, F fixed)."""
+    kind = str(mark.get("kind") or "")
+    return str(mark.get("event") or "?")[:1].upper() if kind == "alarm" else ("P" if kind == "promotion" else "A")
+
+
+def cell_marks(marks: Sequence[Mark], cell_id: str) -> list[Mark]:
+    """The marks of one cell's trend, oldest first: every promotion, the cell's own acknowledgements and alarms."""
+    return sorted((m for m in marks if m.get(col.cell_id) in (None, cell_id)), key=lambda m: m.get("when") or "")
+
+
+def _marks_svg(history: History, marks: Sequence[Mark], sx, bottom: float) -> list[str]:
+    out = []
+    for m in marks:
+        x = sx(_mark_x(history, m))
+        letter, css = _mark_letter(m), " ".join(str(c) for c in (m.get("kind"), m.get("event")) if c)
+        out.append(f'<g class="mark {esc(css)}"><line x1="{x:.1f}" y1="{_TOP}" x2="{x:.1f}" y2="{bottom}"/>'
+                   f'<text x="{x + 2:.1f}" y="{bottom - 3}">{letter}</text><title>{esc(m.get("text"))}</title></g>')
+    return out
+
+
+def marks_legend(marks: Sequence[Mark]) -> str:
+    items = "".join(f'<li>{_mark_letter(m)}: {esc(str(m.get("when") or "")[:16])} '
+                    f'{esc(m.get("text"))}</li>' for m in marks)
+    return f'<ul class="marks">{items}</ul>' if items else ""
+
+
+def trend_plot(history: History, series: Series, marks: Sequence[Mark] = ()) -> str:
+    """One metric of one cell over the nights: a point and its interval per night, each level between change
+    points as a line, change points as dashed marks with their change and commit range, a drift as a slope."""
+    num_nights = len(history.nights)
+    lo, hi = _y_range(series)
+    plot_w, bottom = _W - _LEFT - _RIGHT, _H - _BOTTOM
+
+    def sx(night: float) -> float:
+        return _LEFT + (night + 0.5) / max(num_nights, 1) * plot_w
+
+    def sy(value: float) -> float:
+        return bottom - (min(max(value, lo), hi) - lo) / (hi - lo) * (bottom - _TOP)
+
+    unit = next(m.unit for m in METRICS if m.name == series.metric)
+    parts = [f'<svg class="trend" viewBox="0 0 {_W} {_H}" width="{_W}" height="{_H}" role="img" '
+             f'aria-label="{esc(series.metric)} of {esc(series.cell_id)} over {num_nights} nights">']
+    for tick in ticks(lo, hi, 4):
+        parts.append(f'<line class="axis" x1="{_LEFT}" y1="{sy(tick):.1f}" x2="{_W - _RIGHT}" y2="{sy(tick):.1f}"/>'
+                     f'<text x="{_LEFT - 5}" y="{sy(tick) + 4:.1f}" text-anchor="end">{esc(f"{tick:.4g}")}</text>')
+    every = max(1, math.ceil(num_nights / 12))
+    for night in range(0, num_nights, every):
+        parts.append(f'<text x="{sx(night):.1f}" y="{bottom + 14}" text-anchor="middle">{night + 1}</text>')
+    parts.append(f'<text x="{_LEFT + plot_w / 2:.1f}" y="{_H - 2}" text-anchor="middle">night</text>')
+    changes = plot_changes(history, series)
+    parts += _levels(series, [c for c in changes if c.kind == "step"], sx, sy)
+    for p in series.points:
+        night = history.nights[p.night]
+        css = "pt drill" if night.fire_drill_pct else "pt"
+        tip = (f"night {p.night + 1}: {night.run_id} ({night.commit}): {p.value:.4g} {unit}"
+               + (f" [{p.low:.4g}, {p.high:.4g}]" if math.isfinite(p.low) and math.isfinite(p.high) else "")
+               + f", {p.num_repeats} repeat(s)" + (f", FIRE DRILL +{night.fire_drill_pct:g}%" if night.fire_drill_pct else ""))
+        if math.isfinite(p.low) and math.isfinite(p.high):
+            parts.append(f'<line class="ci" x1="{sx(p.night):.1f}" y1="{sy(p.low):.1f}" x2="{sx(p.night):.1f}" '
+                         f'y2="{sy(p.high):.1f}"/>')
+        parts.append(f'<circle class="{css}" cx="{sx(p.night):.1f}" cy="{sy(p.value):.1f}" r="3.5">'
+                     f'<title>{esc(tip)}</title></circle>')
+    for k, c in enumerate(changes, start=1):
+        parts.append(_mark(c, k, sx, sy, bottom))
+    parts += _marks_svg(history, marks, sx, bottom)
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def plot_changes(history: History, series: Series) -> list[Change]:
+    """The changes one plot marks, oldest first (their numbers on the plot and in its legend)."""
+    return sorted((c for c in history.changes if c.cell_id == series.cell_id and c.metric == series.metric),
+                  key=lambda c: (c.night, c.kind))
+
+
+def _levels(series: Series, steps: Sequence[Change], sx, sy) -> list[str]:
+    """A line at the level of each segment between change points."""
+    starts = sorted(c.night - 1 for c in steps)  # Change.night is 1-based
+    edges = [series.points[0].night, *starts, series.points[-1].night + 1]
+    out = []
+    for a, b in zip(edges, edges[1:]):
+        inside = [p.value for p in series.points if a <= p.night < b]
+        if inside:
+            level = math.exp(sum(map(math.log, inside)) / len(inside)) if min(inside) > 0 else sum(inside) / len(inside)
+            out.append(f'<line class="level" x1="{sx(a - 0.4):.1f}" y1="{sy(level):.1f}" x2="{sx(b - 0.6):.1f}" '
+                       f'y2="{sy(level):.1f}"/>')
+    return out
+
+
+def _mark(c: Change, k: int, sx, sy, bottom: float) -> str:
+    """Change k of a plot: a dashed line (a step) or a slope (a drift), its number and change at the top;
+    the legend under the plot gives the rest."""
+    css = "down" if c.change < 0 else "up"
+    short = f"{k}: {c.change:+.1f}{'%' if c.unit == '%' else ' pt'}"
+    tip = f"{c.kind} at night {c.night} ({c.run_id}): {change_text(c)}, {commit_range(c)}, {significance_text(c)}"
+    y_text = _TOP - 14 + 10 * (k % 2)
+    if c.kind == "drift":
+        x1, x2 = sx(c.night - 1), sx(c.night - 1 + c.nights_after - 1)
+        return (f'<g class="drift {css}"><line x1="{x1:.1f}" y1="{sy(c.before):.1f}" x2="{x2:.1f}" y2="{sy(c.after):.1f}"/>'
+                f'<text x="{x2:.1f}" y="{y_text}" text-anchor="end">{esc(short)} drift</text><title>{esc(tip)}</title></g>')
+    x = sx(c.night - 1.5)  # between the night before and the night it starts
+    anchor, dx = ("start", 3) if x < _W / 2 else ("end", -3)
+    return (f'<g class="cp {css}"><line x1="{x:.1f}" y1="{_TOP - 4}" x2="{x:.1f}" y2="{bottom}"/>'
+            f'<text x="{x + dx:.1f}" y="{y_text}" text-anchor="{anchor}">{esc(short)}</text><title>{esc(tip)}</title></g>')
+
+
+def legend(changes: Sequence[Change]) -> str:
+    """The plot's changes in words: number, kind, night, change with its interval, commit range, significance."""
+    items = "".join(f'<li class="{"down" if c.change < 0 else "up"}">{k}: {esc(c.kind)} at night {c.night} '
+                    f'(<code>{esc(c.run_id)}</code>): <b>{esc(change_text(c))}</b>, commits <code>{esc(commit_range(c))}'
+                    f'</code>, {esc(significance_text(c))}'
+                    + (f"; A/B: {esc(confirmation_text(c))}" if c.confirmation else "") + "</li>"
+                    for k, c in enumerate(changes, start=1))
+    return f'<ol class="legend">{items}</ol>' if items else ""
+
+
+# ---------------------------------------------------------------------------------------------
+# the page
+
+
+def _changes_table(history: History) -> str:
+    if not history.changes:
+        return "<p>No change point and no drift in any series.</p>"
+    rows = []
+    for c in history.changes:
+        css = "bad" if c.change < 0 and c.metric != "data wait" or c.change > 0 and c.metric == "data wait" else "good"
+        tags = "".join([' <span class="tag">new tonight</span>' if c.is_new else "",
+                        f' <span class="tag">FIRE DRILL +{c.fire_drill_pct:g}%</span>' if c.fire_drill_pct else ""])
+        rows.append(
+            f'<tr><td class="num">{c.night}</td><td><code>{esc(c.run_id)}</code>{tags}</td>'
+            f'<td><a href="#cell-{esc(c.cell_id)}"><code>{esc(c.cell_id)}</code></a></td><td>{esc(c.metric)}</td>'
+            f'<td>{esc(c.kind)}</td><td class="num {css}">{esc(change_text(c))}</td>'
+            f'<td class="num">{esc(f"{c.before:.4g} -> {c.after:.4g}")}</td><td>{esc(significance_text(c))}</td>'
+            f'<td><code>{esc(commit_range(c))}</code></td>{_confirmation_cell(c, css)}</tr>')
+    return ('<table id="changes-table"><thead><tr><th>night</th><th>run</th><th>cell</th><th>metric</th><th>kind</th>'
+            f'<th>change [{history.settings.confidence:.0%}]</th><th>level</th><th>significance</th><th>commits</th>'
+            f"<th>A/B of the commits</th></tr></thead><tbody>{''.join(rows)}</tbody></table>")
+
+
+def _work_section(history: History) -> str:
+    """The nights a cell's counted work changed (exact: no statistics), newest first; nothing without work."""
+    if not history.work_steps:
+        return ""
+    rows = []
+    for w in history.work_steps:
+        tag = ' <span class="tag">new tonight</span>' if w.is_new else ""
+        commits = f"{w.commit_from}..{w.commit_to}"
+        rows.append(f'<tr><td class="num">{w.night}</td><td><code>{esc(w.run_id)}</code>{tag}</td>'
+                    f'<td><a href="#cell-{esc(w.cell_id)}"><code>{esc(w.cell_id)}</code></a></td>'
+                    f"<td>{esc(w.words)}</td><td><code>{esc(commits)}</code></td></tr>")
+    return ('<section id="work"><h2>Work changed, newest first (counted exactly, night against night)</h2>'
+            '<table id="work-table"><thead><tr><th>night</th><th>run</th><th>cell</th><th>work changed</th>'
+            f"<th>commits</th></tr></thead><tbody>{''.join(rows)}</tbody></table></section>")
+
+
+_CONFIRMATION_CSS = {"confirmed": "confirmed", "not confirmed": "unconfirmed", "could not confirm": "unknown"}
+
+
+def _confirmation_cell(c: Change, direction: str) -> str:
+    """The A/B's word in bold (a confirmed change in the colour of its direction), its note under it."""
+    if c.confirmation is None:
+        return f'<td class="confirmation">{"" if c.kind == "drift" else "not asked"}</td>'
+    note = f'<br><span class="reason">{esc(c.confirmation_note)}</span>' if c.confirmation_note else ""
+    css = _CONFIRMATION_CSS.get(c.confirmation, "") + (f" {direction}" if c.confirmation == "confirmed" else "")
+    return f'<td class="confirmation {css}"><b>{esc(c.confirmation)}</b>{note}</td>'
+
+
+def _cell_figures(history: History, marks: Sequence[Mark] = ()) -> str:
+    by_cell: dict[str, list[Series]] = {}
+    for s in history.series:
+        by_cell.setdefault(s.cell_id, []).append(s)
+    figures = []
+    for cid in sorted_cells(history):
+        changed = {c.metric for c in history.changes if c.cell_id == cid}
+        shown = [s for s in by_cell[cid] if s.metric == "throughput" or s.metric in changed]
+        mine = cell_marks(marks, cid)
+        plots = "".join(f'<div class="metric"><span class="mname">{esc(s.metric)} ({esc(_unit(s))})</span>'
+                        f'{trend_plot(history, s, mine)}{legend(plot_changes(history, s))}</div>' for s in shown)
+        plots += marks_legend(mine)
+        rel, pts = _cell_magnitude(history, cid)
+        note = f"largest change {rel:.1f}%" if rel else (f"largest change {pts:.1f} pt" if pts else "no change")
+        figures.append(f'<figure id="cell-{esc(cid)}"><figcaption><code>{esc(cid)}</code> '
+                       f'<span class="reason">{esc(note)}</span></figcaption><div class="metrics">{plots}</div></figure>')
+    return "\n".join(figures) or "<p>No cell has an ok night.</p>"
+
+
+def _unit(series: Series) -> str:
+    return next(m.unit for m in METRICS if m.name == series.metric)
+
+
+BUSY_ROW = ' class="busy"'
+
+
+def _nights_table(history: History) -> str:
+    def notes(n) -> str:
+        said = [f"+{n.fire_drill_pct:g}% fire drill" if n.fire_drill_pct else "", n.busy_text()]
+        return "; ".join(x for x in said if x)
+
+    rows = "".join(f'<tr{BUSY_ROW if n.busy else ""}><td class="num">{i + 1}</td><td><code>{esc(n.run_id)}</code>'
+                   f'</td><td>{esc(n.run.created_at)}</td><td><code>{esc(n.commit)}</code></td><td>{esc(notes(n))}</td></tr>'
+                   for i, n in enumerate(history.nights))
+    return ('<table><thead><tr><th>night</th><th>run</th><th>created</th><th>commit</th><th></th></tr></thead>'
+            f"<tbody>{rows}</tbody></table>")
+
+
+def _skipped(history: History) -> str:
+    if not history.skipped:
+        return "<p>None: every run folder was read.</p>"
+    return "<ul>" + "".join(f"<li><code>{esc(path)}</code>: {esc(why)}</li>" for path, why in history.skipped) + "</ul>"
+
+
+def method_text(history: History) -> str:
+    s = history.settings
+    sims = s.num_simulations or changepoint.nightsplit.simulations_for(s.alpha)
+    return (f"One point per night and cell: the mean over the run's ok repeats (interval: t over repeats; one "
+            f"repeat: its window's own). Change points, on log rates and on fractions as they are: each night is "
+            f"its repeats, around a level shared by its segment plus a night effect of its own (a two-level model); "
+            f"the best split of every segment is tested by its standardized step, the p-value being the share of "
+            f"{sims} series simulated from the fitted no-change model whose best split is as extreme, so the choice "
+            f"of the split is paid for (p floor 1/{sims + 1}); a split is kept when p <= {s.alpha:g}, at least "
+            f"{s.min_segment} nights a side; then steps smaller than the practical floor ({s.floor_pct:g}% for "
+            f"rates, {100 * s.top1_floor:g} pt top-1, {100 * s.data_wait_floor:g} pt data wait) are merged away. "
+            f"Change: t interval at {s.confidence:.0%} between the two levels. Drift: a slope over the last "
+            f"{s.drift_nights} nights (levels step at the change points) whose {s.confidence:.0%} interval excludes 0 "
+            f"and whose total exceeds the floor; a series of fewer nights is not assessed. A/B of the commits: the "
+            f"nightly reruns a new step's cells interleaved under the commit before and the commit after it; only "
+            f"a confirmed slowdown fails the night. Fire-drill nights are shown and marked, never left out. Windows taken "
+            f"under interference are left out of a night's points; a cell with fewer than half of its windows clean "
+            f"is busy that night: marked, and no point of its series.")
+
+
+def _template(name: str) -> str:
+    return resources.files("harness.analysis.pages").joinpath("templates", name).read_text()
+
+
+def render_html(history: History, marks: Sequence[Mark] = ()) -> str:
+    nights = history.nights
+    span = f"{nights[0].run_id} .. {nights[-1].run_id}" if nights else "no nights"
+    new = sum(c.is_new for c in history.changes)
+    confirmed = sum(c.confirmation == "confirmed" for c in history.changes)
+    subtitle = (f"{len(nights)} night(s) in {history.folder} ({span}) \u00b7 {len(history.changes)} change(s), "
+                f"{new} new tonight, {confirmed} confirmed by A/B \u00b7 {len(history.skipped)} run(s) skipped"
+                + (f" \u00b7 {history.drift_note()}" if history.drift_note() else ""))
+    return string.Template(_template("history.html")).substitute(
+        title=esc("nvbench history"), css=_template("report.css") + _template("history.css"), subtitle=esc(subtitle),
+        changes=_changes_table(history), work=_work_section(history), cells=_cell_figures(history, marks),
+        nights=_nights_table(history),
+        skipped=_skipped(history),
+        method=esc(f"{method_text(history)} Written {datetime.now(UTC).isoformat(timespec='seconds')}."))
+
+
+# ---------------------------------------------------------------------------------------------
+# Markdown
+
+
+def _md_row(c: Change) -> str:
+    tags = (" **new**" if c.is_new else "") + (f" FIRE DRILL +{c.fire_drill_pct:g}%" if c.fire_drill_pct else "")
+    ab = confirmation_text(c) or ("" if c.kind == "drift" else "not asked")
+    ab = f"**{esc_md(ab)}**" if c.confirmation == "confirmed" else esc_md(ab)
+    return (f"| {c.night} | {esc_md(c.run_id)}{tags} | {esc_md(c.cell_id)} | {esc_md(c.metric)} | {c.kind} | "
+            f"{esc_md(change_text(c))} | {esc_md(significance_text(c))} | {esc_md(commit_range(c))} | {ab} |")
+
+
+_HEADER = ["| night | run | cell | metric | kind | change | significance | commits | A/B of the commits |",
+           "|---|---|---|---|---|---|---|---|---|"]
+
+
+def _work_lines(steps) -> list[str]:
+    """`- work changed at night 3 (run): cell: forward +16 aten::mm per step (commits a..b)`, one per step."""
+    return [f"- {esc_md(w.text())} (commits {esc_md(w.commit_from)}..{esc_md(w.commit_to)})" for w in steps]
+
+
+def new_changes_markdown(history: History) -> str:
+    """The section the nightly's summary.md gets: tonight's new change points and drifts, and tonight's work."""
+    new = [c for c in history.changes if c.is_new]
+    work = _work_lines([w for w in history.work_steps if w.is_new])
+    lines = ["", "### Change points new tonight", ""]
+    lines += _HEADER + [_md_row(c) for c in new] if new else [f"None (history of {len(history.nights)} night(s))."]
+    return "\n".join(lines + ["", *work] + ([""] if work else []))
+
+
+def render_markdown(history: History) -> str:
+    lines = [f"## nvbench history: {len(history.nights)} night(s), {len(history.changes)} change(s)", ""]
+    if history.changes:
+        lines += _HEADER + [_md_row(c) for c in history.changes]
+    else:
+        lines.append("No change point and no drift in any series.")
+    if history.work_steps:
+        lines += ["", "**Work changed** (counted exactly, night against night, newest first):", "",
+                  *_work_lines(history.work_steps)]
+    if note := history.drift_note():
+        lines += ["", f"**{esc_md(note[0].upper() + note[1:])}.**"]
+    if busy := [(i, n) for i, n in enumerate(history.nights, start=1) if n.busy]:
+        lines += ["", "**Busy nights** (the machine was busy: these cells' nights are left out of their series, "
+                      "neither a change point nor evidence against one):", ""]
+        lines += [f"- night {i} ({esc_md(n.run_id)}): {esc_md(n.busy_text())}" for i, n in busy]
+    if history.skipped:
+        lines += ["", "**Skipped runs:**", ""] + [f"- {esc_md(path)}: {esc_md(why)}" for path, why in history.skipped]
+    lines += ["", f"_{esc_md(method_text(history))}_", ""]
+    return "\n".join(lines)

@@ -1,0 +1,137 @@
+"""What the report's tests share: the verdicts.parquet columns of earlier versions (a reader's contract), a run
+copied with its throughput scaled, and the checks of a written page (well-formed HTML, its plots' captions and
+units, junit.xml's suite)."""
+
+from __future__ import annotations
+
+import html
+import re
+import shutil
+import xml.etree.ElementTree as ET
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+from browser import chromium_path
+
+from harness.results import store
+from harness.results.schema import cell_table
+from harness.matrix.cells import job_key
+
+VERDICTS_V5_COLUMNS = (
+    "cell_id", "backend", "memory_format", "precision", "world_size", "grad_accum", "compile", "verdict", "reason",
+    "method",
+    "effect_pct", "ci_low_pct", "ci_high_pct", "ci_level", "p_value", "p_adjusted", "decided_by",
+    "throughput_p_value", "fast_effect_pct", "fast_ci_low_pct", "fast_ci_high_pct", "fast_p_value",
+    "candidate_fast_img_per_s", "baseline_fast_img_per_s", "floor_pct", "fdr_q", "mdc_pct", "repeats_needed", "num_candidate",
+    "num_baseline", "candidate_img_per_s", "baseline_img_per_s", "candidate_cv", "baseline_cv", "num_unsteady",
+    "noise", "accuracy_verdict", "candidate_top1", "baseline_top1", "top1_change", "top1_ci_low", "top1_ci_high",
+    "accuracy_tolerance", "history_median_img_per_s", "history_mad_img_per_s", "robust_z", "num_history_runs",
+    "unadjusted_effect_pct", "speed_probe_change_pct", "speed_slope", "fire_drill_pct", "baseline_fire_drill_pct",
+    "is_smoke", "env_diff", "candidate_run_id", "baseline_run_id",
+)  # fmt: skip
+"""verdicts.parquet version 5 (version 4 and `repeats_needed`): a reader's contract, whatever shape CellVerdict
+takes."""
+VERDICTS_V6_COLUMNS = VERDICTS_V5_COLUMNS + (
+    "phase", "phase_change_ms", "phase_change_low_ms", "phase_change_high_ms", "step_change_ms", "attribution")
+"""Version 6: version 5 and the phase attribution (issue 29)."""
+VERDICTS_V7_COLUMNS = ("cell_id", "model") + VERDICTS_V6_COLUMNS[1:]
+"""Version 7: version 6 and the model axis after cell_id (issue 41)."""
+_AT = VERDICTS_V7_COLUMNS.index("floor_pct") + 1
+VERDICTS_V8_COLUMNS = VERDICTS_V7_COLUMNS[:_AT] + ("floor_source",) + VERDICTS_V7_COLUMNS[_AT:]
+"""Version 8: version 7 and floor_source after floor_pct (issue 52)."""
+
+
+UNMEASURED_LOAD = {"foreign_cpu_frac": None, "steal_frac": None}
+"""A constructed side's rows say nothing of the machine's load: what the fixture run's own load was is not what
+a test of the report's rendering and verdicts is about (tests/cell/test_interference.py and test_compare.py test
+rows taken under interference)."""
+
+
+def copy_run(src: Path, dst: Path, *, scale: float = 1.0, run_id: str | None = None, extra_rows=(),
+             created_at: str | None = None, repeats: int | None = None) -> Path:
+    """A copy of a real run whose throughputs (and fast-step rates) are multiplied by `scale` (a constructed
+    other side); `repeats` re-deals the real rows into that many repeats per cell, each 0.5 % apart."""
+    shutil.copytree(src, dst)
+    manifest = store.read_json(dst / "manifest.json")
+    manifest["run_id"] = run_id or dst.name
+    if created_at:
+        manifest["created_at"] = created_at
+    store.write_json(dst / "manifest.json", manifest)
+    rows = store.read_cells(src).to_pylist()
+    if repeats:
+        shutil.rmtree(dst / "cells")
+        by_cell = {}
+        for row in rows:
+            by_cell.setdefault(row["cell_id"], []).append(row)
+        rates = ("throughput_img_per_s", "fast_step_img_per_s")
+        rows = [dict(same[i % len(same)], repeat=i) | {k: same[i % len(same)][k] * (1 + 0.005 * i) for k in rates}
+                for same in by_cell.values() for i in range(repeats)]
+    for row in [*rows, *extra_rows]:
+        for k in ("throughput_img_per_s", "fast_step_img_per_s"):
+            if row.get(k):
+                row[k] *= scale
+        row["run_id"] = manifest["run_id"]
+        row |= UNMEASURED_LOAD
+        store.write_table(dst / "cells" / f"{job_key(row['cell_id'], row['repeat'])}.parquet", cell_table([row]))
+    return dst
+
+
+class _Checker(HTMLParser):
+    """Tag balance, and anything that would reach the network."""
+
+    VOID = {"meta", "br", "img", "input", "link", "hr", "col", "source", "wbr", "area", "base", "embed"}
+
+    def __init__(self):
+        super().__init__()
+        self.stack, self.problems, self.tags = [], [], set()
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.add(tag)
+        for name, value in attrs:
+            if name == "src" or (name == "href" and not (value or "").startswith("#")) or \
+                    (value or "").startswith(("http:", "https:", "//")):  # a link inside the page is fine
+                self.problems.append(f"<{tag} {name}={value!r}>")
+        if tag not in self.VOID:
+            self.stack.append(tag)
+
+    def handle_startendtag(self, tag, attrs):
+        self.tags.add(tag)
+
+    def handle_endtag(self, tag):
+        if not self.stack or self.stack[-1] != tag:
+            self.problems.append(f"</{tag}> closes {self.stack[-1:]}")
+        else:
+            self.stack.pop()
+
+
+def check_html(path: Path) -> str:
+    text = path.read_text()
+    checker = _Checker()
+    checker.feed(text)
+    checker.close()
+    assert checker.problems == [] and checker.stack == [], (checker.problems, checker.stack)
+    assert {"svg", "style", "table", "script"} <= checker.tags  # every script inline: a src is a problem above
+    assert "http://" not in text and "https://" not in text and "@import" not in text
+    return text
+
+
+def figures(text: str) -> list[tuple[str, str, str]]:
+    """(caption, the plot's axis label, its note) of every <figure> that draws a plot."""
+    found = re.findall(r"<figure><figcaption>(.*?)</figcaption><svg [^>]*aria-label=\"([^\"]*)\".*?</svg>"
+                       r"(?:<p>(.*?)</p>)?</figure>", text, flags=re.S)
+    return [(html.unescape(c), html.unescape(a), html.unescape(n)) for c, a, n in found]
+
+
+def chromium_or_skip() -> str:
+    binary = chromium_path()
+    if binary is None:
+        pytest.skip("no chromium on PATH (README's test command installs Debian's chromium): the report is not "
+                    "rendered in a browser")
+    return binary
+
+
+def junit(path: Path) -> ET.Element:
+    root = ET.parse(path).getroot()
+    assert root.tag == "testsuites"
+    return root.find("testsuite")
