@@ -17,7 +17,7 @@ both sides), the candidate's throughput and fast-step rate scaled by 1 - slowdow
 slower code, not a slower machine). Each design judges the trial exactly as `nvbench ab` does
 (harness.analysis.judge.compare.compare_runs, default thresholds): `fixed N` judges N pairs once; `adaptive
 N..M` judges N pairs, and while the cell is inconclusive adds pairs at the planned looks N, 2N, ..., M
-with the level split over the looks (harness.orchestrate.workflows.ab.look_schedule), stopping at the first decided
+with the level split over the looks (harness.orchestrate.workflows.looks.look_schedule), stopping at the first decided
 look. Printed per setting and design: the share of each verdict and the mean pairs a side.
 
 What this captures and what it does not: the repeats are real processes on this box, with whatever else
@@ -52,7 +52,7 @@ from harness.analysis.judge import compare  # noqa: E402
 from harness.analysis.load.runs import load_run# noqa: E402
 from harness.analysis.judge.run import RunData
 from harness.analysis.judge.verdict import IMPROVEMENT, INCONCLUSIVE, REGRESSION, UNCHANGED, Thresholds# noqa: E402
-from harness.orchestrate.workflows.ab import decisive_looks, look_schedule  # noqa: E402
+from harness.orchestrate.workflows.looks import decisive_looks, look_schedule  # noqa: E402
 
 COLUMNS = ("pool", "repeat", "throughput_img_per_s", "fast_step_img_per_s", "speed_probe_s", "speed_probe_kind",
            "is_steady")

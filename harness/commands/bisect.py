@@ -88,7 +88,7 @@ def _estimate_line(matrix_path: str, ab_args: list[str], bisector, roots: list[P
     bisection), each estimated as `nvbench ab` estimates itself, from past rows under `roots`."""
     from harness.analysis.judge.verdict import Thresholds
     from harness.orchestrate.session.opening import this_machine
-    from harness.orchestrate.workflows import ab
+    from harness.orchestrate.workflows.looks import decisive_looks, look_schedule
     from harness.orchestrate.cost import pricing as cost
     from harness.orchestrate.cost.estimate import duration_text
     from harness.matrix.cells import expand
@@ -96,7 +96,7 @@ def _estimate_line(matrix_path: str, ab_args: list[str], bisector, roots: list[P
 
     value = {flag: int(ab_args[ab_args.index(flag) + 1]) for flag in ("--repeats", "--max-repeats")}
     only = [arg.removeprefix("--only=") for arg in ab_args if arg.startswith("--only=")]
-    looks = ab.decisive_looks(ab.look_schedule(value["--repeats"], value["--max-repeats"]), Thresholds().fdr_q)
+    looks = decisive_looks(look_schedule(value["--repeats"], value["--max-repeats"]), Thresholds().fdr_q)
     matrix = load_matrix(matrix_path)
     cells = expand(with_repeats(matrix, looks[0]), only=only)
     here = this_machine(matrix.run.device)

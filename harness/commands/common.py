@@ -10,10 +10,7 @@ from collections.abc import Callable
 from typing import Any
 from harness.catalogue import col
 
-EXIT_OK, EXIT_FAILURES, EXIT_BAD_INPUT, EXIT_INCONCLUSIVE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
-"""nvbench report / ab with --fail-on-regression: 0 every judged cell unchanged or improved (nothing failed);
-1 a confirmed regression, a failed cell or a broken work gate; 3 nothing regressed but some cell stayed
-inconclusive; 2 bad input; 130 interrupted."""
+from harness.exits import EXIT_BAD_INPUT, EXIT_FAILURES, EXIT_INCONCLUSIVE, EXIT_INTERRUPTED, EXIT_OK  # noqa: F401
 
 EXIT_CODES_TEXT = f"""exit codes:
   {EXIT_OK}    done: every cell ran (run), nothing regressed (report, ab with --fail-on-regression)

@@ -29,6 +29,7 @@ from harness.analysis.judge.evidence import permutations_for
 from harness.analysis.judge.verdict import Thresholds
 from harness.analysis.judge.decide import smallest_permutation_p
 from harness.orchestrate.workflows import ab
+from harness.orchestrate.workflows.looks import decisive_looks, look_schedule
 from harness.orchestrate.session import job
 from harness.results.schema import SUPERSEDED_STEPS
 
@@ -142,18 +143,18 @@ def test_ab_rejects_a_folder_that_is_not_a_checkout(tiny_matrix, tmp_path):
 
 
 def test_looks_double_to_the_budget_and_drop_the_ones_too_small_to_decide():
-    assert ab.look_schedule(5, 20) == [5, 10, 20] and ab.look_schedule(10, 20) == [10, 20]
-    assert ab.look_schedule(3, 3) == [3]
+    assert look_schedule(5, 20) == [5, 10, 20] and look_schedule(10, 20) == [10, 20]
+    assert look_schedule(3, 3) == [3]
     # 5 + 5 pairs: smallest p 2/252 = 0.0079 > 0.01 / 3; with 10 and 20 left, 0.01 / 2 is reachable at 10
-    assert ab.decisive_looks([5, 10, 20], 0.01) == [10, 20]
-    assert ab.decisive_looks([10, 20], 0.01) == [10, 20]
+    assert decisive_looks([5, 10, 20], 0.01) == [10, 20]
+    assert decisive_looks([10, 20], 0.01) == [10, 20]
     # 3 + 3 cannot (0.1); 6 + 6 (2/924 = 0.0022) can once the level is split three ways, not four
-    assert ab.decisive_looks([3, 6, 12, 24], 0.01) == [6, 12, 24]
-    assert ab.decisive_looks([2, 4], 0.01) == [4]  # the last look stays: whether it can reach is the CLI's check
+    assert decisive_looks([3, 6, 12, 24], 0.01) == [6, 12, 24]
+    assert decisive_looks([2, 4], 0.01) == [4]  # the last look stays: whether it can reach is the CLI's check
     # nvbench bisect's defaults and a user's first try: 5 + 5 cannot reach 0.01 / 2, and alone the last look
     # is all that is left (the loop this replaced dropped the 5, re-admitted it alone, and never returned)
     with deadline(5):
-        assert ab.decisive_looks([5, 8], 0.01) == [8] and ab.decisive_looks([5, 10], 0.01) == [10]
+        assert decisive_looks([5, 8], 0.01) == [8] and decisive_looks([5, 10], 0.01) == [10]
 
 
 @contextmanager
@@ -186,9 +187,9 @@ def reachable_p(pairs: int, looks: int, fdr_q: float, cells: int) -> float:
 
 
 def check_schedule(repeats: int, max_repeats: int, fdr_q: float, cells: int) -> None:
-    looks = ab.look_schedule(repeats, max_repeats)
+    looks = look_schedule(repeats, max_repeats)
     with deadline(2):
-        kept = ab.decisive_looks(looks, fdr_q)
+        kept = decisive_looks(looks, fdr_q)
     k = len(kept)
     assert kept == looks[len(looks) - k:] and kept[-1] == max_repeats, (looks, kept)
     share = fdr_q / k

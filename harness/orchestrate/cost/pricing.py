@@ -27,6 +27,7 @@ from harness.results import store
 from harness.results.env import env_key
 from harness.matrix.cells import Cell
 from harness.catalogue import col
+from harness.exits import EXIT_BAD_INPUT, EXIT_OK
 
 MAX_JOBS_PER_CELL = 10
 """Past jobs of one cell that its estimate uses, newest runs first."""
@@ -206,14 +207,14 @@ def took_line(manifest: dict[str, Any]) -> str | None:
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
         print("usage: python -m harness.orchestrate.cost.pricing RUN_DIR", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
     try:
         line = took_line(store.read_json(Path(argv[0]) / MANIFEST))
     except (OSError, store.UnreadableFile) as exc:
         print(f"harness.orchestrate.cost.pricing: {exc}".splitlines()[0], file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
     print(line or f"{argv[0]}: no estimate recorded")
-    return 0
+    return EXIT_OK
 
 
 if __name__ == "__main__":

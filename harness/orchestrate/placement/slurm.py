@@ -17,7 +17,6 @@ states through sacct alone (docs/distributed.md says why).
 from __future__ import annotations
 
 import math
-import os
 import re
 import shlex
 import shutil

@@ -13,6 +13,7 @@ from harness.results import store
 from harness.matrix.cells import job_key
 from harness.matrix.sections import AXES, Axes
 from harness.catalogue import col
+from harness.exits import EXIT_FAILURES, EXIT_OK
 
 AXIS_DEFAULTS = {axis: getattr(Axes(), axis)[0] for axis in AXES}
 """Each axis's value in rows written before the axis existed (compile: eager)."""
@@ -75,4 +76,4 @@ def derive_twin_columns(run_dir: Path) -> int:
 
 def exit_code(rows: list[dict[str, Any]]) -> int:
     """0 when every row is ok or skipped, 1 when the matrix completed with failures."""
-    return 0 if all(r["status"] in ("ok", "skipped") for r in rows) else 1
+    return EXIT_OK if all(r["status"] in ("ok", "skipped") for r in rows) else EXIT_FAILURES

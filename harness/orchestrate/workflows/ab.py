@@ -254,46 +254,6 @@ def run_ab(out_dir: Path, *, caps: capabilities.Capabilities, envs: dict[str, di
 # adaptive repeats: more interleaved pairs of the cells still inconclusive
 
 
-def look_schedule(repeats: int, max_repeats: int) -> list[int]:
-    """Pairs per cell at each look of an adaptive A/B: `repeats`, then doubling, ending at `max_repeats`
-    (e.g. 5, 10, 20). A fixed-look design: the looks are planned before anything runs, so the report's
-    level can be split over them (verdict.Thresholds.looks)."""
-    if repeats < 1 or max_repeats < repeats:
-        raise ValueError(f"--repeats {repeats} --max-repeats {max_repeats}: need 1 <= repeats <= max-repeats")
-    looks = [repeats]
-    while looks[-1] < max_repeats:
-        looks.append(min(2 * looks[-1], max_repeats))
-    return looks
-
-
-def decisive_looks(looks: Sequence[int], fdr_q: float) -> list[int]:
-    """The planned looks that can decide: the largest k such that each of the k largest looks can reach
-    fdr_q / k, the level split over the looks kept (compare.Thresholds.looks). A look that cannot would spend a
-    share of the level and decide nothing (e.g. 5, 10, 20 at q 0.01: 5 + 5 pairs' smallest p is 2 / C(10, 5) =
-    0.0079 > 0.01 / 3, so the A/B starts at 10 pairs and splits 0.01 over 10 and 20).
-
-    Why the k largest, and why it ends: the smallest p falls as pairs grow, so if any k looks can reach
-    fdr_q / k the k largest can; and if the k largest can, the k - 1 largest reach the larger fdr_q / (k - 1).
-    So feasibility only falls with k, one pass from k = len(looks) down finds the largest, and k = 1 (the
-    last look alone) always stands: whether the last look can reach is the caller's check.
-
-    "Can reach" is the cell's gate in compare (a cell whose repeats cannot reach the level is inconclusive
-    whatever its numbers): the smallest two-sided p of an exact permutation test at n + n pairs, 2 / C(2n, n),
-    at most fdr_q / k. The number of cells does not enter. Benjamini-Hochberg across m cells tests the i-th
-    smallest p at i q / m, so a lone change among m cells needs q / (k m), but a look that reaches only q / k
-    still decides: every cell changed together, or a cell shown unchanged (equivalence needs the gate, not a
-    rejection). Where the report's test is Monte Carlo (more than 20,000 splits), compare.permutations_for
-    sizes it so that its grain stays ten times below q / (k m)."""
-    from harness.analysis.judge.decide import smallest_permutation_p
-
-    last = len(looks)
-    for k in range(last, 0, -1):
-        kept = list(looks[last - k:])
-        if all(smallest_permutation_p(n, n) <= fdr_q / k * (1 + 1e-12) for n in kept[:-1]):
-            return kept
-    return list(looks)  # no looks at all
-
-
 def extend_plan(run_dir: Path, cell_ids: Sequence[str], repeats: int, *, seed: int) -> int:
     """Add the jobs that bring each of `cell_ids` to `repeats` repeats to the run's plan (and manifest);
     returns how many were added. The new jobs are shuffled (seeded) so that no cell always runs last."""

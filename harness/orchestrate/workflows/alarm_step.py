@@ -12,6 +12,7 @@ import argparse
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
+from harness.exits import EXIT_BAD_INPUT, EXIT_FAILURES, EXIT_INCONCLUSIVE, EXIT_OK
 
 
 def alarm_step(argv: list[str]) -> int:
@@ -42,18 +43,19 @@ def alarm_step(argv: list[str]) -> int:
         store.write_all(files)
     except RunInputError as exc:
         print(f"nightly alarms: {exc.problems[0]}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
     except (store.UnreadableFile, ValueError) as exc:
         print(f"nightly alarms: {exc}".splitlines()[0], file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
     except OSError as exc:
         print(f"nightly alarms: {exc.filename or reports}: cannot write: {exc.strerror}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
     for a in judged.alarms:
         print(f"{a.status.upper()}: {a.text()}", file=sys.stderr)
     for r in judged.readings:
         print(f"{r.outcome.upper()}: {r.text()}", file=sys.stderr)
     print(f"alarms open after tonight: {len(judged.open)}", file=sys.stderr)
     if any(a.fails for a in judged.alarms) or any(v.verdict == FAILED for v in verdicts):
-        return 1
-    return 3 if any(v.verdict == INCONCLUSIVE and alarms.change_of(v) is None for v in verdicts) else 0
+        return EXIT_FAILURES
+    undecided = any(v.verdict == INCONCLUSIVE and alarms.change_of(v) is None for v in verdicts)
+    return EXIT_INCONCLUSIVE if undecided else EXIT_OK

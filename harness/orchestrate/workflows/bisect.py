@@ -31,6 +31,7 @@ from typing import Any, Callable, Sequence
 from harness.orchestrate.session import stopping
 from harness.catalogue import col
 from harness.catalogue.kernels import OPERATORS_NOTE
+from harness.exits import EXIT_INCONCLUSIVE, EXIT_OK
 
 BAD, GOOD, SKIPPED = "bad", "good", "skipped"
 STATE = "bisect.json"
@@ -338,7 +339,7 @@ class Bisector:
             answer = {"result": "error", "text": f"the confirmation could not run: {self._verdict_text(confirm)}"}
             self.say(answer["text"])
             self.save(answer)
-            return 3, answer
+            return EXIT_INCONCLUSIVE, answer
         if not confirm.regression:
             word = "not slower" if confirm.not_slower else "not shown slower (the comparison could not tell)"
             answer = {"result": "not slower", "text": f"{self.name(last)} is {word} than {self.name(0)}: "
@@ -375,7 +376,7 @@ class Bisector:
                 else:
                     answer = self._undecided(index)
                     self.save(answer)
-                    return 3, answer
+                    return EXIT_INCONCLUSIVE, answer
             self.save()
         hi = self.search.hi
         skipped = self.search.skipped_between()
@@ -395,7 +396,7 @@ class Bisector:
         answer["text"] = f"{lead}; against {self.name(0)}: {where}"
         self.say(answer["text"])
         self.save(answer)
-        return 0, answer
+        return EXIT_OK, answer
 
     def _undecided(self, index: int) -> dict[str, Any]:
         lo, hi = self.search.lo, self.search.hi

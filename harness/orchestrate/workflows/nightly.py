@@ -42,6 +42,7 @@ from harness.analysis.judge.verdict import INCONCLUSIVE, REGRESSION, CellVerdict
 from harness.orchestrate.workflows.confirm import unusable_side
 from harness.results import store
 from harness.results.env import git_state
+from harness.exits import EXIT_BAD_INPUT, EXIT_FAILURES, EXIT_INTERRUPTED, EXIT_OK
 
 SCREEN_P = 0.2
 """A baseline comparison's slowdown with a p-value up to this goes to the A/B confirmation."""
@@ -123,19 +124,17 @@ def history_step(argv: list[str]) -> int:
         marks = baselines.event_marks(Path(args.reports)) if args.reports else []
         result = trend.write_history(history.with_confirmations(h, answers), out, marks)
         for summary in map(Path, args.summary):
-            from harness.results import store
-
             before = summary.read_text(encoding="utf-8") if summary.is_file() else ""
             store.write_bytes(summary, (before + trend.new_changes_markdown(result.history)).encode())
     except RunInputError as exc:
         print(f"nightly history: {exc.problems[0]}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
     except OSError as exc:
         print(f"nightly history: {exc.filename or out}: cannot write the history: {exc.strerror}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
     except KeyboardInterrupt:  # the worktrees are gone again (Confirmer.run's finally); no page half-written
         print("nightly history: interrupted during the A/B confirmation", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     h = result.history
     print(f"{len(h.nights)} night(s): {len(h.changes)} change(s), {sum(c.is_new for c in h.changes)} new tonight; "
           f"trend in {out}", file=sys.stderr)
@@ -148,7 +147,7 @@ def history_step(argv: list[str]) -> int:
     for w in h.work_steps:
         if w.is_new:
             print(f"new: {w.text()}, commits {w.commit_from}..{w.commit_to}", file=sys.stderr)
-    return 1 if failing else 0
+    return EXIT_FAILURES if failing else EXIT_OK
 
 
 def _earlier(h, trend) -> list:
@@ -175,29 +174,29 @@ def main(argv: list[str]) -> int:
     try:
         if argv[:1] == ["targets"] and len(argv) == 2:
             print(" ".join(targets(Path(argv[1]))))
-            return 0
+            return EXIT_OK
         if argv[:1] == ["inconclusive"] and len(argv) == 2:
             print("\n".join(inconclusive_lines(Path(argv[1]))))
-            return 0
+            return EXIT_OK
         if argv[:1] == ["gates"] and len(argv) == 2:
             lines = gate_lines(Path(argv[1]))
             for line in lines:
                 print(line, file=sys.stderr)
-            return 1 if lines else 0
+            return EXIT_FAILURES if lines else EXIT_OK
         if argv[:1] == ["code"] and len(argv) <= 2:
             print(recorded_code(Path(argv[1]) if len(argv) == 2 else None) or "")
-            return 0
+            return EXIT_OK
         if argv[:1] == ["ran"] and len(argv) == 2:
             why = unusable_side(Path(argv[1]))
             if why:
                 print(why, file=sys.stderr)
-            return 1 if why else 0
+            return EXIT_FAILURES if why else EXIT_OK
     except (OSError, ValueError) as exc:  # a missing report or run folder: one line, exit 2
         print(f"harness.orchestrate.workflows.nightly: {exc}".splitlines()[0], file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
     print("usage: python -m harness.orchestrate.workflows.nightly targets REPORT_DIR | code [RUN_DIR] | ran AB_DIR | "
           "gates REPORT_DIR", file=sys.stderr)
-    return 2
+    return EXIT_BAD_INPUT
 
 
 if __name__ == "__main__":

@@ -1,0 +1,7 @@
+"""nvbench's exit codes, by name: what every command and every step a script reads (ci/nightly.sh, bisect) returns.
+Plain data: the command line, the orchestration and the analysis' steps all read it."""
+
+EXIT_OK, EXIT_FAILURES, EXIT_BAD_INPUT, EXIT_INCONCLUSIVE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+"""nvbench report / ab with --fail-on-regression: 0 every judged cell unchanged or improved (nothing failed);
+1 a confirmed regression, a failed cell or a broken work gate; 3 nothing regressed but some cell stayed
+inconclusive; 2 bad input; 130 interrupted."""
