@@ -25,7 +25,6 @@ candidate_img_per_joule, baseline_img_per_joule; null when read from an older fi
 11: the work diff (work, work_changed, work_gate; null when read from an older file or where no work was counted).
 12: busy, a cell not judged because the machine was busy (null when read from an older file)."""
 
-_F, _I, _S, _B = F, I, S, B
 
 CELL_LEVEL: tuple[Column, ...] = (
     per_cell("cell_id", S, "", "The cell compared (cells/*.parquet's cell_id)."),

@@ -67,3 +67,31 @@ def test_kernels_on_one_side_only_are_paired_as_replaced_under_their_operator():
     assert swap[0].change_s == pytest.approx(0.01, abs=1e-3)
     assert [k.kernel for k in d.kernels if k.presence == "new"] == ["aten::view"]  # below the floor: not paired
     assert "aten::mkldnn_convolution replaced by aten::_slow_conv2d_forward" in top_line(d)
+
+
+def test_an_items_word_is_decides_rule_in_seconds_against_the_floor(monkeypatch):
+    """One verdict rule (issue 60): the kernel diff calls each tested item through decide.Evidence.call, with its
+    change and interval in seconds, the floor's seconds and more time as worse; a rule changed there changes the
+    kernel diff's words too."""
+    from harness.analysis.judge import decide
+
+    rng = np.random.default_rng(1)
+    base = {("forward", f"aten::op{i}", f"aten::op{i}"): _noise(rng, 0.005) for i in range(4)}
+    cand = {key: _noise(rng, 0.005) for key in base}
+    cand[("forward", "aten::op1", "aten::op1")] = _noise(rng, 0.008)  # +3 ms
+    seen = []
+    real = decide.Evidence.call
+
+    def spy(self, floor):
+        seen.append((self.name, self.higher_is_better, floor, self.effect_pct))
+        return real(self, floor)
+
+    monkeypatch.setattr(decide.Evidence, "call", spy)
+    d = diff_cell(kernels_table(_rows(base)), kernels_table(_rows(cand)), "c")
+    tested = [o for o in [*d.operators, *d.kernels] if o.tested]
+    assert len(seen) == len(tested) > 0 and {s[1] for s in seen} == {False} and {s[2] for s in seen} == {d.floor_s}
+    op1 = next(s for s in seen if s[0] == "aten::op1")
+    assert op1[3] == pytest.approx(0.003, abs=5e-4)  # seconds, not %
+    monkeypatch.setattr(decide.Evidence, "call", lambda self, floor: UNCHANGED)
+    again = diff_cell(kernels_table(_rows(base)), kernels_table(_rows(cand)), "c")
+    assert {o.verdict for o in again.operators} == {UNCHANGED}

@@ -62,7 +62,9 @@ class Evidence:
     better: str = "faster"
 
     def call(self, floor_pct: float) -> str:
-        """This metric alone: REGRESSION, IMPROVEMENT, UNCHANGED (interval inside the floor) or INCONCLUSIVE."""
+        """This metric alone: REGRESSION, IMPROVEMENT, UNCHANGED (interval inside the floor) or INCONCLUSIVE. The rule
+        reads no unit: the effect, its interval and the floor in one (% for a cell's metrics; the kernel diff's
+        seconds for an operator's time)."""
         down = self.significant and self.ci_high_pct < 0 and self.effect_pct <= -floor_pct
         up = self.significant and self.ci_low_pct > 0 and self.effect_pct >= floor_pct
         if down or up:

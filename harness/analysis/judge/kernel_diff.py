@@ -8,12 +8,12 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Iterable
 
 import numpy as np
 import pyarrow as pa
 
-from harness.analysis.judge.decide import IMPROVEMENT, INCONCLUSIVE, REGRESSION, UNCHANGED
+from harness.analysis.judge.decide import IMPROVEMENT, INCONCLUSIVE, REGRESSION, UNCHANGED, Evidence
 from harness.stats import inference
 from harness.stats.welch import repeats_for, welch_test
 from harness.catalogue import col
@@ -156,12 +156,13 @@ def diff_cell(base_table: pa.Table, cand_table: pa.Table, cell_id: str, *, q: fl
         return None
     floor_s = floor_pct / 100 * step_b
     ob, oc = _operators(base, len(rb)), _operators(cand, len(rc))
-    raw = [("op", BOTH if k in ob and k in oc else NEW if k in oc else GONE, None, (*k, None),
-            ob.get(k, np.zeros(len(rb))), oc.get(k, np.zeros(len(rc)))) for k in sorted(ob.keys() | oc.keys())]
-    raw += [("kernel", presence, replaced, key, a, b)
-            for presence, replaced, key, a, b in _pair(base, cand, len(rb), len(rc), floor_s)]
-    tested = [i for i, item in enumerate(raw) if max(item[4].max(), item[5].max()) >= floor_s]
-    ps = [welch_test(raw[i][4], raw[i][5])[1] for i in tested]
+    raw = [_Item(kind="op", presence=BOTH if k in ob and k in oc else NEW if k in oc else GONE, replaced=None,
+                 phase=k[0], operator=k[1], kernel=None, base=ob.get(k, np.zeros(len(rb))),
+                 cand=oc.get(k, np.zeros(len(rc)))) for k in sorted(ob.keys() | oc.keys())]
+    raw += [_Item(kind="kernel", presence=presence, replaced=replaced, phase=key[0], operator=key[1], kernel=key[2],
+                  base=a, cand=b) for presence, replaced, key, a, b in _pair(base, cand, len(rb), len(rc), floor_s)]
+    tested = [i for i, item in enumerate(raw) if max(item.base.max(), item.cand.max()) >= floor_s]
+    ps = [welch_test(raw[i].base, raw[i].cand)[1] for i in tested]
     adjusted, rejected = inference.benjamini_hochberg(ps, q=q) if ps else (np.array([]), np.array([], bool))
     level = inference.fcr_adjusted_confidence(int(rejected.sum()), max(len(ps), 1), q=q)
     judged = {i: (p, float(adj), bool(rej)) for i, p, adj, rej in zip(tested, ps, adjusted, rejected)}
@@ -169,31 +170,44 @@ def diff_cell(base_table: pa.Table, cand_table: pa.Table, cell_id: str, *, q: fl
     timed = timed_step_change_s is not None and math.isfinite(timed_step_change_s)
     return KernelDiff(cell_id=cell_id, repeats_base=len(rb), repeats_cand=len(rc), floor_s=floor_s, base_step_s=step_b,
                       step_change_s=timed_step_change_s if timed else step_c - step_b, timed=timed,
-                      operators=tuple(i for i, item in zip(items, raw) if item[0] == "op"),
-                      kernels=tuple(i for i, item in zip(items, raw) if item[0] == "kernel"), ci_level=level,
+                      operators=tuple(i for i, item in zip(items, raw) if item.kind == "op"),
+                      kernels=tuple(i for i, item in zip(items, raw) if item.kind == "kernel"), ci_level=level,
                       method=f"welch_t + benjamini_hochberg over {len(ps)} items at q {q:g}; floor {floor_pct:g}% "
                              f"of the step ({1e3 * floor_s:.2f} ms)")
 
 
-def _judge(item, test: tuple[float, float, bool] | None, level: float, floor_s: float, alpha: float) -> ItemChange:
-    _, presence, replaced, (phase, operator, kernel), a, b = item
-    common = dict(phase=phase, operator=operator, kernel=kernel, presence=presence, replaced=replaced,
-                  base_s=float(a.mean()), cand_s=float(b.mean()))
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Item:
+    """One operator or kernel of a phase before it is judged: its per-repeat seconds on each side."""
+
+    kind: str
+    """op or kernel."""
+    presence: str
+    replaced: str | None
+    phase: str
+    operator: str
+    kernel: str | None
+    base: np.ndarray
+    cand: np.ndarray
+
+
+def _judge(item: _Item, test: tuple[float, float, bool] | None, level: float, floor_s: float,
+           alpha: float) -> ItemChange:
+    """An item's change with its interval and its word: the verdict rule is decide's (Evidence.call, in seconds
+    against the floor's seconds; more time is worse), so the kernel diff and the timed verdict call alike."""
+    a, b = item.base, item.cand
+    common = dict(phase=item.phase, operator=item.operator, kernel=item.kernel, presence=item.presence,
+                  replaced=item.replaced, base_s=float(a.mean()), cand_s=float(b.mean()))
     change = float(b.mean() - a.mean())
     if test is None:  # every repeat below the floor: |change| < floor, unchanged without a test
         return ItemChange(**common, change_s=change, ci_low_s=math.nan, ci_high_s=math.nan, p_value=math.nan,
                           p_adjusted=math.nan, tested=False, verdict=UNCHANGED)
     p, p_adj, rejected = test
     ci, _ = welch_test(a, b, confidence=level)
-    needed = None
-    if rejected and ci.low > 0 and change >= floor_s:
-        verdict = REGRESSION
-    elif rejected and ci.high < 0 and change <= -floor_s:
-        verdict = IMPROVEMENT
-    elif -floor_s <= ci.low and ci.high <= floor_s:
-        verdict = UNCHANGED
-    else:
-        verdict = INCONCLUSIVE
+    evidence = Evidence(name=item.kernel or item.operator, effect_pct=change, ci_low_pct=ci.low, ci_high_pct=ci.high,
+                        significant=rejected, higher_is_better=False)
+    verdict, needed = evidence.call(floor_s), None
+    if verdict == INCONCLUSIVE:
         sd = math.sqrt((a.var(ddof=1) + b.var(ddof=1)) / 2) if a.size > 1 and b.size > 1 else 0.0
         needed = max(repeats_for(sd, max(abs(change), floor_s), alpha=alpha), max(a.size, b.size) + 1)
     return ItemChange(**common, change_s=change, ci_low_s=ci.low, ci_high_s=ci.high, p_value=p, p_adjusted=p_adj,
@@ -217,7 +231,3 @@ def top_line(diff: KernelDiff, *, most: int = 3) -> str:
         parts.append(f"{phase} {1e3 * total:+.1f} ms: " + ", ".join(names))
     head = "; ".join(parts) if parts else "no operator called changed"
     return f"{head}; {diff.closure()}"
-
-
-def replaced_pairs(diff: KernelDiff) -> Sequence[ItemChange]:
-    return [k for k in diff.kernels if k.presence == REPLACED]
