@@ -7,7 +7,7 @@ from harness.catalogue.axes import AXES_RECORD
 from harness.catalogue.columns import B, F, I, S, Column, per_cell
 from harness.catalogue.judged import JUDGED, METRIC_FIELDS, Judged
 
-VERDICTS_VERSION = 12
+VERDICTS_VERSION = 13
 """Version of verdicts.parquet (schema metadata nvbench.verdicts_version). 1: first release. 2: the
 speed-adjustment columns unadjusted_effect_pct, speed_probe_change_pct and speed_slope. 3: the fast-step
 rate (decided_by, throughput_p_value, fast_effect_pct, fast_ci_low_pct, fast_ci_high_pct, fast_p_value,
@@ -23,7 +23,9 @@ file); the columns derived from harness.catalogue.judged, every column with its 
 candidate_img_per_joule, baseline_img_per_joule; null when read from an older file or where it was not tested).
 10: floor_source, the rule that set the cell's floor (the matrix's [judge]; empty when read from an older file).
 11: the work diff (work, work_changed, work_gate; null when read from an older file or where no work was counted).
-12: busy, a cell not judged because the machine was busy (null when read from an older file)."""
+12: busy, a cell not judged because the machine was busy (null when read from an older file). 13: operators, the
+kernel diff's line of a changed cell as a column of its own (its reason still ends with it for a reader; null when
+read from an older file or where the cell was not profiled)."""
 
 
 CELL_LEVEL: tuple[Column, ...] = (
@@ -122,6 +124,14 @@ CELL_LEVEL: tuple[Column, ...] = (
         "",
         "True: fewer than half of a side's ok windows were clean (others' processes on the cell's cores), so the "
         "cell was not judged: inconclusive, no alarm opened or ended on it. Null before version 12.",
+    ),
+    per_cell(
+        "operators",
+        S,
+        "",
+        "The kernel diff's line of a changed cell with profiled repeats on both sides: its operators by phase and "
+        "the closure (`forward +3.1 ms: aten::mm +2.9 ms [+2.7, +3.1]; ...`); null: not profiled, or not changed. "
+        "Null before version 13.",
     ),
 )
 """What a comparison says of a cell as a whole (harness.analysis.judge.verdict.CellVerdict's fields)."""

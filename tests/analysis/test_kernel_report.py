@@ -14,7 +14,7 @@ from browser import Browser, chromium_path
 from conftest import nvbench
 from harness.analysis.pages import ci_formats, kernel_report
 from harness.analysis.pages.report import make_report, write_report
-from harness.analysis.judge.verdict import REGRESSION
+from harness.analysis.judge.verdict import REGRESSION, CellVerdict
 from harness.results import kernels, store
 
 
@@ -58,9 +58,14 @@ def test_a_changed_cells_line_names_its_operators_everywhere_it_is_shown(shared_
         dataclasses.replace(v, verdict=REGRESSION) if v.cell_id == cell else v for v in comparison.verdicts))
     diffs = kernel_report.diff_runs(comparison, a, b)
     named = kernel_report.attach(comparison, diffs)
-    reason = next(v.reason for v in named.verdicts if v.cell_id == cell)
+    changed = next(v for v in named.verdicts if v.cell_id == cell)
+    reason = changed.reason
     assert re.search(r"; operators: forward \+3\.0 ms: aten::linear \+(2\.9|3\.0)\d ms", reason)
     assert "explained +3.0 of" in reason
+    assert reason.endswith(f"; operators: {changed.operators}")  # its own field, which verdicts.parquet keeps
+    assert changed.operators.startswith("forward +3.0 ms: aten::linear")
+    assert CellVerdict.from_row(changed.to_row()).operators == changed.operators
+    assert {v.operators for v in named.verdicts if v.cell_id != cell} == {None}
     assert "operators: forward" in ci_formats.render_markdown(named)
     assert b"operators: forward" in ci_formats.render_junit(named)
     sections = kernel_report.render_sections(diffs, kernel_report.changed_cells(named))

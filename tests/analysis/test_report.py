@@ -118,12 +118,12 @@ def test_report_of_a_run_against_itself(runs, documented_run):
     suite = junit(out / "junit.xml")
     assert [suite.get(k) for k in ("tests", "failures", "errors", "skipped")] == ["2", "0", "0", "2"]
     table = pq.read_table(out / "verdicts.parquet")
-    assert table.schema.metadata[b"nvbench.verdicts_version"] == b"12"
+    assert table.schema.metadata[b"nvbench.verdicts_version"] == b"13"
     assert set(VERDICTS_V7_COLUMNS) <= set(table.column_names)  # a reader of version 7 finds every column
     assert set(table.column_names) - set(VERDICTS_V7_COLUMNS) == {
         "floor_source", "throughput_verdict", "fast_verdict", "energy_verdict", "energy_effect_pct", "energy_ci_low_pct",
         "energy_ci_high_pct", "energy_p_value", "candidate_img_per_joule", "baseline_img_per_joule", "work",
-        "work_changed", "work_gate", "busy"}
+        "work_changed", "work_gate", "busy", "operators"}
     # every column says its unit and meaning to a reader of the file alone (DuckDB, pandas, nvbench columns)
     assert [f.name for f in pq.read_schema(out / "verdicts.parquet") if b"unit" not in (f.metadata or {})
             or not f.metadata.get(b"doc")] == []

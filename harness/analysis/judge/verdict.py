@@ -258,6 +258,9 @@ class CellVerdict(AxisValues):
     """True: fewer than half of a side's ok windows were clean (harness.results.interference.MIN_CLEAN_FRAC), so
     the cell was not judged (inconclusive; no alarm opens or ends on it); null in verdicts written before
     version 12."""
+    operators: str | None = None
+    """The kernel diff's line of a changed, profiled cell (harness.analysis.pages.kernel_report.attach; its reason
+    ends with it too); null: not profiled or not changed, or read from a verdicts file before version 13."""
 
     def axis_filters(self) -> list[str]:
         """`AXIS=VALUE` for every axis the verdict records: the `--only` filters that select its cell (an axis

@@ -56,10 +56,15 @@ def diff_runs(comparison: Comparison, base_dir: Path, cand_dir: Path, *, floor_p
 
 
 def attach(comparison: Comparison, diffs: Mapping[str, KernelDiff]) -> Comparison:
-    """The comparison with each changed cell's verdict reason ending in its operators' line."""
+    """The comparison with each changed cell's operators' line in its own field (verdicts.parquet's `operators`), and
+    its reason ending in it for a reader."""
     changed = set(changed_cells(comparison))
-    verdicts = tuple(dataclasses.replace(v, reason=f"{v.reason}{OPERATORS_NOTE}{top_line(diffs[v.cell_id])}")
-                     if v.cell_id in diffs and v.cell_id in changed else v for v in comparison.verdicts)
+
+    def with_line(v, line: str):
+        return dataclasses.replace(v, operators=line, reason=f"{v.reason}{OPERATORS_NOTE}{line}")
+
+    verdicts = tuple(with_line(v, top_line(diffs[v.cell_id])) if v.cell_id in diffs and v.cell_id in changed else v
+                     for v in comparison.verdicts)
     return dataclasses.replace(comparison, verdicts=verdicts)
 
 

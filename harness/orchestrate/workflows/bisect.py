@@ -30,7 +30,6 @@ from typing import Any, Callable, Sequence
 
 from harness.orchestrate.session import stopping
 from harness.catalogue import col
-from harness.catalogue.kernels import OPERATORS_NOTE
 from harness.exits import EXIT_INCONCLUSIVE, EXIT_OK
 
 BAD, GOOD, SKIPPED = "bad", "good", "skipped"
@@ -251,9 +250,8 @@ class Bisector:
 
             for r in pq.read_table(verdicts).to_pylist():
                 cell = {k: r.get(k) for k in (col.cell_id, "verdict", col.effect_pct, col.ci_low_pct, col.ci_high_pct,
-                                              col.num_candidate, col.num_baseline, "attribution", "reason")}
-                # the kernel diff's line (kernel_report.attach appends it to a changed cell's reason)
-                cell["operators"] = (r.get("reason") or "").partition(OPERATORS_NOTE)[2] or None
+                                              col.num_candidate, col.num_baseline, "attribution", "reason",
+                                              "operators")}  # operators: the kernel diff's line (verdicts 13)
                 cells.append(cell)
         else:
             busy = [line for line in (proc.stdout or "").splitlines() if line.startswith(BUSY_WORDS)]

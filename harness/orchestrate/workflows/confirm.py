@@ -104,9 +104,8 @@ def judge(change: Change, verdicts: Mapping[str, Any]) -> Confirmation:
             + f" in {v.num_candidate} pairs")
     same_way = decide.REGRESSION if change.change < 0 else decide.IMPROVEMENT
     if v.verdict == same_way:
-        operators = v.reason.partition(OPERATORS_NOTE)[2]  # the kernel diff's line, where it profiled
         return CONFIRMED, said + (f"; {v.attribution}" if v.attribution else "") \
-            + (f"{OPERATORS_NOTE}{operators}" if operators else "")
+            + (f"{OPERATORS_NOTE}{v.operators}" if v.operators else "")  # the kernel diff's line, where it profiled
     if v.verdict == decide.INCONCLUSIVE:  # its reason carries the change and its interval
         return NOT_CONFIRMED, f"A/B: inconclusive in {v.num_candidate} pairs: {v.reason}"
     return NOT_CONFIRMED, said
