@@ -350,6 +350,46 @@ def test_the_host_accounting_knows_nothing_of_nvbench_but_the_catalogue():
         | {"harness"}
 
 
+TEXT_FIELDS = {"reason", "steadiness"}
+"""Free text for a person: what a program needs of it is a column of its own (issue 60)."""
+TEXT_READERS = ("harness/analysis/pages/", "harness/console.py")
+"""What shows such text to a person (a first line, a clause cut for width): presentation, not data."""
+PARSING = {"partition", "rpartition", "find", "rfind", "index", "rindex", "split", "rsplit", "startswith",
+           "endswith", "removeprefix", "removesuffix", "count"}
+
+
+def _mentions_text_field(node: ast.AST) -> bool:
+    return any(isinstance(n, ast.Name) and n.id in TEXT_FIELDS or isinstance(n, ast.Attribute) and n.attr in TEXT_FIELDS
+               or isinstance(n, ast.Constant) and n.value in TEXT_FIELDS for n in ast.walk(node))
+
+
+def text_parsing(path: Path) -> list[int]:
+    """Lines of `path` that read data out of a reason or steadiness text: a string method that searches or cuts it,
+    or an `in` test against it."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in PARSING \
+                and _mentions_text_field(node.func.value):
+            found.append(node.lineno)
+        elif isinstance(node, ast.Compare) and any(isinstance(op, (ast.In, ast.NotIn)) for op in node.ops) \
+                and any(_mentions_text_field(c) for c in node.comparators):
+            found.append(node.lineno)
+    return sorted(found)
+
+
+def test_no_code_reads_data_out_of_a_reason_or_steadiness_text():
+    found = {rel: lines for p in PACKAGE.rglob("*.py")
+             if not (rel := str(p.relative_to(ROOT))).startswith(TEXT_READERS) and (lines := text_parsing(p))}
+    assert found == {}, f"data read out of free text (give it a column): {found}"
+
+
+def test_the_text_rule_sees_a_parse(tmp_path):
+    module = tmp_path / "m.py"
+    module.write_text('def f(row, v):\n    a = "interference" in (row.get("reason") or "")\n'
+                      '    b = v.reason.partition("; operators: ")[2]\n    return row["steadiness"].find("x"), a, b\n')
+    assert text_parsing(module) == [2, 3, 4]
+
+
 LITERAL_FREE_EXEMPT = {"stats": "pure functions of numbers: a parameter's name in an error message, never a column "
                                 "(stats imports nothing of nvbench)"}
 """Packages under harness/ where a string equal to a column name is not a column; each with its reason."""

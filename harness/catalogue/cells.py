@@ -14,6 +14,10 @@ INTERFERENCE_THRESHOLD = 0.10
 (foreign_cpu_frac) or the hypervisor stole more than it (steal_frac). Quiet windows on the 2-core machine read a
 few per cent at most; a neighbour busy on the cores reads tens of per cent (docs/performance.md, "Interference")."""
 
+RERUN_INTERFERENCE, RERUN_TRANSIENT = "interference", "start transient"
+"""The values of `rerun_cause`: a superseded row was run again because its window was taken under interference
+or because it opened in a start transient (each spends a re-run budget of its own)."""
+
 CELL_COLUMNS: tuple[Column, ...] = (
     per_repeat("run_id", S, "", "Run this row belongs to (the reports/<run_id> folder)."),
     per_repeat("cell_id", S, "", "Stable id: axis values + hash of every knob that affects the measurement."),
@@ -23,9 +27,17 @@ CELL_COLUMNS: tuple[Column, ...] = (
         S,
         "",
         "ok, failed, timeout, crashed, skipped, cancelled (a SLURM job cancelled before its result) "
-        "or superseded (an A/B repeat whose window opened in a start transient, run again: kept, never compared).",
+        "or superseded (an A/B repeat whose window opened in a start transient or was taken under interference, run "
+        "again: kept, never compared).",
     ),
     per_repeat("reason", S, "", "Why the cell is not ok (empty when ok)."),
+    per_repeat(
+        "rerun_cause",
+        S,
+        "",
+        "A superseded row's cause as data: `interference` or `start transient` (what spent which re-run budget of "
+        "the A/B); null on every other row, and before schema version 7.",
+    ),
     *(per_repeat(a.name, a.type, a.unit, f"Axis: {a.doc}") for a in AXES_RECORD),
     per_repeat("nnodes", I, "nodes", "Nodes in the torchrun group."),
     per_repeat("batch_size", I, "images", "Per-process micro-batch."),
@@ -164,6 +176,20 @@ CELL_COLUMNS: tuple[Column, ...] = (
         "Measured steps at the window's start still in a transient (MSER-1 on the "
         "warm-up + window step times, each step beyond the settled steps' noise: harness.stats.settle); 0: the "
         "window starts settled; null before schema version 5.",
+    ),
+    per_repeat(
+        "start_transient_low_x",
+        F,
+        "x",
+        "The start transient's fastest step over the window's median step time (harness.stats.settle); null: no "
+        "transient, or before schema version 7.",
+    ),
+    per_repeat(
+        "start_transient_high_x",
+        F,
+        "x",
+        "The start transient's slowest step over the window's median step time; null: no transient, or before "
+        "schema version 7.",
     ),
     per_repeat(
         "foreign_cpu_frac",

@@ -98,6 +98,8 @@ def train(ctx: Context, engine: Engine, loader,
         col.host_data_wait_s: host_wait, col.host_data_wait_frac: host_wait / window_s,
         col.is_steady: steady.is_steady, "steadiness": steady.reason,
         col.start_transient_steps: start.num_steps, **busy,
+        col.start_transient_low_x: start.low_ratio if start.found else None,
+        col.start_transient_high_x: start.high_ratio if start.found else None,
         col.train_loss: train_loss, col.lr_final: engine.lr(), col.loss_scale: engine.loss_scale(),
     } | _phase_medians(phase_s, engine) | telemetry_columns(ctx, sampler.summary, images, sampler.foreign_pids) \
         | (probe.summary() if probe is not None else {})

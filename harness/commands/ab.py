@@ -144,7 +144,9 @@ def cmd_ab(args: argparse.Namespace) -> int:
         print(f"interrupted; the rows so far are in {out}/a and {out}/b", file=sys.stderr)
         return EXIT_INTERRUPTED
     except rerun.MachineBusy as exc:  # undecided: no verdict is written, every row stays for --resume
-        print(f"{rerun.busy_summary([out / 'a', out / 'b'])}; undecided")
+        said = f"{rerun.busy_summary([out / 'a', out / 'b'])}; undecided"
+        ab.mark_busy(out, said)  # as data, for bisect: ab.json's stopped_busy
+        print(said)
         try:  # what a step does is counted exactly beside any neighbour: the work diff still answers
             _count(out, [c.cell_id for c in cells], work_plan, caps=caps, envs=envs, pythons=pythons,
                    seed=args.seed, checkouts=checkouts)

@@ -7,7 +7,7 @@ import math
 from typing import Any, Mapping, Sequence
 
 from harness.catalogue import col
-from harness.catalogue.cells import INTERFERENCE_THRESHOLD, MIN_INTERFERENCE_S
+from harness.catalogue.cells import INTERFERENCE_THRESHOLD, MIN_INTERFERENCE_S, RERUN_INTERFERENCE, RERUN_TRANSIENT
 
 
 def interference_reason(foreign: float | None, steal: float | None, *, foreign_s: float | None = None,
@@ -30,6 +30,14 @@ def row_interference(row: Mapping[str, Any]) -> str | None:
     """interference_reason of a cells row (None for rows written before schema 6: never measured)."""
     return interference_reason(row.get(col.foreign_cpu_frac), row.get(col.steal_frac),
                                foreign_s=row.get(col.foreign_cpu_s), steal_s=row.get(col.steal_s))
+
+
+def rerun_cause(row: Mapping[str, Any]) -> str:
+    """A superseded row's cause: its `rerun_cause`, or for a row kept before schema version 7 what its own numbers
+    say (its interference columns were kept with it): RERUN_INTERFERENCE or RERUN_TRANSIENT."""
+    if row.get(col.rerun_cause):
+        return row[col.rerun_cause]
+    return RERUN_INTERFERENCE if row_interference(row) else RERUN_TRANSIENT
 
 
 MIN_CLEAN_FRAC = 0.5

@@ -33,6 +33,11 @@ Schema history (bump RESULT_SCHEMA_VERSION and teach store.migrate the step when
      `foreign_cpu_s`, `steal_s`, `num_involuntary_switches`, steps `foreign_cpu_frac`; a window above INTERFERENCE_THRESHOLD is not steady
      and its steadiness says why; a window too short to be tested for steadiness has `is_steady` null.
      Migrating version 5: the new columns read null (never measured).
+  7 (0.2.0): data out of free text: cells `rerun_cause` (a superseded row's cause, `interference` or `start
+     transient`: what a resumed A/B's re-run budgets read) and the start transient's size, `start_transient_low_x`
+     and `start_transient_high_x` (its fastest and slowest step over the window's median: what the superseded
+     row's reason is worded from). Migrating version 6: the new columns read null (a superseded row of version 6
+     is classed by its interference columns).
 """
 
 from __future__ import annotations
@@ -45,7 +50,7 @@ from harness.catalogue.cells import CELL_COLUMNS
 from harness.catalogue.columns import B, F, I, S, TS, Column
 from harness.catalogue.steps import STEP_COLUMNS
 
-RESULT_SCHEMA_VERSION = 6
+RESULT_SCHEMA_VERSION = 7
 METADATA_VERSION_KEY = b"nvbench.schema_version"
 METADATA_KIND_KEY = b"nvbench.table"
 

@@ -148,11 +148,17 @@ def start_transient(warmup_s: Sequence[float], window_s: Sequence[float], *, bat
         return _settled(settle)
     median = float(np.median(window))
     low, high = float(window[:steps].min() / median), float(window[:steps].max() / median)
-    what = f"first step at {high:.2g}x" if steps == 1 else f"first {steps} steps at {low:.2g}-{high:.2g}x"
+    what = transient_steps_text(steps, low, high)
     reason = (f"start transient: {what} the window's median ({100 * cost:.2g}% of the window's time beyond its "
               f"settled steps); lengthen the warm-up or use warmup_steps = \"auto\"")
     return StartTransient(num_steps=steps, settle_index=settle, low_ratio=low, high_ratio=high, cost_frac=cost,
                           reason=reason)
+
+
+def transient_steps_text(steps: int, low: float, high: float) -> str:
+    """'first step at 7.1x' or 'first 3 steps at 2.9-7.1x': a transient's steps and their size over the window's
+    median, as the steadiness reason and an A/B's superseded row say it."""
+    return f"first step at {high:.2g}x" if steps == 1 else f"first {steps} steps at {low:.2g}-{high:.2g}x"
 
 
 def has_settled(step_times_s: Sequence[float], tail: int) -> bool:

@@ -213,7 +213,7 @@ def test_a_pythons_file_is_checked_before_anything_runs(tmp_path):
 
 
 def test_an_ab_the_machine_kept_busy_stops_the_bisect_undecided_and_blames_no_point(tmp_path, monkeypatch):
-    """Beside a neighbour that stays, a step's A/B ends undecided (`nvbench ab` exit 3, its busy line): the point's
+    """Beside a neighbour that stays, a step's A/B ends undecided (`nvbench ab` exit 3, ab.json's stopped_busy): the point's
     code is not to blame, so it is neither skipped nor judged; the bisect stops with it (issue 58), keeps the
     comparisons it made, and its --resume runs the undecided one again. Exact: the A/Bs' answers are given."""
     from harness.analysis.load import verdicts_file
@@ -240,7 +240,8 @@ def test_an_ab_the_machine_kept_busy_stops_the_bisect_undecided_and_blames_no_po
                 Compared(mode="ab", candidate=run, baseline_label="a", baseline_environment={},
                          thresholds=Thresholds(), verdicts=(v,))))
             return subprocess.CompletedProcess(argv, 1, "", "")
-        return subprocess.CompletedProcess(argv, 3, f"{busy_line}\n", "stopped: the wait budget (120 s) is spent")
+        store.write_json(folder / "ab.json", {"order": [], "stopped_busy": busy_line})  # as nvbench ab records it
+        return subprocess.CompletedProcess(argv, 3, "", "stopped: the wait budget (120 s) is spent")
 
     monkeypatch.setattr(workflow.stopping, "run_child", fake_child)
     points = [str(tmp_path / f"p{k}") for k in range(3)]

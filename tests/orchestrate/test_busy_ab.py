@@ -12,6 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import nvbench
 
+from harness.orchestrate.workflows import ab
+
 
 @pytest.mark.documented("nvbench ab --resume reports/<ab>", bound_s=600)
 def test_an_ab_beside_a_neighbour_that_stays_ends_undecided_and_resumes_on_the_quiet_machine(tiny_matrix, tmp_path,
@@ -31,11 +33,13 @@ def test_an_ab_beside_a_neighbour_that_stays_ends_undecided_and_resumes_on_the_q
     assert f"(pid {neighbour.pid})" in busy.stderr  # who holds the cores, said while waiting
     assert f"nvbench ab --resume {out}" in busy.stderr
     assert not (out / "report").exists()  # nothing called a regression, an improvement or anything else
+    assert ab.stopped_busy(out) == line  # as data, where bisect reads it
 
     done = documented_run(["ab", "--resume", str(out)])
     assert done.returncode == 0, done.stdout + done.stderr
     (verdict,) = pq.read_table(out / "report" / "verdicts.parquet").to_pylist()
     assert verdict["num_candidate"] == verdict["num_baseline"] == 3
+    assert ab.stopped_busy(out) is None  # the resumed A/B ended on a quiet machine
     for side in ("a", "b"):
         rows = pq.read_table(out / side / "cells").to_pylist()
         assert sorted(r["repeat"] for r in rows if r["status"] == "ok") == [0, 1, 2]

@@ -29,7 +29,8 @@ def finished(run_dir: Path, repeat: int, *, transient: int) -> dict:
     key = job_key(CELL, repeat)
     row = {"run_id": run_dir.name, "cell_id": CELL, "repeat": repeat, "status": "ok", "reason": "",
            "throughput_img_per_s": 100.0, "is_steady": not transient, "start_transient_steps": transient,
-           "steadiness": TRANSIENT if transient else "steady", "log_path": f"logs/{key}.log"}
+           "steadiness": TRANSIENT if transient else "steady", "log_path": f"logs/{key}.log",
+           "start_transient_low_x": 2.93 if transient else None, "start_transient_high_x": 7.08 if transient else None}
     store.write_table(run_dir / "cells" / f"{key}.parquet", cell_table([row]))
     store.write_table(run_dir / "steps" / f"{key}.parquet", step_table({"step": [0, 1], "repeat": [repeat] * 2,
                                                                         "step_time_s": [0.3, 0.1]}))
@@ -50,12 +51,28 @@ def test_a_transient_row_is_kept_as_superseded_with_its_steps_and_log_and_its_jo
     (cells,) = pq.read_table(run_dir / "cells").to_pylist()  # one row: the transient one, renamed
     assert cells["status"] == "superseded" and cells["reason"] == reason and cells["log_path"] == f"logs/{kept}.log"
     assert cells["throughput_img_per_s"] == 100.0 and cells["start_transient_steps"] == 3  # the row as it ran
+    assert cells["rerun_cause"] == rerun.TRANSIENT  # its cause as data: no reader parses the reason
     assert pq.read_table(run_dir / SUPERSEDED_STEPS / f"{kept}.parquet").column("step_time_s").to_pylist() == [0.3, 0.1]
     assert not list((run_dir / "steps").glob("*.parquet"))  # a glob over steps/ no longer counts it
     assert (run_dir / "logs" / f"{kept}.log").read_text() == "the cell's output\n"
     assert runfolder.pending(run_dir, [(CELL, 4)]) == [(CELL, 4)]
     # a resumed A/B counts what it spent, per side
     assert rerun.Reruns.of([run_dir, tmp_path / "a"], 2).used == {(str(run_dir), CELL, False): 1}
+
+
+def test_a_resumed_ab_classes_its_kept_rows_by_their_cause_not_their_words(tmp_path):
+    """The budget a superseded row spent is read from its `rerun_cause` (whatever its reason says), and a row kept
+    before the column existed from its own interference columns."""
+    run_dir = tmp_path / "b"
+    for repeat, cause, foreign, words in ((0, rerun.TRANSIENT, 0.0, "the machine said interference"),
+                                          (1, rerun.INTERFERENCE, 0.0, "no such word"),
+                                          (2, None, 0.6, "window opened in a start transient"),
+                                          (3, None, 0.0, "window taken under interference (a kept row)")):
+        row = {"run_id": "b", "cell_id": CELL, "repeat": repeat, "status": "superseded", "reason": words,
+               "rerun_cause": cause, "foreign_cpu_frac": foreign, "foreign_cpu_s": 9.0 if foreign else 0.0}
+        store.write_table(run_dir / "cells" / f"{job_key(CELL, repeat)}-superseded1.parquet", cell_table([row]))
+    used = rerun.Reruns.of([run_dir], 2).used
+    assert used == {(str(run_dir), CELL, False): 2, (str(run_dir), CELL, True): 2}, used
 
 
 def test_a_window_taken_under_interference_runs_again_on_a_budget_of_its_own(tmp_path):

@@ -44,8 +44,18 @@ def test_a_version_4_row_reads_its_start_unchecked(tmp_path):
     (tmp_path / "cells").mkdir()
     pq.write_table(old, tmp_path / "cells" / "a-r0.parquet")
     (row,) = store.read_cells(tmp_path).to_pylist()
-    assert RESULT_SCHEMA_VERSION == 6
+    assert RESULT_SCHEMA_VERSION == 7
     assert row["start_transient_steps"] is None and row["is_steady"] is True  # never checked, not "settled"
+
+
+def test_a_version_6_superseded_row_reads_no_cause_and_no_transient_size(tmp_path):
+    old = pa.table({"run_id": ["r"], "cell_id": ["a"], "repeat": [0], "status": ["superseded"],
+                    "start_transient_steps": [3], "foreign_cpu_frac": [0.0]})
+    (tmp_path / "cells").mkdir()
+    pq.write_table(old.replace_schema_metadata({METADATA_VERSION_KEY: b"6"}), tmp_path / "cells" / "a-r0.parquet")
+    (row,) = store.read_cells(tmp_path).to_pylist()
+    assert (row["rerun_cause"], row["start_transient_low_x"], row["start_transient_high_x"]) == (None, None, None)
+    assert row["start_transient_steps"] == 3
 
 
 def test_newer_or_foreign_files_are_refused(tmp_path):

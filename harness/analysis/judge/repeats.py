@@ -9,10 +9,11 @@ import numpy as np
 
 from harness.analysis.judge.verdict import FAILED, INSUFFICIENT, SKIPPED, Thresholds
 from harness.results.env import ENV_KEY_FIELDS, cell_env_fields, env_diff, env_key
-from harness.results.interference import row_interference
+from harness.results.interference import rerun_cause, row_interference
 from harness.results.schema import SUPERSEDED
 from harness.matrix.sections import AXES
 from harness.catalogue import col
+from harness.catalogue.cells import RERUN_INTERFERENCE
 
 BAD_STATUSES = ("failed", "timeout", "crashed", "cancelled")
 
@@ -71,7 +72,7 @@ def rerun_words(cand_rows: Sequence[Mapping[str, Any]], base_rows: Sequence[Mapp
     if not cand + base:
         return ""
     sides = f"A {base}, B {cand}" if ab else f"baseline {base}, candidate {cand}"
-    busy = sum(r["status"] == SUPERSEDED and "interference" in (r.get("reason") or "") for r in [*cand_rows, *base_rows])
+    busy = sum(r["status"] == SUPERSEDED and rerun_cause(r) == RERUN_INTERFERENCE for r in [*cand_rows, *base_rows])
     why = "a start transient" if not busy else "interference" if busy == cand + base else \
         f"a start transient or interference ({busy} interference)"
     return f"; {cand + base} repeat{'s' if cand + base != 1 else ''} re-run after {why} ({sides})"

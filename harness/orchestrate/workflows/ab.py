@@ -239,6 +239,7 @@ def run_ab(out_dir: Path, *, caps: capabilities.Capabilities, envs: dict[str, di
                       env_key=envs[name][col.env_key], python=pythons[name], checkout=checkouts.get(name),
                       notify=notify) for name in SIDES]
     max_reruns = int(store.read_json(out_dir / AB_FILE).get("max_reruns") or 0)
+    mark_busy(out_dir, None)  # a resumed A/B starts again: what stopped it last time no longer holds
     order: list[tuple[str, str, int]] = []
     try:
         order = run_interleaved(sides, seed=seed, on_done=lambda side, row: (order.append(
@@ -248,6 +249,27 @@ def run_ab(out_dir: Path, *, caps: capabilities.Capabilities, envs: dict[str, di
         meta = store.read_json(out_dir / AB_FILE)
         meta["order"] += [list(item) for item in order]
         store.write_json(out_dir / AB_FILE, meta)
+
+
+BUSY_KEY = "stopped_busy"
+"""ab.json's record of an A/B the wait budget ended (what it said, or absent): what bisect reads, never stdout."""
+
+
+def mark_busy(out_dir: Path, said: str | None) -> None:
+    """Record in ab.json that the machine kept this A/B busy (`said`: its summary line), or that it no longer does
+    (None: a resumed A/B that starts again)."""
+    meta = store.read_json(out_dir / AB_FILE)
+    if said is None:
+        meta.pop(BUSY_KEY, None)
+    else:
+        meta[BUSY_KEY] = said
+    store.write_json(out_dir / AB_FILE, meta)
+
+
+def stopped_busy(out_dir: Path) -> str | None:
+    """What the A/B said when the machine kept it busy, or None (no ab.json, or it was not stopped so)."""
+    path = Path(out_dir) / AB_FILE
+    return store.read_json(path).get(BUSY_KEY) if path.is_file() else None
 
 
 # ---------------------------------------------------------------------------------------------

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from harness.orchestrate.session import stopping
+from harness.orchestrate.workflows import ab
 from harness.catalogue import col
 from harness.exits import EXIT_INCONCLUSIVE, EXIT_OK
 
@@ -43,12 +44,8 @@ class BisectInputError(ValueError):
 
 class MachineBusy(Exception):
     """An A/B of the search ended undecided because the machine stayed busy past its wait budget (`nvbench ab`
-    exit 3, its line `the machine was busy: ...`): the point's code is not to blame, so it is not skipped; the
+    exit 3, ab.json's `stopped_busy`): the point's code is not to blame, so it is not skipped; the
     bisect stops, exit 3, and `--resume` on a quiet machine runs that comparison again."""
-
-
-BUSY_WORDS = "the machine was busy: "
-"""How `nvbench ab` begins its stdout line when its wait budget ended it (harness.orchestrate.workflows.rerun)."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -254,9 +251,9 @@ class Bisector:
                                               "operators")}  # operators: the kernel diff's line (verdicts 13)
                 cells.append(cell)
         else:
-            busy = [line for line in (proc.stdout or "").splitlines() if line.startswith(BUSY_WORDS)]
+            busy = ab.stopped_busy(folder)  # the A/B's own record (ab.json), not its words on stdout
             if busy:  # not recorded: --resume runs this comparison again
-                raise MachineBusy(f"{self.name(b)} vs {self.name(a)}: {busy[-1]}")
+                raise MachineBusy(f"{self.name(b)} vs {self.name(a)}: {busy}")
             tail = [line for line in proc.stderr.strip().splitlines() if line.strip()][-1:] or ["no output"]
             error = f"nvbench ab exited {proc.returncode}: {tail[0]}"
         comparison = Comparison(a=a, b=b, folder=str(folder.relative_to(self.out)), exit=proc.returncode,

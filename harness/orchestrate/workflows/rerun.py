@@ -13,14 +13,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pyarrow.parquet as pq
 
 from harness.orchestrate.session import job
 from harness.results import store
 from harness.host.procstat import Counters, foreign_share, read_proc_stat, tree_cpu_ticks
-from harness.results.interference import row_interference
-from harness.results.schema import SUPERSEDED, SUPERSEDED_STEPS, cell_table
-from harness.catalogue.cells import INTERFERENCE_THRESHOLD
+from harness.results.interference import rerun_cause, row_interference
+from harness.results.schema import CELL_SCHEMA, SUPERSEDED, SUPERSEDED_STEPS, cell_table
+from harness.stats.settle import transient_steps_text
+from harness.catalogue.cells import INTERFERENCE_THRESHOLD, RERUN_INTERFERENCE, RERUN_TRANSIENT
 from harness.matrix.cells import Cell, job_key
 from harness.matrix.job import parse_cpu_list
 from harness.catalogue import col
@@ -31,14 +31,27 @@ def has_start_transient(row: dict[str, Any]) -> bool:
     return row.get("status") == "ok" and (row.get(col.start_transient_steps) or 0) > 0
 
 
-def spoiled(row: dict[str, Any]) -> str | None:
-    """Why an ok row's window cannot stand for its cell, or None: taken under interference (another process on its
-    cores: harness.results.interference), or opened in a start transient."""
+INTERFERENCE, TRANSIENT = RERUN_INTERFERENCE, RERUN_TRANSIENT
+"""A superseded row's cause (cells' `rerun_cause`): which re-run budget it spent."""
+
+
+def spoiled_by(row: dict[str, Any]) -> str | None:
+    """Why an ok row's window cannot stand for its cell, as data: INTERFERENCE (another process on its cores:
+    harness.results.interference) before TRANSIENT (it opened in a start transient), or None."""
     if row.get("status") != "ok":
         return None
-    if busy := row_interference(row):
-        return f"window taken under interference ({busy})"
-    if has_start_transient(row):
+    if row_interference(row):
+        return INTERFERENCE
+    return TRANSIENT if has_start_transient(row) else None
+
+
+def spoiled(row: dict[str, Any]) -> str | None:
+    """spoiled_by in words, worded from the row's numbers: 'window taken under interference (...)' or 'window
+    opened in a start transient (first 3 steps at 2.9-7.1x the window's median)'."""
+    cause = spoiled_by(row)
+    if cause == INTERFERENCE:
+        return f"window taken under interference ({row_interference(row)})"
+    if cause == TRANSIENT:
         return f"window opened in a start transient ({_transient_words(row)})"
     return None
 
@@ -90,13 +103,13 @@ class Reruns:
         used: dict[tuple[str, str, bool], int] = {}
         for run_dir in map(Path, run_dirs):
             for path in sorted((run_dir / "cells").glob(f"*-{SUPERSEDED}*.parquet")):
-                row = pq.read_table(path, columns=[col.cell_id, "reason"]).to_pylist()[0]
-                key = (str(run_dir), row[col.cell_id], "interference" in (row["reason"] or ""))
+                row = store.read_table(path, CELL_SCHEMA).to_pylist()[0]
+                key = (str(run_dir), row[col.cell_id], rerun_cause(row) == INTERFERENCE)
                 used[key] = used.get(key, 0) + 1
         return cls(limit=limit, busy_limit=busy_limit, used=used, waits=waits)
 
     def _key(self, run_dir: Path, row: dict[str, Any]) -> tuple[str, str, bool]:
-        return str(run_dir), row[col.cell_id], row_interference(row) is not None
+        return str(run_dir), row[col.cell_id], spoiled_by(row) == INTERFERENCE
 
     def wanted(self, run_dir: Path, row: dict[str, Any]) -> bool:
         if spoiled(row) is None:
@@ -115,7 +128,7 @@ class Reruns:
         limit = self.busy_limit if budget[2] else self.limit
         reason = f"{spoiled(row)}: run again (re-run {n} of at most {limit} for this cell on this side)"
         log = Path(row[col.log_path]) if row.get(col.log_path) else None
-        copy = dict(row, status=SUPERSEDED, reason=reason,
+        copy = dict(row, status=SUPERSEDED, reason=reason, rerun_cause=spoiled_by(row),
                     log_path=str(log.with_name(f"{kept}.log")) if log else row.get(col.log_path))
         store.write_table(run_dir / "cells" / f"{kept}.parquet", cell_table([copy]))
         # its steps leave steps/ (a glob over it must not count the repeat twice); its log stays beside the others
@@ -129,12 +142,12 @@ class Reruns:
 
 
 def _transient_words(row: dict[str, Any]) -> str:
-    """The transient as the row's steadiness names it ('first 3 steps at 2.9-7.1x the window's median')."""
-    text = row.get("steadiness") or ""
-    start = text.find("start transient: ")
-    if start < 0:
-        return f"first {row[col.start_transient_steps]} step(s) slow"
-    return text[start + len("start transient: "):].split(" (")[0]
+    """The transient in words from the row's numbers ('first 3 steps at 2.9-7.1x the window's median')."""
+    steps, low, high = row[col.start_transient_steps], row.get(col.start_transient_low_x), \
+        row.get(col.start_transient_high_x)
+    if low is None or high is None:  # a row from before schema version 7
+        return f"first {steps} step(s) slow"
+    return f"{transient_steps_text(steps, low, high)} the window's median"
 
 
 QUIET_WAIT_S = 120.0
