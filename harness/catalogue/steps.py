@@ -4,6 +4,14 @@ from __future__ import annotations
 
 from harness.catalogue.columns import B, F, I, S, Column, per_step
 
+STEP_PHASES = ("data", "h2d", "forward", "backward", "optimizer", "allreduce")
+"""The phases of a step whose time each measured step records (harness.cell.instruments.timing.PHASES: h2d inside
+data, the others disjoint; allreduce the wait for DDP's gradients at backward's end), declared once."""
+PHASE_STEP_COLUMNS = {name: f"phase_{name}_s" for name in STEP_PHASES}
+"""Each phase's per-step column of steps/*.parquet."""
+PHASE_MEDIAN_COLUMNS = {name: f"phase_{name}_median_s" for name in STEP_PHASES}
+"""Each phase's median over the measured steps, a column of cells/*.parquet (harness.catalogue.cells)."""
+
 STEP_COLUMNS: tuple[Column, ...] = (
     per_step("run_id", S, "", "Run id."),
     per_step("cell_id", S, "", "Cell id."),

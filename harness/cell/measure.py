@@ -29,6 +29,7 @@ from harness.cell.instruments.timing import DATA, FORWARD, MEASURE, PHASES, Step
 from harness.cell.warmup import Warmup, warm_up
 from harness.stats import window
 from harness.catalogue import col
+from harness.catalogue.steps import PHASE_MEDIAN_COLUMNS, PHASE_STEP_COLUMNS
 
 
 class NonFiniteLoss(RuntimeError):
@@ -113,7 +114,7 @@ def train(ctx: Context, engine: Engine, loader,
         col.exposed_data_wait_s: np.concatenate([warm.exposed_data_wait_s, exposed]),
         "loss": step_loss, "lr": step_lr, "epoch": epoch, col.is_epoch_start: is_epoch_start,
         "images": np.full(n, local_images),
-    } | {f"phase_{name}_s": _nulls_where_nan(np.concatenate([np.full(warm.steps, np.nan), phase_s[:, k]]))
+    } | {PHASE_STEP_COLUMNS[name]: _nulls_where_nan(np.concatenate([np.full(warm.steps, np.nan), phase_s[:, k]]))
          for k, name in enumerate(PHASES)}
     step_ends = meter.started_at_s + np.cumsum(step_times)  # the step clock's times laid from the window's start
     steps[col.foreign_cpu_frac] = _nulls_where_nan(np.concatenate([np.full(warm.steps, np.nan),
@@ -157,7 +158,7 @@ def _phase_medians(phase_s: np.ndarray, engine: Engine) -> dict[str, Any]:
     out: dict[str, Any] = {col.phases_graphed: engine.is_graphed}
     for k, name in enumerate(PHASES):
         column = phase_s[:, k]
-        out[f"phase_{name}_median_s"] = float(np.median(column)) if np.isfinite(column).all() and len(column) else None
+        out[PHASE_MEDIAN_COLUMNS[name]] = float(np.median(column)) if np.isfinite(column).all() and len(column) else None
     return out
 
 

@@ -404,9 +404,14 @@ def test_a_wide_matrix_draws_enough_permutations_that_a_clear_change_can_reject(
 
 
 def test_the_phases_compare_reads_are_the_phases_cells_record():
+    """Declared once (harness.catalogue.steps): the cell's clocks, the rows' columns and the comparison read the
+    same phases."""
+    from harness.catalogue import ALL_COLUMN_NAMES
+    from harness.catalogue.steps import PHASE_MEDIAN_COLUMNS, PHASE_STEP_COLUMNS, STEP_PHASES
     from harness.cell.instruments.timing import PHASES
 
-    assert PHASE_NAMES == PHASES  # the analysis keeps its own copy so as not to import torch
+    assert PHASE_NAMES is STEP_PHASES and PHASES is STEP_PHASES
+    assert set(PHASE_MEDIAN_COLUMNS.values()) | set(PHASE_STEP_COLUMNS.values()) <= set(ALL_COLUMN_NAMES)
 
 
 def test_rows_taken_under_interference_are_left_out_and_the_verdict_says_the_machine_was_busy():

@@ -13,6 +13,7 @@ from harness.results import accuracy
 from harness.stats import inference
 from harness.stats.changepoint import welch_difference
 from harness.catalogue import col
+from harness.catalogue.steps import PHASE_MEDIAN_COLUMNS, STEP_PHASES
 
 
 def accuracy_check(cand: Sequence[Mapping[str, Any]], base: Sequence[Mapping[str, Any]],
@@ -37,8 +38,8 @@ def accuracy_check(cand: Sequence[Mapping[str, Any]], base: Sequence[Mapping[str
             col.top1_ci_low: ci.low, col.top1_ci_high: ci.high}
 
 
-PHASE_NAMES = ("data", "h2d", "forward", "backward", "optimizer", "allreduce")
-"""The step's phases as cells record them (`phase_<name>_median_s`; harness/cell/instruments/timing.py PHASES)."""
+PHASE_NAMES = STEP_PHASES
+"""The step's phases as cells record them (harness.catalogue.steps: each phase's median column)."""
 
 
 def phase_attribution(cand: Sequence[Mapping[str, Any]], base: Sequence[Mapping[str, Any]],
@@ -55,7 +56,7 @@ def phase_attribution(cand: Sequence[Mapping[str, Any]], base: Sequence[Mapping[
 
     found = []
     for name in PHASE_NAMES:
-        a, b = series(base, f"phase_{name}_median_s"), series(cand, f"phase_{name}_median_s")
+        a, b = series(base, PHASE_MEDIAN_COLUMNS[name]), series(cand, PHASE_MEDIAN_COLUMNS[name])
         if len(a) >= 2 and len(b) >= 2:
             d = welch_difference(a, b, confidence=level)
             found.append((name, d.estimate, d.low, d.high))

@@ -27,6 +27,7 @@ from harness.catalogue.axes import AXES, AxisValues
 from harness.stats import changepoint
 from harness.stats.inference import to_percent
 from harness.catalogue import col
+from harness.catalogue.tracked import TRACKED, TRACKED_BY_NAME, Tracked
 
 CHANGES_VERSION = 3
 """Version of changes.parquet (schema metadata nvbench.changes_version). 1: first release. 2: p_floor, the
@@ -38,28 +39,10 @@ CONFIRMED, NOT_CONFIRMED, COULD_NOT_CONFIRM = "confirmed", "not confirmed", "cou
 """What a confirmation can say (Change.confirmation); null: none was asked (a drift, `nvbench history` alone)."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Metric:
-    """A per-cell quantity followed night after night."""
-
-    name: str
-    """As changes.parquet's `metric` and the page name it."""
-    column: str
-    """The cells/*.parquet column holding each repeat's value."""
-    unit: str
-    """Unit of a night's value."""
-    relative: bool
-    """Rates: detected on log values, changes in %. Fractions: detected as they are, changes in points."""
-
-
-METRICS = (
-    Metric(name="throughput", column=col.throughput_img_per_s, unit="img/s", relative=True),
-    Metric(name="fast steps", column=col.fast_step_img_per_s, unit="img/s", relative=True),
-    Metric(name="top1", column="top1", unit="fraction", relative=False),
-    Metric(name="data wait", column=col.exposed_data_wait_frac, unit="fraction of the window", relative=False),
-)
-"""Every metric a history follows, headline first."""
-METRIC_BY_NAME = {m.name: m for m in METRICS}
+Metric = Tracked
+METRICS = TRACKED
+"""Every metric a history follows, headline first (declared in harness.catalogue.tracked)."""
+METRIC_BY_NAME = TRACKED_BY_NAME
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -21,6 +21,7 @@ from harness.results.work import WORK_FILE
 from harness.matrix.sections import AXES
 from harness.stats.core import Interval
 from harness.catalogue import col
+from harness.catalogue.tracked import TRACKED
 
 CACHE_DIR = ".nvbench-cache"
 """Beside the run folders (history skips names starting with '.')."""
@@ -32,9 +33,9 @@ NIGHTS_DIR, DETECT_FILE = "nights", "detections.json"
 OLD_NIGHTS_FILE = "nights.json"
 """Where cache version 2 kept every night's summary in one file (removed when a newer history saves)."""
 
-METRIC_COLUMNS = (col.throughput_img_per_s, col.fast_step_img_per_s, "top1", col.exposed_data_wait_frac)
-"""The cell columns a history follows (history.METRICS' columns, read from here to keep the import one way)."""
-RELATIVE = {col.throughput_img_per_s, col.fast_step_img_per_s}
+METRIC_COLUMNS = tuple(m.column for m in TRACKED)
+"""The cell columns a history follows (harness.catalogue.tracked)."""
+RELATIVE = {m.column for m in TRACKED if m.relative}
 THROUGHPUT = col.throughput_img_per_s
 CONFIDENCE = 0.95
 """Level of a night's interval (inference.mean_interval's default, as history has always drawn it)."""

@@ -8,6 +8,7 @@ from typing import Callable, ContextManager, Protocol
 
 import numpy as np
 import torch
+from harness.catalogue.steps import STEP_PHASES
 
 NVTX_DOMAIN = "nvbench"
 # Range names: a timeline reads cell > warmup|measure > step > data, h2d, forward, backward, optimizer.
@@ -24,8 +25,9 @@ VALIDATION = "validation"
 RANGE_NAMES = (CELL, WARMUP, MEASURE, STEP, DATA, H2D, FORWARD, BACKWARD, OPTIMIZER, VALIDATION)
 
 ALLREDUCE = "allreduce"
-PHASES = (DATA, H2D, FORWARD, BACKWARD, OPTIMIZER, ALLREDUCE)
-"""The phases of a step whose time each measured step records (steps/*.parquet `phase_<name>_s`); h2d
+PHASES = STEP_PHASES
+"""The phases of a step whose time each measured step records (steps/*.parquet `phase_<name>_s`: declared once in
+harness.catalogue.steps, in this order: data, h2d, forward, backward, optimizer, allreduce); h2d
 lies inside data (the loaders copy as they hand a batch over), the others are disjoint. `allreduce` (world
 size > 1): DDP launches the gradients' all-reduce from backward's hooks, overlapped with the rest of
 backward; what is not hidden is the wait at backward's end, from the moment the last gradient is written to
