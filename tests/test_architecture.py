@@ -8,6 +8,7 @@ nvbench; no module under harness/ is over 500 lines. docs/architecture.md draws 
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -405,8 +406,26 @@ def literal_column_names(path: Path, names: set[str]) -> list[tuple[int, str]]:
             skip |= {id(v) for v in node.values if isinstance(v, ast.Constant)}
         if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
             skip.add(id(node.value))  # a docstring, or a bare string documenting what precedes it
-    return sorted((n.lineno, n.value) for n in ast.walk(tree) if isinstance(n, ast.Constant)
-                  and isinstance(n.value, str) and n.value in names and id(n) not in skip)
+    found = [(n.lineno, n.value) for n in ast.walk(tree) if isinstance(n, ast.Constant)
+             and isinstance(n.value, str) and n.value in names and id(n) not in skip]
+    return sorted(found + built_column_names(tree, names))
+
+
+def built_column_names(tree: ast.AST, names: set[str]) -> list[tuple[int, str]]:
+    """(line, pattern) of every f-string that builds a column's name from a prefix or suffix (`f"phase_{name}_s"`):
+    its text parts, with one word where each value goes, spell a column. Only text joined by an underscore builds a
+    name ('cpu{}', '{}m{}s' and a value alone do not)."""
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.JoinedStr):
+            continue
+        text = [v.value for v in node.values if isinstance(v, ast.Constant) and isinstance(v.value, str)]
+        if not any("_" in part and any(c.isalpha() for c in part) for part in text):
+            continue
+        pattern = "".join(re.escape(v.value) if isinstance(v, ast.Constant) else "[a-z0-9]+" for v in node.values)
+        if any(re.fullmatch(pattern, name) for name in names):
+            found.append((node.lineno, "".join(v.value if isinstance(v, ast.Constant) else "{}" for v in node.values)))
+    return found
 
 
 def compound_column_names() -> set[str]:
@@ -430,3 +449,6 @@ def test_the_literal_check_sees_a_column_spelled_out(tmp_path):
                    'y = f"{row}_throughput_img_per_s"\nz = f"{row[\'fast_step_img_per_s\']:.1f}"\n')
     assert literal_column_names(bad, compound_column_names()) == [(2, "throughput_img_per_s"),
                                                                   (4, "fast_step_img_per_s")]
+    built = tmp_path / "built.py"
+    built.write_text('a = row[f"phase_{name}_median_s"]\nb = f"{name}: {value}"\nc = f"{x}"\nd = f"cell {cid} ran"\n')
+    assert literal_column_names(built, compound_column_names()) == [(1, "phase_{}_median_s")]
