@@ -391,6 +391,15 @@ def usable_cpu_count() -> int:
     return os.cpu_count() or 1
 
 
+SHORT_COMMIT = 12
+"""How many hex digits of a commit every line and page shows (git's own short form can grow with the repository)."""
+
+
+def short_commit(sha: object) -> str:
+    """A commit as people read it: its first SHORT_COMMIT hex digits."""
+    return str(sha)[:SHORT_COMMIT]
+
+
 def git_state(package_dir: Path) -> tuple[str | None, bool | None]:
     """(HEAD sha, has uncommitted changes) of the checkout whose top level holds `package_dir`.
 

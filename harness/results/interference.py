@@ -45,7 +45,7 @@ MIN_CLEAN_FRAC = 0.5
 least one): with fewer, the machine's load, not the code, decides what is left (a quarter-speed window among clean
 ones reads as a step; the clean few as a side measured on less than it was meant to be). Such a side is busy: a
 comparison does not judge the cell (inconclusive, `busy`), an alarm is neither opened nor ended by it, and history
-leaves the night out of the cell's series (harness.analysis.nights.history_cache)."""
+leaves the night out of the cell's series (harness.analysis.nights.summaries)."""
 
 
 def clean_rows(rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:

@@ -89,7 +89,7 @@ def test_promote_points_at_the_run_with_who_when_why_and_its_commit_and_show_lis
 @pytest.mark.documented("nvbench ack backend=dali-cpu --reason TEXT --expires 2027-06-30", bound_s=60)
 def test_ack_records_the_open_alarm_of_the_matching_cells_and_refuses_what_matches_none(tmp_path):
     reports = tmp_path / "reports"
-    change = alarms.Change(cell_id=CELLS["synthetic"], metric="throughput", effect=-20, low=-22, high=-18, floor=3,
+    change = alarms.MetricChange(cell_id=CELLS["synthetic"], metric="throughput", effect=-20, low=-22, high=-18, floor=3,
                            axes=(("backend", "synthetic"), ("precision", "fp32")))
     baselines.write_open(reports, [alarms.OpenAlarm(change=change, since="night2", nights=2, last="night3")])
     proc = cli("ack", "backend=pytorch", "--reason", "x", "--reports", reports)

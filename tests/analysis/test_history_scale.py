@@ -12,7 +12,7 @@ import sys
 import pytest
 from conftest import ROOT
 
-from harness.analysis.nights import history, history_cache
+from harness.analysis.nights import history, summaries
 
 _spec = importlib.util.spec_from_file_location("history_data", ROOT / "benchmarks" / "history_data.py")
 history_data = sys.modules.setdefault("history_data", importlib.util.module_from_spec(_spec))
@@ -52,8 +52,8 @@ def test_tonights_night_on_a_warm_cache_reads_one_night_and_equals_a_cold_run(ni
     history.load_history(folder)  # last night's history: fills the cache
     shutil.move(tmp_path / "tonight", newest)
     read = []
-    summarise = history_cache.summarise
-    monkeypatch.setattr(history_cache, "summarise", lambda path, *a: read.append(path) or summarise(path, *a))
+    summarise = summaries.summarise
+    monkeypatch.setattr(summaries, "summarise", lambda path, *a: read.append(path) or summarise(path, *a))
     warm = history.load_history(folder)
     assert read == [newest]  # the other eleven nights came from the cache
     assert answer(warm) == answer(history.load_history(folder, use_cache=False))
@@ -71,7 +71,7 @@ def test_a_removed_or_rewritten_night_leaves_the_cache_and_the_answer_is_the_col
     warm = history.load_history(folder)
     assert answer(warm) == answer(history.load_history(folder, use_cache=False))
     cached = [json.loads(p.read_text())["night"]
-              for p in (folder / history_cache.CACHE_DIR / history_cache.NIGHTS_DIR).glob("*.json")]
+              for p in (folder / summaries.CACHE_DIR / summaries.NIGHTS_DIR).glob("*.json")]
     assert len(cached) == 11 and str(runs[3]) not in {s["path"] for s in cached}
 
 

@@ -301,7 +301,7 @@ def test_the_report_names_both_sides_offers_the_gpu_columns_and_every_plot_has_u
     assert setup.count(html.escape(f"{env['torch_version']}")) == 2
     assert f"<td>0.83</td><td>{baseline_efficiency:.2f}</td>" in setup
     assert re.search(r"largest other part</th><td>[^<]*</td><td>\w+ [\d.]+ s \(\d+% of the wall\)</td>", setup)
-    assert setup.count(f"git {env['nvbench_git_sha'][:10]}" if env["nvbench_git_sha"] else "git not recorded") == 2
+    assert setup.count(f"git {env['nvbench_git_sha'][:12]}" if env["nvbench_git_sha"] else "git not recorded") == 2
     for heading in ("MFU %", "power W", "img/J", "data wait"):  # in each cell's detail row
         assert f"<dt>{heading}" in text, heading
     plots = figures(text)

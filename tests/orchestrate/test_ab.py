@@ -268,7 +268,7 @@ def test_a_repeat_whose_window_opens_in_a_transient_runs_again_and_the_verdict_o
     assert order[first_b + 1][0] == "b"  # the re-run came at once, still beside its pair
     # the verdict lines went to stdout, both sides named alike, with how many repeats ran again
     n, a, b = sum(map(len, superseded.values())), len(superseded["a"]), len(superseded["b"])
-    code = f"{sys.executable}; code {ROOT} @ {kept['git_sha'][:10]}"  # the rows' own commit: the code that ran
+    code = f"{sys.executable}; code {ROOT} @ {kept['git_sha'][:12]}"  # the rows' own commit: the code that ran
     assert f"A: baseline ({code}" in text and f"B: candidate ({code}" in text
     assert f"B vs A: 1 inconclusive ({n} repeat{'s' if n > 1 else ''} re-run after a start transient)" in text
     words = " ".join(text.split())  # the cell's reason is wrapped to the terminal's width

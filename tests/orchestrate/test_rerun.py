@@ -39,6 +39,20 @@ def finished(run_dir: Path, repeat: int, *, transient: int) -> dict:
     return row
 
 
+def runs_of(cell, repeat: int, ctx: job.JobContext, reruns: rerun.Reruns, *, side: str, quiet=None):
+    """Run one job of a side, then again while `again` says so; yields each row as it is written (the superseded
+    ones are rewritten as such before the next run). A re-run carries no injected fault (NVBENCH_FAULT): the
+    suite's faults stand for one-off hiccups. The driver these tests run `again` with; nvbench ab's lanes call
+    `again` themselves (ab._again)."""
+    while True:
+        row = job.run_job(cell, repeat, ctx)
+        yield row
+        if not rerun.again(ctx.run_dir, row, reruns, ctx.notify, f"{side.upper()} r{repeat} {cell.cell_id}",
+                           quiet=quiet):
+            return
+        ctx = dataclasses.replace(ctx, fault_spec=None)
+
+
 def test_a_transient_row_is_kept_as_superseded_with_its_steps_and_log_and_its_job_is_pending_again(tmp_path):
     run_dir = tmp_path / "b"
     row = finished(run_dir, 4, transient=3)
@@ -107,11 +121,11 @@ def test_re_runs_stop_at_the_budget_and_never_repeat_an_injected_fault(tmp_path,
                          fault_spec="run=b&repeat=0:slow_start", notify=lambda message: None)
     cell = dataclasses.make_dataclass("FakeCell", ["cell_id"])(CELL)
     reruns = rerun.Reruns.of([run_dir], 2)
-    rows = list(rerun.runs_of(cell, 0, ctx, reruns, side="b"))
+    rows = list(runs_of(cell, 0, ctx, reruns, side="b"))
     assert len(rows) == 3 and faults == ["run=b&repeat=0:slow_start", None, None]
     statuses = sorted(r["status"] for r in pq.read_table(run_dir / "cells").to_pylist())
     assert statuses == ["ok", "superseded", "superseded"]  # the last run stays, transient and all
-    assert len(list(rerun.runs_of(cell, 1, ctx, rerun.Reruns(limit=0), side="b"))) == 1  # --max-reruns 0
+    assert len(list(runs_of(cell, 1, ctx, rerun.Reruns(limit=0), side="b"))) == 1  # --max-reruns 0
 
 
 def test_an_interference_re_run_waits_for_the_neighbour_and_a_transient_one_does_not(tmp_path, monkeypatch):
@@ -129,7 +143,7 @@ def test_an_interference_re_run_waits_for_the_neighbour_and_a_transient_one_does
                          notify=lambda message: None)
     cell = dataclasses.make_dataclass("FakeCell", ["cell_id"])(CELL)
     waits = []
-    ran = list(rerun.runs_of(cell, 0, ctx, rerun.Reruns(limit=2), side="b", quiet=waits.append))
+    ran = list(runs_of(cell, 0, ctx, rerun.Reruns(limit=2), side="b", quiet=waits.append))
     assert len(ran) == 3 and waits == [(0,)]  # before the busy window's re-run only, on the row's own cores
 
 

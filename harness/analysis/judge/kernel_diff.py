@@ -99,7 +99,7 @@ class KernelDiff:
         return line + f"; the rest ({1e3 * rest:+.1f} ms) among items not called changed{tail}"
 
 
-def per_repeat(table: pa.Table, cell_id: str) -> tuple[list[int], dict[Key, np.ndarray], float]:
+def repeat_seconds(table: pa.Table, cell_id: str) -> tuple[list[int], dict[Key, np.ndarray], float]:
     """(repeats, time per step of each (phase, operator, kernel) per repeat (0 where a repeat lacks it; ranks
     averaged), mean step) of `cell_id` in a kernels table."""
     rows = [r for r in table.to_pylist() if r[col.cell_id] == cell_id]
@@ -150,8 +150,8 @@ def diff_cell(base_table: pa.Table, cand_table: pa.Table, cell_id: str, *, q: fl
               floor_pct: float = DEFAULT_KERNEL_FLOOR_PCT,
               timed_step_change_s: float | None = None) -> KernelDiff | None:
     """The judged diff of `cell_id` (None when a side has no profiled repeat of it)."""
-    rb, base, step_b = per_repeat(base_table, cell_id)
-    rc, cand, step_c = per_repeat(cand_table, cell_id)
+    rb, base, step_b = repeat_seconds(base_table, cell_id)
+    rc, cand, step_c = repeat_seconds(cand_table, cell_id)
     if not rb or not rc:
         return None
     floor_s = floor_pct / 100 * step_b

@@ -29,9 +29,8 @@ def load_run(path: Path | str, columns: Sequence[str] | None = None) -> RunData:
     from harness.results import store
 
     run_dir = resolve_pointer(Path(path))
+    check_run_folder(run_dir, said=path)
     manifest_path = run_dir / "manifest.json"
-    if not manifest_path.is_file() or not (run_dir / "cells").is_dir():
-        raise RunInputError([f"{path}: not an nvbench run folder (needs manifest.json and cells/)"])
     try:
         manifest = store.read_json(manifest_path)
         rows = tuple(store.read_cells(run_dir, list(columns) if columns else None).to_pylist())
@@ -49,6 +48,14 @@ def load_run(path: Path | str, columns: Sequence[str] | None = None) -> RunData:
                    time_breakdown_s=breakdown if isinstance(breakdown, dict) else None,
                    wall_s=float(manifest["wall_s"]) if isinstance(manifest.get("wall_s"), (int, float)) else None,
                    matrix_text=manifest["matrix_text"] if isinstance(manifest.get("matrix_text"), str) else "")
+
+
+def check_run_folder(run_dir: Path, *, said: Path | str | None = None) -> None:
+    """RunInputError naming `said` (default: `run_dir`) unless `run_dir` is an nvbench run folder: the one place
+    that says what one is (manifest.json and cells/)."""
+    if not (Path(run_dir) / "manifest.json").is_file() or not (Path(run_dir) / "cells").is_dir():
+        raise RunInputError([f"{said if said is not None else run_dir}: not an nvbench run folder (needs manifest.json "
+                             "and cells/)"])
 
 
 def resolve_pointer(path: Path) -> Path:

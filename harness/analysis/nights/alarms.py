@@ -42,7 +42,7 @@ alarm nor opens one."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Change:
+class MetricChange:
     """One cell's change of one metric, with its interval: a regression as tonight's verdict has it."""
 
     cell_id: str
@@ -71,7 +71,7 @@ class Change:
 class OpenAlarm:
     """A regression that alarmed on `since` and has not been shown fixed since: one entry of the alarms state."""
 
-    change: Change
+    change: MetricChange
     """The change as it was the night it alarmed (or last worsened): later nights are compared with it."""
     since: str
     """The run id of that night."""
@@ -88,7 +88,7 @@ class OpenAlarm:
 class Ack:
     """An accepted change (`nvbench ack`): of a cell and metric, within an interval, until `expires`."""
 
-    change: Change
+    change: MetricChange
     reason: str
     who: str
     when: str
@@ -104,11 +104,11 @@ class Ack:
 class Alarm:
     """What tonight says of one regression."""
 
-    change: Change
+    change: MetricChange
     status: str
     since: str
     nights: int
-    reference: Change
+    reference: MetricChange
     """The interval it was compared with (the open alarm's, or the acknowledgement's)."""
     ack: Ack | None = None
     beyond_ack: bool = False
@@ -128,7 +128,7 @@ class Alarm:
         return f"{self.change.cell_id} {self.change.text()}: {words}"
 
 
-def change_of(v: CellVerdict) -> Change | None:
+def change_of(v: CellVerdict) -> MetricChange | None:
     """The regression a verdict holds (the metric it rests on, or top-1 below its band), or None."""
     if v.verdict == REGRESSION:
         return measured(v, v.decided_by if v.decided_by in BY_NAME else THROUGHPUT)
@@ -137,28 +137,28 @@ def change_of(v: CellVerdict) -> Change | None:
     return None
 
 
-def measured(v: CellVerdict, metric: str) -> Change | None:
+def measured(v: CellVerdict, metric: str) -> MetricChange | None:
     """A verdict's change of one metric with its interval, whatever the verdict (None: it has no interval)."""
     axes = tuple((a, getattr(v, a)) for a in AXES if getattr(v, a) is not None)
     if metric == "top1":
         if None in (v.top1_change, v.top1_ci_low, v.top1_ci_high):
             return None
-        return Change(cell_id=v.cell_id, metric="top1", effect=100 * v.top1_change, low=100 * v.top1_ci_low,
+        return MetricChange(cell_id=v.cell_id, metric="top1", effect=100 * v.top1_change, low=100 * v.top1_ci_low,
                       high=100 * v.top1_ci_high, floor=100 * v.accuracy_tolerance, axes=axes,
                       fire_drill_pct=v.fire_drill_pct)
     m = v.metric(metric)
     if m is None or m.effect_pct is None or m.ci_low_pct is None or m.ci_high_pct is None:
         return None
-    return Change(cell_id=v.cell_id, metric=metric, effect=m.effect_pct, low=m.ci_low_pct, high=m.ci_high_pct,
+    return MetricChange(cell_id=v.cell_id, metric=metric, effect=m.effect_pct, low=m.ci_low_pct, high=m.ci_high_pct,
                   floor=v.floor_pct, axes=axes, fire_drill_pct=v.fire_drill_pct)
 
 
-def is_worse(tonight: Change, reference: Change) -> bool:
+def is_worse(tonight: MetricChange, reference: MetricChange) -> bool:
     """Tonight's whole interval below the reference's, and its change beyond the floor further down."""
     return tonight.high < reference.low and reference.effect - tonight.effect > tonight.floor
 
 
-def _key(c: Change) -> tuple[str, str]:
+def _key(c: MetricChange) -> tuple[str, str]:
     return c.cell_id, c.metric
 
 
@@ -169,7 +169,7 @@ class Reading:
     alarm: OpenAlarm
     verdict: str
     """Tonight's call of the cell (inconclusive, unchanged, failed, ...), or NO_VERDICT."""
-    tonight: Change | None
+    tonight: MetricChange | None
     """Tonight's change of the alarm's metric with its interval; None: tonight has no interval of it."""
     outcome: str
     """FIXED or GONE (the alarm ends tonight), or OPEN (it stays: why_open says why)."""
@@ -225,13 +225,13 @@ class Event:
     """One of EVENTS."""
     night: str
     """The run id of the night it happened."""
-    change: Change
+    change: MetricChange
     """The regression as the alarm holds it (for worse: the new level)."""
     since: str
     """The night the alarm opened (for worse: tonight, where it opened again at the new level)."""
     nights: int
     """Nights it had been seen as a regression."""
-    tonight: Change | None = None
+    tonight: MetricChange | None = None
     """Gone and fixed: tonight's change of its metric, with its interval (None: tonight had none)."""
     note: str = ""
     """Worse: the level it was at; acknowledged: the acknowledgement's reason, who and when."""
@@ -298,7 +298,7 @@ def judge_night(verdicts: Sequence[CellVerdict], open_alarms: Sequence[OpenAlarm
                        events=tuple(events))
 
 
-def _one(change: Change, previous: OpenAlarm | None, acks: Sequence[Ack],
+def _one(change: MetricChange, previous: OpenAlarm | None, acks: Sequence[Ack],
          night: str) -> tuple[Alarm, OpenAlarm, list[Event]]:
     """One regression against its open alarm and its acknowledgement: its alarm, its open alarm after, and its
     history's steps tonight. A drilled change is never the same as a real one (a drill's alarm must not hide a
@@ -334,7 +334,7 @@ def _one(change: Change, previous: OpenAlarm | None, acks: Sequence[Ack],
                  ack=ack, beyond_ack=beyond), state, steps
 
 
-def matches(change: Change, cell_filter: str) -> bool:
+def matches(change: MetricChange, cell_filter: str) -> bool:
     """A cell filter (`nvbench ack`): the cell's id, or `axis=value[,axis=value...]` all of which it has."""
     if cell_filter == change.cell_id:
         return True
@@ -357,7 +357,7 @@ def filter_problem(cell_filter: str) -> str | None:
 
 
 _CHANGES = ("change", "tonight")
-"""The fields of a record that hold a Change (its own JSON object)."""
+"""The fields of a record that hold a MetricChange (its own JSON object)."""
 
 
 def as_record(obj: Any) -> dict[str, Any]:
@@ -365,11 +365,11 @@ def as_record(obj: Any) -> dict[str, Any]:
     out = {}
     for k in obj.__slots__:
         value = getattr(obj, k)
-        out[k] = _change_record(value) if isinstance(value, Change) else value
+        out[k] = _change_record(value) if isinstance(value, MetricChange) else value
     return out
 
 
-def _change_record(c: Change) -> dict[str, Any]:
+def _change_record(c: MetricChange) -> dict[str, Any]:
     return {col.cell_id: c.cell_id, "metric": c.metric, "effect": c.effect, "low": c.low, "high": c.high,
             "floor": c.floor, "axes": dict(c.axes), col.fire_drill_pct: c.fire_drill_pct}
 
@@ -380,6 +380,6 @@ def from_record(cls: type, record: Mapping[str, Any]) -> Any:
     for k, value in record.items():
         if k in _CHANGES and value is not None:
             c = dict(value)
-            value = Change(**{**c, "axes": tuple(dict(c.get("axes") or {}).items())})
+            value = MetricChange(**{**c, "axes": tuple(dict(c.get("axes") or {}).items())})
         fields_[k] = value
     return cls(**fields_)

@@ -19,6 +19,7 @@ from harness.analysis.judge.run import RunData
 from harness.results import store
 from harness.results.schema import SUPERSEDED
 from harness.catalogue import col
+from harness.results.env import short_commit
 
 RECORDS_VERSION = 1
 """Version of acks.json and promotions.json (their `version` key)."""
@@ -244,7 +245,7 @@ def show_lines(reports: Path) -> list[str]:
             run = load_run(current)
             sha = run.environment.get("nvbench_git_sha")
             lines.append(f"  run {run.run_id}, created {run.created_at or '?'}, commit "
-                         f"{str(sha)[:12] if sha else 'not recorded'}, {len(by_cell(run.rows))} cell(s)")
+                         f"{short_commit(sha) if sha else 'not recorded'}, {len(by_cell(run.rows))} cell(s)")
         except RunInputError as exc:
             lines.append(f"  cannot be read: {exc.problems[0]}")
     promotions = read_promotions(reports)

@@ -10,19 +10,18 @@ from __future__ import annotations
 
 import math
 import zlib
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from harness.analysis.nights import history_cache
-from harness.analysis.nights.history_cache import Cache
-from harness.analysis.load.runs import RunInputError, resolve_pointer
+from harness.analysis.nights import summaries
+from harness.analysis.nights.summaries import Cache
+from harness.analysis.load.runs import RunInputError, check_run_folder, read_work_table, resolve_pointer
 from harness.analysis.judge.run import RunData
 from harness.analysis.judge.verdict import DEFAULT_FLOOR_PCT
 from harness.analysis.nights.work_history import WorkStep, work_steps
-from harness.analysis.load.runs import read_work_table
 from harness.catalogue.axes import AXES, AxisValues
 from harness.stats import changepoint
 from harness.stats.inference import to_percent
@@ -108,16 +107,16 @@ class Night:
     fire_drill_pct: float = 0.0
     cells: Mapping[str, Any] = field(default_factory=dict)
     """cell_id -> {"axes": {axis: value}, "points": {column: [value, low, high, repeats, [values]]}}: the night's
-    ok rows as history_cache.summarise left them (run.rows stays empty: history reads nothing else)."""
+    ok rows as summaries.summarise left them (run.rows stays empty: history reads nothing else)."""
     work: Mapping[str, Any] = field(default_factory=dict)
-    """cell_id -> {"processes", "digest", "ranges"}: the night's counted work (history_cache.work_summary); empty
+    """cell_id -> {"processes", "digest", "ranges"}: the night's counted work (summaries.work_summary); empty
     where the night has no work.parquet."""
     busy: Mapping[str, Any] = field(default_factory=dict)
     """cell_id -> {"windows", "spoiled", "share"}: cells too few of whose windows were clean this night
     (harness.results.interference.MIN_CLEAN_FRAC): no point that night, neither a change point nor evidence against one."""
 
     def busy_text(self) -> str:
-        return history_cache.busy_words(self.busy)
+        return summaries.busy_words(self.busy)
 
     @property
     def run_id(self) -> str:
@@ -218,10 +217,9 @@ def _night(path: Path, cache: Cache) -> Night:
     else read (history's columns only) and summarised."""
     from harness.results import store
 
-    if not (path / "cells").is_dir():
-        raise RunInputError([f"{path}: not an nvbench run folder (needs manifest.json and cells/)"])
+    check_run_folder(path)
     try:
-        key = history_cache.night_key(path)
+        key = summaries.night_key(path)
         manifest = store.read_json(path / "manifest.json")
     except store.UnreadableFile as exc:
         raise RunInputError([str(exc)]) from None
@@ -235,11 +233,11 @@ def _night(path: Path, cache: Cache) -> Night:
             work_rows = read_work_table(path)
         except store.UnreadableFile as exc:
             raise RunInputError([str(exc)]) from None
-        summary = history_cache.summarise(path, manifest, history_cache.read_rows(path), work_rows)
+        summary = summaries.summarise(path, manifest, summaries.read_rows(path), work_rows)
         cache.keep_night(key, summary)
     run = RunData(path=summary["path"], run_id=summary[col.run_id], created_at=summary["created_at"],
                   environment=summary["environment"], rows=())
-    return Night(run=run, matrix=history_cache.matrix_name(manifest), commit=history_cache.commit(run.environment),
+    return Night(run=run, matrix=summaries.matrix_name(manifest), commit=summaries.commit(run.environment),
                  fire_drill_pct=summary[col.fire_drill_pct], cells=summary["cells"], work=summary.get("work") or {},
                  busy=summary.get("busy") or {})
 
@@ -344,15 +342,15 @@ def _cached_detect(series: Series, settings: HistorySettings,
                    cache: Cache) -> tuple[list[changepoint.ChangePoint], changepoint.Trend | None]:
     """_detect, or what it gave for the very same series before (the nightly's yesterday is tonight's series
     without its newest night: every series with a change asks for it)."""
-    key = history_cache.series_key([[getattr(settings, f.name) for f in fields(HistorySettings)], series.cell_id,
+    key = summaries.series_key([[getattr(settings, f.name) for f in fields(HistorySettings)], series.cell_id,
                                     series.metric], [1 + len(p.repeats) for p in series.points],
                                    [v for p in series.points for v in (p.value, *p.repeats)])
     hit = cache.detection(key)
     if hit is not None:
-        return [history_cache.from_plain(changepoint.ChangePoint, s) for s in hit[0]], \
-            (history_cache.from_plain(changepoint.Trend, hit[1]) if hit[1] else None)
+        return [summaries.from_plain(changepoint.ChangePoint, s) for s in hit[0]], \
+            (summaries.from_plain(changepoint.Trend, hit[1]) if hit[1] else None)
     steps, trend = _detect(series, settings)
-    cache.keep_detection(key, [[history_cache.to_plain(s) for s in steps], history_cache.to_plain(trend) if trend else None])
+    cache.keep_detection(key, [[summaries.to_plain(s) for s in steps], summaries.to_plain(trend) if trend else None])
     return steps, trend
 
 
@@ -447,25 +445,16 @@ def analyse(folder: str, nights: Sequence[Night], skipped: Sequence[tuple[str, s
         if found and s.points[-1].night == newest and len(s.points) > 1:
             cut = Series(cell_id=s.cell_id, axes=s.axes, metric=s.metric, points=s.points[:-1])
             earlier = _changes_of(cut, nights, settings, cache)
-            found = [c if _is_known(c, earlier) else _replace_new(c) for c in found]
+            found = [c if _is_known(c, earlier) else replace(c, is_new=True) for c in found]
         changes += found
     changes.sort(key=lambda c: (-c.night, -abs(c.change)))
     return History(folder=folder, nights=tuple(nights), skipped=tuple(skipped), series=tuple(series),
                    changes=tuple(changes), settings=settings, work_steps=work_steps(nights))
 
 
-def _replace_new(change: Change) -> Change:
-    return replace_change(change, is_new=True)
-
-
-def replace_change(change: Change, **values: Any) -> Change:
-    """The change with some fields replaced (dataclasses.replace, spelled out for slots)."""
-    return Change(**{f.name: getattr(change, f.name) for f in fields(Change)} | values)
-
-
 def with_confirmations(history: History, confirmations: Mapping[int, tuple[str, str]]) -> History:
     """The history with changes[i] confirmed as confirmations[i] = (confirmation, note)."""
-    changes = tuple(replace_change(c, confirmation=confirmations[i][0], confirmation_note=confirmations[i][1])
+    changes = tuple(replace(c, confirmation=confirmations[i][0], confirmation_note=confirmations[i][1])
                     if i in confirmations else c for i, c in enumerate(history.changes))
     return History(folder=history.folder, nights=history.nights, skipped=history.skipped, series=history.series,
                    changes=changes, settings=history.settings, work_steps=history.work_steps)
@@ -473,8 +462,8 @@ def with_confirmations(history: History, confirmations: Mapping[int, tuple[str, 
 
 def load_history(folder: Path | str, settings: HistorySettings | None = None, *, use_cache: bool = True) -> History:
     """load_nights then analyse; with `use_cache`, what earlier runs computed is read from, and what this one
-    computed written to, FOLDER/.nvbench-cache (history_cache); the answer is the same either way."""
-    cache = Cache(Path(folder) / history_cache.CACHE_DIR if use_cache and Path(folder).is_dir() else None)
+    computed written to, FOLDER/.nvbench-cache (summaries); the answer is the same either way."""
+    cache = Cache(Path(folder) / summaries.CACHE_DIR if use_cache and Path(folder).is_dir() else None)
     nights, skipped = load_nights(folder, cache)
     result = analyse(str(folder), nights, skipped, settings, cache)
     cache.save()

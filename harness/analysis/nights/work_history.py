@@ -1,4 +1,4 @@
-"""The nights a cell's counted work changed: each night's work (history_cache.work_summary) against the night before
+"""The nights a cell's counted work changed: each night's work (summaries.work_summary) against the night before
 that counted the cell, diffed exactly (work_diff); no statistics. Pure given the nights."""
 
 from __future__ import annotations

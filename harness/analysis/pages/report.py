@@ -61,6 +61,7 @@ from harness.results import store
 from harness.results.schema import SUPERSEDED
 from harness.matrix.cells import cell_label as label
 from harness.catalogue import col
+from harness.results.env import short_commit
 
 REPORT_FILES = ("report.html", "summary.md", "verdicts.parquet", "junit.xml")
 
@@ -182,7 +183,7 @@ def _setup_value(env: Mapping[str, Any] | None, name: str, field_: str | None) -
     if name == "nvbench":
         sha = env.get("nvbench_git_sha")
         dirty = " (uncommitted changes)" if env.get("nvbench_git_dirty") else ""
-        return f"{env.get(col.nvbench_version) or '?'} git {str(sha)[:10] if sha else 'not recorded'}{dirty}"
+        return f"{env.get(col.nvbench_version) or '?'} git {short_commit(sha) if sha else 'not recorded'}{dirty}"
     return "-" if env.get(field_) is None else str(env[field_])
 
 

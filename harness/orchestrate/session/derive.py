@@ -17,7 +17,7 @@ from harness.exits import EXIT_FAILURES, EXIT_OK
 
 AXIS_DEFAULTS = {axis: getattr(Axes(), axis)[0] for axis in AXES}
 """Each axis's value in rows written before the axis existed (compile: eager)."""
-PHASES = (col.startup_s, col.build_s, col.autotune_s, col.compile_s, col.warmup_window_s, col.window_s, col.val_s)
+RUN_PARTS = (col.startup_s, col.build_s, col.autotune_s, col.compile_s, col.warmup_window_s, col.window_s, col.val_s)
 """Where a job's time goes, in the order it goes there (the rest of a job is its process's exit and the
 runner's own work between launch and row)."""
 
@@ -31,7 +31,7 @@ def matrix_efficiency(sessions: list[dict[str, Any]], rows: list[dict[str, Any]]
     wall = sum((datetime.fromisoformat(s["finished_at"]) - datetime.fromisoformat(s[col.started_at])).total_seconds()
                for s in sessions if s.get("finished_at"))
     ok = [r for r in rows if r["status"] == "ok"]
-    phases = {name: sum(r.get(name) or 0.0 for r in ok) for name in PHASES}
+    phases = {name: sum(r.get(name) or 0.0 for r in ok) for name in RUN_PARTS}
     jobs_s = sum(r.get(col.duration_s) or 0.0 for r in rows)
     warm_s = sum(w.get(col.duration_s) or 0.0 for w in warmups)
     breakdown = phases | {"rest_of_jobs_s": jobs_s - sum(phases.values()), "compile_warmups_s": warm_s,

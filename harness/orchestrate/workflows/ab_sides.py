@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from harness.results.env import env_diff
+from harness.results.env import env_diff, short_commit
 
 LABEL_FIELDS = {"torch_version": "torch", "torch_git": "torch git", "python_version": "python",
                 "dali_version": "DALI", "cuda_runtime": "CUDA", "cudnn_version": "cuDNN", "nccl_version": "NCCL",
@@ -22,7 +22,7 @@ def where(python: str, code: Path | str, env: Mapping[str, Any]) -> str:
     """The interpreter and the code it runs: its checkout, commit (10 digits) and whether it was dirty, as the
     side's own fingerprint (collected under that interpreter and checkout) says."""
     sha = env.get("nvbench_git_sha")
-    state = f"@ {str(sha)[:10]}" + (", dirty" if env.get("nvbench_git_dirty") else "") if sha else "(not in git)"
+    state = f"@ {short_commit(sha)}" + (", dirty" if env.get("nvbench_git_dirty") else "") if sha else "(not in git)"
     return f"{python}; code {code} {state}"
 
 
@@ -61,7 +61,7 @@ def labels(envs: Mapping[str, Mapping[str, Any]], given: Mapping[str, str | None
 def _value(name: str, value: Any) -> str:
     if value is None:
         return "(none)"
-    return str(value)[:10] if name.endswith(("_sha", "_git")) else str(value)
+    return short_commit(value) if name.endswith(("_sha", "_git")) else str(value)
 
 
 def side_lines(names: Mapping[str, str], places: Mapping[str, str]) -> tuple[str, str]:

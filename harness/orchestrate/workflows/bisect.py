@@ -32,6 +32,7 @@ from harness.orchestrate.session import stopping
 from harness.orchestrate.workflows import ab
 from harness.catalogue import col
 from harness.exits import EXIT_INCONCLUSIVE, EXIT_OK
+from harness.results.env import short_commit
 
 BAD, GOOD, SKIPPED = "bad", "good", "skipped"
 STATE = "bisect.json"
@@ -224,7 +225,7 @@ class Bisector:
 
     def name(self, index: int) -> str:
         point = self.points[index]
-        short = point[:10] if self.kind == "commits" else point
+        short = short_commit(point) if self.kind == "commits" else point
         return f"{short} {self.labels.get(point, '')}".strip()
 
     # --- comparisons -------------------------------------------------------------------------------
@@ -283,7 +284,7 @@ class Bisector:
         return [f"--{side}-checkout", str(self.worktree(index))]
 
     def worktree(self, index: int) -> Path:
-        path = self.out / "worktrees" / self.points[index][:12]
+        path = self.out / "worktrees" / short_commit(self.points[index])
         if not (path / "harness").is_dir():
             shutil.rmtree(path, ignore_errors=True)
             git(self.repo, "worktree", "add", "--detach", "--force", str(path), self.points[index])

@@ -24,6 +24,7 @@ from harness.orchestrate.session import stopping
 from harness.matrix.sections import AXES
 from harness.catalogue import col
 from harness.catalogue.kernels import OPERATORS_NOTE
+from harness.results.env import short_commit
 
 Confirmation = tuple[str, str]
 """(confirmed | not confirmed | could not confirm, the note that says why)."""
@@ -60,7 +61,7 @@ def _sha(history: History, run_id: str) -> tuple[str | None, str]:
     if not sha:
         return None, f"night {run_id} recorded no commit"
     if dirty is not False:
-        return None, f"night {run_id} ran commit {str(sha)[:12]} with uncommitted changes"
+        return None, f"night {run_id} ran commit {short_commit(sha)} with uncommitted changes"
     return str(sha), ""
 
 
@@ -78,7 +79,7 @@ def plan(history: History, wanted: Sequence[int]) -> tuple[list[Pair], dict[int,
         if a is None or b is None:
             known[i] = (COULD_NOT_CONFIRM, why_a or why_b)
         elif a == b:
-            known[i] = (COULD_NOT_CONFIRM, (f"both nights ran commit {a[:12]}: no change of the code to test "
+            known[i] = (COULD_NOT_CONFIRM, (f"both nights ran commit {short_commit(a)}: no change of the code to test "
                                             "(the machine or its environment changed)"))
         else:
             pairs.setdefault((a, b), []).append(i)
@@ -137,8 +138,8 @@ class Confirmer:
             checkouts[side] = path
         folder = self.out / f"ab-{pair.a[:8]}-{pair.b[:8]}"
         shutil.rmtree(folder, ignore_errors=True)
-        self.notify(f"confirming {len(changes)} change point(s) by A/B: A = {pair.a[:12]} (before), "
-                    f"B = {pair.b[:12]} (after), in {folder}")
+        self.notify(f"confirming {len(changes)} change point(s) by A/B: A = {short_commit(pair.a)} (before), "
+                    f"B = {short_commit(pair.b)} (after), in {folder}")
         t0 = time.monotonic()
         argv = [sys.executable, "-m", "harness", "ab", str(self.matrix), "--out", str(folder), "--a-checkout",
                 str(checkouts["a"]), "--b-checkout", str(checkouts["b"]), *only_flags(changes), *self.ab_args]
@@ -171,7 +172,7 @@ class Confirmer:
 
     def worktree(self, sha: str) -> tuple[Path | None, str]:
         """A worktree of `sha` under out/worktrees, or None and why it cannot be made."""
-        path = self.out / "worktrees" / sha[:12]
+        path = self.out / "worktrees" / short_commit(sha)
         if (path / "harness").is_dir():
             return path, ""
         shutil.rmtree(path, ignore_errors=True)
@@ -180,7 +181,7 @@ class Confirmer:
                               capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             last = [line for line in proc.stderr.strip().splitlines() if line.strip()][-1:] or ["git failed"]
-            return None, f"commit {sha[:12]} cannot be checked out in {self.repo} ({last[0]})"
+            return None, f"commit {short_commit(sha)} cannot be checked out in {self.repo} ({last[0]})"
         return path, ""
 
     def cleanup(self) -> None:

@@ -5,23 +5,21 @@ most a stated number per cell and side."""
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 
-from harness.orchestrate.session import job
 from harness.results import store
 from harness.host.procstat import Counters, foreign_share, read_proc_stat, tree_cpu_ticks
 from harness.results.interference import rerun_cause, row_interference
 from harness.results.schema import CELL_SCHEMA, SUPERSEDED, SUPERSEDED_STEPS, cell_table
 from harness.stats.settle import transient_steps_text
 from harness.catalogue.cells import INTERFERENCE_THRESHOLD, RERUN_INTERFERENCE, RERUN_TRANSIENT
-from harness.matrix.cells import Cell, job_key
+from harness.matrix.cells import job_key
 from harness.matrix.job import parse_cpu_list
 from harness.catalogue import col
 
@@ -287,16 +285,3 @@ def busy_summary(run_dirs: Sequence[Path]) -> str:
     shares = [r[col.foreign_cpu_frac] for r in hit if r.get(col.foreign_cpu_frac) is not None]
     others = f" (other processes {min(shares):.0%}-{max(shares):.0%} of the cell's cores)" if shares else ""
     return f"the machine was busy: {len(hit)} of {len(rows)} windows taken under interference{others}"
-
-
-def runs_of(cell: Cell, repeat: int, ctx: job.JobContext, reruns: Reruns, *, side: str,
-            quiet: Callable[[Sequence[int]], float] | None = None) -> Iterator[dict[str, Any]]:
-    """Run one job of a side, then again while `again` says so; yields each row as it is written (the superseded
-    ones are rewritten as such before the next run). A re-run carries no injected fault (NVBENCH_FAULT): the
-    suite's faults stand for one-off hiccups. (nvbench ab's lanes call `again` themselves: ab._again.)"""
-    while True:
-        row = job.run_job(cell, repeat, ctx)
-        yield row
-        if not again(ctx.run_dir, row, reruns, ctx.notify, f"{side.upper()} r{repeat} {cell.cell_id}", quiet=quiet):
-            return
-        ctx = dataclasses.replace(ctx, fault_spec=None)

@@ -16,12 +16,13 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 from scipy import special as _special
 
-from harness.analysis.load.runs import RunInputError
+from harness.analysis.load.runs import RunInputError, check_run_folder
 from harness.results.work import WORK_FILE
 from harness.matrix.sections import AXES
 from harness.stats.core import Interval
 from harness.catalogue import col
 from harness.catalogue.tracked import TRACKED
+from harness.results.env import short_commit
 
 CACHE_DIR = ".nvbench-cache"
 """Beside the run folders (history skips names starting with '.')."""
@@ -152,8 +153,7 @@ def read_rows(run_dir: Path) -> list[dict[str, Any]]:
     """The run's cell rows, history's columns only; RunInputError naming the file when they cannot be read."""
     from harness.results import store
 
-    if not (run_dir / "cells").is_dir():
-        raise RunInputError([f"{run_dir}: not an nvbench run folder (needs manifest.json and cells/)"])
+    check_run_folder(run_dir)
     try:
         rows = store.read_cells(run_dir, columns=COLUMNS).to_pylist()
     except store.UnreadableFile as exc:
@@ -281,4 +281,4 @@ def commit(environment: Mapping[str, Any]) -> str:
     sha = environment.get("nvbench_git_sha")
     if not sha:
         return "?"
-    return str(sha)[:12] + ("+dirty" if environment.get("nvbench_git_dirty") else "")
+    return short_commit(sha) + ("+dirty" if environment.get("nvbench_git_dirty") else "")
