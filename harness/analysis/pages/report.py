@@ -275,8 +275,14 @@ def _heatmap(comparison: Comparison) -> str:
     return heatmap.render(comparison, rates=rates, row_anchor=row_anchors(comparison), change=metric_change_text)
 
 
-def _template(name: str) -> str:
+def template(name: str) -> str:
+    """A file of templates/ (the pages', their style and script)."""
     return resources.files("harness.analysis.pages").joinpath("templates", name).read_text()
+
+
+def page_head(title: str, css: str, subtitle: str) -> str:
+    """Every page's opening, through its header (templates/head.html): the values given already escaped."""
+    return string.Template(template("head.html")).substitute(title=title, css=css, subtitle=subtitle).rstrip("\n")
 
 
 def render_html(comparison: Comparison, steps: Mapping[str, Sequence[StepSeries]] | None = None,
@@ -297,12 +303,12 @@ def render_html(comparison: Comparison, steps: Mapping[str, Sequence[StepSeries]
     env = cand.environment
     subtitle = (f"{comparison.title} \u00b7 created {human_time(cand.created_at)} \u00b7 "
                 f"host {env.get('hostname') or '?'}")
-    return string.Template(_template("report.html")).substitute(
-        title=esc(f"nvbench report: {cand.run_id}"), css=_template("report.css"), subtitle=esc(subtitle),
+    return string.Template(template("report.html")).substitute(
+        head=page_head(esc(f"nvbench report: {cand.run_id}"), template("report.css"), esc(subtitle)),
         setup=_setup(comparison), banner=f'<div class="banner">{esc(banner)}</div>' if banner else "",
         headline=_cards(comparison), work=work_report.render_sections(comparison), kernels=kernels_html,
         heatmap=_heatmap(comparison), table=render_table(comparison),
         plots="\n".join(plots), steps=step_details(steps or {}), environment=_environment(comparison),
         failures=_failures(comparison),
         method=esc(f"{method_text(comparison)} Written {human_time(datetime.now(timezone.utc).isoformat())}."),
-        script=_template("report.js"))
+        script=template("report.js"))

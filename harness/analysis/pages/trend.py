@@ -11,7 +11,6 @@ import string
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from datetime import UTC, datetime
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +24,7 @@ from harness.analysis.pages.wording import esc, esc_md
 from harness.results import store
 from harness.stats import changepoint
 from harness.catalogue import col
+from harness.analysis.pages.report import page_head, template
 
 HISTORY_FILES = ("history.html", "changes.md", "changes.parquet")
 VERSION_KEY = b"nvbench.changes_version"
@@ -412,10 +412,6 @@ def method_text(history: History) -> str:
             f"is busy that night: marked, and no point of its series.")
 
 
-def _template(name: str) -> str:
-    return resources.files("harness.analysis.pages").joinpath("templates", name).read_text()
-
-
 def render_html(history: History, marks: Sequence[Mark] = ()) -> str:
     nights = history.nights
     span = f"{nights[0].run_id} .. {nights[-1].run_id}" if nights else "no nights"
@@ -424,8 +420,8 @@ def render_html(history: History, marks: Sequence[Mark] = ()) -> str:
     subtitle = (f"{len(nights)} night(s) in {history.folder} ({span}) \u00b7 {len(history.changes)} change(s), "
                 f"{new} new tonight, {confirmed} confirmed by A/B \u00b7 {len(history.skipped)} run(s) skipped"
                 + (f" \u00b7 {history.drift_note()}" if history.drift_note() else ""))
-    return string.Template(_template("history.html")).substitute(
-        title=esc("nvbench history"), css=_template("report.css") + _template("history.css"), subtitle=esc(subtitle),
+    return string.Template(template("history.html")).substitute(
+        head=page_head(esc("nvbench history"), template("report.css") + template("history.css"), esc(subtitle)),
         changes=_changes_table(history), work=_work_section(history), cells=_cell_figures(history, marks),
         nights=_nights_table(history),
         skipped=_skipped(history),
