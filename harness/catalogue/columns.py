@@ -9,7 +9,7 @@ from typing import Literal
 S, F, I, B, TS = "string", "float64", "int64", "bool", "timestamp[us, UTC]"
 """The column types: a text, a float, an integer, a flag, a UTC time."""
 TYPES = (S, F, I, B, TS)
-Grain = Literal["step", "repeat", "cell", "kernel", "work"]
+Grain = Literal["step", "repeat", "cell", "kernel", "work", "change"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -25,7 +25,7 @@ class Column:
     """Its meaning in a sentence or two: the Parquet field's description and docs/results.md's."""
     grain: Grain
     """What one row is: a step of one rank, a (cell, repeat), a cell of a comparison, or a (phase, operator,
-    kernel) of a profiled repeat, or a (phase, counter, key) of a counted process."""
+    kernel) of a profiled repeat, or a (phase, counter, key) of a counted process, or a change of a history."""
 
     def __post_init__(self) -> None:
         if self.type not in TYPES:
@@ -50,3 +50,7 @@ def per_kernel(name: str, type_: str, unit: str, doc: str) -> Column:
 
 def per_work(name: str, type_: str, unit: str, doc: str) -> Column:
     return Column(name=name, type=type_, unit=unit, doc=doc, grain="work")
+
+
+def per_change(name: str, type_: str, unit: str, doc: str) -> Column:
+    return Column(name=name, type=type_, unit=unit, doc=doc, grain="change")

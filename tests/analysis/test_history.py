@@ -194,6 +194,15 @@ def test_the_page_is_written_whole_or_not_at_all(tmp_path, capsys, monkeypatch):
 
 
 def test_changes_parquet_columns_are_the_documented_ones():
+    """Declared once (harness.catalogue.changes): a Change has exactly the table's columns, typed as declared."""
+    from dataclasses import fields
+
+    from harness.catalogue.changes import CHANGE_COLUMNS, CHANGE_FIELDS
+
+    assert sorted(f.name for f in fields(history.Change)) == sorted(CHANGE_COLUMNS)
+    annotated = {f.name: str(f.type).split("|")[0].strip() for f in fields(history.Change)}
+    python = {"string": "str", "float64": "float", "int64": "int", "bool": "bool"}
+    assert {c.name: python[c.type] for c in CHANGE_FIELDS} == {c.name: annotated[c.name] for c in CHANGE_FIELDS}
     assert [f.name for f in trend.change_schema()] == list(history.CHANGE_COLUMNS)
     assert trend.change_schema().field("night").type == pa.int64()
     assert trend.change_schema().field("p_value").type == pa.float64()

@@ -4,9 +4,7 @@ metadata); and the data dictionary `nvbench columns FILE` prints."""
 
 from __future__ import annotations
 
-import ast
 import functools
-import inspect
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from harness.catalogue.cells import CELL_COLUMNS
+from harness.catalogue.changes import CHANGE_COLUMNS, CHANGE_FIELDS
 from harness.catalogue.steps import STEP_COLUMNS
 from harness.catalogue.verdicts import VERDICT_COLUMNS
 from harness.catalogue.work import WORK_COLUMNS
@@ -35,18 +34,6 @@ class Described:
     doc: str
 
 
-def attribute_docs(cls: type) -> dict[str, str]:
-    """Field -> the docstring under it in `cls`'s source (the declaration's own words), one line of words."""
-    tree = ast.parse(inspect.getsource(cls))
-    body = tree.body[0].body  # type: ignore[attr-defined]
-    out = {}
-    for node, after in zip(body, body[1:]):
-        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and isinstance(after, ast.Expr) \
-                and isinstance(after.value, ast.Constant) and isinstance(after.value.value, str):
-            out[node.target.id] = " ".join(after.value.value.split())
-    return out
-
-
 def unit_of(name: str) -> str:
     if name.startswith("num_"):
         return "count"
@@ -57,10 +44,8 @@ def unit_of(name: str) -> str:
 
 @functools.cache
 def change_docs() -> dict[str, str]:
-    """changes.parquet column -> its meaning: Change's field docs, the cell schema's for the axes."""
-    from harness.analysis.nights.history import CHANGE_COLUMNS, Change
-
-    docs = _from_cells(attribute_docs(Change))
+    """changes.parquet column -> its meaning: harness.catalogue.changes, the cell schema's for the id and axes."""
+    docs = _from_cells({c.name: c.doc for c in CHANGE_FIELDS})
     return {name: docs.get(name, "") for name in CHANGE_COLUMNS}
 
 

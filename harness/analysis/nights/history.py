@@ -27,6 +27,7 @@ from harness.stats import changepoint
 from harness.stats.inference import to_percent
 from harness.catalogue import col
 from harness.catalogue.tracked import TRACKED, TRACKED_BY_NAME, Tracked
+from harness.catalogue.changes import CHANGE_COLUMNS as CATALOGUE_CHANGE_COLUMNS
 
 CHANGES_VERSION = 3
 """Version of changes.parquet (schema metadata nvbench.changes_version). 1: first release. 2: p_floor, the
@@ -148,60 +149,37 @@ class Series:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Change(AxisValues):
-    """A change point or a drift of one cell's metric: one row of changes.parquet (its axis values: AxisValues)."""
+    """A change point or a drift of one cell's metric: one row of changes.parquet (its axis values: AxisValues).
+    Each field is a column of that table, declared with its type and meaning in harness.catalogue.changes."""
 
     cell_id: str
     metric: str
-    """throughput, fast steps, top1 or data wait."""
     kind: str
-    """step: the level changed at `run_id`; drift: a slope over the last nights, starting at `run_id`."""
     run_id: str
-    """The night the change starts (a step: the first night of the new level; a drift: its window's first)."""
     night: int
-    """That night's position in the history (1-based, oldest first)."""
     created_at: str
-    """When that night's run was created (UTC, ISO 8601)."""
     previous_run_id: str
-    """The night before (a drift: the window's last night)."""
     commit_from: str
-    """The commit of previous_run_id (a drift: of the window's first night)."""
     commit_to: str
-    """The commit of run_id (a drift: of the window's last night)."""
     unit: str
-    """%: change relative to the level before (rates); points: absolute change x 100 (fractions)."""
     before: float
-    """Level before the change in the metric's unit (rates: geometric mean of the nights)."""
     after: float
-    """Level after the change (a drift: the fitted level at the window's last night)."""
     change: float
-    """The change in `unit` (a drift: across its whole window)."""
     ci_low: float | None = None
-    """Lower end of the change's interval, in `unit`."""
     ci_high: float | None = None
-    """Upper end of the change's interval, in `unit`."""
     confidence: float
-    """Confidence level of the interval (e.g. 0.95)."""
     p_value: float | None = None
-    """A step's p-value (the best split over the series, its choice paid for); null for a drift (its interval
-    excludes 0 at `confidence`)."""
     p_floor: float | None = None
-    """The smallest p the step's test could report (p at the floor reads `p <= floor`); null for a drift."""
     nights_before: int
-    """Nights in the level before (a drift: 0)."""
     nights_after: int
-    """Nights in the level after (a drift: nights in its window)."""
     fire_drill_pct: float = 0.0
-    """Fire drill of the night the change starts (a drill night is a calibration, never a result)."""
     is_new: bool = False
-    """Not found without the newest night: what tonight's history added."""
     confirmation: str | None = None
-    """confirmed, not confirmed or could not confirm: what an interleaved A/B of commit_from and commit_to said
-    (harness.orchestrate.workflows.confirm); null when none was asked."""
     confirmation_note: str | None = None
-    """The A/B's verdict behind it, or why there could be none."""
 
 
-CHANGE_COLUMNS = (col.cell_id, *AXES, *(f.name for f in fields(Change) if f.name not in AXES and f.name != col.cell_id))
+CHANGE_COLUMNS = CATALOGUE_CHANGE_COLUMNS
+"""changes.parquet's columns (harness.catalogue.changes), Change's fields in that order."""
 
 
 class HistoryInputError(RunInputError):

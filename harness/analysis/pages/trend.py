@@ -9,7 +9,7 @@ import json
 import math
 import string
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -25,10 +25,11 @@ from harness.results import store
 from harness.stats import changepoint
 from harness.catalogue import col
 from harness.analysis.pages.report import page_head, template
+from harness.catalogue.cells import CELL_COLUMNS
+from harness.catalogue.changes import CHANGE_FIELDS
 
 HISTORY_FILES = ("history.html", "changes.md", "changes.parquet")
 VERSION_KEY = b"nvbench.changes_version"
-_TYPES = {"str": pa.string(), "int": pa.int64(), "float": pa.float64(), "bool": pa.bool_()}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -59,9 +60,10 @@ def write_history(history: History, out_dir: Path, marks: Sequence[Mark] = ()) -
 
 
 def change_schema() -> pa.Schema:
-    """changes.parquet's columns, typed from the Change fields, in CHANGE_COLUMNS order."""
-    types = {f.name: str(f.type).split("|")[0].strip() for f in fields(Change)}
-    return pa.schema([pa.field(name, _TYPES[types[name]]) for name in CHANGE_COLUMNS])
+    """changes.parquet's columns, typed as harness.catalogue.changes declares them (the id and axes as the cells'),
+    in CHANGE_COLUMNS order."""
+    declared = {c.name: c.type for c in (*CELL_COLUMNS, *CHANGE_FIELDS)}
+    return pa.schema([pa.field(name, pa.type_for_alias(declared[name])) for name in CHANGE_COLUMNS])
 
 
 def change_table(history: History) -> pa.Table:
