@@ -152,115 +152,56 @@ class MetricVerdict:
 class CellVerdict(AxisValues):
     """A cell of the candidate run and what the comparison says about it: its axis values (AxisValues; null in
     verdicts written before the axis), the cell-level call and one MetricVerdict per judged metric tested. One row
-    of verdicts.parquet (to_row / from_row); each column's meaning: harness.catalogue.verdicts."""
+    of verdicts.parquet (to_row / from_row): each field is a column declared, with its meaning, once in
+    harness.catalogue.verdicts (`nvbench columns` and docs/results.md read it there)."""
 
     cell_id: str
     verdict: str
-    """regression, improvement, unchanged (equivalence shown: the interval inside the floor), inconclusive, or a
-    cell that could not be judged (failed, skipped, insufficient, ...)."""
     reason: str
-    """Why, in words: the change with its interval and test, or what would decide the cell."""
     method: str = ""
-    """How the change was tested and its interval made (e.g. permutation + benjamini_hochberg;
-    bootstrap_percentile interval)."""
     ci_level: float | None = None
-    """Confidence level of the intervals (e.g. 0.95)."""
     p_value: float | None = None
-    """The cell's p-value as Benjamini-Hochberg saw it: the smallest of the metrics' p-values times their
-    number (Bonferroni within the cell)."""
     p_adjusted: float | None = None
-    """p_value after Benjamini-Hochberg across the run's cells (and its looks): what is compared with fdr_q."""
     decided_by: str = ""
-    """The metric the verdict rests on (the headline when several make the same call); for `unchanged`, the one
-    whose interval comes nearest the floor."""
-    metrics: Mapping[str, MetricVerdict] = field(default_factory=dict)
-    """Judged metric name (harness.catalogue.judged) -> what the comparison says of it, for every metric it
-    tested or described; the headline's is always there (history screening and describe-only fill it)."""
+    metrics: Mapping[str, MetricVerdict] = field(default_factory=dict)  # judged metric name -> its verdict (not a column)
     floor_pct: float
-    """Practical floor: a change smaller than this is never a regression or an improvement."""
     floor_source: str = ""
-    """Which rule set floor_pct: default, --floor, judge.floor_pct or `judge.override[i] axis=value` (empty in
-    verdicts written before version 8)."""
     fdr_q: float
-    """False discovery rate the cells were tested at (Benjamini-Hochberg)."""
     mdc_pct: float | None = None
-    """Minimum detectable change at these repeats and this spread: smaller changes cannot be told from noise."""
     repeats_needed: int | None = None
-    """Inconclusive cells: about how many usable repeats per side would likely decide (decide.repeats_needed);
-    null in verdicts written before version 5."""
     num_candidate: int = 0
-    """Usable repeats of the candidate (an A/B: side B's pairs)."""
     num_baseline: int = 0
-    """Usable repeats of the baseline (an A/B: side A's)."""
     num_unsteady: int = 0
-    """Repeats whose window failed the steadiness check (left out with --exclude-unsteady)."""
     noise: str = ""
-    """Spread of throughput between repeats in words: quiet (< 1 %), moderate (< 3 %), noisy (< 10 %), very
-    noisy."""
     accuracy_verdict: str = ACCURACY_NA
-    """Top-1 accuracy against its band: within, below (a regression), above, or n/a (not judged)."""
     candidate_top1: float | None = None
-    """Candidate's mean validation top-1 (fraction); null where not judged."""
     baseline_top1: float | None = None
-    """Baseline's mean validation top-1 (fraction)."""
     top1_change: float | None = None
-    """candidate_top1 - baseline_top1 (fraction)."""
     top1_ci_low: float | None = None
-    """Lower end of top1_change's interval (fraction)."""
     top1_ci_high: float | None = None
-    """Upper end of top1_change's interval (fraction)."""
     accuracy_tolerance: float
-    """Half-width of the top-1 band (fraction): a drop beyond it is a regression."""
     history_median_img_per_s: float | None = None
-    """History mode: median throughput of the past runs compared with."""
     history_mad_img_per_s: float | None = None
-    """History mode: median absolute deviation of those runs' throughput."""
     robust_z: float | None = None
-    """History mode: (throughput - history median) / (1.4826 MAD)."""
     num_history_runs: int = 0
-    """History mode: past runs in the baseline."""
     speed_probe_change_pct: float | None = None
-    """Speed-adjusted comparisons: change of the probe's time, candidate vs baseline (+ = machine slower)."""
     fire_drill_pct: float = 0.0
-    """Fire drill of the candidate (extra work in % of each step; 0 in real runs): a drill is a calibration,
-    never a result."""
     baseline_fire_drill_pct: float = 0.0
-    """Fire drill of the baseline."""
     is_smoke: bool = False
-    """The candidate ran with --smoke (shrunk): not comparable with full runs."""
     env_diff: str = ""
-    """The environment fields that differ and matter to this cell (harness.results.env.cell_env_fields)."""
     candidate_run_id: str = ""
-    """Run id of the candidate (an A/B: b)."""
     baseline_run_id: str = ""
-    """Run id of the baseline (an A/B: a); empty in history mode."""
     phase: str | None = None
-    """The step phase whose time changed most (by |change|; phase_attribution), where both sides timed
-    phases; null in verdicts written before version 6."""
     phase_change_ms: float | None = None
-    """That phase's change, candidate - baseline, in ms per step, with its interval at ci_level."""
     phase_change_low_ms: float | None = None
-    """Lower end of phase_change_ms's interval, ms per step."""
     phase_change_high_ms: float | None = None
-    """Upper end of phase_change_ms's interval, ms per step."""
     step_change_ms: float | None = None
-    """The whole step's change (median step time), candidate - baseline, in ms."""
     attribution: str = ""
-    """The phase's change in words, e.g. "optimizer +20.3 ms [+18.9, +21.6] of +21.0 ms per step"."""
     work: str | None = None
-    """The work diff in words (`work: same`, `work changed: forward +16 aten::mm per step`, `work: no work
-    counted ...`); null where neither side counted work (analysis.pages.work_report)."""
     work_changed: bool | None = None
-    """An item exact on both sides changed; null where either side counted nothing."""
     work_gate: str | None = None
-    """The broken work gates in words; null where none broke. A broken gate fails the cell whatever its timing."""
     busy: bool | None = None
-    """True: fewer than half of a side's ok windows were clean (harness.results.interference.MIN_CLEAN_FRAC), so
-    the cell was not judged (inconclusive; no alarm opens or ends on it); null in verdicts written before
-    version 12."""
     operators: str | None = None
-    """The kernel diff's line of a changed, profiled cell (harness.analysis.pages.kernel_report.attach; its reason
-    ends with it too); null: not profiled or not changed, or read from a verdicts file before version 13."""
 
     def axis_filters(self) -> list[str]:
         """`AXIS=VALUE` for every axis the verdict records: the `--only` filters that select its cell (an axis
