@@ -163,7 +163,7 @@ class CellVerdict(AxisValues):
     p_value: float | None = None
     p_adjusted: float | None = None
     decided_by: str = ""
-    metrics: Mapping[str, MetricVerdict] = field(default_factory=dict)  # judged metric name -> its verdict (not a column)
+    metrics: Mapping[str, MetricVerdict] = field(default_factory=dict)  # judged metric -> its verdict (no column)
     floor_pct: float
     floor_source: str = ""
     fdr_q: float
