@@ -221,6 +221,28 @@ def test_world_size_2_trains_with_ddp_and_the_throughput_adds_up(tiny_matrix, tm
 
 
 @pytest.mark.world_size
+def test_a_counted_world_size_2_cell_counts_its_gradients_all_reduce_by_call_and_by_byte(tiny_matrix, tmp_path):
+    """Issue 56's collectives in a real DDP group (gloo, two ranks): the counted process's rank 0 sees DDP's
+    all-reduce called from backward's hooks every step, and the backend's all-reduces carry exactly every
+    trainable parameter's fp32 gradient once a step (the model is small enough for DDP's one bucket or a few)."""
+    from harness.models import build_model
+
+    matrix = tiny_matrix('backend = ["synthetic"]\nworld_size = [2]')
+    out = tmp_path / "run"
+    proc = nvbench("run", str(matrix), "--out", str(out), "--no-progress", "--work-repeats", "1")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = [r for r in pq.read_table(out / "work.parquet").to_pylist() if r["rank"] == 0]
+    calls = [r for r in rows if r["counter"] == "collectives" and r["key"].startswith("c10d::allreduce")]
+    assert calls and all(r["phase"] in ("backward", "allreduce") for r in calls), rows
+    steps = calls[0]["steps"]
+    assert steps >= 1 and sum(r["count"] for r in calls) % steps == 0  # the same calls every step: exact
+    grads = sum(p.numel() for p in build_model("resnet18", num_classes=10).parameters() if p.requires_grad)
+    reduced = sum(r["count"] for r in rows if r["counter"] == "collective_bytes" and "all_reduce" in r["key"])
+    assert reduced == steps * 4 * grads, (reduced, steps, grads)
+    _no_process_left(out)
+
+
+@pytest.mark.world_size
 def test_a_failing_rank_ends_its_cell_within_the_timeout_and_leaves_no_process(tiny_matrix, tmp_path):
     timeout = 30  # over 4x the ~7 s a cell with a failing rank took on the 2-core machine
     matrix = tiny_matrix('backend = ["pytorch"]\nworld_size = [2]\ngrad_accum = [1, 2, 3]', timeout=timeout)
