@@ -6,12 +6,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-STEP_PHASES = ("data", "h2d", "forward", "backward", "optimizer", "other")
-"""The step's phases, in the order a step runs them: a counter of one of these is per counted step."""
+COUNTED_STEP_PHASES = ("data", "h2d", "forward", "backward", "optimizer", "other")
+"""Where a counted step's work falls, in the order a step runs them (the timed phases of harness.catalogue.steps, but
+all-reduce inside backward, whose hooks launch it, and `other` for work outside every range): a counter of one of
+these is per counted step."""
 PROCESS, WINDOW = "process", "window"
 """Whole-process counters (graph breaks, recompilations, graphs) and counted-window counters (recompilations
 during the counted steps, device mallocs, allocator retries): their value is a count, not a rate."""
-PHASES = (*STEP_PHASES, PROCESS, WINDOW)
+WORK_PHASES = (*COUNTED_STEP_PHASES, PROCESS, WINDOW)
 """Every phase of work.parquet, in the order the diff names them."""
 
 

@@ -10,12 +10,12 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from harness.catalogue import col
 from harness.catalogue.work_gates import (AFTER_WARMUP, BYTES_FOR, COUNTER_BY_NAME, COUNTERS, NO_RISE, NONE_PHASES,
-                                          NOT_COUNTED, PHASES, SAME_WHERE_EXACT, SHOWN_ITEMS, STEP_PHASES,
-                                          WORK_CHANGED, WORK_SAME)
+                                          NOT_COUNTED, SAME_WHERE_EXACT, SHOWN_ITEMS, COUNTED_STEP_PHASES,
+                                          WORK_CHANGED, WORK_PHASES, WORK_SAME)
 
 Item = tuple[str, str, str]
 """(phase, counter, key): one thing counted."""
-_ORDER = {name: i for i, name in enumerate(PHASES)}
+_ORDER = {name: i for i, name in enumerate(WORK_PHASES)}
 _COUNTER_ORDER = {c.name: i for i, c in enumerate(COUNTERS)}
 
 
@@ -169,7 +169,7 @@ def item_text(phase: str, counter: str, key: str, n: float, *, size: float | Non
     """One item's words without its phase: `+1 host sync per step (aten::_local_scalar_dense)`, `+16 aten::mm per
     step`, `+1 allocation per step (+4.0 KiB, aten::empty)`; a bytes counter alone: `+4.0 KiB in allocations`."""
     c = COUNTER_BY_NAME.get(counter)
-    per = " per step" if phase in STEP_PHASES else ""
+    per = " per step" if phase in COUNTED_STEP_PHASES else ""
     if c is not None and c.bytes_of:
         return f"{_bytes(n)} in {COUNTER_BY_NAME[c.bytes_of].many}{per}" + (f" ({key})" if key else "")
     noun, keyed = _noun(phase, counter, key, n)
@@ -217,7 +217,7 @@ def varying_text(varying: Sequence[Varying]) -> str:
             COUNTER_BY_NAME[v.counter].many if v.counter in COUNTER_BY_NAME else v.counter
         noun += f" ({v.key})" if v.key and noun != v.key else ""
         sides = " and ".join(f"{s} {_range(r)}" for s, r in (("A", v.a), ("B", v.b)) if r[0] != r[1])
-        phrases.append((v.phase, f"{noun} on {sides}" + (" per step" if v.phase in STEP_PHASES else "")))
+        phrases.append((v.phase, f"{noun} on {sides}" + (" per step" if v.phase in COUNTED_STEP_PHASES else "")))
     return _grouped(phrases)
 
 
@@ -238,7 +238,7 @@ def _no_rise(diff: WorkDiff, counter: str) -> tuple[list[str], list[str]]:
     """(phases whose total rose, in words; phases that varied, in words) for one counter."""
     risen, unsure = [], []
     items = sorted({i for i in diff.a.ranges.keys() | diff.b.ranges.keys() if i[1] == counter}, key=_sort_key)
-    for phase in PHASES:
+    for phase in WORK_PHASES:
         here = [i for i in items if i[0] == phase]
         if any(not (diff.a.is_exact(i) and diff.b.is_exact(i)) for i in here):
             unsure.append(varying_text([v for v in diff.varying if (v.phase, v.counter) == (phase, counter)]))
@@ -250,7 +250,7 @@ def _no_rise(diff: WorkDiff, counter: str) -> tuple[list[str], list[str]]:
 
 def _none(diff: WorkDiff, counter: str) -> tuple[list[str], list[str]]:
     """(B's counted items of the counter, in words; B's items that varied, in words)."""
-    phases = NONE_PHASES.get(counter, PHASES)
+    phases = NONE_PHASES.get(counter, WORK_PHASES)
     items = sorted((i for i in diff.b.ranges if i[1] == counter and i[0] in phases), key=_sort_key)
     found = [(i[0], item_text(*i, diff.b.value(i), signed=False) + " on B") for i in items
              if diff.b.is_exact(i) and diff.b.value(i) > 0]
