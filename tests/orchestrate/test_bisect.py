@@ -159,7 +159,7 @@ def test_bisect_on_its_defaults_survives_a_stop_then_names_the_second_commit_and
         assert cell["operators"].startswith("optimizer +") and "(outside aten ops) +" in cell["operators"], cell
         assert f"; operators: {cell['operators']}" in answer["text"]
     for k in (2, 3, 4, 5):  # the search's first four points
-        skipped = f"skipped {commits[k][:10]} commit {k + 1}: cannot import its harness: ModuleNotFoundError"
+        skipped = f"skipped {commits[k][:12]} commit {k + 1}: cannot import its harness: ModuleNotFoundError"
         assert skipped in resumed.stderr
     assert "step 1 of ~" in resumed.stderr and "first bad: " + commits[1][:10] in resumed.stderr
     md = (out / "bisect.md").read_text()

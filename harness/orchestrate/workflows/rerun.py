@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-
 from harness.results import store
 from harness.host.procstat import Counters, foreign_share, read_proc_stat, tree_cpu_ticks
 from harness.results.interference import rerun_cause, row_interference
