@@ -55,9 +55,9 @@ def write_report(out: Path, env: dict[str, Any], checks: list, started: str, wal
 
 
 def _time_table(figures: dict[str, Any]) -> list[str]:
-    """Where each cell's seconds went (the runner's PHASES, the rest: the process's exit and the runner's own
+    """Where each cell's seconds went (the runner's RUN_PARTS, the rest: the process's exit and the runner's own
     work), and the run's matrix efficiency: what to cut when the budget is tight."""
-    from harness.orchestrate.session.derive import PHASES
+    from harness.orchestrate.session.derive import RUN_PARTS
 
     head = ["", "Where each cell's time went (s; rest = the process's exit and the runner's own work):", "",
             "| cell | total | startup | build | compile | warmup (steps) | window | validation | rest |",
@@ -66,7 +66,7 @@ def _time_table(figures: dict[str, Any]) -> list[str]:
     for r in figures["cells"]:
         if r["status"] != "ok" or r.get("duration_s") is None:
             continue
-        rest = r["duration_s"] - sum(r.get(k) or 0.0 for k in PHASES)
+        rest = r["duration_s"] - sum(r.get(k) or 0.0 for k in RUN_PARTS)
         lines.append(f"| {r['cell']} | {r['duration_s']:.1f} | {_n(r.get('startup_s'), '.1f')} | "
                      f"{_n(r.get('build_s'), '.1f')} | {_n(r.get('compile_s'), '.1f')} | "
                      f"{_n(r.get('warmup_window_s'), '.1f')} ({_n(r.get('warmup_steps_used'), 'd')}) | "

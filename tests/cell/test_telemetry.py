@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 from conftest import ROOT
 
-from harness.cell import telemetry as telemetry_mod
+from harness.cell.instruments import telemetry as telemetry_mod
 from harness.cell.instruments.telemetry import (
     TelemetrySample,
     TelemetrySampler,

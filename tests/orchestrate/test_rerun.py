@@ -203,7 +203,7 @@ def test_the_sides_are_named_by_what_tells_them_apart():
     b = {"torch_version": "2.13.0+cpu", "python_version": "3.11.9", "nvbench_git_sha": "1" * 40}
     assert ab_sides.labels({"a": a, "b": b}) == {"a": "torch 2.12.1+cpu", "b": "torch 2.13.0+cpu"}
     c = dict(a, nvbench_git_sha="abcdef0123456789")
-    assert ab_sides.labels({"a": a, "b": c}) == {"a": "nvbench 1111111111", "b": "nvbench abcdef0123"}
+    assert ab_sides.labels({"a": a, "b": c}) == {"a": "nvbench 111111111111", "b": "nvbench abcdef012345"}
     assert ab_sides.labels({"a": a, "b": a}) == {"a": "baseline", "b": "candidate"}
     assert ab_sides.labels({"a": a, "b": a}, {"a": "old", "b": None}) == {"a": "old", "b": "candidate"}
     lines = ab_sides.side_lines({"a": "torch 2.12.1", "b": "torch 2.13.0"},
@@ -211,8 +211,8 @@ def test_the_sides_are_named_by_what_tells_them_apart():
                                  "b": ab_sides.where("/v2/bin/python", "/src/tonight",
                                                      dict(c, nvbench_git_dirty=True))})
     # each side by its interpreter and the code it ran: checkout, commit, dirty or not
-    assert lines == ("A: torch 2.12.1 (/v1/bin/python; code /src/main @ 1111111111)",
-                     "B: torch 2.13.0 (/v2/bin/python; code /src/tonight @ abcdef0123, dirty)")
+    assert lines == ("A: torch 2.12.1 (/v1/bin/python; code /src/main @ 111111111111)",
+                     "B: torch 2.13.0 (/v2/bin/python; code /src/tonight @ abcdef012345, dirty)")
     assert ab_sides.where("/v1/bin/python", "/copy", {}) == "/v1/bin/python; code /copy (not in git)"
 
 
