@@ -157,6 +157,13 @@ class Browser:
             raise RuntimeError(f"{expression}: {result['exceptionDetails'].get('text')}")
         return result["result"].get("value")
 
+    def wait(self, expression: str, *, timeout_s: float = 10.0) -> bool:
+        """Whether `expression` (JavaScript) became true within `timeout_s`, polled in the page every 50 ms (a chart
+        is drawn after the event that asks for it)."""
+        return bool(self.evaluate(f"(async () => {{ const end = Date.now() + {1000 * timeout_s:.0f}; "
+                                  f"while (Date.now() < end) {{ if ({expression}) return true; "
+                                  "await new Promise(r => setTimeout(r, 50)); } return false; })()"))
+
     def viewport(self, width: int, height: int) -> None:
         """Lay pages out in a window of `width` x `height` CSS pixels (as a desktop browser at 100 %)."""
         self.call("Emulation.setDeviceMetricsOverride", session=self.session, width=width, height=height,

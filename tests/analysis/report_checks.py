@@ -5,6 +5,7 @@ units, junit.xml's suite)."""
 from __future__ import annotations
 
 import html
+import json
 import re
 import shutil
 import xml.etree.ElementTree as ET
@@ -84,14 +85,16 @@ class _Checker(HTMLParser):
 
     def __init__(self):
         super().__init__()
-        self.stack, self.problems, self.tags = [], [], set()
+        self.stack, self.problems, self.tags, self.sources = [], [], set(), []
 
     def handle_starttag(self, tag, attrs):
         self.tags.add(tag)
         for name, value in attrs:
-            if name == "src" or (name == "href" and not (value or "").startswith("#")) or \
+            beside = tag == "script" and name == "src" and value == "plotly.min.js"  # the one file beside the page
+            if (name == "src" and not beside) or (name == "href" and not (value or "").startswith("#")) or \
                     (value or "").startswith(("http:", "https:", "//")):  # a link inside the page is fine
                 self.problems.append(f"<{tag} {name}={value!r}>")
+            self.sources += [value] if beside else []
         if tag not in self.VOID:
             self.stack.append(tag)
 
@@ -106,21 +109,37 @@ class _Checker(HTMLParser):
 
 
 def check_html(path: Path) -> str:
+    """A written page: tags balanced, nothing that reaches the network, its charts' one script file beside it."""
     text = path.read_text()
     checker = _Checker()
     checker.feed(text)
     checker.close()
     assert checker.problems == [] and checker.stack == [], (checker.problems, checker.stack)
-    assert {"svg", "style", "table", "script"} <= checker.tags  # every script inline: a src is a problem above
+    assert {"style", "table", "script", "figure"} <= checker.tags  # every script inline but plotly.min.js's
+    assert checker.sources == ["plotly.min.js"] and (path.parent / "plotly.min.js").stat().st_size > 1_000_000
     assert "http://" not in text and "https://" not in text and "@import" not in text
+    assert "<svg" not in text  # every chart is drawn by the charting library, none by hand
     return text
 
 
+_CHART = re.compile(r'<figure class="chart" id="([^"]*)-figure">\s*<figcaption>(.*?)</figcaption>\s*'
+                    r'<div class="plot"[^>]*></div>\s*<script type="application/json" class="nvbench-figure" '
+                    r'data-for="\1">(.*?)</script>.*?(?:<p>(.*?)</p>\s*)?</figure>', flags=re.S)
+
+
+def charts(text: str) -> dict[str, dict]:
+    """Every chart of a page by its id: the plotly figure (data and layout) the page hands the browser."""
+    return {m.group(1): json.loads(m.group(3)) for m in _CHART.finditer(text)}
+
+
 def figures(text: str) -> list[tuple[str, str, str]]:
-    """(caption, the plot's axis label, its note) of every <figure> that draws a plot."""
-    found = re.findall(r"<figure><figcaption>(.*?)</figcaption><svg [^>]*aria-label=\"([^\"]*)\".*?</svg>"
-                       r"(?:<p>(.*?)</p>)?</figure>", text, flags=re.S)
-    return [(html.unescape(c), html.unescape(a), html.unescape(n)) for c, a, n in found]
+    """(caption, the chart's axis titles, its note) of every chart of a page."""
+    out = []
+    for m in _CHART.finditer(text):
+        layout = json.loads(m.group(3))["layout"]
+        titles = " / ".join(layout.get(a, {}).get("title", {}).get("text", "") for a in ("xaxis", "yaxis"))
+        out.append((html.unescape(m.group(2)), titles, html.unescape(m.group(4) or "")))
+    return out
 
 
 def chromium_or_skip() -> str:

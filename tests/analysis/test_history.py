@@ -24,6 +24,7 @@ from harness.results.schema import CELL_SCHEMA, RESULT_SCHEMA_VERSION, cell_tabl
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from browser import Browser, chromium_path  # noqa: E402
+from report_checks import charts  # noqa: E402
 
 CELL = "synthetic_nchw_fp32_ws1_ga1_abc"
 OTHER = "pytorch_nchw_fp32_ws1_ga1_def"
@@ -221,17 +222,22 @@ def test_the_trend_page_renders_in_a_real_browser_without_a_console_error(tmp_pa
     page = folder / "trend" / "history.html"
     with Browser(binary) as browser:
         load = browser.load(page)
-        assert load.errors == [] and load.requests == [page.resolve().as_uri()]
-        assert browser.evaluate("document.querySelectorAll('#cells figure').length") == 2
-        first = browser.evaluate("document.querySelector('#cells figure').id")
+        plotly = (page.parent / "plotly.min.js").resolve().as_uri()
+        assert load.errors == [] and load.requests == [page.resolve().as_uri(), plotly]
+        assert browser.evaluate("document.querySelectorAll('#cells article.cell').length") == 2
+        first = browser.evaluate("document.querySelector('#cells article.cell').id")
         assert first == f"cell-{CELL}"  # what changed most first
-        marks = browser.evaluate("document.querySelectorAll('#cell-" + CELL + " svg.trend g.cp').length")
-        assert marks >= 1
+        drawn = f"#trend-{CELL}-throughput[data-ready]"
+        browser.evaluate(f"document.getElementById('trend-{CELL}-throughput').scrollIntoView()")  # drawn when seen
+        assert browser.wait(f"document.querySelector('{drawn}') !== null")
+        marks = browser.evaluate(f"document.querySelectorAll('{drawn} .shapelayer path').length")
+        assert marks >= 1  # the change point's dashed line, drawn
         rows = browser.evaluate("Array.from(document.querySelectorAll('#changes-table tbody tr')).map("
                                 "r => Number(r.cells[0].textContent))")
         assert rows and rows == sorted(rows, reverse=True)  # newest first
-        assert browser.evaluate("document.querySelector('svg.trend .pt.drill') !== null")
-        width = browser.evaluate("document.querySelector('svg.trend').getBoundingClientRect().width")
+        drill = f"document.getElementById('trend-{CELL}-throughput').data.some(t => t.name === 'fire-drill night')"
+        assert browser.evaluate(drill)
+        width = browser.evaluate(f"document.querySelector('{drawn} .main-svg').getBoundingClientRect().width")
         assert width > 300
 
 
@@ -302,13 +308,35 @@ def test_the_trend_marks_promotions_on_every_cell_and_an_acknowledgement_on_its_
               "text": "baseline promoted: night02 by me: new normal"},
              {"kind": "ack", "when": "2026-01-03T12:00:00+00:00", "cell_id": CELL, "text": "acknowledged by me: ok"}]
     page = trend.render_html(h, marks)
-    figures = {cid: page.split(f'<figure id="cell-{cid}">')[1].split("</figure>")[0] for cid in (CELL, OTHER)}
-    assert figures[OTHER].count('class="mark promotion"') >= 1 and 'class="mark ack"' not in figures[OTHER]
-    assert 'class="mark ack"' in figures[CELL] and "acknowledged by me: ok" in figures[CELL]
-    assert "baseline promoted: night02 by me: new normal" in figures[CELL]
-    sx = [float(x) for x in figures[CELL].split('class="mark promotion"><line x1="')[1:2][0].split('"')[:1]]
-    points = [float(c.split('cx="')[1].split('"')[0]) for c in figures[CELL].split('<circle')[1:5]]
-    assert points[1] < sx[0] < points[2]  # between night 2 and night 3
+    drawn = {cid: marks_on(page, cid) for cid in (CELL, OTHER)}
+    assert [m[1] for m in drawn[OTHER]] == ["P"]  # the promotion on every cell, the ack on its own only
+    assert sorted(m[1] for m in drawn[CELL]) == ["A", "P"]
+    said = {m[1]: m[2] for m in drawn[CELL]}
+    assert said == {"P": "baseline promoted: night02 by me: new normal", "A": "acknowledged by me: ok"}
+    listed = cell_html(page, CELL)
+    assert "baseline promoted: night02 by me: new normal" in listed and "acknowledged by me: ok" in listed
+    promoted = next(m[0] for m in drawn[CELL] if m[1] == "P")
+    nights = night_points(page, CELL)
+    assert nights[1] < promoted < nights[2]  # between night 2 and night 3
+
+
+def cell_html(page: str, cid: str) -> str:
+    return page.split(f'<article class="cell" id="cell-{cid}">')[1].split("</article>")[0]
+
+
+def throughput_chart(page: str, cid: str) -> dict:
+    return charts(cell_html(page, cid))[f"trend-{cid}-throughput"]
+
+
+def marks_on(page: str, cid: str) -> list[tuple[float, str, str]]:
+    """(x, letter, words) of every change and mark the cell's throughput chart draws."""
+    trace = [t for t in throughput_chart(page, cid)["data"] if t["name"] == "changes and marks"]
+    return list(zip(trace[0]["x"], trace[0]["text"], trace[0]["customdata"])) if trace else []
+
+
+def night_points(page: str, cid: str) -> list[float]:
+    """The x of every night the cell's throughput chart draws, in order."""
+    return sorted(x for t in throughput_chart(page, cid)["data"] if "night" in t["name"] for x in t["x"])
 
 
 def test_an_alarms_steps_sit_on_their_own_nights_on_the_cells_trend_and_in_its_list(tmp_path):
@@ -320,11 +348,9 @@ def test_an_alarms_steps_sit_on_their_own_nights_on_the_cells_trend_and_in_its_l
               "text": f"alarm {night} {event}: throughput"} for event, night in (("opened", "night02"),
                                                                                  ("gone", "night04"))]
     page = trend.render_html(h, marks)
-    figures = {cid: page.split(f'<figure id="cell-{cid}">')[1].split("</figure>")[0] for cid in (CELL, OTHER)}
-    assert 'class="mark alarm' not in figures[OTHER]
-    mine = figures[CELL].split('<div class="metric">')[1]  # the throughput plot
-    at = {e: float(mine.split(f'class="mark alarm {e}"><line x1="')[1].split('"')[0]) for e in ("opened", "gone")}
-    points = [float(c.split('cx="')[1].split('"')[0]) for c in mine.split("<circle")[1:5]]
-    assert (at["opened"], at["gone"]) == (points[1], points[3])
-    assert ">O</text>" in mine and ">G</text>" in mine
+    assert marks_on(page, OTHER) == []
+    at = {letter: x for x, letter, _ in marks_on(page, CELL)}
+    points = night_points(page, CELL)
+    assert (at["O"], at["G"]) == (points[1], points[3]) and len(at) == 2
+    figures = {CELL: cell_html(page, CELL)}
     assert "<li>G: 2026-01-09T12:00 alarm night04 gone: throughput</li>" in figures[CELL]

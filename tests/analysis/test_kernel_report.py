@@ -8,10 +8,12 @@ import re
 import shutil
 
 import numpy as np
+import pytest
 import pyarrow.parquet as pq
 
 from browser import Browser, chromium_path
 from conftest import nvbench
+from report_checks import charts
 from harness.analysis.pages import ci_formats, kernel_report
 from harness.analysis.pages.report import make_report, write_report
 from harness.analysis.judge.verdict import REGRESSION, CellVerdict
@@ -71,7 +73,12 @@ def test_a_changed_cells_line_names_its_operators_everywhere_it_is_shown(shared_
     sections = kernel_report.render_sections(diffs, kernel_report.changed_cells(named))
     page = (write_report(named, tmp_path / "rep", kernels_html=sections).out_dir / "report.html").read_text()
     assert page.index(f'id="kernels-{cell}"') < page.index('id="cells"')  # under the headline, above the table
-    assert "<svg" in page[page.index(f'id="kernels-{cell}"'):page.index('id="cells"')]
+    section = page[page.index(f'id="kernels-{cell}"'):page.index('id="cells"')]
+    chart = charts(section)[f"kernels-chart-{cell}"]  # the operators' changes as the chart draws them
+    slower = {y: x for trace in chart["data"] if trace["name"] == REGRESSION for x, y in zip(trace["x"], trace["y"])}
+    assert slower["forward aten::linear"] == pytest.approx(1e3 * next(
+        o.change_s for o in diffs[cell].operators if o.operator == "aten::linear" and o.phase == "forward"))
+    assert next(t["marker"]["color"] for t in chart["data"] if t["name"] == REGRESSION) == "#cf222e"  # slower: red
     if chromium_path() is None:
         return  # README's test command installs Debian's chromium; without it the page is not rendered
     with Browser() as browser:
@@ -80,12 +87,13 @@ def test_a_changed_cells_line_names_its_operators_everywhere_it_is_shown(shared_
         assert load.errors == []
         browser.evaluate(f"location.hash = 'kernels-{cell}'")  # where a link to the section lands
         section = f"document.getElementById('kernels-{cell}')"
+        assert browser.wait(f"{section}.querySelector('.plot[data-ready]') !== null")
         seen = browser.evaluate(f"""(() => {{
             const box = e => e.getBoundingClientRect(), s = {section}, table = s.querySelector('table');
-            const first = table.rows[1], bar = first.querySelector('svg'), fill = bar.querySelector('rect');
-            return {{top: box(s).top, table: box(table).bottom, bar: box(bar).bottom, width: box(fill).width,
-                     op: first.cells[1].innerText, fill: fill.getAttribute('fill'), fold: innerHeight}};
+            const first = table.rows[1], plot = s.querySelector('.plot .main-svg');
+            return {{top: box(s).top, table: box(table).bottom, bar: box(plot).bottom, width: box(plot).width,
+                     op: first.cells[1].innerText, fold: innerHeight}};
         }})()""")
     # the section's top at the top of the window, its table and its chart whole above the fold
     assert abs(seen["top"]) < 2 and seen["table"] <= seen["fold"] and seen["bar"] <= seen["fold"], seen
-    assert seen["op"] == "aten::linear" and seen["width"] > 50 and seen["fill"] == "#c0392b", seen  # slower: red
+    assert seen["op"] == "aten::linear" and seen["width"] > 300, seen

@@ -14,10 +14,10 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from browser import Browser
+from browser import Browser, chromium_path
 from conftest import TINY, nvbench, own_cores
 from report_checks import (
-    UNMEASURED_LOAD, VERDICTS_V7_COLUMNS, check_html, chromium_or_skip, copy_run, figures, junit)
+    UNMEASURED_LOAD, VERDICTS_V7_COLUMNS, charts, check_html, chromium_or_skip, copy_run, figures, junit)
 
 from harness.analysis.judge import compare
 from harness.analysis.pages import report, wording
@@ -201,20 +201,27 @@ def test_bad_input_exits_2(runs, tmp_path):
 
 def test_every_string_from_results_is_escaped(runs):
     root, a, _ = runs
-    evil = "<script>alert('x')</script> | `rm` *bold* & \x1b[31m"
+    evil = "<script>window.pwned = 'reason'</script> | `rm` *bold* & \x1b[31m"
     row = store.read_cells(a).to_pylist()[0] | {
         "cell_id": "synthetic_nchw_fp32_ws1_ga9_<b>x&y", "repeat": 0, "status": "failed", "reason": evil,
         "throughput_img_per_s": None}
     hostile = copy_run(a, root / "hostile", extra_rows=[row])
     manifest = store.read_json(hostile / "manifest.json")
-    manifest["environment"]["hostname"] = "<img src=x onerror=alert(1)>"
+    manifest["environment"]["hostname"] = "<img src=x onerror=\"window.pwned = 'host'\">"
     store.write_json(hostile / "manifest.json", manifest)
     result = report.make_report(hostile, baseline=a, out_dir=root / "hostile-report",
                                 thresholds=Thresholds(min_repeats=2))
     text = check_html(result.out_dir / "report.html")
-    assert text.count("<script>") == 1 and "<script>alert" not in text  # the page's own script, no other
-    assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in text
+    scripts = re.findall(r"<script[^>]*>", text)  # the page's own: plotly, its two scripts and each chart's data
+    assert scripts.count("<script>") == 2 and scripts.count('<script src="plotly.min.js">') == 1
+    data = '<script type="application/json" class="nvbench-figure" data-for="'  # JSON, never run
+    assert [s for s in scripts if s not in ("<script>", '<script src="plotly.min.js">') and not s.startswith(data)] == []
+    assert "&lt;script&gt;window.pwned = &#x27;reason&#x27;&lt;/script&gt;" in text
     assert "<b>x" not in text and "&lt;b&gt;x&amp;y" in text and "<img" not in text
+    if chromium_path() is not None:  # inert in a browser too: nothing the results carried ran
+        with Browser() as browser:
+            assert browser.load(result.out_dir / "report.html").errors == []
+            assert browser.evaluate("typeof window.pwned") == "undefined"
     suite = junit(result.out_dir / "junit.xml")  # parses: markup escaped, the terminal escape replaced
     error = suite.find("testcase/error")
     assert error.get("type") == "cell-failed" and "<script>" in error.get("message")
@@ -310,8 +317,13 @@ def test_the_report_names_both_sides_offers_the_gpu_columns_and_every_plot_has_u
         assert re.search(r"%|/s|ms|ratio|fraction", axis), (caption, axis)
         assert re.search(r"[Hh]igher is better|[Ll]ower is better|good:", note), (caption, note)
     steps = text[text.index('<section id="steps">'):text.index('<section id="environment">')]
-    assert steps.count("<details>") == 2 and steps.count('class="warmup"') == 2 and "step time, ms" in steps
-    assert 'class="epoch"' in steps  # the pytorch cell's first step opens its data epoch
+    drawn = charts(steps)
+    assert steps.count("<details ") == 2 and len(drawn) == 2
+    for chart in drawn.values():  # the warmup shaded, step time in ms up the side
+        assert chart["layout"]["yaxis"]["title"]["text"] == "step time, ms"
+        assert [s["fillcolor"] for s in chart["layout"]["shapes"] if s["type"] == "rect"] == ["#fff8c5"]
+    dashed = [s for c in drawn.values() for s in c["layout"]["shapes"] if s["line"].get("dash") == "dash"]
+    assert dashed  # the pytorch cell's first step opens its data epoch
 
 
 def test_the_report_renders_in_a_real_browser_without_a_console_error(runs, tmp_path):
@@ -325,15 +337,19 @@ def test_the_report_renders_in_a_real_browser_without_a_console_error(runs, tmp_
     with Browser(binary) as browser:
         assert any(e.startswith("exception: TypeError: window.noSuchFunction") for e in browser.load(broken).errors)
         load = browser.load(page)
-        assert load.errors == [] and load.requests == [page.resolve().as_uri()]  # nothing but the file itself
+        plotly = (page.parent / "plotly.min.js").resolve().as_uri()
+        assert load.errors == [] and load.requests == [page.resolve().as_uri(), plotly]  # the page and its charts
+        browser.evaluate("document.getElementById('chart-change').scrollIntoView()")  # a chart is drawn when seen
+        assert browser.wait("document.querySelector('#chart-change[data-ready]') !== null")
         sorted_by = "Array.from(document.querySelectorAll('table.cells tr.main')).map(r => r.cells[3].dataset.sort)"
         browser.evaluate("document.querySelectorAll('table.cells th')[3].click()")  # img/s: ascending
         up = [float(x) for x in browser.evaluate(sorted_by)]
         browser.evaluate("document.querySelectorAll('table.cells th')[3].click()")  # again: descending
         assert up == sorted(up) and [float(x) for x in browser.evaluate(sorted_by)] == sorted(up, reverse=True)
-        height = "(d => { d.open = true; return d.querySelector('svg').getBoundingClientRect().height; })" \
-                 "(document.querySelector('#steps details'))"
-        assert browser.evaluate(height) > 100  # a reader who opens a cell sees its step-time plot
+        browser.evaluate("(d => { d.open = true; d.scrollIntoView(); })(document.querySelector('#steps details'))")
+        assert browser.wait("document.querySelector('#steps details .plot[data-ready]') !== null")
+        height = "document.querySelector('#steps details .plot .main-svg').getBoundingClientRect().height"
+        assert browser.evaluate(height) > 100  # a reader who opens a cell sees its step-time chart
         assert browser.load(page).errors == []
 
 
@@ -395,7 +411,8 @@ def test_the_report_shows_the_matrix_as_a_heatmap_above_a_table_that_fits_1280_p
     with Browser(binary) as browser:
         browser.viewport(1280, 800)
         load = browser.load(page)
-        assert load.errors == [] and load.requests == [page.resolve().as_uri()]
+        assert load.errors == [] and load.requests == [page.resolve().as_uri(),
+                                                       (page.parent / "plotly.min.js").resolve().as_uri()]
         tiles = browser.evaluate("Array.from(document.querySelectorAll('.heatmap a.tile')).map(t => "
                                  "[t.dataset.cell, t.dataset.verdict, t.getAttribute('href')])")
         assert sorted(c for c, _, _ in tiles) == sorted(verdicts)  # one tile per cell of the matrix

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from harness.analysis.judge.verdict import CellVerdict, MetricVerdict
-from harness.analysis.pages import report_plots, wording
+from harness.analysis.pages import charts, wording
 
 
 def test_change_text_shows_the_fast_step_rate_and_marks_the_metric_that_decided():
@@ -27,6 +27,6 @@ def test_a_long_window_is_thinned_to_its_fastest_and_slowest_steps_so_a_stall_st
     steps = np.arange(10_000, dtype=float)
     times = 0.050 + 0.001 * np.sin(steps / 50)
     times[7_777] = 0.400  # one stall among 10,000 steps
-    x, y = report_plots._thin(steps, times)
-    assert len(x) <= report_plots.MAX_POINTS and np.all(np.diff(x) > 0)  # in step order
+    x, y = charts._thin(steps, times)
+    assert len(x) <= charts.MAX_POINTS and np.all(np.diff(x) > 0)  # in step order
     assert 7_777 in x and y.max() == 0.400 and y.min() == times.min()

@@ -86,13 +86,16 @@ class ProbeBalance:
     p_value: float
     """Welch's t test of "same mean log probe time" on the two sides' probes."""
     balanced: bool
-    """The shift is within the floor and within what the sides' own spread explains."""
+    """The shift is within the floor and within what the sides' own spread explains: the adjusted comparison
+    stands. Unbalanced, the machine itself changed between the sides and the verdict says so."""
     net: Evidence | None = None
     """Unbalanced only: the unadjusted throughput change net of the most the probe's shift explains."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Decision:
+    """The call on one cell: its word, why, and on which metric it rests."""
+
     verdict: str
     reason: str
     """Why, in words; the change itself is written by the caller."""

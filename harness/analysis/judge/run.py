@@ -15,9 +15,12 @@ class RunData:
     """One run folder as the comparison sees it: its cell rows and its manifest."""
 
     path: str
+    """The run folder, as given."""
     run_id: str
     created_at: str
+    """The manifest's ISO time of the run folder's creation (UTC): runs sort by it."""
     environment: Mapping[str, Any]
+    """The manifest's environment (commit, library versions, GPU, driver): what `env_diff` compares."""
     rows: tuple[Mapping[str, Any], ...]
     matrix_efficiency: float | None = None
     """manifest.json's matrix_efficiency (measured window seconds / run wall seconds), where the run records it."""

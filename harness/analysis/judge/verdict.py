@@ -192,11 +192,11 @@ class CellVerdict(AxisValues):
     candidate_run_id: str = ""
     baseline_run_id: str = ""
     phase: str | None = None
+    attribution: str = ""
     phase_change_ms: float | None = None
     phase_change_low_ms: float | None = None
     phase_change_high_ms: float | None = None
     step_change_ms: float | None = None
-    attribution: str = ""
     work: str | None = None
     work_changed: bool | None = None
     work_gate: str | None = None

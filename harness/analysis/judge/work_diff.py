@@ -37,12 +37,18 @@ class SideWork:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ItemChange:
-    """An item exact on both sides whose value differs: A's and B's per step (process and window: counts)."""
+class _Placed:
+    """Where an item of work.parquet sits: its phase, counter and key (the three parts of an Item)."""
 
     phase: str
     counter: str
     key: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ItemChange(_Placed):
+    """An item exact on both sides whose value differs: A's and B's per step (process and window: counts)."""
+
     a: float
     b: float
 
@@ -52,12 +58,9 @@ class ItemChange:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Varying:
+class Varying(_Placed):
     """An item whose counted processes disagree on a side: its range there; never diffed."""
 
-    phase: str
-    counter: str
-    key: str
     a: tuple[float, float]
     b: tuple[float, float]
 

@@ -106,13 +106,16 @@ class Alarm:
 
     change: MetricChange
     status: str
-    since: str
-    nights: int
-    reference: MetricChange
-    """The interval it was compared with (the open alarm's, or the acknowledgement's)."""
+    """NEW, WORSE, OPEN or ACKNOWLEDGED: new and worse fail the night."""
     ack: Ack | None = None
+    """The acknowledgement that covers the cell, if one does."""
     beyond_ack: bool = False
     """An acknowledged cell whose change is now worse than the acknowledgement: judged as any other alarm."""
+    since: str
+    nights: int
+    """Nights the regression has been seen, tonight included; `since` is the first one's date."""
+    reference: MetricChange
+    """The interval it was compared with (the open alarm's, or the acknowledgement's)."""
 
     @property
     def fails(self) -> bool:

@@ -5,7 +5,6 @@ junit.xml, verdicts.parquet and report.html's table), and report/kernels.md and 
 from __future__ import annotations
 
 import dataclasses
-import html
 import statistics
 from pathlib import Path
 from typing import Mapping, Sequence
@@ -16,6 +15,9 @@ from harness.catalogue.kernels import DEFAULT_KERNEL_FDR, DEFAULT_KERNEL_FLOOR_P
 __all__ = ["attach", "diff_runs", "has_kernels", "changed_cells", "render_html", "render_markdown", "render_sections",
            "top_line", "write"]
 from harness.analysis.judge.verdict import IMPROVEMENT, REGRESSION, Comparison
+from harness.analysis.pages.charts import Chart, figure, interval, rows_height, rows_layout, slug, verdict_colour, vline
+from harness.analysis.pages.render import Markup, asset_contents, macro, render
+from harness.analysis.pages.report import page_values
 from harness.results import kernels
 from harness.catalogue import col
 
@@ -93,47 +95,43 @@ def render_markdown(diffs: Mapping[str, KernelDiff]) -> str:
     return "\n".join(lines)
 
 
-def _bar(op: ItemChange, scale: float) -> str:
-    """A horizontal bar of the change with its interval, as inline SVG (slower to the right, red)."""
-    w, mid = 240, 120
-    x = lambda s: mid + (s / scale) * (w / 2 - 4) if scale else mid  # noqa: E731
-    colour = "#c0392b" if op.change_s > 0 else "#27ae60"
-    lo, hi = (op.ci_low_s, op.ci_high_s) if op.tested else (op.change_s, op.change_s)
-    return (f'<svg width="{w}" height="14"><line x1="{mid}" y1="0" x2="{mid}" y2="14" stroke="#999"/>'
-            f'<rect x="{min(mid, x(op.change_s)):.1f}" y="3" width="{abs(x(op.change_s) - mid):.1f}" height="8" '
-            f'fill="{colour}"/><line x1="{x(lo):.1f}" y1="7" x2="{x(hi):.1f}" y2="7" stroke="#333"/></svg>')
+def kernel_chart(cid: str, diff: KernelDiff) -> Chart:
+    """Each shown operator's change in ms a step with its interval (right of 0: slower), coloured by its verdict."""
+    ops = [op for op, _ in _rows(diff)]
+    labels = [f"{op.phase} {op.operator}" for op in ops]
+    data = []
+    for verdict in dict.fromkeys(op.verdict for op in ops):
+        part = [op for op in ops if op.verdict == verdict]
+        ends = [(1e3 * op.ci_low_s, 1e3 * op.ci_high_s) if op.tested else (None, None) for op in part]
+        data.append({"type": "scatter", "mode": "markers", "name": verdict, "x": [1e3 * op.change_s for op in part],
+                     "y": [f"{op.phase} {op.operator}" for op in part],
+                     "error_x": interval([1e3 * op.change_s for op in part], [e[0] for e in ends],
+                                         [e[1] for e in ends]),
+                     "customdata": [[op.text(), f"{1e3 * op.base_s:.2f}", f"{1e3 * op.cand_s:.2f}"] for op in part],
+                     "hovertemplate": "%{y}: %{customdata[0]} (A %{customdata[1]} ms, B %{customdata[2]} ms a step)"
+                                      "<extra></extra>",
+                     "marker": {"color": verdict_colour(verdict), "size": 9}})
+    layout = rows_layout(labels, "change, ms per step (right of 0: slower)", shapes=[vline(0.0)])
+    return Chart(id=f"kernels-chart-{slug(cid)}", caption=f"Operators' change: {cid}", figure=figure(data, layout),
+                 height=rows_height(len(ops)), note="Dots: B's time a step minus A's; bars: the interval.")
 
 
-def render_sections(diffs: Mapping[str, KernelDiff], cells: Sequence[str] | None = None) -> str:
-    """One section per cell (those of `cells`, None: all): the verdict's operators line, then the table with a
-    chart column of each operator's change and interval. Styled inline: it sits in report.html as it is."""
-    out = []
-    for cid, d in sorted(diffs.items()):
-        if cells is not None and cid not in cells:
-            continue
-        rows = _rows(d)
-        scale = max([abs(v) for op, _ in rows for v in (op.ci_low_s, op.ci_high_s, op.change_s) if v == v] or [0])
-        out += [f'<section class="kernels" id="kernels-{html.escape(cid)}"><h2>Operators and kernels: '
-                f'{html.escape(cid)}</h2><p><b>{html.escape(top_line(d))}</b></p>',
-                '<table style="border-collapse:collapse"><tr><th>phase</th><th>operator / kernel</th><th>A ms/step</th>'
-                "<th>B ms/step</th><th>change [interval]</th><th>change (bar), interval (line)</th>"
-                "<th>verdict</th></tr>"]
-        for op, ks in rows:
-            out.append(f"<tr><td>{op.phase}</td><td><b>{html.escape(op.operator)}</b></td>"
-                       f"<td>{1e3 * op.base_s:.2f}</td><td>{1e3 * op.cand_s:.2f}</td><td>{html.escape(op.text())}</td>"
-                       f"<td>{_bar(op, scale)}</td><td>{op.verdict}</td></tr>")
-            out += [f'<tr style="color:#555;font-size:90%"><td></td><td>&nbsp;&nbsp;{html.escape(_kernel_name(k))}</td>'
-                    f"<td>{1e3 * k.base_s:.2f}</td><td>{1e3 * k.cand_s:.2f}</td><td>{html.escape(k.text())}</td>"
-                    f"<td></td><td>{k.verdict}</td></tr>" for k in ks]
-        out.append(f"</table><p><small>{d.repeats_base} + {d.repeats_cand} profiled repeats; {html.escape(d.method)}; "
-                   f"intervals at {d.ci_level:.2%}</small></p></section>")
-    return "\n".join(out)
+def render_sections(diffs: Mapping[str, KernelDiff], cells: Sequence[str] | None = None) -> Markup:
+    """One section per cell (those of `cells`, None: all): the verdict's operators line, a chart of each operator's
+    change and interval, then the table of operators and their kernels (templates/macros.html)."""
+    sections = [{"id": cid, "line": top_line(d), "chart": kernel_chart(cid, d),
+                 "rows": [{"op": op, "kernels": [{"k": k, "name": _kernel_name(k)} for k in ks]} for op, ks in _rows(d)],
+                 "method": f"{d.repeats_base} + {d.repeats_cand} profiled repeats; {d.method}; intervals at "
+                           f"{d.ci_level:.2%}"}
+                for cid, d in sorted(diffs.items()) if cells is None or cid in cells]
+    return macro("kernel_sections", sections)
 
 
 def render_html(diffs: Mapping[str, KernelDiff]) -> str:
     """kernels.html: every cell's section, on a page of its own."""
-    return ("<!doctype html><meta charset='utf-8'><title>nvbench kernels</title><style>body{font:14px sans-serif}"
-            "td,th{padding:2px 8px;text-align:left}</style>\n" + render_sections(diffs) + "\n")
+    return render("page.html", **page_values("nvbench kernels", f"{len(diffs)} cell(s), B against A",
+                                              "Operators and kernels over profiled repeats (nvbench ab)."),
+                  banner="", sections=[("", "", render_sections(diffs))])
 
 
 def changed_cells(comparison: Comparison) -> list[str]:
@@ -148,7 +146,7 @@ def write(out_dir: Path, diffs: Mapping[str, KernelDiff]) -> list[Path]:
     if not diffs:
         return []
     files = {Path(out_dir) / KERNELS_MD: render_markdown(diffs).encode(),
-             Path(out_dir) / KERNELS_HTML: render_html(diffs).encode()}
+             Path(out_dir) / KERNELS_HTML: render_html(diffs).encode()} | asset_contents(Path(out_dir))
     store.write_all(files)
     return list(files)
 

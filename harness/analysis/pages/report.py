@@ -1,18 +1,17 @@
-"""A comparison (harness.analysis.judge.compare) rendered and written as report.html (self-contained: inline CSS and SVG,
-no network), summary.md, junit.xml and verdicts.parquet; this module loads and compares the runs, assembles the page
-from its sections and writes every file together. No statistics here: every number comes from compare or the rows.
+"""A comparison (harness.analysis.judge.compare) rendered and written as report.html (templates/report.html; its
+charts plotly.js figures drawn by the plotly.min.js written beside it: no network, no server), summary.md, junit.xml
+and verdicts.parquet; this module loads and compares the runs, assembles the page from its sections and writes every
+file together. No statistics here: every number comes from compare or the rows.
 
-Every string that comes from results or matrices is escaped (wording.esc for HTML and SVG, ElementTree for XML,
-wording.esc_md for Markdown) before it is written.
+Every string that comes from results or matrices is escaped before it is written: by the page's autoescaping
+(pages.render), wording.esc in the fragments built here, ElementTree for XML and wording.esc_md for Markdown.
 """
 
 from __future__ import annotations
 
 import json
-import string
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from importlib import resources
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -37,15 +36,16 @@ from harness.analysis.judge.verdict import (
     metric_change_text,
     with_judge,
 )
-from harness.analysis.pages.report_plots import (
+from harness.analysis.pages.charts import (
     StepSeries,
-    accuracy_plot,
-    bar_plot,
-    change_plot,
+    accuracy_chart,
+    bar_chart,
+    change_chart,
     load_steps,
     step_details,
-    throughput_plots,
+    throughput_charts,
 )
+from harness.analysis.pages.render import Markup, asset_contents, macro, render, text
 from harness.analysis.pages.report_table import render_table, row_anchors
 from harness.analysis.pages.wording import (
     cell_means,
@@ -127,7 +127,7 @@ def write_report(comparison: Comparison, out_dir: Path, *, kernels_html: str = "
     if comparison.mode == "history":
         files.append(out_dir / "suspects.json")
         contents.append((json.dumps(suspects(comparison), indent=2, sort_keys=True, default=str) + "\n").encode())
-    store.write_all(dict(zip(files, contents)))
+    store.write_all(dict(zip(files, contents)) | asset_contents(out_dir))
     if comparison.mode != "history":  # a history screen's suspects must not outlive it in this folder
         (out_dir / "suspects.json").unlink(missing_ok=True)
     return ReportResult(out_dir=out_dir, files=tuple(files), comparison=comparison)
@@ -275,14 +275,13 @@ def _heatmap(comparison: Comparison) -> str:
     return heatmap.render(comparison, rates=rates, row_anchor=row_anchors(comparison), change=metric_change_text)
 
 
-def template(name: str) -> str:
-    """A file of templates/ (the pages', their style and script)."""
-    return resources.files("harness.analysis.pages").joinpath("templates", name).read_text()
-
-
-def page_head(title: str, css: str, subtitle: str) -> str:
-    """Every page's opening, through its header (templates/head.html): the values given already escaped."""
-    return string.Template(template("head.html")).substitute(title=title, css=css, subtitle=subtitle).rstrip("\n")
+def page_values(title: str, subtitle: str, method: str, *, css: Sequence[str] = ("report.css",),
+                scripts: Sequence[str] = (), charts: bool = True) -> dict[str, Any]:
+    """What base.html needs of every page: the plain words (escaped there) and this package's style and scripts
+    (templates/, as they are); `charts`: the page draws plotly charts (charts.js and plotly.min.js beside it)."""
+    return {"title": title, "subtitle": subtitle, "method": method, "charts": charts,
+            "css": Markup("\n".join(text(name) for name in css)),
+            "scripts": [Markup(text(name)) for name in (*scripts, *(("charts.js",) if charts else ()))]}
 
 
 def render_html(comparison: Comparison, steps: Mapping[str, Sequence[StepSeries]] | None = None,
@@ -290,25 +289,30 @@ def render_html(comparison: Comparison, steps: Mapping[str, Sequence[StepSeries]
     """The report page; `steps` (load_steps of the candidate) gives each cell its step-time plot."""
     cand = comparison.candidate
     banner = drill_banner(comparison)
-    plots = [change_plot(comparison), *throughput_plots(comparison), accuracy_plot(comparison),
-             bar_plot(comparison, col.exposed_data_wait_frac, "Exposed data wait",
+    charts = [change_chart(comparison), *throughput_charts(comparison), accuracy_chart(comparison),
+             bar_chart(comparison, col.exposed_data_wait_frac, "Exposed data wait",
                       "% of the window the GPU waited for data",
                       "The time the training stream sat idle waiting for a batch (CUDA events around each fetch; "
                       "on CPU the host's wait), over the window. Lower is better; good: 0, the loader never stalled "
                       "the GPU. The host's own time in next() (host_data_wait_frac) overlaps queued GPU work and is "
                       "not shown here.", percent=True, at_least=0.05),
-             bar_plot(comparison, col.loader_efficiency, "Loader efficiency", "throughput / synthetic twin (ratio)",
+             bar_chart(comparison, col.loader_efficiency, "Loader efficiency", "throughput / synthetic twin (ratio)",
                       "Real-data cells with a synthetic twin: their throughput over the twin's. Higher is better; "
                       "good: 1.0, the loader keeps up with the compute.")]
     env = cand.environment
     subtitle = (f"{comparison.title} \u00b7 created {human_time(cand.created_at)} \u00b7 "
                 f"host {env.get('hostname') or '?'}")
-    return string.Template(template("report.html")).substitute(
-        head=page_head(esc(f"nvbench report: {cand.run_id}"), template("report.css"), esc(subtitle)),
-        setup=_setup(comparison), banner=f'<div class="banner">{esc(banner)}</div>' if banner else "",
-        headline=_cards(comparison), work=work_report.render_sections(comparison), kernels=kernels_html,
-        heatmap=_heatmap(comparison), table=render_table(comparison),
-        plots="\n".join(plots), steps=step_details(steps or {}), environment=_environment(comparison),
-        failures=_failures(comparison),
-        method=esc(f"{method_text(comparison)} Written {human_time(datetime.now(timezone.utc).isoformat())}."),
-        script=template("report.js"))
+    return render("page.html", **page_values(
+        f"nvbench report: {cand.run_id}", subtitle,
+        f"{method_text(comparison)} Written {human_time(datetime.now(timezone.utc).isoformat())}.",
+        scripts=("report.js",)), banner=banner, sections=[
+        ("headline", "Headline", Markup(_cards(comparison))),
+        ("", "", Markup(work_report.render_sections(comparison))),
+        ("", "", Markup(kernels_html)),
+        ("matrix", "The matrix at a glance", Markup(_heatmap(comparison))),
+        ("setup", "", Markup(_setup(comparison))),
+        ("cells", "Cells, sorted by effect", Markup(render_table(comparison))),
+        ("plots", "Plots", macro("plots", charts)),
+        ("steps", "Step times, cell by cell", step_details(steps or {})),
+        ("environment", "Environment differences", Markup(_environment(comparison))),
+        ("failures", "Failed and skipped cells", Markup(_failures(comparison)))])

@@ -1,13 +1,13 @@
-"""Rendering of a history (harness.analysis.nights.history) into history.html (self-contained: inline CSS and SVG, no
-script, no network), changes.md and changes.parquet. No statistics here: every number comes from history.
-Every string from results is escaped (wording.esc; wording.esc_md for Markdown) before it is written.
+"""Rendering of a history (harness.analysis.nights.history) into history.html (templates/history.html: its trends
+plotly.js charts drawn by the plotly.min.js written beside it; no network, no server), changes.md and
+changes.parquet. No statistics here: every number comes from history. Every string from results is escaped (the
+page's autoescaping, wording.esc in its fragments, wording.esc_md for Markdown) before it is written.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import string
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
@@ -18,13 +18,14 @@ import pyarrow as pa
 
 from harness.analysis.load.columns import change_docs, described
 from harness.analysis.nights.history import CHANGE_COLUMNS, CHANGES_VERSION, METRICS, Change, History, Series
-from harness.analysis.pages.report_plots import ticks
+from harness.analysis.pages.charts import COLOURS, Chart, figure, interval, slug, vline
 from harness.analysis.load.runs import RunInputError
 from harness.analysis.pages.wording import esc, esc_md
 from harness.results import store
 from harness.stats import changepoint
 from harness.catalogue import col
-from harness.analysis.pages.report import page_head, template
+from harness.analysis.pages.render import Markup, asset_contents, render
+from harness.analysis.pages.report import page_values
 from harness.catalogue.cells import CELL_COLUMNS
 from harness.catalogue.changes import CHANGE_FIELDS
 
@@ -51,7 +52,7 @@ def write_history(history: History, out_dir: Path, marks: Sequence[Mark] = ()) -
     contents = [render_html(history, marks).encode(), render_markdown(history).encode(),
                 store.table_bytes(change_table(history))]
     files = [Path(out_dir) / name for name in HISTORY_FILES]
-    store.write_all(dict(zip(files, contents)))
+    store.write_all(dict(zip(files, contents)) | asset_contents(Path(out_dir)))
     return HistoryResult(out_dir=Path(out_dir), files=tuple(files), history=history)
 
 
@@ -155,16 +156,13 @@ def sorted_cells(history: History) -> list[str]:
 # ---------------------------------------------------------------------------------------------
 # the plots
 
-_W, _H, _LEFT, _RIGHT, _TOP, _BOTTOM = 560, 190, 62, 14, 26, 28
-
-
 def _y_range(series: Series) -> tuple[float, float]:
+    """The first view's y range: the points, widened by their intervals but never past twice the points' own spread
+    (a one-repeat night's interval can be wide enough to flatten every other point); zoom shows the rest."""
     values = [p.value for p in series.points]
     lo, hi = min(values), max(values)
     spread = max(hi - lo, abs(hi) * 0.02, 1e-9)
     ends = [x for p in series.points for x in (p.low, p.high) if math.isfinite(x)]
-    # an interval may widen the axis, but never past twice the points' own spread (a one-repeat night's
-    # interval can be wide enough to flatten every other point)
     lo = max(min([lo, *ends]), lo - spread)
     hi = min(max([hi, *ends]), hi + spread)
     pad = (hi - lo) * 0.08 or 1.0
@@ -193,63 +191,75 @@ def cell_marks(marks: Sequence[Mark], cell_id: str) -> list[Mark]:
     return sorted((m for m in marks if m.get(col.cell_id) in (None, cell_id)), key=lambda m: m.get("when") or "")
 
 
-def _marks_svg(history: History, marks: Sequence[Mark], sx, bottom: float) -> list[str]:
-    out = []
-    for m in marks:
-        x = sx(_mark_x(history, m))
-        letter, css = _mark_letter(m), " ".join(str(c) for c in (m.get("kind"), m.get("event")) if c)
-        out.append(f'<g class="mark {esc(css)}"><line x1="{x:.1f}" y1="{_TOP}" x2="{x:.1f}" y2="{bottom}"/>'
-                   f'<text x="{x + 2:.1f}" y="{bottom - 3}">{letter}</text><title>{esc(m.get("text"))}</title></g>')
-    return out
-
-
 def marks_legend(marks: Sequence[Mark]) -> str:
     items = "".join(f'<li>{_mark_letter(m)}: {esc(str(m.get("when") or "")[:16])} '
                     f'{esc(m.get("text"))}</li>' for m in marks)
     return f'<ul class="marks">{items}</ul>' if items else ""
 
 
-def trend_plot(history: History, series: Series, marks: Sequence[Mark] = ()) -> str:
-    """One metric of one cell over the nights: a point and its interval per night, each level between change
-    points as a line, change points as dashed marks with their change and commit range, a drift as a slope."""
-    num_nights = len(history.nights)
-    lo, hi = _y_range(series)
-    plot_w, bottom = _W - _LEFT - _RIGHT, _H - _BOTTOM
+_TONE = {"opened": "bad", "worse": "bad", "gone": "good", "fixed": "good"}
 
-    def sx(night: float) -> float:
-        return _LEFT + (night + 0.5) / max(num_nights, 1) * plot_w
 
-    def sy(value: float) -> float:
-        return bottom - (min(max(value, lo), hi) - lo) / (hi - lo) * (bottom - _TOP)
-
-    unit = next(m.unit for m in METRICS if m.name == series.metric)
-    parts = [f'<svg class="trend" viewBox="0 0 {_W} {_H}" width="{_W}" height="{_H}" role="img" '
-             f'aria-label="{esc(series.metric)} of {esc(series.cell_id)} over {num_nights} nights">']
-    for tick in ticks(lo, hi, 4):
-        parts.append(f'<line class="axis" x1="{_LEFT}" y1="{sy(tick):.1f}" x2="{_W - _RIGHT}" y2="{sy(tick):.1f}"/>'
-                     f'<text x="{_LEFT - 5}" y="{sy(tick) + 4:.1f}" text-anchor="end">{esc(f"{tick:.4g}")}</text>')
-    every = max(1, math.ceil(num_nights / 12))
-    for night in range(0, num_nights, every):
-        parts.append(f'<text x="{sx(night):.1f}" y="{bottom + 14}" text-anchor="middle">{night + 1}</text>')
-    parts.append(f'<text x="{_LEFT + plot_w / 2:.1f}" y="{_H - 2}" text-anchor="middle">night</text>')
+def trend_chart(history: History, series: Series, marks: Sequence[Mark] = (), *, chart_id: str | None = None,
+                height: int = 240) -> Chart:
+    """One metric of one cell over the nights: a point and its interval per night (hover: the night, its run, commit
+    and value), each level between change points as a line, change points dashed with their number and change, a
+    drift as a slope, and the marks (alarms, acknowledgements, promotions) dotted with their letter."""
+    unit = _unit(series)
+    nights = history.nights
+    points = [p for p in series.points]
+    drill = [bool(nights[p.night].fire_drill_pct) for p in points]
+    data = []
+    for name, keep, colour in (("night", False, COLOURS["info"]), ("fire-drill night", True, COLOURS["warn"])):
+        part = [p for p, d in zip(points, drill) if d == keep]
+        if not part:
+            continue
+        ends = [(p.low, p.high) if math.isfinite(p.low) and math.isfinite(p.high) else (None, None) for p in part]
+        data.append({"type": "scattergl", "mode": "markers", "name": name, "x": [p.night + 1 for p in part],
+                     "y": [p.value for p in part],
+                     "error_y": interval([p.value for p in part], [e[0] for e in ends], [e[1] for e in ends])
+                     | {"thickness": 1, "color": "rgba(9,105,218,0.45)"},
+                     "customdata": [[nights[p.night].run_id, nights[p.night].commit, p.num_repeats,
+                                     f" FIRE DRILL +{nights[p.night].fire_drill_pct:g}%" if keep else ""] for p in part],
+                     "hovertemplate": "night %{x}: %{customdata[0]} (%{customdata[1]})<br>%{y:.4g} " + unit
+                                      + ", %{customdata[2]} repeat(s)%{customdata[3]}<extra></extra>",
+                     "marker": {"color": colour, "size": 6}})
     changes = plot_changes(history, series)
-    parts += _levels(series, [c for c in changes if c.kind == "step"], sx, sy)
-    for p in series.points:
-        night = history.nights[p.night]
-        css = "pt drill" if night.fire_drill_pct else "pt"
-        tip = (f"night {p.night + 1}: {night.run_id} ({night.commit}): {p.value:.4g} {unit}"
-               + (f" [{p.low:.4g}, {p.high:.4g}]" if math.isfinite(p.low) and math.isfinite(p.high) else "")
-               + f", {p.num_repeats} repeat(s)" + (f", FIRE DRILL +{night.fire_drill_pct:g}%" if night.fire_drill_pct else ""))
-        if math.isfinite(p.low) and math.isfinite(p.high):
-            parts.append(f'<line class="ci" x1="{sx(p.night):.1f}" y1="{sy(p.low):.1f}" x2="{sx(p.night):.1f}" '
-                         f'y2="{sy(p.high):.1f}"/>')
-        parts.append(f'<circle class="{css}" cx="{sx(p.night):.1f}" cy="{sy(p.value):.1f}" r="3.5">'
-                     f'<title>{esc(tip)}</title></circle>')
+    for a, b, level in _levels(series, [c for c in changes if c.kind == "step"]):
+        data.append({"type": "scatter", "mode": "lines", "name": "level", "legendgroup": "level",
+                     "showlegend": not any(d.get("legendgroup") == "level" for d in data), "x": [a + 0.6, b + 0.4],
+                     "y": [level, level], "hoverinfo": "skip",
+                     "line": {"color": COLOURS["neutral"], "width": 2}})
+    shapes, notes = [], []
     for k, c in enumerate(changes, start=1):
-        parts.append(_mark(c, k, sx, sy, bottom))
-    parts += _marks_svg(history, marks, sx, bottom)
-    parts.append("</svg>")
-    return "".join(parts)
+        colour = COLOURS["bad" if c.change < 0 else "good"]
+        short = f"{k}: {c.change:+.1f}{'%' if c.unit == '%' else ' pt'}"
+        tip = f"{c.kind} at night {c.night} ({c.run_id}): {change_text(c)}, {commit_range(c)}, {significance_text(c)}"
+        if c.kind == "drift":
+            data.append({"type": "scatter", "mode": "lines", "name": f"drift {short}", "x": [c.night, c.night +
+                         c.nights_after - 1], "y": [c.before, c.after], "hovertemplate": tip + "<extra></extra>",
+                         "line": {"color": colour, "width": 2, "dash": "dashdot"}})
+            continue
+        shapes.append(vline(c.night - 0.5, colour, "dash", 1.5))
+        notes.append((c.night - 0.5, short, tip, colour))
+    for m in marks:
+        x = _mark_x(history, m) + 1
+        colour = COLOURS[_TONE.get(str(m.get("event") or ""), "neutral")]
+        shapes.append(vline(x, colour, "dot", 1.2))
+        notes.append((x, _mark_letter(m), str(m.get("text") or ""), colour))
+    if notes:  # each change and mark's words on hover, at the top of the plot
+        data.append({"type": "scatter", "mode": "markers+text", "name": "changes and marks", "x": [n[0] for n in notes],
+                     "y": [1.0] * len(notes), "yaxis": "y2", "text": [n[1] for n in notes], "textposition": "top center",
+                     "customdata": [n[2] for n in notes], "hovertemplate": "%{customdata}<extra></extra>",
+                     "marker": {"symbol": "triangle-down", "size": 8, "color": [n[3] for n in notes]},
+                     "textfont": {"color": [n[3] for n in notes], "size": 11}, "cliponaxis": False})
+    lo, hi = _y_range(series)
+    layout = {"xaxis": {"title": {"text": "night"}, "range": [0.5, len(nights) + 0.5]},
+              "yaxis": {"title": {"text": unit}, "range": [lo, hi]},
+              "yaxis2": {"overlaying": "y", "range": [0, 1.12], "visible": False, "fixedrange": True},
+              "shapes": shapes, "showlegend": False, "margin": {"l": 60, "r": 12, "t": 22, "b": 40}}
+    return Chart(id=chart_id or f"trend-{slug(series.cell_id)}-{slug(series.metric)}",
+                 caption=f"{series.metric} ({unit})", figure=figure(data, layout), height=height)
 
 
 def plot_changes(history: History, series: Series) -> list[Change]:
@@ -258,8 +268,9 @@ def plot_changes(history: History, series: Series) -> list[Change]:
                   key=lambda c: (c.night, c.kind))
 
 
-def _levels(series: Series, steps: Sequence[Change], sx, sy) -> list[str]:
-    """A line at the level of each segment between change points."""
+def _levels(series: Series, steps: Sequence[Change]) -> list[tuple[int, int, float]]:
+    """Each segment between change points: its first night, the night after it (0-based) and its level (the
+    geometric mean of a rate's points, the mean of a fraction's)."""
     starts = sorted(c.night - 1 for c in steps)  # Change.night is 1-based
     edges = [series.points[0].night, *starts, series.points[-1].night + 1]
     out = []
@@ -267,26 +278,8 @@ def _levels(series: Series, steps: Sequence[Change], sx, sy) -> list[str]:
         inside = [p.value for p in series.points if a <= p.night < b]
         if inside:
             level = math.exp(sum(map(math.log, inside)) / len(inside)) if min(inside) > 0 else sum(inside) / len(inside)
-            out.append(f'<line class="level" x1="{sx(a - 0.4):.1f}" y1="{sy(level):.1f}" x2="{sx(b - 0.6):.1f}" '
-                       f'y2="{sy(level):.1f}"/>')
+            out.append((a, b, level))
     return out
-
-
-def _mark(c: Change, k: int, sx, sy, bottom: float) -> str:
-    """Change k of a plot: a dashed line (a step) or a slope (a drift), its number and change at the top;
-    the legend under the plot gives the rest."""
-    css = "down" if c.change < 0 else "up"
-    short = f"{k}: {c.change:+.1f}{'%' if c.unit == '%' else ' pt'}"
-    tip = f"{c.kind} at night {c.night} ({c.run_id}): {change_text(c)}, {commit_range(c)}, {significance_text(c)}"
-    y_text = _TOP - 14 + 10 * (k % 2)
-    if c.kind == "drift":
-        x1, x2 = sx(c.night - 1), sx(c.night - 1 + c.nights_after - 1)
-        return (f'<g class="drift {css}"><line x1="{x1:.1f}" y1="{sy(c.before):.1f}" x2="{x2:.1f}" y2="{sy(c.after):.1f}"/>'
-                f'<text x="{x2:.1f}" y="{y_text}" text-anchor="end">{esc(short)} drift</text><title>{esc(tip)}</title></g>')
-    x = sx(c.night - 1.5)  # between the night before and the night it starts
-    anchor, dx = ("start", 3) if x < _W / 2 else ("end", -3)
-    return (f'<g class="cp {css}"><line x1="{x:.1f}" y1="{_TOP - 4}" x2="{x:.1f}" y2="{bottom}"/>'
-            f'<text x="{x + dx:.1f}" y="{y_text}" text-anchor="{anchor}">{esc(short)}</text><title>{esc(tip)}</title></g>')
 
 
 def legend(changes: Sequence[Change]) -> str:
@@ -359,13 +352,13 @@ def _cell_figures(history: History, marks: Sequence[Mark] = ()) -> str:
         changed = {c.metric for c in history.changes if c.cell_id == cid}
         shown = [s for s in by_cell[cid] if s.metric == "throughput" or s.metric in changed]
         mine = cell_marks(marks, cid)
-        plots = "".join(f'<div class="metric"><span class="mname">{esc(s.metric)} ({esc(_unit(s))})</span>'
-                        f'{trend_plot(history, s, mine)}{legend(plot_changes(history, s))}</div>' for s in shown)
+        plots = "".join(f'<div class="metric">{trend_chart(history, s, mine).html()}'
+                        f'{legend(plot_changes(history, s))}</div>' for s in shown)
         plots += marks_legend(mine)
         rel, pts = _cell_magnitude(history, cid)
         note = f"largest change {rel:.1f}%" if rel else (f"largest change {pts:.1f} pt" if pts else "no change")
-        figures.append(f'<figure id="cell-{esc(cid)}"><figcaption><code>{esc(cid)}</code> '
-                       f'<span class="reason">{esc(note)}</span></figcaption><div class="metrics">{plots}</div></figure>')
+        figures.append(f'<article class="cell" id="cell-{esc(cid)}"><h3><code>{esc(cid)}</code> '
+                       f'<span class="reason">{esc(note)}</span></h3><div class="metrics">{plots}</div></article>')
     return "\n".join(figures) or "<p>No cell has an ok night.</p>"
 
 
@@ -422,12 +415,14 @@ def render_html(history: History, marks: Sequence[Mark] = ()) -> str:
     subtitle = (f"{len(nights)} night(s) in {history.folder} ({span}) \u00b7 {len(history.changes)} change(s), "
                 f"{new} new tonight, {confirmed} confirmed by A/B \u00b7 {len(history.skipped)} run(s) skipped"
                 + (f" \u00b7 {history.drift_note()}" if history.drift_note() else ""))
-    return string.Template(template("history.html")).substitute(
-        head=page_head(esc("nvbench history"), template("report.css") + template("history.css"), esc(subtitle)),
-        changes=_changes_table(history), work=_work_section(history), cells=_cell_figures(history, marks),
-        nights=_nights_table(history),
-        skipped=_skipped(history),
-        method=esc(f"{method_text(history)} Written {datetime.now(UTC).isoformat(timespec='seconds')}."))
+    return render("page.html", **page_values(
+        "nvbench history", subtitle, f"{method_text(history)} Written {datetime.now(UTC).isoformat(timespec='seconds')}.",
+        css=("report.css", "history.css")), banner="", sections=[
+        ("changes", "Change points and drifts, newest first", Markup(_changes_table(history))),
+        ("", "", Markup(_work_section(history))),
+        ("cells", "Cells, what changed most first", Markup(f'<div class="trends">{_cell_figures(history, marks)}</div>')),
+        ("nights", "Nights", Markup(_nights_table(history))),
+        ("skipped", "Skipped runs", Markup(_skipped(history)))])
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,0 +1,79 @@
+"""Every page is rendered here: Jinja2 templates (templates/*.html) with autoescaping on, so a value from results
+or a matrix reaches a page escaped whether or not its caller thought of it; only fragments this package built
+(through the same templates, or wording.esc) pass as Markup. Charts are plotly.js figures (pages.charts): their
+data travels as JSON inside the page and templates/charts.js draws them; plotly.min.js, shipped inside the plotly
+package, is copied once into each folder a page is written to, so a page needs no network and no server."""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+from markupsafe import Markup
+
+PLOTLY_JS = "plotly.min.js"
+"""The charting library's one file, beside every page that draws a chart (the plotly package's own copy)."""
+
+
+@functools.cache
+def environment() -> Environment:
+    """The one Jinja2 environment: templates/ of this package, autoescaping every .html, no undefined value."""
+    return Environment(loader=PackageLoader("harness.analysis.pages", "templates"),
+                       autoescape=select_autoescape(["html"], default_for_string=True, default=True),
+                       undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
+
+
+def render(name: str, **values: Any) -> str:
+    """templates/`name` filled with `values` (each escaped unless it is Markup)."""
+    return environment().get_template(name).render(**values)
+
+
+def macro(name: str, *args: Any, **kwargs: Any) -> Markup:
+    """One macro of templates/macros.html, called from Python: a fragment as escaped as a whole page."""
+    return Markup(getattr(environment().get_template("macros.html").module, name)(*args, **kwargs))
+
+
+def text(name: str) -> str:
+    """A file of templates/ as it is (the pages' style and script)."""
+    return environment().loader.get_source(environment(), name)[0]
+
+
+def plotly_js_path() -> Path:
+    """The plotly.min.js the installed plotly package ships; FileNotFoundError naming what is missing."""
+    spec = importlib.util.find_spec("plotly")
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError("the plotly package is not installed (pip install plotly): the pages' charts need "
+                                "its plotly.min.js")
+    path = Path(next(iter(spec.submodule_search_locations))) / "package_data" / PLOTLY_JS
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: the plotly package ships no {PLOTLY_JS}")
+    return path
+
+
+def asset_contents(out_dir: Path) -> dict[Path, bytes]:
+    """The files a folder of pages needs beside them, to be written with the pages: plotly.min.js, left out where
+    the folder already holds this very copy (one copy a folder, however many pages and nights write to it)."""
+    source = plotly_js_path()
+    target = Path(out_dir) / PLOTLY_JS
+    if target.is_file() and target.stat().st_size == source.stat().st_size and \
+            target.read_bytes() == source.read_bytes():
+        return {}
+    return {target: source.read_bytes()}
+
+
+def copy_assets(out_dir: Path) -> list[Path]:
+    """asset_contents written now (a page written by a caller that does not gather its files)."""
+    written = []
+    for target, data in asset_contents(out_dir).items():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(target.name + ".tmp")
+        tmp.write_bytes(data)
+        tmp.replace(target)
+        written.append(target)
+    return written
+
+
+__all__ = ["Markup", "PLOTLY_JS", "asset_contents", "copy_assets", "environment", "macro", "render", "text"]
