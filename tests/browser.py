@@ -164,17 +164,23 @@ class Browser:
                                   f"while (Date.now() < end) {{ if ({expression}) return true; "
                                   "await new Promise(r => setTimeout(r, 50)); } return false; })()"))
 
+    def mouse_move(self, x: float, y: float) -> None:
+        """Move the mouse to (x, y) CSS pixels of the window, as a person would (hover)."""
+        self.call("Input.dispatchMouseEvent", session=self.session, type="mouseMoved", x=x, y=y)
+
     def viewport(self, width: int, height: int) -> None:
         """Lay pages out in a window of `width` x `height` CSS pixels (as a desktop browser at 100 %)."""
         self.call("Emulation.setDeviceMetricsOverride", session=self.session, width=width, height=height,
                   deviceScaleFactor=1, mobile=False)
 
+    def screenshot_png(self, width: int = 1200, height: int = 1400) -> bytes:
+        """A PNG of what the window shows, `width` x `height` CSS pixels."""
+        self.viewport(width, height)
+        return base64.b64decode(self.call("Page.captureScreenshot", session=self.session, format="png")["data"])
+
     def screenshot(self, out: Path, *, width: int = 1200, height: int = 1400) -> Path:
-        """A PNG of the page's top `width` x `height` CSS pixels."""
-        self.call("Emulation.setDeviceMetricsOverride", session=self.session, width=width, height=height,
-                  deviceScaleFactor=1, mobile=False)
-        data = self.call("Page.captureScreenshot", session=self.session, format="png")["data"]
-        Path(out).write_bytes(base64.b64decode(data))
+        """A PNG of the page's top `width` x `height` CSS pixels, written to `out`."""
+        Path(out).write_bytes(self.screenshot_png(width, height))
         return Path(out)
 
 

@@ -1,6 +1,6 @@
 """The metrics a comparison judges, each declared once: the column it tests, which way is better, the evidence
 it takes, its words and its columns in verdicts.parquet. Everything that tests, stores or shows a judged metric
-(harness.analysis: compare, evidence, verdict, verdicts_file, wording, report_console) reads this list."""
+(harness.analysis: compare, evidence, verdict, verdicts_file, wording, ci_formats) reads this list."""
 
 from __future__ import annotations
 

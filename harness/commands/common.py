@@ -129,10 +129,10 @@ def thresholds_from(args: argparse.Namespace):
 
 def print_report(result, fail_on_regression: bool) -> int:
     """The report's files, then the verdict lines on stdout, where `> log` keeps them (warnings stay on stderr):
-    the sides of an A/B, the headline, and the cells a person must read (analysis/pages/report_console.py: a line per
+    the sides of an A/B, the headline, and the cells a person must read (analysis/pages/ci_formats.py: a line per
     regression and failure, the inconclusive ones grouped, loud); the exit status of --fail-on-regression."""
     from harness.analysis.judge.repeats import num_superseded
-    from harness.analysis.pages.report_console import verdict_lines
+    from harness.analysis.pages.ci_formats import verdict_lines
     from harness.analysis.judge.verdict import FAILED, INCONCLUSIVE
     from harness.analysis.pages.wording import headline_words
     from harness.fit import wrap

@@ -1,5 +1,5 @@
-"""`nvbench history` (change points and drifts over nightly runs) and `nvbench export` (a run in another
-tool's format)."""
+"""`nvbench history` (change points and drifts over nightly runs), `nvbench dashboard` (a static site of a
+nightly's history) and `nvbench export` (a run in another tool's format)."""
 
 from __future__ import annotations
 
@@ -56,6 +56,36 @@ def cmd_history(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_dashboard(args: argparse.Namespace) -> int:
+    """The dashboard over a nightly's history: DIR/index.html and plotly.min.js (harness.analysis.pages.dashboard)."""
+    from harness.analysis.nights import history
+    from harness.analysis.pages import dashboard
+    from harness.analysis.load.runs import RunInputError
+
+    reports = Path(args.reports)
+    folder = Path(args.history) if args.history else reports / "history"
+    if not reports.is_dir():
+        return bad_input([f"{reports}: no such folder (REPORTS: the nightly's reports folder)"])
+    if not folder.is_dir():
+        return bad_input([f"{folder}: no such folder: the nightly's history of run folders (--history DIR names "
+                          "another)"])
+    try:
+        loaded = history.load_history(folder, use_cache=not args.no_cache)
+        files = dashboard.write_dashboard(loaded, Path(args.out), reports)
+    except RunInputError as exc:
+        return bad_input(exc.problems)
+    except ValueError as exc:
+        return bad_input([str(exc)])
+    except OSError as exc:
+        return bad_input([f"{exc.filename or args.out}: cannot write the dashboard: {exc.strerror}"])
+    for path, why in loaded.skipped:
+        print(f"skipped {path}: {why}", file=sys.stderr)
+    for path in files:
+        print(path)
+    print(f"{len(loaded.nights)} night(s), {len({s.cell_id for s in loaded.series})} cell(s)", file=sys.stderr)
+    return EXIT_OK
+
+
 def cmd_export(args: argparse.Namespace) -> int:
     """A run's cells in another tool's format (harness.analysis.load.export)."""
     from harness.analysis.load.export import export_run
@@ -105,6 +135,15 @@ def add_parser(subparsers) -> None:
                    help="neither read nor write HISTORY_DIR/.nvbench-cache, the per-night summaries and change "
                         "detections earlier runs kept (default: off: they are reused, the answer is the same)")
     h.set_defaults(func=cmd_history)
+    d = subparsers.add_parser("dashboard", help="a static dashboard of a nightly's history: the cells' latest states, "
+                              "their trends, the open alarms")
+    d.add_argument("reports", metavar="REPORTS", help="the nightly's reports folder: its baselines/ (alarms, "
+                   "acknowledgements, promotions) and, unless --history says otherwise, its history/ of run folders")
+    d.add_argument("--out", required=True, metavar="DIR", help="where index.html and plotly.min.js go")
+    d.add_argument("--history", metavar="DIR", help="the folder of nightly run folders (default: REPORTS/history)")
+    d.add_argument("--no-cache", action="store_true",
+                   help="neither read nor write the history's .nvbench-cache (default: off: reused, the same answer)")
+    d.set_defaults(func=cmd_dashboard)
     x = subparsers.add_parser("export", help="a run's cells in another tool's format (pytest-benchmark JSON)")
     x.add_argument("run_dir", metavar="RUN", help="the run folder to export")
     x.add_argument("--format", required=True, choices=("pytest-benchmark",),

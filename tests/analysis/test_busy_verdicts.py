@@ -16,7 +16,7 @@ from harness.analysis.judge import compare
 from harness.analysis.load import verdicts_file
 from harness.analysis.nights.alarms import BUSY, GONE, OPEN, judge_night
 from harness.analysis.pages.ci_formats import render_markdown
-from harness.analysis.pages.report_console import verdict_lines
+from harness.analysis.pages.ci_formats import verdict_lines
 from harness.analysis.judge.verdict import INCONCLUSIVE, REGRESSION, Comparison, Thresholds
 from harness.results import store
 

@@ -13,7 +13,7 @@ from test_telemetry import FakeNvml, run_window
 from harness.analysis.judge import compare
 from harness.analysis.load import verdicts_file
 from harness.analysis.pages import wording
-from harness.analysis.pages.report_console import verdict_lines
+from harness.analysis.pages.ci_formats import verdict_lines
 from harness.analysis.judge.run import RunData
 from harness.analysis.judge.verdict import INCONCLUSIVE, REGRESSION, UNCHANGED
 from harness.catalogue import col

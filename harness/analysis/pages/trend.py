@@ -180,7 +180,7 @@ def _mark_x(history: History, mark: Mark) -> float:
     return (later[0] if later else len(history.nights)) - 0.5
 
 
-def _mark_letter(mark: Mark) -> str:
+def mark_letter(mark: Mark) -> str:
     """P a promotion, A an acknowledgement, an alarm's step by its first letter (O opened, W worse, G gone, F fixed)."""
     kind = str(mark.get("kind") or "")
     return str(mark.get("event") or "?")[:1].upper() if kind == "alarm" else ("P" if kind == "promotion" else "A")
@@ -192,7 +192,7 @@ def cell_marks(marks: Sequence[Mark], cell_id: str) -> list[Mark]:
 
 
 def marks_legend(marks: Sequence[Mark]) -> str:
-    items = "".join(f'<li>{_mark_letter(m)}: {esc(str(m.get("when") or "")[:16])} '
+    items = "".join(f'<li>{mark_letter(m)}: {esc(str(m.get("when") or "")[:16])} '
                     f'{esc(m.get("text"))}</li>' for m in marks)
     return f'<ul class="marks">{items}</ul>' if items else ""
 
@@ -246,7 +246,7 @@ def trend_chart(history: History, series: Series, marks: Sequence[Mark] = (), *,
         x = _mark_x(history, m) + 1
         colour = COLOURS[_TONE.get(str(m.get("event") or ""), "neutral")]
         shapes.append(vline(x, colour, "dot", 1.2))
-        notes.append((x, _mark_letter(m), str(m.get("text") or ""), colour))
+        notes.append((x, mark_letter(m), str(m.get("text") or ""), colour))
     if notes:  # each change and mark's words on hover, at the top of the plot
         data.append({"type": "scatter", "mode": "markers+text", "name": "changes and marks", "x": [n[0] for n in notes],
                      "y": [1.0] * len(notes), "yaxis": "y2", "text": [n[1] for n in notes], "textposition": "top center",
