@@ -4,6 +4,7 @@ independent readers accept, escaping of every result string, exit codes, fire dr
 from __future__ import annotations
 
 import html
+import io
 import json
 import math
 import re
@@ -15,6 +16,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 from browser import Browser, chromium_path
+from PIL import Image
 from conftest import TINY, nvbench, own_cores
 from report_checks import (
     UNMEASURED_LOAD, VERDICTS_V7_COLUMNS, charts, check_html, chromium_or_skip, copy_run, figures, junit)
@@ -339,6 +341,7 @@ def test_the_report_renders_in_a_real_browser_without_a_console_error(runs, tmp_
         load = browser.load(page)
         plotly = (page.parent / "plotly.min.js").resolve().as_uri()
         assert load.errors == [] and load.requests == [page.resolve().as_uri(), plotly]  # the page and its charts
+        first_screen(browser, page)  # the heatmap and the regressed cell's chart above the fold, drawn
         browser.evaluate("document.getElementById('chart-change').scrollIntoView()")  # a chart is drawn when seen
         assert browser.wait("document.querySelector('#chart-change[data-ready]') !== null")
         sorted_by = "Array.from(document.querySelectorAll('table.cells tr.main')).map(r => r.cells[3].dataset.sort)"
@@ -351,6 +354,23 @@ def test_the_report_renders_in_a_real_browser_without_a_console_error(runs, tmp_
         height = "document.querySelector('#steps details .plot .main-svg').getBoundingClientRect().height"
         assert browser.evaluate(height) > 100  # a reader who opens a cell sees its step-time chart
         assert browser.load(page).errors == []
+
+
+def first_screen(browser: Browser, page: Path) -> None:
+    """At 1280 x 800 an A/B's report shows its heatmap and its regressed cells' chart whole, the chart drawn (its
+    screenshot has its point, interval and axis in it); the screenshot is kept beside the page."""
+    browser.viewport(1280, 800)
+    assert browser.wait("document.querySelector('#chart-regressed[data-ready]') !== null")
+    seen = browser.evaluate("""(() => { const r = e => e.getBoundingClientRect().toJSON();
+        return {heatmap: r(document.querySelector('.heatmap')), chart: r(document.getElementById('chart-regressed')),
+                fold: innerHeight}; })()""")
+    assert seen["heatmap"]["bottom"] <= seen["fold"] and seen["chart"]["bottom"] <= seen["fold"], seen
+    png = browser.screenshot_png(1280, 800)
+    (page.parent / "first-screen.png").write_bytes(png)
+    shot, box = Image.open(io.BytesIO(png)).convert("L"), seen["chart"]
+    drawn = shot.crop((int(box["left"]) + 240, int(box["top"]) + 5, int(box["right"]) - 20, int(box["bottom"]) - 5))
+    assert sum(drawn.histogram()[:200]) > 100, seen  # not a blank box
+    browser.viewport(1200, 1400)
 
 
 MISSION = Path(__file__).resolve().parents[2] / "matrices" / "resnet50.toml"
@@ -418,6 +438,14 @@ def test_the_report_shows_the_matrix_as_a_heatmap_above_a_table_that_fits_1280_p
         assert sorted(c for c, _, _ in tiles) == sorted(verdicts)  # one tile per cell of the matrix
         assert sum(v != "skipped" for _, v, _ in tiles) == ran  # one per cell that ran
         assert all(verdicts[c] == v for c, v, _ in tiles)
+        # the first screen at 1280 x 800: the regressed cells' chart whole, the 96 cells' heatmap starting on it
+        assert browser.wait("document.querySelector('#chart-regressed[data-ready]') !== null")
+        seen = browser.evaluate("""(() => { const r = e => e.getBoundingClientRect().toJSON();
+            return {heatmap: r(document.querySelector('.heatmap')), chart: r(document.getElementById('chart-regressed')),
+                    fold: innerHeight}; })()""")
+        assert seen["heatmap"]["top"] <= seen["fold"] - 200 and seen["chart"]["bottom"] <= seen["fold"], seen
+        assert charts(text)["chart-regressed"]["data"][0]["customdata"][0][0] in {
+            c for c, v, _ in tiles if v == "regression"}  # the regressed cell, and only regressed cells
         # the page is no wider than the window: no horizontal scroll, not even inside a box
         assert browser.evaluate("document.documentElement.scrollWidth") <= 1280
         wide = "Array.from(document.querySelectorAll('body *')).filter(e => e.scrollWidth > e.clientWidth + 1 " \

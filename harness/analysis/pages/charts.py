@@ -110,13 +110,15 @@ def _finite(values: Iterable[float | None]) -> list[float]:
     return [v for v in values if v is not None and math.isfinite(v)]
 
 
-def change_chart(comparison: Comparison) -> Chart:
-    """Each compared cell's change of throughput with its interval (and the fast-step rate's where tested), one
-    trace a verdict so the legend filters by it; the floor shaded."""
-    rows = [v for v in sorted_verdicts(comparison) if v.throughput.effect_pct is not None]
-    caption = "Change vs baseline, with intervals"
+def change_chart(comparison: Comparison, cells: Iterable[str] | None = None, *, chart_id: str = "chart-change",
+                 caption: str = "Change vs baseline, with intervals") -> Chart:
+    """Each compared cell's (of `cells`, None: all) change of throughput with its interval (and the fast-step
+    rate's where tested), one trace a verdict so the legend filters by it; the floor shaded."""
+    keep = None if cells is None else set(cells)
+    rows = [v for v in sorted_verdicts(comparison) if v.throughput.effect_pct is not None
+            and (keep is None or v.cell_id in keep)]
     if not rows:
-        return Chart(id="chart-change", caption="Change vs baseline", figure=None, empty="no cell could be compared")
+        return Chart(id=chart_id, caption="Change vs baseline", figure=None, empty="no cell could be compared")
     floor = comparison.thresholds.floor_pct
     labels = [label(v.cell_id) for v in rows]
     data = []
@@ -143,8 +145,7 @@ def change_chart(comparison: Comparison) -> Chart:
             "to hide or show its cells.")
     if fast:
         note += " Hollow dots: the fast-step rate (the quieter metric; either can call a regression)."
-    return Chart(id="chart-change", caption=caption, figure=figure(data, layout), note=note,
-                 height=rows_height(len(rows)))
+    return Chart(id=chart_id, caption=caption, figure=figure(data, layout), note=note, height=rows_height(len(rows)))
 
 
 def _ends(metric: MetricVerdict) -> tuple[float | None, float | None, float | None]:

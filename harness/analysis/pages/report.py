@@ -159,7 +159,10 @@ def _cards(comparison: Comparison) -> str:
     notes = "".join(f"<p>{esc(n)}</p>" for n in (*comparison.notes, *([itself] if itself else [])))
     compared = ("<p>" + "<br>".join(esc(side) for side in comparison.sides) + "</p>" if comparison.sides
                 else f"<p>Compared with {esc(comparison.baseline_label)}.</p>")
-    return f'<div class="cards">{"".join(cards)}</div>{compared}{notes}'
+    regressed = [v.cell_id for v in comparison.verdicts if v.verdict in (REGRESSION, SUSPECT_REGRESSION)]
+    chart = change_chart(comparison, regressed, chart_id="chart-regressed",
+                         caption="What regressed, with intervals").html() if regressed else ""
+    return f'<div class="cards">{"".join(cards)}</div>{compared}{notes}{chart}'
 
 
 SETUP_ROWS = (("device", None), ("driver", "driver_version"), ("CUDA", "cuda_runtime"), ("cuDNN", "cudnn_version"),
