@@ -136,3 +136,16 @@ def test_the_dashboard_is_explored_in_a_real_browser(site, tmp_path):
         assert abs(top) < 2
         assert browser.wait(f"document.querySelector('#{trend}[data-ready]') !== null")
         assert browser.evaluate("typeof window.pwned") == "undefined"  # the injected model and note stayed inert
+
+
+@pytest.mark.documented("nvbench dashboard reports --out reports/dashboard", bound_s=120)
+def test_the_dashboard_is_written_whole_beside_its_one_script_and_bad_input_is_one_line(site, documented_run):
+    reports, page, _, _ = site
+    out = reports / "dashboard"
+    proc = documented_run(["dashboard", str(reports), "--out", str(out)])
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["index.html", "plotly.min.js"]
+    assert f"{SCALE.nights} night(s), {SCALE.cells} cell(s)" in proc.stderr
+    missing = documented_run(["dashboard", str(reports / "nowhere"), "--out", str(reports / "never")])
+    assert missing.returncode == 2 and missing.stderr.count("\n") == 1 and "nowhere" in missing.stderr
+    assert not (reports / "never").exists()
