@@ -262,7 +262,10 @@ case " $RUN_ARGS " in
        1) log "a change point new tonight is confirmed by A/B of its commits (see $RUN/history/changes.md)" ;;
        130) log "interrupted during the history's A/B confirmation"; exit 130 ;;
        *) log "the history step failed (exit $history_rc): no trend page tonight"; history_rc=0 ;;
-     esac ;;
+     esac
+     # The dashboard over every night and the alarms open: $REPORTS/dashboard, a static site to publish.
+     child nvbench dashboard "$REPORTS" --history "$HISTORY" --out "$REPORTS/dashboard" > /dev/null \
+       || log "the dashboard could not be written (exit $?): the night's verdict stands" ;;
 esac
 
 if [ "$report_rc" -eq 2 ] || [ "$report_rc" -gt 3 ]; then exit "$report_rc"; fi

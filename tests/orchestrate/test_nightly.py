@@ -161,6 +161,7 @@ def test_a_first_night_on_the_nightlys_own_defaults(tiny_matrix, tmp_path):
     (run,) = [p for p in (tmp_path / "reports").iterdir() if p.name.startswith("nightly-")]
     assert pq.read_table(run / "cells").num_rows == 10 and "describing the run only" in proc.stderr
     assert (run / "report" / "report.html").is_file() and (run / "history" / "history.html").is_file()
+    assert (run.parent / "dashboard" / "index.html").is_file()  # the dashboard over the nights, to publish
     assert (tmp_path / "reports" / "history" / run.name).resolve() == run.resolve()
     # one counted process of the cell after the timed repeats: the night's work.parquet, for the next night's diff
     assert {r["process"] for r in pq.read_table(run / "work.parquet").to_pylist()} == {0}
