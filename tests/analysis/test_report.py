@@ -334,6 +334,12 @@ def test_the_report_renders_in_a_real_browser_without_a_console_error(runs, tmp_
     result = report.make_report(copy_run(a, tmp_path / "six", repeats=6), baseline=copy_run(a, tmp_path / "base",
                                 scale=1.1, repeats=6), out_dir=tmp_path / "report")
     page = result.out_dir / "report.html"
+    # the change chart shows each cell's change as verdicts.parquet has it (read back from the page)
+    drawn = {c[0]: x for trace in charts(page.read_text())["chart-change"]["data"] if trace["name"] != "fast-step rate"
+             for x, c in zip(trace["x"], trace["customdata"])}
+    written = {r["cell_id"]: r["effect_pct"] for r in pq.read_table(result.out_dir / "verdicts.parquet").to_pylist()
+               if r["effect_pct"] is not None}
+    assert drawn == pytest.approx(written, rel=1e-12) and len(drawn) == 2
     broken = tmp_path / "broken.html"  # the same page with one deliberate error: the capture must see it
     broken.write_text(page.read_text().replace("</body>", "<script>window.noSuchFunction();</script></body>"))
     with Browser(binary) as browser:
