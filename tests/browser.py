@@ -200,6 +200,10 @@ def main(argv: list[str] | None = None) -> int:
             browser.evaluate(f"(d => {{ d.open = true; d.scrollIntoView(); }})(Array.from(document.querySelectorAll("
                              f"'#steps details')).find(d => d.querySelector('code').textContent === {json.dumps(args.open)}))")
         if args.screenshot:
+            browser.viewport(args.width, args.height)
+            browser.wait("Array.from(document.querySelectorAll('.plot')).filter(b => { const r = "
+                         "b.getBoundingClientRect(); return r.width > 0 && r.top < innerHeight && r.bottom > 0; })"
+                         ".every(b => b.hasAttribute('data-ready'))")  # the charts in view drawn first
             print(browser.screenshot(args.screenshot, width=args.width, height=args.height))
     return 1 if load.errors else 0
 

@@ -310,8 +310,9 @@ def step_chart(cid: str, series: Sequence[StepSeries]) -> Chart:
     if warm.size:
         shapes.append(band(-0.5, float(warm.max()) + 0.5, COLOURS["warn-bg"]))
     shapes += [vline(float(step), COLOURS["neutral"], "dash") for step in drawn[0].step[drawn[0].is_epoch_start]]
-    layout = {"xaxis": {"title": {"text": "optimizer step"}}, "yaxis": {"title": {"text": "step time, ms"},
-                                                                       "range": [0, top]}, "shapes": shapes}
+    last = max(int(s.step.max()) for s in drawn)
+    layout = {"xaxis": {"title": {"text": "optimizer step"}, "dtick": max(1, round(last / 8)), "tick0": 0},
+              "yaxis": {"title": {"text": "step time, ms"}, "range": [0, top]}, "shapes": shapes}
     clipped = float(every.max()) > top
     more = f" The first {MAX_REPEATS_PLOTTED} of {len(series)} repeats are drawn." \
         if len(series) > MAX_REPEATS_PLOTTED else ""

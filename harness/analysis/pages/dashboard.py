@@ -156,7 +156,8 @@ def render_html(d: Dashboard) -> str:
     subtitle = (f"{len(nights)} night(s) in {h.folder} ({span}) \u00b7 {len(d.cells)} cell(s): "
                 + ", ".join(f"{n} {s}" for s, n in counts.items() if n))
     open_alarms = [a for a in d.alarms if not a.acknowledged]
-    focus = [trend_chart(h, s, cell_marks(d.marks, s.cell_id), chart_id=f"focus-{slug(s.cell_id)}", height=190)
+    focus = [trend_chart(h, s, cell_marks(d.marks, s.cell_id), chart_id=f"focus-{slug(s.cell_id)}", height=190,
+                         caption=f"{cell_label(s.cell_id)}: throughput (img/s) over every night")
              for s in h.series if s.metric == "throughput" and s.cell_id in {a.change.cell_id for a in open_alarms}]
     method = (f"Each tile is a cell's latest state: {REGRESSION} (an alarm in {d.reports or 'the reports folder'}'s "
               f"baselines/alarms.json not acknowledged), {SLOWER} (a throughput step down among the newest "

@@ -201,7 +201,7 @@ _TONE = {"opened": "bad", "worse": "bad", "gone": "good", "fixed": "good"}
 
 
 def trend_chart(history: History, series: Series, marks: Sequence[Mark] = (), *, chart_id: str | None = None,
-                height: int = 240) -> Chart:
+                height: int = 240, caption: str | None = None) -> Chart:
     """One metric of one cell over the nights: a point and its interval per night (hover: the night, its run, commit
     and value), each level between change points as a line, change points dashed with their number and change, a
     drift as a slope, and the marks (alarms, acknowledgements, promotions) dotted with their letter."""
@@ -259,7 +259,7 @@ def trend_chart(history: History, series: Series, marks: Sequence[Mark] = (), *,
               "yaxis2": {"overlaying": "y", "range": [0, 1.12], "visible": False, "fixedrange": True},
               "shapes": shapes, "showlegend": False, "margin": {"l": 60, "r": 12, "t": 22, "b": 40}}
     return Chart(id=chart_id or f"trend-{slug(series.cell_id)}-{slug(series.metric)}",
-                 caption=f"{series.metric} ({unit})", figure=figure(data, layout), height=height)
+                 caption=caption or f"{series.metric} ({unit})", figure=figure(data, layout), height=height)
 
 
 def plot_changes(history: History, series: Series) -> list[Change]:
