@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import io
+import os
 import re
 import sys
 from pathlib import Path
@@ -16,7 +17,7 @@ from PIL import Image
 
 from harness.analysis.nights import baselines
 from harness.analysis.nights.alarms import Ack, MetricChange, OpenAlarm
-from harness.analysis.pages import dashboard
+from harness.analysis.pages import dashboard, render
 from harness.results import store
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -145,6 +146,13 @@ def test_the_dashboard_is_written_whole_beside_its_one_script_and_bad_input_is_o
     proc = documented_run(["dashboard", str(reports), "--out", str(out)])
     assert proc.returncode == 0, proc.stderr
     assert sorted(p.name for p in out.iterdir()) == ["index.html", "plotly.min.js"]
+    js, shipped = out / "plotly.min.js", render.plotly_js_path()
+    if js.stat().st_dev == shipped.stat().st_dev:  # a link to the package's own file: no byte more a night
+        assert os.path.samefile(js, shipped)
+    js.unlink()
+    js.write_bytes(b"// another plotly")  # a stale or foreign file is replaced, the same one left alone
+    assert render.place_assets(out) == [js] and js.read_bytes() == shipped.read_bytes()
+    assert render.place_assets(out) == []
     assert f"{SCALE.nights} night(s), {SCALE.cells} cell(s)" in proc.stderr
     missing = documented_run(["dashboard", str(reports / "nowhere"), "--out", str(reports / "never")])
     assert missing.returncode == 2 and missing.stderr.count("\n") == 1 and "nowhere" in missing.stderr

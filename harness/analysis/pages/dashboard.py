@@ -17,7 +17,7 @@ from harness.analysis.nights import baselines
 from harness.analysis.nights.alarms import OpenAlarm
 from harness.analysis.nights.history import Change, History, Series
 from harness.analysis.pages.charts import Chart, slug
-from harness.analysis.pages.render import asset_contents, macro, render
+from harness.analysis.pages.render import place_assets, macro, render
 from harness.analysis.pages.report import page_values
 from harness.analysis.pages.trend import Mark, cell_marks, change_text, legend, mark_letter, plot_changes, trend_chart
 from harness.catalogue.axes import AXES
@@ -177,8 +177,8 @@ def render_html(d: Dashboard) -> str:
 def write_dashboard(history: History, out_dir: Path, reports: Path | None = None) -> list[Path]:
     """index.html and plotly.min.js in `out_dir`, written together (never a half-new page)."""
     page = render_html(build(history, reports)).encode()
-    files = {Path(out_dir) / DASHBOARD_FILE: page} | asset_contents(Path(out_dir))
-    store.write_all(files)
+    place_assets(Path(out_dir))
+    store.write_all({Path(out_dir) / DASHBOARD_FILE: page})
     return [Path(out_dir) / DASHBOARD_FILE]
 
 

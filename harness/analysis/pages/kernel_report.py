@@ -16,7 +16,7 @@ __all__ = ["attach", "diff_runs", "has_kernels", "changed_cells", "render_html",
            "top_line", "write"]
 from harness.analysis.judge.verdict import IMPROVEMENT, REGRESSION, Comparison
 from harness.analysis.pages.charts import Chart, figure, interval, rows_height, rows_layout, slug, verdict_colour, vline
-from harness.analysis.pages.render import Markup, asset_contents, macro, render
+from harness.analysis.pages.render import Markup, place_assets, macro, render
 from harness.analysis.pages.report import page_values
 from harness.results import kernels
 from harness.catalogue import col
@@ -146,7 +146,8 @@ def write(out_dir: Path, diffs: Mapping[str, KernelDiff]) -> list[Path]:
     if not diffs:
         return []
     files = {Path(out_dir) / KERNELS_MD: render_markdown(diffs).encode(),
-             Path(out_dir) / KERNELS_HTML: render_html(diffs).encode()} | asset_contents(Path(out_dir))
+             Path(out_dir) / KERNELS_HTML: render_html(diffs).encode()}
+    place_assets(Path(out_dir))
     store.write_all(files)
     return list(files)
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -53,27 +55,23 @@ def plotly_js_path() -> Path:
     return path
 
 
-def asset_contents(out_dir: Path) -> dict[Path, bytes]:
-    """The files a folder of pages needs beside them, to be written with the pages: plotly.min.js, left out where
-    the folder already holds this very copy (one copy a folder, however many pages and nights write to it)."""
-    source = plotly_js_path()
-    target = Path(out_dir) / PLOTLY_JS
-    if target.is_file() and target.stat().st_size == source.stat().st_size and \
-            target.read_bytes() == source.read_bytes():
-        return {}
-    return {target: source.read_bytes()}
+def place_assets(out_dir: Path) -> list[Path]:
+    """plotly.min.js beside the pages of `out_dir`, before they are written (a page never stands without it): a hard
+    link to the plotly package's own file where the folder shares its filesystem (no byte more a night), a copy
+    where it does not; left alone where the folder already holds the same file. Returns what it placed."""
+    source, target = plotly_js_path(), Path(out_dir) / PLOTLY_JS
+    if target.is_file() and (os.path.samefile(source, target) or (
+            target.stat().st_size == source.stat().st_size and target.read_bytes() == source.read_bytes())):
+        return []
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    tmp.unlink(missing_ok=True)
+    try:
+        os.link(source, tmp)
+    except OSError:  # another filesystem, or links not allowed: a copy
+        shutil.copyfile(source, tmp)
+    tmp.replace(target)
+    return [target]
 
 
-def copy_assets(out_dir: Path) -> list[Path]:
-    """asset_contents written now (a page written by a caller that does not gather its files)."""
-    written = []
-    for target, data in asset_contents(out_dir).items():
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(target.name + ".tmp")
-        tmp.write_bytes(data)
-        tmp.replace(target)
-        written.append(target)
-    return written
-
-
-__all__ = ["Markup", "PLOTLY_JS", "asset_contents", "copy_assets", "environment", "macro", "render", "text"]
+__all__ = ["Markup", "PLOTLY_JS", "environment", "macro", "place_assets", "render", "text"]

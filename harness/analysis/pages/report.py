@@ -45,7 +45,7 @@ from harness.analysis.pages.charts import (
     step_details,
     throughput_charts,
 )
-from harness.analysis.pages.render import Markup, asset_contents, macro, render, text
+from harness.analysis.pages.render import Markup, place_assets, macro, render, text
 from harness.analysis.pages.report_table import render_table, row_anchors
 from harness.analysis.pages.wording import (
     cell_means,
@@ -127,7 +127,8 @@ def write_report(comparison: Comparison, out_dir: Path, *, kernels_html: str = "
     if comparison.mode == "history":
         files.append(out_dir / "suspects.json")
         contents.append((json.dumps(suspects(comparison), indent=2, sort_keys=True, default=str) + "\n").encode())
-    store.write_all(dict(zip(files, contents)) | asset_contents(out_dir))
+    place_assets(out_dir)
+    store.write_all(dict(zip(files, contents)))
     if comparison.mode != "history":  # a history screen's suspects must not outlive it in this folder
         (out_dir / "suspects.json").unlink(missing_ok=True)
     return ReportResult(out_dir=out_dir, files=tuple(files), comparison=comparison)

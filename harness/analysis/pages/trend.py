@@ -24,7 +24,7 @@ from harness.analysis.pages.wording import esc, esc_md
 from harness.results import store
 from harness.stats import changepoint
 from harness.catalogue import col
-from harness.analysis.pages.render import Markup, asset_contents, render
+from harness.analysis.pages.render import Markup, place_assets, render
 from harness.analysis.pages.report import page_values
 from harness.catalogue.cells import CELL_COLUMNS
 from harness.catalogue.changes import CHANGE_FIELDS
@@ -52,7 +52,8 @@ def write_history(history: History, out_dir: Path, marks: Sequence[Mark] = ()) -
     contents = [render_html(history, marks).encode(), render_markdown(history).encode(),
                 store.table_bytes(change_table(history))]
     files = [Path(out_dir) / name for name in HISTORY_FILES]
-    store.write_all(dict(zip(files, contents)) | asset_contents(Path(out_dir)))
+    place_assets(Path(out_dir))
+    store.write_all(dict(zip(files, contents)))
     return HistoryResult(out_dir=Path(out_dir), files=tuple(files), history=history)
 
 
