@@ -13,23 +13,9 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
-from harness.analysis.judge.verdict import (
-    ACCURACY_BELOW,
-    FAILED,
-    IMPROVEMENT,
-    INCONCLUSIVE,
-    INSUFFICIENT,
-    NOT_COMPARABLE,
-    NO_BASELINE,
-    REGRESSION,
-    SKIPPED,
-    SUSPECT_IMPROVEMENT,
-    SUSPECT_REGRESSION,
-    UNCHANGED,
-    VERDICTS,
-    CellVerdict,
-    Comparison,
-)
+from harness.analysis.judge.verdict import (ACCURACY_BELOW, FAILED, IMPROVEMENT, INCONCLUSIVE, INSUFFICIENT,
+                                             NO_BASELINE, NOT_COMPARABLE, REGRESSION, SKIPPED, SUSPECT_IMPROVEMENT,
+                                             SUSPECT_REGRESSION, UNCHANGED, VERDICTS, CellVerdict, Comparison)
 from harness.analysis.pages.wording import (
     cell_means,
     change_text,
