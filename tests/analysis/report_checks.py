@@ -5,6 +5,7 @@ units, junit.xml's suite)."""
 from __future__ import annotations
 
 import html
+import io
 import json
 import re
 import shutil
@@ -13,7 +14,8 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-from browser import chromium_path
+from browser import Browser, chromium_path
+from PIL import Image
 
 from harness.results import store
 from harness.results.schema import cell_table
@@ -154,3 +156,60 @@ def junit(path: Path) -> ET.Element:
     root = ET.parse(path).getroot()
     assert root.tag == "testsuites"
     return root.find("testsuite")
+
+
+def first_screen(browser: Browser, page: Path) -> None:
+    """At 1280 x 800 an A/B's report shows its heatmap and its regressed cells' chart whole, the chart drawn (its
+    screenshot has its point, interval and axis in it); the screenshot is kept beside the page."""
+    browser.viewport(1280, 800)
+    assert browser.wait("document.querySelector('#chart-regressed[data-ready]') !== null")
+    seen = browser.evaluate("""(() => { const r = e => e.getBoundingClientRect().toJSON();
+        return {heatmap: r(document.querySelector('.heatmap')), chart: r(document.getElementById('chart-regressed')),
+                fold: innerHeight}; })()""")
+    assert seen["heatmap"]["bottom"] <= seen["fold"] and seen["chart"]["bottom"] <= seen["fold"], seen
+    png = browser.screenshot_png(1280, 800)
+    (page.parent / "first-screen.png").write_bytes(png)
+    shot, box = Image.open(io.BytesIO(png)).convert("L"), seen["chart"]
+    drawn = shot.crop((int(box["left"]) + 240, int(box["top"]) + 5, int(box["right"]) - 20, int(box["bottom"]) - 5))
+    assert sum(drawn.histogram()[:200]) > 100, seen  # not a blank box
+    browser.viewport(1200, 1400)
+
+
+MISSION = Path(__file__).resolve().parents[2] / "matrices" / "resnet50.toml"
+"""The mission's matrix, whose --smoke shape mission_smoke_like deals rows into."""
+
+
+def mission_smoke_like(a: Path, dst: Path, *, repeats: int, factor) -> tuple[Path, int]:
+    """A run folder shaped as `nvbench run matrices/resnet50.toml --smoke` leaves it on the 2-core CPU machine
+    (96 cells: dali-gpu and world size 8 skipped with the runner's own reasons), each cell that runs dealt the
+    real rows of A's cell of its loader (synthetic, else pytorch) into `repeats` repeats 0.5 % apart, times
+    `factor(index)` (a number, or None: the cell failed). Returns the folder and how many cells ran."""
+    from harness.orchestrate.session.capabilities import Capabilities, skip_reason
+    from harness.matrix.cells import expand
+    from harness.matrix.parse import load_matrix
+
+    shutil.copytree(a, dst)
+    shutil.rmtree(dst / "cells")
+    manifest = store.read_json(dst / "manifest.json") | {"run_id": dst.name}
+    store.write_json(dst / "manifest.json", manifest)
+    real = {r["backend"]: r for r in store.read_cells(a).to_pylist()}
+    caps = Capabilities(device="cpu", gpu_count=0, cpu_count=2, device_name="CPU")
+    ran = 0
+    for i, cell in enumerate(expand(load_matrix(MISSION), smoke=True)):
+        base = real["synthetic" if cell.backend == "synthetic" else "pytorch"] | dict(cell.axes) | {
+            "cell_id": cell.cell_id, "run_id": dst.name} | UNMEASURED_LOAD
+        reason = skip_reason(cell, caps)
+        scale = None if reason else factor(ran)
+        if reason:
+            rows = [base | {"repeat": 0, "status": "skipped", "reason": reason, "throughput_img_per_s": None}]
+        elif scale is None:
+            rows = [base | {"repeat": k, "status": "failed", "reason": "exit code 1: RuntimeError: boom",
+                            "throughput_img_per_s": None} for k in range(repeats)]
+        else:
+            rows = [base | {"repeat": k} | {m: base[m] * scale * (1 + 0.005 * k)
+                                             for m in ("throughput_img_per_s", "fast_step_img_per_s")}
+                    for k in range(repeats)]
+        ran += not reason
+        for row in rows:
+            store.write_table(dst / "cells" / f"{job_key(row['cell_id'], row['repeat'])}.parquet", cell_table([row]))
+    return dst, ran
