@@ -97,7 +97,7 @@ def test_resume_of_an_empty_or_missing_folder(tmp_path, capsys):
 def test_a_readable_run_reports(run_folder, capsys):
     assert main(["report", str(run_folder)]) == 0
     capsys.readouterr()
-    assert sorted(p.name for p in (run_folder / "report").iterdir()) == sorted(report.REPORT_FILES)
+    assert sorted(p.name for p in (run_folder / "report").iterdir()) == sorted([*report.REPORT_FILES, "plotly.min.js"])
 
 
 @pytest.mark.parametrize("damage, fragment", [
