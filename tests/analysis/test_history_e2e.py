@@ -91,7 +91,8 @@ def test_history_names_the_fifth_night_as_the_change_point_and_the_page_renders(
         load = browser.load(page)
         plotly = (page.parent / "plotly.min.js").resolve().as_uri()
         assert load.errors == [] and load.requests == [page.resolve().as_uri(), plotly]
-        assert browser.wait("document.querySelector('.plot[data-ready]') !== null")
+        browser.evaluate("document.querySelector('#cells .plot').scrollIntoView()")  # a chart is drawn when seen
+        assert browser.wait("document.querySelector('#cells .plot[data-ready]') !== null")
     text = page.read_text()
     drawn = charts(text)
     assert any(t["name"] == "changes and marks" for c in drawn.values() for t in c["data"])  # a change point drawn
