@@ -149,6 +149,11 @@ child nvbench run "$MATRIX" --out "$RUN" --reports "$REPORTS" --no-progress ${WO
 run_rc=$?
 if [ -f "$RUN/manifest.json" ]; then log "$(python -m harness.orchestrate.cost.pricing "$RUN")"; fi
 if [ "$run_rc" -ge 2 ]; then log "nvbench run exited $run_rc"; exit "$run_rc"; fi
+if [ "$run_rc" -eq 1 ] && ! python -m harness.orchestrate.workflows.nightly finished "$RUN"; then
+  # A full disk (its one line above names the folder and the bytes) or nvbench itself stopped: nothing to judge.
+  log "the run stopped before its end: nothing is judged tonight; once fixed, finish it with: nvbench run --resume $RUN"
+  exit 1
+fi
 
 report_rc=0
 if [ -e "$BASELINE" ]; then
@@ -260,6 +265,7 @@ case " $RUN_ARGS " in
      case "$history_rc" in
        0) ;;
        1) log "a change point new tonight is confirmed by A/B of its commits (see $RUN/history/changes.md)" ;;
+       3) log "the history had nothing to judge (its line above says what it left out and why)"; history_rc=0 ;;
        130) log "interrupted during the history's A/B confirmation"; exit 130 ;;
        *) log "the history step failed (exit $history_rc): no trend page tonight"; history_rc=0 ;;
      esac

@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from harness import __version__
+from harness.exits import EXIT_FAILURES
 from harness.commands import (ab, baseline, bisect, calibrate, columns, data, env, history, profile, report, run,
                                validate)
 
@@ -40,10 +41,19 @@ def _describe(sub: argparse._SubParsersAction) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
     from harness.orchestrate.session import stopping
+    from harness.results.store import CannotWrite
 
-    return stopping.run(lambda: args.func(args))  # SIGTERM and SIGHUP stop a command as Ctrl-C does
+    try:
+        return stopping.run(lambda: args.func(args))  # SIGTERM and SIGHUP stop a command as Ctrl-C does
+    except CannotWrite as exc:  # one line, never a traceback: where, how much, and the command that goes on
+        import shlex
+
+        again = getattr(exc, "resume", None) or "nvbench " + shlex.join(argv)
+        print(f"error: {exc.line()}; {exc.when}: {again}", file=sys.stderr)
+        return EXIT_FAILURES
 
 
 if __name__ == "__main__":

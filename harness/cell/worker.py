@@ -4,6 +4,7 @@ local rank 0, the cell's result. Started as `python -m harness.cell run JOB_JSON
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import gc
 import os
@@ -32,6 +33,7 @@ from harness.results.schema import step_table
 from harness.matrix.cells import Cell
 from harness.matrix.job import LAUNCHED_AT_ENV, cpu_list
 from harness.catalogue import col
+from harness.exits import EXIT_CELL_NO_SPACE
 
 
 def _setup(job: dict[str, Any]) -> Context:
@@ -170,6 +172,10 @@ def main(argv: list[str] | None = None) -> int:
         if ctx.local_rank == 0:
             store.write_json(out_dir / "result.json", result)
         return 0
+    except store.NoSpace as exc:  # the machine's fault, not the cell's: no row says it failed, the run stops
+        with contextlib.suppress(OSError):  # unbuffered: its log is on that full disk too
+            os.write(2, f"cell: {exc.line()}\n".encode())
+        return EXIT_CELL_NO_SPACE
     except BaseException as exc:  # every failure becomes the cell's reason, then a non-zero exit
         store.write_json(out_dir / f"error-rank{rank}.json", _error_record(exc, rank))
         traceback.print_exc()

@@ -24,6 +24,7 @@ from harness.commands.work_flags import DEFAULT_WORK_REPEATS, add_work_flags
 from harness.matrix.sections import RunConfig
 from harness.matrix.parse import MatrixError, load_matrix, with_repeats
 from harness.catalogue import col
+from harness.results.store import CannotWrite
 
 DEFAULT_MAX_RERUNS = 2
 """Re-runs of a spoiled window (interference, a start transient) per cell and side of an A/B
@@ -33,6 +34,20 @@ too short a warm-up, not bad luck, and re-running it more would only cost time."
 
 
 def cmd_ab(args: argparse.Namespace) -> int:
+    """nvbench ab; a full disk stops it with the resume of its folder (the A/B whose ab.json holds the failed
+    write), every pair written so far kept."""
+    try:
+        return _cmd_ab(args)
+    except CannotWrite as exc:
+        from harness.orchestrate.workflows import ab
+
+        folder = next((p for p in exc.path.parents if (p / ab.AB_FILE).is_file()), None)
+        if folder is not None:
+            exc.resume = f"nvbench ab --resume {folder}"
+        raise
+
+
+def _cmd_ab(args: argparse.Namespace) -> int:
     # the library, loaded when the command runs: its pyarrow and numpy would add ~1 s to every nvbench start
     from harness.analysis.judge import compare
     from harness.analysis.pages import work_report

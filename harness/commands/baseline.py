@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from harness.results.store import CannotWrite
 from harness.commands.common import EXIT_OK, bad_input
 
 DEFAULT_REPORTS = "reports"
@@ -49,6 +50,8 @@ def cmd_promote(args: argparse.Namespace) -> int:
         p = baselines.promote(reports, run, who=who(), when=_now(), reason=args.reason.strip())
     except RunInputError as exc:
         return bad_input(exc.problems)
+    except CannotWrite:  # the command line says it (cli.main): the folder, the bytes, how to go on
+        raise
     except OSError as exc:
         return bad_input([f"{exc.filename or reports}: cannot write the baseline: {exc.strerror}"])
     print(baselines.pointer_path(reports))
@@ -94,6 +97,8 @@ def cmd_ack(args: argparse.Namespace) -> int:
         baselines.add_acks(reports, acks)
     except RunInputError as exc:
         return bad_input(exc.problems)
+    except CannotWrite:  # the command line says it (cli.main): the folder, the bytes, how to go on
+        raise
     except OSError as exc:
         return bad_input([f"{exc.filename or reports}: cannot write the acknowledgement: {exc.strerror}"])
     print(baselines.acks_path(reports))

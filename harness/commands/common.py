@@ -141,6 +141,9 @@ def print_report(result, fail_on_regression: bool) -> int:
     for note in comparison.notes:
         if note.startswith("warning:"):
             print("\n".join(wrap(note, width, indent="  ")), file=sys.stderr)
+    for run in (comparison.baseline, comparison.candidate):
+        for line in (run.unreadable if run is not None else ()):
+            print(f"warning: {line}: its row is left out, the other rows stand", file=sys.stderr)
     for path in result.files:
         print(path)
     for line in comparison.sides:

@@ -7,7 +7,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from harness.commands.common import EXIT_OK, bad_input, own_default
+from harness.results.store import CannotWrite
+from harness.analysis.pages.wording import coverage_line
+from harness.commands.common import EXIT_INCONCLUSIVE, EXIT_OK, bad_input, own_default
 from harness.catalogue import col
 
 
@@ -37,15 +39,16 @@ def cmd_history(args: argparse.Namespace) -> int:
         return bad_input(exc.problems)
     except ValueError as exc:
         return bad_input([str(exc)])
+    except CannotWrite:  # the command line says it (cli.main): the folder, the bytes, how to go on
+        raise
     except OSError as exc:
         return bad_input([f"{exc.filename or out}: cannot write the history: {exc.strerror}"])
-    for path, why in result.history.skipped:
-        print(f"skipped {path}: {why}", file=sys.stderr)
+    for skipped in result.history.skipped:
+        print(f"skipped {skipped.path}: {skipped.why}", file=sys.stderr)
     for path in result.files:
         print(path)
     h = result.history
-    print(f"{len(h.nights)} night(s), {len(h.series)} series: {len(h.changes)} change(s), "
-          f"{sum(c.is_new for c in h.changes)} new tonight", file=sys.stderr)
+    print(coverage_line(h.coverage, f": {len(h.changes)} change(s), {sum(c.is_new for c in h.changes)} new tonight"))
     for c in h.changes:
         if c.is_new:
             print(f"new {c.kind}: {c.cell_id} {c.metric} {trend.change_text(c)} at night {c.night} ({c.run_id}), "
@@ -53,7 +56,7 @@ def cmd_history(args: argparse.Namespace) -> int:
     for w in h.work_steps:
         if w.is_new:
             print(f"new: {w.text()}, commits {w.commit_from}..{w.commit_to}", file=sys.stderr)
-    return EXIT_OK
+    return EXIT_INCONCLUSIVE if h.coverage.nothing_to_judge else EXIT_OK
 
 
 def cmd_dashboard(args: argparse.Namespace) -> int:
@@ -76,14 +79,16 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
         return bad_input(exc.problems)
     except ValueError as exc:
         return bad_input([str(exc)])
+    except CannotWrite:  # the command line says it (cli.main): the folder, the bytes, how to go on
+        raise
     except OSError as exc:
         return bad_input([f"{exc.filename or args.out}: cannot write the dashboard: {exc.strerror}"])
-    for path, why in loaded.skipped:
-        print(f"skipped {path}: {why}", file=sys.stderr)
+    for skipped in loaded.skipped:
+        print(f"skipped {skipped.path}: {skipped.why}", file=sys.stderr)
     for path in files:
         print(path)
-    print(f"{len(loaded.nights)} night(s), {len({s.cell_id for s in loaded.series})} cell(s)", file=sys.stderr)
-    return EXIT_OK
+    print(coverage_line(loaded.coverage, f" of {len({s.cell_id for s in loaded.series})} cell(s)"))
+    return EXIT_INCONCLUSIVE if loaded.coverage.nothing_to_judge else EXIT_OK
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -95,6 +100,8 @@ def cmd_export(args: argparse.Namespace) -> int:
         count = export_run(Path(args.run_dir), args.format, Path(args.out))
     except RunInputError as exc:
         return bad_input(exc.problems)
+    except CannotWrite:  # the command line says it (cli.main): the folder, the bytes, how to go on
+        raise
     except OSError as exc:
         return bad_input([f"{exc.filename or args.out}: cannot write the export: {exc.strerror}"])
     print(args.out)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from harness.results.store import CannotWrite
 from harness.commands.common import add_threshold_flags, bad_input, print_report, thresholds_from
 from harness.commands.kernel_flags import add_kernel_flags, kernel_settings_problem, with_kernels
 
@@ -32,6 +33,8 @@ def cmd_report(args: argparse.Namespace) -> int:
         return bad_input(exc.problems)
     except (ValueError, UnreadableFile) as exc:
         return bad_input([str(exc)])
+    except CannotWrite:  # the command line says it (cli.main): the folder, the bytes, how to go on
+        raise
     except OSError as exc:  # e.g. an --out folder that cannot be written (write_all: no file half-new)
         return bad_input([f"{exc.filename or args.out or args.run_dir}: cannot write the report: {exc.strerror}"])
     return print_report(result, args.fail_on_regression)

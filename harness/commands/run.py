@@ -45,6 +45,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         return bad_input([str(exc)])
     if problem := fire_drill_problem(args.fire_drill):
         return bad_input([problem])
+    run_dir: Path | None = None
     if args.resume:
         run_dir = Path(args.resume)
         try:
@@ -105,16 +106,21 @@ def cmd_run(args: argparse.Namespace) -> int:
         where.check()  # before anything is written: sbatch missing or the controller down is one line, exit 2
     except ExecutorUnavailable as exc:
         return bad_input([str(exc)])
-    if not args.resume:
-        run_dir = runfolder.create_run(matrix, cell_list, run_dir=Path(args.out) if args.out else None,
-                                    reports_root=Path(args.reports), smoke=args.smoke, only=args.only, env=env,
-                                    fire_drill_pct=args.fire_drill or 0.0, executor=executor)
-        if work_plan.repeats:
-            work_repeats.save_plan(run_dir, work_plan)
-    if counted and not args.quiet:
-        print(counted.removeprefix("; "), file=sys.stderr)
-    return _execute(run_dir, caps, env, key, progress=not args.no_progress, verbose=args.verbose, executor=where,
-                    packing=packing, estimate=cost, quiet=args.quiet)
+    try:
+        if not args.resume:
+            run_dir = runfolder.create_run(matrix, cell_list, run_dir=Path(args.out) if args.out else None,
+                                           reports_root=Path(args.reports), smoke=args.smoke, only=args.only,
+                                           env=env, fire_drill_pct=args.fire_drill or 0.0, executor=executor)
+            if work_plan.repeats:
+                work_repeats.save_plan(run_dir, work_plan)
+        if counted and not args.quiet:
+            print(counted.removeprefix("; "), file=sys.stderr)
+        return _execute(run_dir, caps, env, key, progress=not args.no_progress, verbose=args.verbose,
+                        executor=where, packing=packing, estimate=cost, quiet=args.quiet)
+    except store.CannotWrite as exc:  # the rows written stand; the run goes on from its folder once there is room
+        if run_dir is not None and (run_dir / runfolder.PLAN).exists():
+            exc.resume = f"nvbench run --resume {run_dir}"
+        raise
 
 
 def _estimate(args, run_dir: Path | None, cells: dict, matrix, caps, key: str, slots: int):

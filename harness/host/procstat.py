@@ -5,10 +5,15 @@ and the A/B (harness.orchestrate.workflows.rerun), which waits for a neighbour t
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+PROC_STAT_ENV = "NVBENCH_PROC_STAT"
+"""The file read as /proc/stat when set: a constructed machine (a test that must see its cores quiet whatever else runs
+beside it writes one whose cores stay idle). Inherited by every process a command starts, so a cell's meter and the
+A/B that waits for quiet read the same machine. Unset: /proc/stat."""
 _BUSY = (0, 1, 2, 5, 6, 7)
 """/proc/stat per-core fields counted as busy: user, nice, system, irq, softirq, steal (not idle, iowait)."""
 _STEAL = 7
@@ -18,7 +23,9 @@ def read_proc_stat(cores: Iterable[int], text: str | None = None) -> tuple[int, 
     """(busy, total, steal) ticks summed over `cores`, from /proc/stat (or `text`, its contents)."""
     wanted = {f"cpu{c}" for c in cores}
     busy = total = steal = 0
-    for line in (text if text is not None else Path("/proc/stat").read_text()).splitlines():
+    if text is None:
+        text = Path(os.environ.get(PROC_STAT_ENV) or "/proc/stat").read_text()
+    for line in text.splitlines():
         name, _, rest = line.partition(" ")
         if name in wanted:
             fields = [int(x) for x in rest.split()]

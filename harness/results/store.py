@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -30,20 +32,72 @@ def _file_mode() -> int:
     return 0o666 & ~umask
 
 
-def _atomic(path: Path, write) -> None:
+FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+"""A write that failed for want of room: the disk is full, or the user's quota spent."""
+
+
+class CannotWrite(OSError):
+    """A file nvbench must write cannot be (a read-only folder, a full disk): not a cell's failure but the
+    command's, which stops with one line (`line`) naming the folder and the command that goes on (`resume`)."""
+
+    def __init__(self, path: Path, code: int, strerror: str | None = None):
+        super().__init__(code, strerror or os.strerror(code), str(path))
+        self.path = Path(path)
+        self.resume: str | None = None
+        """The command that goes on from where this one stopped (set by the command that knows it: `nvbench run
+        --resume RUN`); None: the same command again (it keeps nothing half-written)."""
+
+    when = "once it can be written"
+    """When the command that goes on can: the words before `resume` in the command's line."""
+
+    def line(self) -> str:
+        return f"{self.path.parent}: {self.strerror.lower()}: {self.path.name} cannot be written there"
+
+
+class NoSpace(CannotWrite):
+    """A result file could not be written for want of room. Nothing is half-written (the temporary file is gone);
+    the line names the folder, the bytes the file needed and what is free there."""
+
+    when = "once there is room"
+
+    def __init__(self, path: Path, needed_bytes: int | None, code: int = errno.ENOSPC):
+        super().__init__(path, code)
+        self.needed_bytes = needed_bytes
+        try:
+            self.free_bytes: int | None = shutil.disk_usage(self.path.parent).free
+        except OSError:
+            self.free_bytes = None
+
+    def line(self) -> str:
+        free = f"{self.free_bytes:,} bytes free" if self.free_bytes is not None else "free space unknown"
+        if self.needed_bytes is None:  # a cell process's files: their size is in its own line, in its log
+            return f"{self.path.parent}: {self.strerror.lower()}: a cell could not write its results, {free}"
+        return (f"{self.path.parent}: {self.strerror.lower()}: writing {self.path.name} needed "
+                f"{self.needed_bytes:,} bytes, {free}")
+
+
+def _atomic(path: Path, write, size: int | None = None) -> None:
     # The temporary name starts with "." so dataset readers (pyarrow, pandas, DuckDB globs on *.parquet)
     # never list it, and it lives in the target folder so os.replace is a same-filesystem rename.
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    tmp = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         with os.fdopen(fd, "wb") as fh:
             write(fh)
             fh.flush()
             os.fchmod(fh.fileno(), _file_mode())
             os.fsync(fh.fileno())
         os.replace(tmp, path)
+    except OSError as exc:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+        if exc.errno in FULL_ERRNOS and not isinstance(exc, NoSpace):
+            raise NoSpace(path, size, exc.errno) from None
+        raise
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
         raise
     fsync_dir(path.parent)
 
@@ -57,13 +111,14 @@ def fsync_dir(folder: Path) -> None:
 
 
 def write_bytes(path: Path, data: bytes) -> None:
-    _atomic(Path(path), lambda fh: fh.write(data))
+    _atomic(Path(path), lambda fh: fh.write(data), len(data))
 
 
 def write_all(files: dict[Path, bytes]) -> None:
     """Write several files as one: every file is complete on disk under a temporary name before any is
     renamed into place, so a failure leaves all of the old versions (or none) rather than a mix."""
     staged: list[tuple[str, Path]] = []
+    path, data = Path("."), b""
     try:
         for path, data in files.items():
             path = Path(path)
@@ -77,6 +132,10 @@ def write_all(files: dict[Path, bytes]) -> None:
                 os.fsync(fh.fileno())
         for tmp, path in staged:
             os.replace(tmp, path)
+    except OSError as exc:
+        if exc.errno in FULL_ERRNOS and not isinstance(exc, NoSpace):
+            raise NoSpace(path, sum(map(len, files.values())), exc.errno) from None
+        raise
     finally:
         for tmp, _ in staged:
             Path(tmp).unlink(missing_ok=True)
@@ -96,7 +155,7 @@ def write_json(path: Path, obj: Any) -> None:
 
 
 def write_table(path: Path, table: pa.Table) -> None:
-    _atomic(Path(path), lambda fh: pq.write_table(table, fh, compression="zstd"))
+    write_bytes(path, table_bytes(table))  # its size known before a byte is written (what a full disk needed)
 
 
 class UnreadableFile(ValueError):
@@ -200,13 +259,21 @@ def folded_stems(folder: Path) -> dict[str, int]:
 
 
 def _read_dir(folder: Path, target: pa.Schema, columns: list[str] | None = None, *,
-              skip: str | None = None) -> pa.Table:
+              skip: str | None = None, left_out: list[str] | None = None) -> pa.Table:
     """Every row of a results folder once: its folded file's, less those of a job that also has a file of its
     own, then every per-job file's (such a file is the newer: a row rewritten after the fold, or a fold or
-    unfold cut short, whose two copies are the same); `skip`: leave out the per-job files whose stem holds it."""
+    unfold cut short, whose two copies are the same); `skip`: leave out the per-job files whose stem holds it.
+    `left_out` given: a per-job file that cannot be read is left out and said there (UnreadableFile's line), the
+    other rows still read; otherwise it raises. An unreadable folded file always raises (it holds every row)."""
     files = [f for f in job_files(folder) if not (skip and skip in f.stem)]
     tables = [folded_rows(folder, target, columns, without={f.stem for f in files})]
-    tables += [read_table(f, target, columns) for f in files]
+    for f in files:
+        try:
+            tables.append(read_table(f, target, columns))
+        except UnreadableFile as exc:
+            if left_out is None:
+                raise
+            left_out.append(str(exc))
     tables = [t for t in tables if t is not None]
     if tables:
         return pa.concat_tables(tables)
@@ -231,10 +298,10 @@ def row_stems(folder: Path) -> set[str]:
     return set(folded_stems(folder)) | {f.stem for f in job_files(folder)}
 
 
-def read_cells(run_dir: Path, columns: list[str] | None = None) -> pa.Table:
+def read_cells(run_dir: Path, columns: list[str] | None = None, *, left_out: list[str] | None = None) -> pa.Table:
     """The run's cell rows (folded or one file per job); `columns`: only those (the reader of many runs needs a
-    few)."""
-    return _read_dir(Path(run_dir) / "cells", CELL_SCHEMA, columns)
+    few); `left_out`: where a job's unreadable file is said instead of raised (_read_dir)."""
+    return _read_dir(Path(run_dir) / "cells", CELL_SCHEMA, columns, left_out=left_out)
 
 
 def read_steps(run_dir: Path) -> pa.Table:

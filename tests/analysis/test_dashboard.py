@@ -50,7 +50,7 @@ def site(tmp_path_factory):
     baselines.add_acks(reports, [Ack(change=other, reason=EVIL_NOTE, who="me", when="2026-04-02T10:00:00+00:00")])
     proc = nvbench("dashboard", str(reports), "--out", str(reports.parent / "site"))
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.split() == [str(reports.parent / "site" / "index.html")]
+    assert proc.stdout.splitlines()[:-1] == [str(reports.parent / "site" / "index.html")]  # then the summary line
     return reports, reports.parent / "site" / "index.html", stepped, acked
 
 
@@ -153,7 +153,8 @@ def test_the_dashboard_is_written_whole_beside_its_one_script_and_bad_input_is_o
     js.write_bytes(b"// another plotly")  # a stale or foreign file is replaced, the same one left alone
     assert render.place_assets(out) == [js] and js.read_bytes() == shipped.read_bytes()
     assert render.place_assets(out) == []
-    assert f"{SCALE.nights} night(s), {SCALE.cells} cell(s)" in proc.stderr
+    last = proc.stdout.splitlines()[-1]
+    assert last.startswith(f"{SCALE.nights} nights, ") and last.endswith(f" of {SCALE.cells} cell(s)"), proc.stdout
     missing = documented_run(["dashboard", str(reports / "nowhere"), "--out", str(reports / "never")])
     assert missing.returncode == 2 and missing.stderr.count("\n") == 1 and "nowhere" in missing.stderr
     assert not (reports / "never").exists()

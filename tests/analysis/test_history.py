@@ -84,7 +84,9 @@ def test_a_5pct_step_at_night_12_of_30_is_found_at_night_12_with_its_commit_rang
     folder = nightly_series(tmp_path / "history", STEP, repeats=10)
     code, out, err = run_cli(str(folder), "--out", str(tmp_path / "out"), capsys=capsys)
     assert code == 0, err
-    assert out.split() == [str(tmp_path / "out" / name) for name in trend.HISTORY_FILES]
+    files, summary = out.splitlines()[:-1], out.splitlines()[-1]  # the files written, then the summary line
+    assert files == [str(tmp_path / "out" / name) for name in trend.HISTORY_FILES]
+    assert summary.startswith("30 nights, 600 windows: nothing left out; ") and "change(s)" in summary, summary
     changes = read_changes(tmp_path / "out" / "changes.parquet")
     steps = [c for c in changes if c["cell_id"] == CELL and c["metric"] == "throughput"]
     (step,) = steps
@@ -103,10 +105,10 @@ def test_a_5pct_step_at_night_12_of_30_is_found_at_night_12_with_its_commit_rang
 
 def test_a_a_nights_give_no_change_point_and_no_drift(tmp_path, capsys):
     folder = nightly_series(tmp_path / "history", [1000.0] * 30, repeats=10, seed=3)
-    code, _, err = run_cli(str(folder), capsys=capsys)
+    code, out, err = run_cli(str(folder), capsys=capsys)
     assert code == 0, err
     assert read_changes(folder / "trend" / "changes.parquet") == []
-    assert "0 change(s)" in err
+    assert out.splitlines()[-1].endswith(": 0 change(s), 0 new tonight"), out
 
 
 def test_a_drift_of_half_a_percent_a_night_over_14_nights_is_reported_as_drift(tmp_path, capsys):
@@ -157,7 +159,10 @@ def test_bad_runs_are_skipped_with_their_reason_and_the_rest_analysed(tmp_path, 
     assert any(l.startswith(f"skipped {folder / 'night05'}: ") and f"newer nvbench (schema 99 > {RESULT_SCHEMA_VERSION})" in l for l in lines)
     assert any(l.startswith(f"skipped {folder / 'night21'}: ") and "matrix 'other' is not the newest run's 'nightly'" in l
                for l in lines)
-    assert "Traceback" not in err and "18 night(s)" in err
+    assert "Traceback" not in err
+    # the summary line, last on stdout, counts what it skipped by kind (three unreadable, one of another matrix)
+    assert out.splitlines()[-1].startswith("18 nights, 345 windows: 1 run folder of another matrix, skipped, "
+                                           "3 run folders unreadable, skipped; "), out
     page = (folder / "trend" / "history.html").read_text()
     assert "night03" in page and "matrix &#x27;other&#x27;" in page
 

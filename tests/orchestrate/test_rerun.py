@@ -8,11 +8,13 @@ import dataclasses
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
 from conftest import ROOT
 
+from harness.host.procstat import foreign_ticks, process_stats
 from harness.orchestrate.workflows import ab_sides, rerun
 from harness.orchestrate.session import job, runfolder
 from harness.results import store
@@ -175,20 +177,48 @@ def test_the_wait_ends_when_the_neighbour_leaves_or_at_its_limit(monkeypatch):
     assert said[-1].startswith("  still busy after") and said[-1].endswith("running it again anyway")
 
 
+def _ticks(pid: int) -> int:
+    """utime + stime of one process, from its own /proc/PID/stat."""
+    return process_stats()[pid][2]
+
+
 def test_others_share_sees_a_busy_process_beside_it_and_not_its_own_children():
+    """Exact accounting, whatever else shares the core (a CI runner's other job): the ticks a child spun are counted
+    as this process tree's own, those of a process outside the tree as foreign."""
     core, marker = sorted(os.sched_getaffinity(0))[0], f"nvbench_test_neighbour_{os.getpid()}"
     spin = [sys.executable, "-c", f"import os\n{marker} = os.sched_setaffinity(0, [{core}])\nwhile True: pass"]
     own = subprocess.Popen(spin)  # this process's child: the A/B's own job
     try:
-        assert rerun.others_share([core], 1.0) < 0.10
+        time.sleep(0.2)
+        before, child_before = rerun.tree_reading([core]), _ticks(own.pid)
+        time.sleep(1.0)
+        child_after, after = _ticks(own.pid), rerun.tree_reading([core])
     finally:
         own.kill()
         own.wait()
+    spun = child_after - child_before
+    assert spun >= 10, spun  # it ran (on a core shared with anything else, a share of the second)
+    assert after.own - before.own >= spun - TICK_SLACK, (after, before, spun)  # its ticks are ours
+    assert foreign_ticks(before, after) <= (after.busy - before.busy) - spun + TICK_SLACK
     subprocess.run(["setsid", "--fork", *spin], check=True)  # orphaned at once: not under this process
     try:
-        assert rerun.others_share([core], 1.0) > 0.5
+        time.sleep(0.2)
+        (pid,) = [int(p) for p in subprocess.run(["pgrep", "-f", marker], capture_output=True,
+                                                  text=True).stdout.split()]
+        before, other_before = rerun.tree_reading([core]), _ticks(pid)
+        time.sleep(1.0)
+        other_after, after = _ticks(pid), rerun.tree_reading([core])
     finally:
         subprocess.run(["pkill", "-f", marker], check=False)
+    spun = other_after - other_before
+    assert spun >= 10, spun
+    assert after.own - before.own <= TICK_SLACK, (after, before)  # none of its ticks are ours
+    assert foreign_ticks(before, after) >= spun - TICK_SLACK, (after, before, spun)
+
+
+TICK_SLACK = 3
+"""Ticks the two readings of a pair may differ by: /proc/stat and /proc/PID/stat are read a moment apart, and the
+kernel accounts a tick to a core and to a process separately."""
 
 
 def test_a_clean_row_is_never_run_again(tmp_path):

@@ -95,7 +95,7 @@ def test_a_stopped_history_leaves_no_process_and_runs_again(shared_cpu_run, tmp_
     if code == 130:
         assert err.strip().splitlines()[-1] == f"interrupted ({sig.name})", err
     else:  # a quick reader may be done before the signal, or the signal met the interpreter's exit after it
-        assert code in (0, -sig) and "night(s)" in err, (code, err)
+        assert code in (0, -sig) and "Traceback" not in err, (code, err)
     again = documented_run(["history", str(history)])
     assert again.returncode == 0, again.stderr
     assert (history / "trend" / "history.html").is_file()

@@ -30,6 +30,9 @@ class RunData:
     """manifest.json's wall_s: the wall time of every session of the run."""
     matrix_text: str = ""
     """manifest.json's matrix_text: the matrix as the run read it (its [judge] sets the floors a report uses)."""
+    unreadable: tuple[str, ...] = ()
+    """A job's result file that could not be read, each as its one line naming it: its row is left out, the
+    others stand."""
 
     def cut_text(self) -> str | None:
         """'val_s 120.3 s (31% of the wall)': the largest part of the run's time that was not measuring."""

@@ -33,7 +33,8 @@ def load_run(path: Path | str, columns: Sequence[str] | None = None) -> RunData:
     manifest_path = run_dir / "manifest.json"
     try:
         manifest = store.read_json(manifest_path)
-        rows = tuple(store.read_cells(run_dir, list(columns) if columns else None).to_pylist())
+        left_out: list[str] = []
+        rows = tuple(store.read_cells(run_dir, list(columns) if columns else None, left_out=left_out).to_pylist())
     except store.UnreadableFile as exc:
         raise RunInputError([str(exc)]) from None
     if not isinstance(manifest, dict):
@@ -47,7 +48,8 @@ def load_run(path: Path | str, columns: Sequence[str] | None = None) -> RunData:
                    rows=rows, matrix_efficiency=float(efficiency) if isinstance(efficiency, (int, float)) else None,
                    time_breakdown_s=breakdown if isinstance(breakdown, dict) else None,
                    wall_s=float(manifest["wall_s"]) if isinstance(manifest.get("wall_s"), (int, float)) else None,
-                   matrix_text=manifest["matrix_text"] if isinstance(manifest.get("matrix_text"), str) else "")
+                   matrix_text=manifest["matrix_text"] if isinstance(manifest.get("matrix_text"), str) else "",
+                   unreadable=tuple(left_out))
 
 
 def check_run_folder(run_dir: Path, *, said: Path | str | None = None) -> None:

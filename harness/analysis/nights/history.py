@@ -18,6 +18,7 @@ import numpy as np
 
 from harness.analysis.nights import summaries
 from harness.analysis.nights.summaries import Cache
+from harness.analysis.nights.coverage import OTHER_MATRIX, UNREADABLE, Coverage, Skipped, count as count_coverage
 from harness.analysis.load.runs import RunInputError, check_run_folder, read_work_table, resolve_pointer
 from harness.analysis.judge.run import RunData
 from harness.analysis.judge.verdict import DEFAULT_FLOOR_PCT
@@ -115,6 +116,13 @@ class Night:
     busy: Mapping[str, Any] = field(default_factory=dict)
     """cell_id -> {"windows", "spoiled", "share"}: cells too few of whose windows were clean this night
     (harness.results.interference.MIN_CLEAN_FRAC): no point that night, neither a change point nor evidence against one."""
+
+    num_rows: int = 0
+    """Result rows the night holds (any status)."""
+    num_windows: int = 0
+    """Its measured windows: ok rows with a throughput."""
+    num_busy_windows: int = 0
+    """Windows taken under interference, left out of its points (those of busy cells and the others' spoiled few)."""
 
     def busy_text(self) -> str:
         return summaries.busy_words(self.busy)
@@ -217,10 +225,11 @@ def _night(path: Path, cache: Cache) -> Night:
                   environment=summary["environment"], rows=())
     return Night(run=run, matrix=summaries.matrix_name(manifest), commit=summaries.commit(run.environment),
                  fire_drill_pct=summary[col.fire_drill_pct], cells=summary["cells"], work=summary.get("work") or {},
-                 busy=summary.get("busy") or {})
+                 busy=summary.get("busy") or {}, num_rows=summary["counts"]["rows"],
+                 num_windows=summary["counts"]["windows"], num_busy_windows=summary["counts"]["spoiled"])
 
 
-def load_nights(folder: Path | str, cache: Cache | None = None) -> tuple[list[Night], list[tuple[str, str]]]:
+def load_nights(folder: Path | str, cache: Cache | None = None) -> tuple[list[Night], list[Skipped]]:
     """Every run folder directly inside `folder` (or named by a pointer file there), oldest first, and
     (path, reason) for every run skipped: unreadable, or of another matrix than the newest run's.
     HistoryInputError when the folder is missing, holds no run folder, or none is usable."""
@@ -228,27 +237,28 @@ def load_nights(folder: Path | str, cache: Cache | None = None) -> tuple[list[Ni
     if not folder.is_dir():
         raise HistoryInputError([f"{folder}: not a folder (a history is a folder of run folders)"])
     cache = cache or Cache(None)
-    nights, skipped = [], []
+    nights: list[Night] = []
+    skipped: list[Skipped] = []
     for entry in sorted(folder.iterdir()):
         if entry.name.startswith("."):
             continue
         try:
             target = resolve_pointer(entry) if entry.is_file() else entry
         except RunInputError as exc:
-            skipped.append((str(entry), exc.problems[0]))
+            skipped.append(Skipped(str(entry), exc.problems[0], UNREADABLE))
             continue
         if not (target / "manifest.json").is_file():
             continue  # not a run folder (the history's own trend page, a README): nothing to say
         try:
             nights.append(_night(target, cache))
         except RunInputError as exc:
-            skipped.append((str(entry), "; ".join(exc.problems)))
+            skipped.append(Skipped(str(entry), "; ".join(exc.problems), UNREADABLE))
     if not nights and not skipped:
         raise HistoryInputError([f"{folder}: no run folders (a run folder holds manifest.json and cells/)"])
     nights.sort(key=lambda n: (n.run.created_at, n.run_id))
     if nights:
         newest = nights[-1].matrix
-        skipped += [(n.run.path, f"matrix '{n.matrix}' is not the newest run's '{newest}'")
+        skipped += [Skipped(n.run.path, f"matrix '{n.matrix}' is not the newest run's '{newest}'", OTHER_MATRIX)
                     for n in nights if n.matrix != newest]
         nights = [n for n in nights if n.matrix == newest]
     if not nights:
@@ -388,13 +398,18 @@ class History:
 
     folder: str
     nights: tuple[Night, ...]
-    skipped: tuple[tuple[str, str], ...]
+    skipped: tuple[Skipped, ...]
     series: tuple[Series, ...]
     changes: tuple[Change, ...]
     """Newest first, then the largest change first."""
     settings: HistorySettings = field(default_factory=HistorySettings)
     work_steps: tuple[WorkStep, ...] = ()
     """The nights a cell's counted work changed (work_steps), newest first."""
+
+    @property
+    def coverage(self) -> Coverage:
+        """What it read and what it left out, counted."""
+        return count_coverage(self.nights, self.skipped, self.series)
 
     def drift_note(self) -> str | None:
         """Why some series were not assessed for a drift (fewer nights than its window), or None."""
@@ -410,7 +425,7 @@ class History:
                 f"{window} nights, and they have as few as {fewest}")
 
 
-def analyse(folder: str, nights: Sequence[Night], skipped: Sequence[tuple[str, str]],
+def analyse(folder: str, nights: Sequence[Night], skipped: Sequence[Skipped],
             settings: HistorySettings | None = None, cache: Cache | None = None) -> History:
     """Change points and drifts of every series; each marked new when the history without its newest night
     does not have it. `cache`: detections made before are reused, the new ones kept."""

@@ -26,10 +26,12 @@ from harness.results.env import short_commit
 
 CACHE_DIR = ".nvbench-cache"
 """Beside the run folders (history skips names starting with '.')."""
-CACHE_VERSION = 5
+CACHE_VERSION = 6
 """Bump when a summary's or a detection's content changes meaning: every entry of another version is dropped.
 4: a night's summary holds its counted work (work.parquet), and its key the file's size and time. 5: windows taken
-under interference are left out of a night's points, and a cell with too few clean ones is busy that night."""
+under interference are left out of a night's points, and a cell with too few clean ones is busy that night. 6: a
+night's summary counts its rows, its windows and those taken under interference (what history's line says it left
+out)."""
 NIGHTS_DIR, DETECT_FILE = "nights", "detections.json"
 OLD_NIGHTS_FILE = "nights.json"
 """Where cache version 2 kept every night's summary in one file (removed when a newer history saves)."""
@@ -119,12 +121,15 @@ def summarise(run_dir: Path, manifest: Mapping[str, Any], rows: list[Mapping[str
     clean = {cid: clean_rows(rs) for cid, rs in cells.items()}
     busy = {cid: busy_record(rs, len(clean[cid])) for cid, rs in cells.items() if too_busy(rs)}
     points = _points({cid: rs for cid, rs in clean.items() if cid not in busy and rs})
+    counts = {"rows": len(rows), "windows": sum(map(len, cells.values())),
+              "spoiled": sum(len(rs) - len(clean[cid]) for cid, rs in cells.items())}
     return {"path": str(run_dir), col.run_id: str(manifest.get(col.run_id) or run_dir.name),
             "created_at": str(manifest.get("created_at") or ""),
             "environment": manifest.get("environment") or {},
             col.fire_drill_pct: max((float(r.get(col.fire_drill_pct) or 0.0) for r in rows), default=0.0),
             "cells": {cid: {"axes": {a: rs[0].get(a) for a in AXES}, "points": points.get(cid, {})}
-                      for cid, rs in cells.items()}, "work": work_summary(work_rows), "busy": busy}
+                      for cid, rs in cells.items()}, "work": work_summary(work_rows), "busy": busy,
+            "counts": counts}
 
 
 def busy_record(rows: Sequence[Mapping[str, Any]], clean: int) -> dict[str, Any]:

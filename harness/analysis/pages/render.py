@@ -16,6 +16,8 @@ from typing import Any
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 from markupsafe import Markup
 
+from harness.results import store
+
 PLOTLY_JS = "plotly.min.js"
 """The charting library's one file, beside every page that draws a chart (the plotly package's own copy)."""
 
@@ -69,7 +71,13 @@ def place_assets(out_dir: Path) -> list[Path]:
     try:
         os.link(source, tmp)
     except OSError:  # another filesystem, or links not allowed: a copy
-        shutil.copyfile(source, tmp)
+        try:
+            shutil.copyfile(source, tmp)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            if exc.errno in store.FULL_ERRNOS:
+                raise store.NoSpace(target, source.stat().st_size, exc.errno) from None
+            raise
     tmp.replace(target)
     return [target]
 

@@ -385,7 +385,7 @@ def _nights_table(history: History) -> str:
 def _skipped(history: History) -> str:
     if not history.skipped:
         return "<p>None: every run folder was read.</p>"
-    return "<ul>" + "".join(f"<li><code>{esc(path)}</code>: {esc(why)}</li>" for path, why in history.skipped) + "</ul>"
+    return "<ul>" + "".join(f"<li><code>{esc(path)}</code>: {esc(why)}</li>" for path, why, _ in history.skipped) + "</ul>"
 
 
 def method_text(history: History) -> str:
@@ -472,6 +472,6 @@ def render_markdown(history: History) -> str:
                       "neither a change point nor evidence against one):", ""]
         lines += [f"- night {i} ({esc_md(n.run_id)}): {esc_md(n.busy_text())}" for i, n in busy]
     if history.skipped:
-        lines += ["", "**Skipped runs:**", ""] + [f"- {esc_md(path)}: {esc_md(why)}" for path, why in history.skipped]
+        lines += ["", "**Skipped runs:**", ""] + [f"- {esc_md(path)}: {esc_md(why)}" for path, why, _ in history.skipped]
     lines += ["", f"_{esc_md(method_text(history))}_", ""]
     return "\n".join(lines)

@@ -185,3 +185,29 @@ def cell_means(rows: Sequence[Mapping[str, Any]], column: str) -> dict[str, floa
 def floor_text(v: Any) -> str:
     """A verdict's practical floor and the rule that set it: `3% (default)`, `6% (judge.override[0] backend=...)`."""
     return f"{v.floor_pct:g}%" + (f" ({v.floor_source})" if v.floor_source else "")
+
+
+def _n(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def coverage_line(c: Any, tail: str = "") -> str:
+    """A history's summary line (coverage.Coverage): what it read, what it left out and why, then `tail` (its series
+    and changes) or `nothing to judge`. `100 nights, 800 windows: all taken under interference, left out: nothing to
+    judge`; `100 nights, 800 windows: 12 of 100 nights busy, left out (96 windows under interference); 8 series: ...`."""
+    out = []
+    if c.all_busy:
+        out.append("all taken under interference, left out")
+    elif c.num_busy_nights:
+        out.append(f"{c.num_busy_nights} of {_n(c.num_nights, 'night')} busy, left out "
+                   f"({_n(c.num_busy_cell_nights, 'cell-night')}; {c.num_busy_windows} windows under interference)")
+    elif c.num_busy_windows:
+        out.append(f"{c.num_busy_windows} of {_n(c.num_windows, 'window')} taken under interference, left out")
+    if c.num_empty_nights:
+        out.append(f"{c.num_empty_nights} of {_n(c.num_nights, 'night')} with no ok window, left out")
+    if c.num_other_matrix:
+        out.append(f"{_n(c.num_other_matrix, 'run folder')} of another matrix, skipped")
+    if c.num_unreadable:
+        out.append(f"{_n(c.num_unreadable, 'run folder')} unreadable, skipped")
+    said = f"{_n(c.num_nights, 'night')}, {_n(c.num_windows, 'window')}: " + (", ".join(out) or "nothing left out")
+    return said + (": nothing to judge" if c.nothing_to_judge else f"; {c.num_series} series{tail}")

@@ -30,6 +30,7 @@ from harness.results.schema import CELL_SCHEMA
 from harness.matrix.cells import Cell, job_key
 from harness.matrix.job import FAULT_ENV, LAUNCHED_AT_ENV, PARENT_PID_ENV
 from harness.catalogue import col
+from harness.exits import EXIT_CELL_NO_SPACE
 
 
 def fault_for(cell: Cell, spec: str | None, **job: Any) -> str | None:
@@ -175,7 +176,13 @@ def prepare_job(cell: Cell, repeat: int, ctx: JobContext, *, executor: str = "lo
     work.mkdir(parents=True)
     log_rel = Path("logs") / f"{key}.log"
     log_path = ctx.run_dir / log_rel
-    log_path.unlink(missing_ok=True)
+    try:  # emptied now, where the cell's output goes: a folder that takes no file stops the run, not the cell
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        log_path.write_bytes(b"")
+    except OSError as exc:
+        if exc.errno in store.FULL_ERRNOS:
+            raise store.NoSpace(log_path, 0, exc.errno) from None
+        raise store.CannotWrite(log_path, exc.errno or 0, exc.strerror) from None
     try:
         data_root = _data_root(cell, ctx)
     except Exception as exc:  # a dataset that cannot be made is this cell's failure, not the matrix's
@@ -212,6 +219,9 @@ def prepare_job(cell: Cell, repeat: int, ctx: JobContext, *, executor: str = "lo
 def finish_job(prepared: PreparedJob, ended: Ended, ctx: JobContext) -> dict[str, Any]:
     """Classify an ended job from its exit and the files its ranks left; write its row (last, atomically)."""
     launch, row = prepared.launch, dict(prepared.row)
+    if not ended.verdict and ended.outcome.returncode == EXIT_CELL_NO_SPACE \
+            and not (launch.work / "result.json").exists():  # its disk is full: the run stops, the job stays pending
+        raise store.NoSpace(launch.work / "result.json", None)
     if ended.verdict:
         status, reason = ended.verdict
         if status == "timeout":

@@ -7,6 +7,8 @@ submitting them again.
 
 from __future__ import annotations
 
+import contextlib
+
 import os
 import shutil
 from datetime import datetime, timezone
@@ -106,6 +108,10 @@ def execute(run_dir: Path, *, caps: Capabilities, env: dict[str, Any], env_key: 
                 done(finish_job(prepared, ended, ctx))
     except KeyboardInterrupt:
         raise Interrupted(flight.cancel_all()) from None
+    except store.CannotWrite:  # a full disk, a read-only folder: every job in flight ends now
+        with contextlib.suppress(OSError):  # inflight.json may not fit either: a resume finds the jobs ended
+            flight.cancel_all()
+        raise
     derive_twin_columns(run_dir)
     folded.fold_run(run_dir)  # after the last rewrite of a row: a file a folder, a few KB a row (results/folded.py)
     session["finished_at"] = datetime.now(timezone.utc).isoformat()

@@ -12,6 +12,7 @@ import argparse
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
+from harness.results.store import CannotWrite
 from harness.exits import EXIT_BAD_INPUT, EXIT_FAILURES, EXIT_INCONCLUSIVE, EXIT_OK
 
 
@@ -46,6 +47,9 @@ def alarm_step(argv: list[str]) -> int:
         return EXIT_BAD_INPUT
     except (store.UnreadableFile, ValueError) as exc:
         print(f"nightly alarms: {exc}".splitlines()[0], file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except CannotWrite as exc:  # a step's failure, not the night's verdict: the night says the step failed
+        print(f"nightly: {exc.line()}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except OSError as exc:
         print(f"nightly alarms: {exc.filename or reports}: cannot write: {exc.strerror}", file=sys.stderr)

@@ -36,13 +36,14 @@ import sys
 from pathlib import Path
 
 import harness
+from harness.results.store import CannotWrite
 from harness.analysis.load import verdicts_file
 from harness.analysis.load.runs import load_run
 from harness.analysis.judge.verdict import INCONCLUSIVE, REGRESSION, CellVerdict
 from harness.orchestrate.workflows.confirm import unusable_side
 from harness.results import store
 from harness.results.env import git_state
-from harness.exits import EXIT_BAD_INPUT, EXIT_FAILURES, EXIT_INTERRUPTED, EXIT_OK
+from harness.exits import EXIT_BAD_INPUT, EXIT_FAILURES, EXIT_INCONCLUSIVE, EXIT_INTERRUPTED, EXIT_OK
 
 SCREEN_P = 0.2
 """A baseline comparison's slowdown with a p-value up to this goes to the A/B confirmation."""
@@ -97,6 +98,7 @@ def history_step(argv: list[str]) -> int:
     slowdown, 0 otherwise, 2 bad input."""
     from harness.analysis.nights import baselines, history
     from harness.analysis.pages import trend
+    from harness.analysis.pages.wording import coverage_line
     from harness.analysis.load.runs import RunInputError
     from harness.orchestrate.workflows import ab, confirm
 
@@ -129,6 +131,9 @@ def history_step(argv: list[str]) -> int:
     except RunInputError as exc:
         print(f"nightly history: {exc.problems[0]}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except CannotWrite as exc:  # a step's failure, not the night's verdict: the night says the step failed
+        print(f"nightly: {exc.line()}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     except OSError as exc:
         print(f"nightly history: {exc.filename or out}: cannot write the history: {exc.strerror}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -136,8 +141,8 @@ def history_step(argv: list[str]) -> int:
         print("nightly history: interrupted during the A/B confirmation", file=sys.stderr)
         return EXIT_INTERRUPTED
     h = result.history
-    print(f"{len(h.nights)} night(s): {len(h.changes)} change(s), {sum(c.is_new for c in h.changes)} new tonight; "
-          f"trend in {out}", file=sys.stderr)
+    print(coverage_line(h.coverage, f": {len(h.changes)} change(s), {sum(c.is_new for c in h.changes)} new tonight")
+          + f"; trend in {out}")
     failing = [c for c in h.changes if c.is_new and confirm.fails_the_night(c)]
     for c in h.changes:
         if c.is_new:
@@ -147,7 +152,9 @@ def history_step(argv: list[str]) -> int:
     for w in h.work_steps:
         if w.is_new:
             print(f"new: {w.text()}, commits {w.commit_from}..{w.commit_to}", file=sys.stderr)
-    return EXIT_FAILURES if failing else EXIT_OK
+    if failing:
+        return EXIT_FAILURES
+    return EXIT_INCONCLUSIVE if h.coverage.nothing_to_judge else EXIT_OK
 
 
 def _earlier(h, trend) -> list:
@@ -160,6 +167,16 @@ def _earlier(h, trend) -> list:
     except ValueError as exc:  # an unreadable page of the night before: tonight's stands without its words
         print(f"nightly history: {exc} (its confirmations are not carried)".splitlines()[0], file=sys.stderr)
         return []
+
+
+def unfinished_jobs(run_dir: Path) -> tuple[int, int] | None:
+    """(jobs without a row, jobs planned) of a run that stopped before its end (a full disk, a crash of nvbench
+    itself: a failed cell still has its row), or None when every job has one."""
+    from harness.orchestrate.session import runfolder
+
+    _, jobs, _ = runfolder.load_plan(run_dir)
+    left = runfolder.pending(run_dir, jobs)
+    return (len(left), len(jobs)) if left else None
 
 
 def main(argv: list[str]) -> int:
@@ -186,6 +203,12 @@ def main(argv: list[str]) -> int:
         if argv[:1] == ["code"] and len(argv) <= 2:
             print(recorded_code(Path(argv[1]) if len(argv) == 2 else None) or "")
             return EXIT_OK
+        if argv[:1] == ["finished"] and len(argv) == 2:
+            left = unfinished_jobs(Path(argv[1]))
+            if left:
+                print(f"nightly: {argv[1]}: {left[0]} of {left[1]} jobs never ended (the run stopped before its end)",
+                      file=sys.stderr)
+            return EXIT_FAILURES if left else EXIT_OK
         if argv[:1] == ["ran"] and len(argv) == 2:
             why = unusable_side(Path(argv[1]))
             if why:
@@ -195,7 +218,7 @@ def main(argv: list[str]) -> int:
         print(f"harness.orchestrate.workflows.nightly: {exc}".splitlines()[0], file=sys.stderr)
         return EXIT_BAD_INPUT
     print("usage: python -m harness.orchestrate.workflows.nightly targets REPORT_DIR | code [RUN_DIR] | ran AB_DIR | "
-          "gates REPORT_DIR", file=sys.stderr)
+          "gates REPORT_DIR | finished RUN_DIR", file=sys.stderr)
     return EXIT_BAD_INPUT
 
 

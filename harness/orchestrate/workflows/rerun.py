@@ -157,13 +157,15 @@ QUIET_SAMPLE_S = 1.0
 def others_share(cores: Sequence[int], seconds: float = QUIET_SAMPLE_S) -> float | None:
     """Share of `cores`' time over the next `seconds` that processes other than this one and its descendants used
     (None: /proc/stat said nothing)."""
-    def reading() -> Counters:
-        busy, total, steal = read_proc_stat(cores)
-        return Counters(time.monotonic(), busy, total, steal, tree_cpu_ticks(os.getpid()))
-
-    before = reading()
+    before = tree_reading(cores)
     time.sleep(seconds)
-    return foreign_share(before, reading())
+    return foreign_share(before, tree_reading(cores))
+
+
+def tree_reading(cores: Sequence[int]) -> Counters:
+    """`cores`' ticks now, and this process's and its descendants' own (what others_share leaves out)."""
+    busy, total, steal = read_proc_stat(cores)
+    return Counters(time.monotonic(), busy, total, steal, tree_cpu_ticks(os.getpid()))
 
 
 def wait_for_quiet(cores: Sequence[int], notify, *, max_wait_s: float = QUIET_WAIT_S,
