@@ -35,7 +35,7 @@ BREAKS = (
           ("tests/orchestrate/test_rerun.py",
            "tests/orchestrate/test_ab.py::test_a_repeat_whose_window_opens_in_a_transient_runs_again_and_the_verdict"
            "_on_stdout_says_so")),
-    Break("bisect's choice of the first bad commit", "harness/orchestrate/workflows/bisect.py",
+    Break("bisect's choice of the first bad commit", "harness/orchestrate/bisect/search.py",
           "        self.status[index] = outcome\n",
           "        self.status[index] = {BAD: GOOD, GOOD: BAD}.get(outcome, outcome)  # broken: outcomes swapped\n",
           ("tests/orchestrate/test_bisect.py::test_the_search_halves_the_open_range_and_steps_around_skipped_points",)),

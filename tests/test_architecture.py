@@ -260,7 +260,7 @@ def test_no_package_takes_a_name_reserved_for_tests():
     assert (PACKAGE / "matrix" / "parse.py").exists()  # the matrix file's parser, in a folder named for it
 
 
-ORCHESTRATE_ROOMS = ("session", "placement", "cost", "workflows")
+ORCHESTRATE_ROOMS = ("session", "placement", "cost", "workflows", "bisect")
 ANALYSIS_ROOMS = ("judge", "load", "nights", "pages")
 MAX_ROOM_MODULES = 12
 """About a dozen modules: a room a reader holds in mind at once (orchestrate/'s and analysis/'s rooms)."""

@@ -14,7 +14,7 @@ from harness.matrix.parse import MatrixError, load_matrix
 def cmd_bisect(args: argparse.Namespace) -> int:
     from datetime import datetime, timezone
 
-    from harness.orchestrate.workflows import bisect
+    from harness.orchestrate.bisect import by_time as bisect
     from harness.orchestrate.session import runfolder
 
     try:
@@ -59,12 +59,20 @@ def cmd_bisect(args: argparse.Namespace) -> int:
         return bad_input([str(exc)])
     out = out.absolute()
     bisector = bisect.Bisector(matrix=matrix, points=points, labels=labels, kind=kind, out=out, ab_args=ab_args,
-                               repo=repo, notify=lambda m: print(m, file=sys.stderr))
+                               repo=repo, notify=lambda m: print(m, file=sys.stderr), by=args.by,
+                               work_steps=args.work_steps)
     if args.resume:
         bisector.load()
-    print(f"bisect folder: {out} ({len(points)} {kind}, good {bisector.name(0)}, bad {bisector.name(len(points) - 1)})",
-          file=sys.stderr)
-    print(_estimate_line(matrix, ab_args, bisector, [Path(args.reports), out]), file=sys.stderr)
+    print(f"bisect folder: {out} ({len(points)} {kind}, good {bisector.name(0)}, bad {bisector.name(len(points) - 1)}; "
+          f"by {bisector.by})", file=sys.stderr)
+    if bisector.by != "time":
+        steps = bisector.search.steps_left()
+        print(f"by work: the ends counted first, then about {steps} counted commit(s) for each commit the work changed "
+              f"at (one counted process a cell each, never timed, never waiting for a quiet machine)"
+              + ("; where the ends' work is the same: " if bisector.by == "auto" else ""), file=sys.stderr,
+              end="" if bisector.by == "auto" else "\n")
+    if bisector.by != "work":
+        print(_estimate_line(matrix, ab_args, bisector, [Path(args.reports), out]), file=sys.stderr)
     try:
         code, _ = bisector.run()
     except KeyboardInterrupt:
@@ -141,5 +149,14 @@ def add_parser(subparsers) -> None:
                          "names the first bad point's operators (default: %(default)s; 0: none, the phase only)")
     bi.add_argument("--kernel-steps", type=int, default=DEFAULT_KERNEL_STEPS, metavar="N",
                     help="steps each profiled process records (default: %(default)s)")
+    bi.add_argument("--by", choices=("work", "time", "auto"), default="auto",
+                    help="work: count one process a cell of each end, then of each probed commit, and name the first "
+                         "commit whose counted work is the bad end's, item by item (exact: no repeats, no waiting for "
+                         "a quiet machine); time: interleaved timed A/Bs; auto: by work where the ends' work differs, "
+                         "else by time, said (default: %(default)s)")
+    from harness.catalogue.work import DEFAULT_WORK_STEPS
+
+    bi.add_argument("--work-steps", type=int, default=DEFAULT_WORK_STEPS, metavar="N",
+                    help="steps each counted process counts (default: %(default)s)")
     add_slots_flag(bi)  # each A/B's: its pairs side by side, one per slot
     bi.set_defaults(func=cmd_bisect)

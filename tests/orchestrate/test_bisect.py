@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import ROOT, TINY, first_cell, nvbench, stop_and_check, wait_for
 
-from harness.orchestrate.workflows.bisect import BAD, GOOD, SKIPPED, Search
+from harness.orchestrate.bisect.search import BAD, GOOD, SKIPPED, Search
 from harness.results.kernels import BETWEEN_OPS
 
 
@@ -219,7 +219,7 @@ def test_an_ab_the_machine_kept_busy_stops_the_bisect_undecided_and_blames_no_po
     from harness.analysis.load import verdicts_file
     from harness.analysis.judge.verdict import CellVerdict, Comparison as Compared, MetricVerdict, Thresholds
     from harness.analysis.judge.run import RunData
-    from harness.orchestrate.workflows import bisect as workflow
+    from harness.orchestrate.bisect import by_time as workflow
     from harness.results import store
 
     busy_line = "the machine was busy: 5 of 8 windows taken under interference (other processes 48-76% of the " \

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -16,6 +17,11 @@ from harness.results import store
 from harness.results.schema import arrow_field
 
 VERSION_KEY = b"nvbench.verdicts_version"
+
+CANDIDATE_KEY, BASELINE_KEY = b"nvbench.candidate_path", b"nvbench.baseline_path"
+"""verdicts.parquet's metadata: the run folders the report compared (the baseline's empty where it had none), so a
+step after it (the nightly's alarms) reads their work and repeats from the folders, never from the report's words."""
+
 
 def verdict_schema() -> pa.Schema:
     """verdicts.parquet's columns as harness.catalogue.verdicts declares them, each with its unit and meaning."""
@@ -29,10 +35,30 @@ def verdict_table(comparison: Comparison) -> pa.Table:
         VERSION_KEY: str(VERDICTS_VERSION).encode(), b"nvbench.table": b"verdicts",
         b"nvbench.mode": comparison.mode.encode(), b"nvbench.baseline": comparison.baseline_label.encode(),
         b"nvbench.thresholds": json.dumps(asdict(comparison.thresholds), sort_keys=True).encode(),
-        b"nvbench.run_id": comparison.candidate.run_id.encode()})
+        b"nvbench.run_id": comparison.candidate.run_id.encode(),
+        CANDIDATE_KEY: comparison.candidate.path.encode(),
+        BASELINE_KEY: (comparison.baseline.path if comparison.baseline is not None else "").encode()})
     rows = [v.to_row() for v in comparison.verdicts]
     arrays = [pa.array([r[f.name] for r in rows], type=f.type) for f in schema]
     return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def compared_runs(path: Path) -> tuple[str | None, str | None]:
+    """(baseline run folder, candidate run folder) a verdicts.parquet compared; None where it did not record one
+    (written before these keys, or no baseline)."""
+    try:
+        meta = pq.read_schema(path).metadata or {}
+    except (pa.ArrowException, OSError) as exc:
+        raise store.UnreadableFile(f"{path}: not a readable verdicts table ({type(exc).__name__})") from None
+    base, cand = meta.get(BASELINE_KEY, b"").decode(), meta.get(CANDIDATE_KEY, b"").decode()
+    return base or None, cand or None
+
+
+def read_thresholds(path: Path) -> dict[str, Any]:
+    """The scalar settings of the comparison a verdicts.parquet holds (its level, floor, repeats, seed ...)."""
+    meta = pq.read_schema(path).metadata or {}
+    raw = json.loads(meta.get(b"nvbench.thresholds", b"{}"))
+    return {k: v for k, v in raw.items() if isinstance(v, (int, float, bool, str)) or v is None}
 
 
 def read_verdicts(path: Path) -> list[CellVerdict]:

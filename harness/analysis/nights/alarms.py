@@ -6,10 +6,13 @@ The same change is the same cell and metric with its interval still overlapping 
 it was first seen; it is worse when its whole interval lies below that one and its change is beyond the
 cell's floor further down. A new or worse change fails the night; an open one is reported with the night it
 opened and how many nights it has been seen; an acknowledged one (within the acknowledged interval, or
-better) never fails. A night that does not show an open regression ends it or says why not (ending): fixed
-when the cell is unchanged or improved, gone when tonight's interval lies wholly above the regression's; any
-other night keeps it open with tonight's reading. Each step (opened, worse, acknowledged, gone, fixed) is an
-Event of the alarms' history.
+better) never fails. A night that does not show an open regression ends it or says why not (ending). Where the
+alarm recorded a change of the cell's counted work (alarm_work), the counts decide: gone when tonight's work is back
+to the baseline's on every recorded item, open while it stays as recorded, whatever tonight's timing. Otherwise timing
+decides: fixed when the cell is unchanged or improved against the baseline, gone when tonight's repeats are faster
+than the alarm night's own beyond the floor (their difference's interval at the nightly's level wholly above zero);
+any other night keeps it open with tonight's reading. Each step (opened, worse, acknowledged, gone, fixed) is an
+Event of the alarms' history, a gone one with its cause (work or time).
 """
 
 from __future__ import annotations
@@ -18,6 +21,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from harness.analysis.judge.work_diff import WorkDiff
+from harness.analysis.nights import alarm_work
+from harness.analysis.nights.alarm_work import BACK, STAYS, AlarmWork
 from harness.catalogue.judged import BY_NAME
 from harness.analysis.judge.verdict import (
     ACCURACY_BELOW, IMPROVEMENT, REGRESSION, THROUGHPUT, UNCHANGED, CellVerdict)
@@ -36,6 +42,9 @@ EVENTS = (OPENED, WORSE, ACKNOWLEDGED, GONE, FIXED)
 """The steps of an alarm's history (Event.kind), each recorded with its night."""
 NO_VERDICT = "no verdict"
 """Tonight's word for the cell of an open alarm that tonight's report does not judge."""
+BY_WORK, BY_TIME = "work", "time"
+"""What ended a gone alarm (Event.cause, Reading.cause): its counted work back to the baseline's, or tonight's repeats
+faster than the alarm night's own."""
 BUSY = "not judged (the machine was busy)"
 """Tonight's reading of a cell whose verdict says the machine was busy (CellVerdict.busy): it neither ends an open
 alarm nor opens one."""
@@ -82,6 +91,11 @@ class OpenAlarm:
     acknowledged: str = ""
     """When the acknowledgement it was last listed under was recorded (Ack.when; empty: none): its history says
     acknowledged once per acknowledgement."""
+    run: str = ""
+    """The run folder of the night it opened (or last worsened): its repeats are what a later night's timing is
+    compared with directly (empty: an alarm recorded before alarms.json version 3)."""
+    work: AlarmWork | None = None
+    """The cell's counted work against the baseline that night (None: recorded before version 3)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -116,6 +130,12 @@ class Alarm:
     """Nights the regression has been seen, tonight included; `since` is the first one's date."""
     reference: MetricChange
     """The interval it was compared with (the open alarm's, or the acknowledgement's)."""
+    work: AlarmWork | None = None
+    """The alarm's recorded work (tonight's, when it opened tonight)."""
+    work_tonight: str | None = None
+    """An open alarm's recorded work change tonight: BACK, STAYS, OTHER, or None (the counts cannot tell)."""
+    since_opening: MetricChange | None = None
+    """Tonight's repeats against the alarm night's own, of its metric (None: not compared)."""
 
     @property
     def fails(self) -> bool:
@@ -128,6 +148,15 @@ class Alarm:
                                f"{self.nights} nights"}[self.status]
         if self.beyond_ack and self.ack is not None:
             words += f"; beyond its acknowledgement ({self.ack.change.text()})"
+        if self.status in (NEW, WORSE) and self.work is not None:
+            words += f"; {self.work.text()}"
+        if self.work_tonight == BACK and self.work is not None:
+            words += f"; work back to the baseline's, still slower ({self.work.back_text()})"
+        elif self.work_tonight is not None and self.work is not None:
+            words += f"; {alarm_work.tonight_text(self.work, self.work_tonight)}"
+        if self.status == OPEN and faster(self.since_opening):
+            words += f"; better, still slower than the baseline (faster than the night it opened by " \
+                     f"{_plain(self.since_opening)})"
         return f"{self.change.cell_id} {self.change.text()}: {words}"
 
 
@@ -156,6 +185,23 @@ def measured(v: CellVerdict, metric: str) -> MetricChange | None:
                   floor=v.floor_pct, axes=axes, fire_drill_pct=v.fire_drill_pct)
 
 
+def faster(since_opening: MetricChange | None) -> bool:
+    """Tonight's repeats faster than the alarm night's own: the interval of their difference wholly above zero and
+    its change beyond the floor (the nightly's level and floor: the rule a change is called by)."""
+    return since_opening is not None and since_opening.low > 0 and since_opening.effect > since_opening.floor
+
+
+def _opening(alarmed: MetricChange, since_opening: CellVerdict | None) -> MetricChange | None:
+    """Tonight's change of the alarm's metric against the night it opened, judged by the floor the alarm has."""
+    found = measured(since_opening, alarmed.metric) if since_opening is not None else None
+    return replace(found, floor=alarmed.floor) if found is not None else None
+
+
+def _plain(c: MetricChange) -> str:
+    unit = "%" if c.unit == "%" else " pt"
+    return f"{c.effect:+.1f}{unit} [{c.low:+.1f}, {c.high:+.1f}]"
+
+
 def is_worse(tonight: MetricChange, reference: MetricChange) -> bool:
     """Tonight's whole interval below the reference's, and its change beyond the floor further down."""
     return tonight.high < reference.low and reference.effect - tonight.effect > tonight.floor
@@ -176,18 +222,29 @@ class Reading:
     """Tonight's change of the alarm's metric with its interval; None: tonight has no interval of it."""
     outcome: str
     """FIXED or GONE (the alarm ends tonight), or OPEN (it stays: why_open says why)."""
+    cause: str = ""
+    """GONE: BY_WORK or BY_TIME."""
+    work_tonight: str | None = None
+    """The alarm's recorded work change tonight: BACK, STAYS, OTHER, or None (the counts cannot tell)."""
+    since_opening: MetricChange | None = None
+    """Tonight's repeats against the alarm night's own, of its metric (None: not compared)."""
 
     @property
     def ends(self) -> bool:
         return self.outcome != OPEN
 
     def why_open(self) -> str:
+        if self.work_tonight == STAYS and self.alarm.work is not None:
+            return alarm_work.tonight_text(self.alarm.work, STAYS)
         if self.verdict == NO_VERDICT:
             return "the cell has no verdict tonight"
         if self.verdict == BUSY:
             return "the machine was busy tonight: no evidence either way"
         if self.tonight is None:
             return f"tonight has no {self.alarm.change.metric} interval"
+        if self.since_opening is not None:
+            return (f"against the night it opened {_plain(self.since_opening)}: not faster beyond the floor "
+                    f"({self.since_opening.floor:g}{self.since_opening.unit}), neither gone nor fixed")
         return (f"tonight's interval reaches into the regression's ({self.tonight.low:+.1f} is not above "
                 f"{self.alarm.change.high:+.1f}): neither gone nor fixed")
 
@@ -195,6 +252,12 @@ class Reading:
         a = self.alarm
         read = f"tonight {self.verdict}" + (f" {self.tonight.text()}" if self.tonight is not None else "")
         head = f"{a.change.cell_id}: open since {a.since} ({a.change.text()}), {a.nights} nights; {read}"
+        if self.work_tonight == alarm_work.OTHER and a.work is not None:
+            head += f"; {alarm_work.tonight_text(a.work, self.work_tonight)}"
+        if self.outcome == GONE and self.cause == BY_WORK and a.work is not None:
+            return f"{head}: gone: {alarm_work.tonight_text(a.work, BACK)}"
+        if self.outcome == GONE and self.since_opening is not None:
+            return f"{head}: gone (faster than the night it opened by {_plain(self.since_opening)})"
         if self.outcome == GONE:
             return f"{head}: gone, wholly above the regression's interval (recovered, not shown equal to the baseline)"
         if self.outcome == FIXED:
@@ -202,22 +265,38 @@ class Reading:
         return f"{head}: still open, {self.why_open()}"
 
 
-def ending(alarm: OpenAlarm, v: CellVerdict | None) -> Reading:
-    """What a night that does not show an open regression does to it: FIXED when the cell is unchanged or improved
-    (and regresses on nothing else), GONE when tonight's interval of the alarm's metric lies wholly above the
-    regression's (the level it alarmed at excluded, both intervals at the nightly's level), else OPEN."""
+def ending(alarm: OpenAlarm, v: CellVerdict | None, diff: WorkDiff | None = None,
+           since_opening: CellVerdict | None = None) -> Reading:
+    """What a night that does not show an open regression does to it. The counts first, where the alarm recorded a
+    work change and tonight counted the cell (`diff`: tonight's work against the baseline): GONE (BY_WORK) when
+    tonight's work is back to the baseline's on every recorded item, OPEN while it stays as recorded. Then timing:
+    FIXED when the cell is unchanged or improved (and regresses on nothing else); GONE (BY_TIME) when tonight's
+    repeats are faster than the alarm night's own beyond the floor (`since_opening`: tonight's comparison with that
+    night, at the nightly's level); without that comparison (an alarm recorded before alarms.json version 3), when
+    tonight's interval lies wholly above the regression's; else OPEN."""
+    state = alarm_work.work_tonight(alarm.work, diff)
     if v is None:
-        return Reading(alarm=alarm, verdict=NO_VERDICT, tonight=None, outcome=OPEN)
-    if v.busy and alarm.change.metric != "top1":  # the machine's load decided tonight's windows: no evidence
-        return Reading(alarm=alarm, verdict=BUSY, tonight=None, outcome=OPEN)
+        return Reading(alarm=alarm, verdict=NO_VERDICT, tonight=None, outcome=OPEN, work_tonight=state)
     tonight = measured(v, alarm.change.metric)
+    opening = _opening(alarm.change, since_opening)
+    if state in (BACK, STAYS):  # exact whatever tonight's machine was like
+        outcome, cause = (GONE, BY_WORK) if state == BACK else (OPEN, "")
+        return Reading(alarm=alarm, verdict=v.verdict, tonight=tonight, outcome=outcome, cause=cause,
+                       work_tonight=state, since_opening=opening)
+    if v.busy and alarm.change.metric != "top1":  # the machine's load decided tonight's windows: no evidence
+        return Reading(alarm=alarm, verdict=BUSY, tonight=None, outcome=OPEN, work_tonight=state)
+    cause = ""
     if v.verdict in (UNCHANGED, IMPROVEMENT) and change_of(v) is None:
         outcome = FIXED
+    elif since_opening is not None:
+        outcome, cause = (GONE, BY_TIME) if faster(opening) and not (since_opening.busy and opening.metric != "top1") \
+            else (OPEN, "")
     elif tonight is not None and tonight.low > alarm.change.high:
-        outcome = GONE
+        outcome, cause = GONE, BY_TIME
     else:
         outcome = OPEN
-    return Reading(alarm=alarm, verdict=v.verdict, tonight=tonight, outcome=outcome)
+    return Reading(alarm=alarm, verdict=v.verdict, tonight=tonight, outcome=outcome, cause=cause, work_tonight=state,
+                   since_opening=opening)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -240,12 +319,24 @@ class Event:
     """Worse: the level it was at; acknowledged: the acknowledgement's reason, who and when."""
     when: str = ""
     """ISO date-time the alarm step judged the night (where the history page marks it)."""
+    cause: str = ""
+    """Gone: BY_WORK (its counted work back to the baseline's) or BY_TIME; empty for the other kinds."""
+    work: AlarmWork | None = None
+    """The alarm's counted work as recorded when it opened (opened, worse: that night's; gone: what was undone)."""
+    since_opening: MetricChange | None = None
+    """Gone by time: tonight's repeats against the alarm night's own."""
 
     def text(self) -> str:
         c = self.change
         words = f"{self.night} {self.kind}: {c.cell_id} {c.text()}"
         if self.kind != OPENED:
             words += f", open since {self.since}, {self.nights} nights"
+        if self.kind == GONE and self.cause == BY_WORK and self.work is not None:
+            words += f"; {alarm_work.tonight_text(self.work, BACK)}"
+        elif self.kind == GONE and self.since_opening is not None:
+            words += f"; faster than the night it opened by {_plain(self.since_opening)}"
+        elif self.kind in (OPENED, WORSE) and self.work is not None:
+            words += f"; {self.work.text()}"
         if self.kind in (GONE, FIXED):
             words += "; tonight " + (self.tonight.text() if self.tonight is not None else "no interval")
         return words + (f"; {self.note}" if self.note else "")
@@ -274,10 +365,14 @@ class NightAlarms:
 
 
 def judge_night(verdicts: Sequence[CellVerdict], open_alarms: Sequence[OpenAlarm], acks: Sequence[Ack], *,
-                night: str, when: str) -> NightAlarms:
+                night: str, when: str, work: Mapping[str, WorkDiff] | None = None,
+                since_opening: Mapping[tuple[str, str], CellVerdict] | None = None, run: str = "") -> NightAlarms:
     """Tonight's alarms (one per regression), what tonight read for every other open alarm (ending it or not),
     the alarms open after tonight and tonight's history. `night`: tonight's run id; `when`: its ISO date-time
-    (acknowledgements expire by its date)."""
+    (acknowledgements expire by its date); `run`: tonight's run folder (a new alarm's, for later nights' direct
+    comparisons); `work`: each cell's counted work against the baseline tonight (work_diff); `since_opening`:
+    (cell, the alarm's night) -> tonight's verdict against that night's repeats."""
+    work, since_opening = work or {}, since_opening or {}
     before = {_key(a.change): a for a in open_alarms}
     held: dict[tuple[str, str], list[Ack]] = {}
     for ack in acks:  # newest first (baselines.add_acks): the first that applies is used
@@ -288,21 +383,30 @@ def judge_night(verdicts: Sequence[CellVerdict], open_alarms: Sequence[OpenAlarm
         change = change_of(v)
         if change is None:
             continue
-        alarm, state, steps = _one(change, before.get(_key(change)), held.get(_key(change), []), night)
+        previous = before.get(_key(change))
+        opening = since_opening.get((v.cell_id, previous.since)) if previous is not None else None
+        alarm, state, steps = _one(change, previous, held.get(_key(change), []), night,
+                                   work=alarm_work.at_open(work.get(v.cell_id)), run=run)
+        if alarm.status not in (NEW, WORSE) and previous is not None:
+            alarm = replace(alarm, work=previous.work,
+                            work_tonight=alarm_work.work_tonight(previous.work, work.get(v.cell_id)),
+                            since_opening=_opening(previous.change, opening))
         alarms.append(alarm)
         after[_key(change)] = state
         events += [replace(e, when=when) for e in steps]
     by_cell = {v.cell_id: v for v in verdicts}
-    readings = [ending(a, by_cell.get(a.change.cell_id)) for k, a in before.items() if k not in after]
+    readings = [ending(a, by_cell.get(a.change.cell_id), work.get(a.change.cell_id),
+                       since_opening.get((a.change.cell_id, a.since))) for k, a in before.items() if k not in after]
     after |= {_key(r.alarm.change): r.alarm for r in readings if not r.ends}
     events += [Event(kind=r.outcome, night=night, change=r.alarm.change, since=r.alarm.since, nights=r.alarm.nights,
-                     tonight=r.tonight, when=when) for r in readings if r.ends]
+                     tonight=r.tonight, when=when, cause=r.cause, work=r.alarm.work, since_opening=r.since_opening)
+               for r in readings if r.ends]
     return NightAlarms(alarms=tuple(alarms), readings=tuple(readings), open=tuple(after.values()),
                        events=tuple(events))
 
 
 def _one(change: MetricChange, previous: OpenAlarm | None, acks: Sequence[Ack],
-         night: str) -> tuple[Alarm, OpenAlarm, list[Event]]:
+         night: str, *, work: AlarmWork | None = None, run: str = "") -> tuple[Alarm, OpenAlarm, list[Event]]:
     """One regression against its open alarm and its acknowledgement: its alarm, its open alarm after, and its
     history's steps tonight. A drilled change is never the same as a real one (a drill's alarm must not hide a
     real regression)."""
@@ -312,9 +416,9 @@ def _one(change: MetricChange, previous: OpenAlarm | None, acks: Sequence[Ack],
     ack = next((a for a in acks if bool(a.change.fire_drill_pct) == drilled), None)
     again = previous is not None and previous.since == night  # its first judgement recorded its step
     if previous is None or again:  # a night judged again is still its own first night
-        status, state = NEW, OpenAlarm(change=change, since=night, nights=1, last=night)
+        status, state = NEW, OpenAlarm(change=change, since=night, nights=1, last=night, run=run, work=work)
     elif is_worse(change, previous.change):
-        status, state = WORSE, OpenAlarm(change=change, since=night, nights=1, last=night)
+        status, state = WORSE, OpenAlarm(change=change, since=night, nights=1, last=night, run=run, work=work)
     else:
         nights = previous.nights + (previous.last != night)
         status, state = OPEN, replace(previous, nights=nights, last=night)
@@ -322,7 +426,7 @@ def _one(change: MetricChange, previous: OpenAlarm | None, acks: Sequence[Ack],
     if status in (NEW, WORSE) and not again:
         note = f"was {previous.change.text()}, open since {previous.since}" if status == WORSE else ""
         steps.append(Event(kind=OPENED if status == NEW else WORSE, night=night, change=change, since=night,
-                           nights=1, note=note))
+                           nights=1, note=note, work=work))
     reference = previous.change if status != NEW and previous is not None else change
     beyond = ack is not None and is_worse(change, ack.change)
     if ack is not None and not beyond:
@@ -334,7 +438,7 @@ def _one(change: MetricChange, previous: OpenAlarm | None, acks: Sequence[Ack],
     else:
         state = replace(state, acknowledged="")
     return Alarm(change=change, status=status, since=state.since, nights=state.nights, reference=reference,
-                 ack=ack, beyond_ack=beyond), state, steps
+                 ack=ack, beyond_ack=beyond, work=state.work), state, steps
 
 
 def matches(change: MetricChange, cell_filter: str) -> bool:
@@ -359,8 +463,10 @@ def filter_problem(cell_filter: str) -> str | None:
     return None
 
 
-_CHANGES = ("change", "tonight")
+_CHANGES = ("change", "tonight", "since_opening")
 """The fields of a record that hold a MetricChange (its own JSON object)."""
+_WORK = "work"
+"""The field of a record that holds an AlarmWork."""
 
 
 def as_record(obj: Any) -> dict[str, Any]:
@@ -368,7 +474,8 @@ def as_record(obj: Any) -> dict[str, Any]:
     out = {}
     for k in obj.__slots__:
         value = getattr(obj, k)
-        out[k] = _change_record(value) if isinstance(value, MetricChange) else value
+        out[k] = _change_record(value) if isinstance(value, MetricChange) else \
+            value.to_record() if isinstance(value, AlarmWork) else value
     return out
 
 
@@ -384,5 +491,7 @@ def from_record(cls: type, record: Mapping[str, Any]) -> Any:
         if k in _CHANGES and value is not None:
             c = dict(value)
             value = MetricChange(**{**c, "axes": tuple(dict(c.get("axes") or {}).items())})
+        elif k == _WORK and value is not None:
+            value = AlarmWork.from_record(value)
         fields_[k] = value
     return cls(**fields_)

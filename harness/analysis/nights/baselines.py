@@ -23,10 +23,13 @@ from harness.results.env import short_commit
 
 RECORDS_VERSION = 1
 """Version of acks.json and promotions.json (their `version` key)."""
-ALARMS_VERSION = 2
+ALARMS_VERSION = 3
 """Version of alarms.json. 1: `open` and `closed` (the alarms an unchanged or improved night closed, each with
 its `closed_by` night); 2: `closed` became `events`, the alarms' history (opened, worse, acknowledged, gone,
 fixed; harness.analysis.nights.alarms.Event), and an open alarm records the acknowledgement it was last listed under.
+3: an open alarm records the run folder of its night (`run`) and the cell's counted work against the baseline that
+night (`work`: state, items with both sides' per-step values); an event its `cause` (gone: work or time), the work
+and the direct comparison with the alarm's night (`since_opening`). Version 2 entries read with those empty.
 An older file is migrated on reading (migrate_alarms)."""
 MAX_EVENTS = 1000
 """The alarms' history keeps this many events, newest first."""

@@ -9,11 +9,56 @@ input."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from harness.results.store import CannotWrite
 from harness.exits import EXIT_BAD_INPUT, EXIT_FAILURES, EXIT_INCONCLUSIVE, EXIT_OK
+
+
+def tonight_work(verdicts, base: str | None, cand: str | None) -> dict:
+    """Each judged cell's counted work tonight against the baseline (work_diff), from the two run folders the report
+    compared; {} where either is unknown or neither counted work."""
+    from harness.analysis.load.runs import read_work_table
+    from harness.analysis.pages.work_report import diff_tables
+
+    if not base or not cand or not Path(base).is_dir() or not Path(cand).is_dir():
+        return {}
+    return diff_tables([v.cell_id for v in verdicts], read_work_table(Path(base)), read_work_table(Path(cand)))
+
+
+def against_opening(verdicts_path: Path, cand: str | None, open_before, cells: set[str]) -> dict:
+    """(cell, the alarm's night) -> tonight's verdict against the repeats of the night each open alarm opened (its
+    run folder), at tonight's report's level: the direct comparison a timing-only alarm ends on. Alarms without a
+    recorded run folder, or whose folder is gone, are left out (their old rule stands)."""
+    from harness.analysis.judge import compare
+    from harness.analysis.judge.verdict import Thresholds
+    from harness.analysis.load import verdicts_file
+    from harness.analysis.load.runs import load_run
+    from harness.catalogue import col
+
+    if not cand or not Path(cand).is_dir():
+        return {}
+    wanted: dict[str, list] = {}
+    for a in open_before:
+        if a.run and a.change.cell_id in cells and Path(a.run).is_dir() and Path(a.run) != Path(cand).resolve():
+            wanted.setdefault(a.run, []).append(a)
+    if not wanted:
+        return {}
+    known = {f for f in Thresholds.__dataclass_fields__}
+    th = Thresholds(**{k: v for k, v in verdicts_file.read_thresholds(verdicts_path).items() if k in known})
+    tonight, out = load_run(cand), {}
+    for run, mine in wanted.items():
+        ids = {a.change.cell_id for a in mine}
+        opening = load_run(run)
+        comparison = compare.compare_runs(
+            dataclasses.replace(tonight, rows=tuple(r for r in tonight.rows if r[col.cell_id] in ids)),
+            dataclasses.replace(opening, rows=tuple(r for r in opening.rows if r[col.cell_id] in ids)),
+            th, require_same_env=False, baseline_label="the night it opened")
+        by_cell = {v.cell_id: v for v in comparison.verdicts}
+        out |= {(a.change.cell_id, a.since): by_cell[a.change.cell_id] for a in mine if a.change.cell_id in by_cell}
+    return out
 
 
 def alarm_step(argv: list[str]) -> int:
@@ -33,8 +78,14 @@ def alarm_step(argv: list[str]) -> int:
     report, reports = Path(args.report_dir), Path(args.reports)
     try:
         verdicts = verdicts_file.read_verdicts(report / "verdicts.parquet")
-        judged = alarms.judge_night(verdicts, baselines.read_open(reports), baselines.read_acks(reports),
-                                    night=args.night, when=datetime.now(UTC).isoformat(timespec="seconds"))
+        open_before = baselines.read_open(reports)
+        base, cand = verdicts_file.compared_runs(report / "verdicts.parquet")
+        judged = alarms.judge_night(verdicts, open_before, baselines.read_acks(reports), night=args.night,
+                                    when=datetime.now(UTC).isoformat(timespec="seconds"),
+                                    run=str(Path(cand).resolve()) if cand else "",
+                                    work=tonight_work(verdicts, base, cand),
+                                    since_opening=against_opening(report / "verdicts.parquet", cand, open_before,
+                                                                  {v.cell_id for v in verdicts}))
         section = alarm_formats.summary_section(judged, args.night).encode()
         files = {baselines.alarms_path(reports): baselines.alarms_bytes(reports, judged.open, judged.events)}
         if (report / "junit.xml").is_file():

@@ -1,12 +1,10 @@
-"""`nvbench bisect`: from "BAD is slower than GOOD" to the first commit (or environment) that made it so.
+"""`nvbench bisect` by time: from "BAD is slower than GOOD" to the first commit (or environment) that made it so.
 
-Two parts. `Search` is the bisection itself, pure: an ordered list of points (first-parent commits
-GOOD..BAD, or interpreters from a --pythons file) whose first is known good and last known bad, what each
-tested point turned out to be (bad, good, skipped) and which point to test next (the middle of the open
-range; a skipped point's nearest untested neighbour, as `git bisect skip` does). `Bisector` runs it: each
+`Bisector` runs a search.Search (first-parent commits GOOD..BAD, or interpreters from a --pythons file): each
 point is judged by interleaved A/B comparisons (`nvbench ab` in its own process, adaptive repeats), every
 comparison and the answer go to DIR/bisect.json and DIR/bisect.md, and --resume reuses the comparisons
-already made.
+already made. With --by work or auto it first hands the walk to by_work (counted work, exact), which hands it
+back where the counts cannot decide (auto).
 
 A point is **bad** when it is a regression against GOOD; **good** when it is unchanged or an improvement
 against GOOD, or when BAD is a regression against it (the slowdown lies after it). Either way a decision
@@ -18,89 +16,30 @@ import error, a failed cell) is skipped and said.
 from __future__ import annotations
 
 import json
-import math
 import os
 import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from harness.orchestrate.bisect.search import BAD, GOOD, SKIPPED, BisectInputError, Search
 from harness.orchestrate.session import stopping
 from harness.orchestrate.workflows import ab
 from harness.catalogue import col
 from harness.exits import EXIT_INCONCLUSIVE, EXIT_OK
 from harness.results.env import short_commit
 
-BAD, GOOD, SKIPPED = "bad", "good", "skipped"
 STATE = "bisect.json"
 LOG = "bisect.md"
-
-
-class BisectInputError(ValueError):
-    """Bad input: one line each, exit 2."""
 
 
 class MachineBusy(Exception):
     """An A/B of the search ended undecided because the machine stayed busy past its wait budget (`nvbench ab`
     exit 3, ab.json's `stopped_busy`): the point's code is not to blame, so it is not skipped; the
     bisect stops, exit 3, and `--resume` on a quiet machine runs that comparison again."""
-
-
-# ---------------------------------------------------------------------------------------------
-# the search (pure)
-
-
-@dataclass
-class Search:
-    """Bisection over points[0] (good) .. points[-1] (bad) for the first bad point."""
-
-    points: list[str]
-    status: dict[int, str] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        if len(self.points) < 2:
-            raise BisectInputError("bisect needs a good and a bad point with at least the bad one after the good")
-        self.status.setdefault(0, GOOD)
-        self.status.setdefault(len(self.points) - 1, BAD)
-
-    @property
-    def lo(self) -> int:
-        """The last point known good before the first known bad."""
-        return max(i for i, s in self.status.items() if s == GOOD and i < self.hi)
-
-    @property
-    def hi(self) -> int:
-        """The first point known bad."""
-        return min(i for i, s in self.status.items() if s == BAD)
-
-    def candidates(self) -> list[int]:
-        """Points between lo and hi not yet known: the first bad one is among them or is hi."""
-        return [i for i in range(self.lo + 1, self.hi) if i not in self.status]
-
-    def next(self) -> int | None:
-        """The point to test next (nearest the middle of the open range, skipped ones left out), or None
-        when the answer is known: hi is the first bad point, unless skipped points lie between lo and hi."""
-        open_ = self.candidates()
-        if not open_:
-            return None
-        middle = (self.lo + self.hi) / 2
-        return min(open_, key=lambda i: (abs(i - middle), i))
-
-    def record(self, index: int, outcome: str) -> None:
-        if outcome not in (BAD, GOOD, SKIPPED):
-            raise ValueError(outcome)
-        self.status[index] = outcome
-
-    def skipped_between(self) -> list[int]:
-        return [i for i in range(self.lo + 1, self.hi) if self.status.get(i) == SKIPPED]
-
-    def steps_left(self) -> int:
-        """About how many more points a bisection of the open range tests (log2 of its size)."""
-        n = len(self.candidates())
-        return math.ceil(math.log2(n + 1)) if n else 0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -190,9 +129,13 @@ class Bisector:
     """Runs a Search with `nvbench ab` comparisons; keeps its state in `out` for --resume."""
 
     def __init__(self, *, matrix: str, points: list[str], labels: dict[str, str], kind: str, out: Path,
-                 ab_args: Sequence[str], repo: Path | None, notify: Callable[[str], None] = print) -> None:
+                 ab_args: Sequence[str], repo: Path | None, notify: Callable[[str], None] = print,
+                 by: str = "time", work_steps: int | None = None) -> None:
         self.matrix, self.points, self.labels, self.kind = matrix, points, labels, kind
         self.out, self.ab_args, self.repo, self.notify = out, list(ab_args), repo, notify
+        self.by, self.work_steps = by, work_steps
+        self.work_state: dict[str, Any] = {}
+        """bisect.json's `work`: each counted commit's folder (or why it was skipped), a fallback's reason."""
         self.search = Search(points)
         self.comparisons: list[Comparison] = []
         self.log: list[str] = []
@@ -207,6 +150,8 @@ class Bisector:
             raise BisectInputError(f"--resume {self.out}: its bisect is of other points or another matrix")
         self.comparisons = [Comparison(**c) for c in state["comparisons"]]
         self.log = state.get("log", [])
+        self.by, self.work_state = state.get("by", "time"), state.get("work") or {}
+        self.work_steps = state.get("work_steps", self.work_steps)
         for index, outcome in state.get("status", {}).items():
             self.search.record(int(index), outcome)
 
@@ -215,7 +160,8 @@ class Bisector:
 
         state = {"kind": self.kind, "matrix": self.matrix, "points": self.points, "labels": self.labels,
                  "ab_args": self.ab_args, "status": {str(k): v for k, v in self.search.status.items()},
-                 "comparisons": [c.__dict__ for c in self.comparisons], "log": self.log, "answer": answer}
+                 "comparisons": [c.__dict__ for c in self.comparisons], "log": self.log, "answer": answer,
+                 "by": self.by, "work_steps": self.work_steps, "work": self.work_state}
         store.write_json(self.out / STATE, state)
         store.write_bytes(self.out / LOG, self.markdown(answer).encode())
 
@@ -327,7 +273,14 @@ class Bisector:
     # --- the search --------------------------------------------------------------------------------
 
     def run(self) -> tuple[int, dict[str, Any]]:
-        """(exit code, answer). 0: an answer, or BAD is not slower; 3: could not tell."""
+        """(exit code, answer). By work (work_bisect): 1 with the culprits. By time: 0 an answer, or BAD is not
+        slower. Either: 3 could not tell."""
+        if self.by != "time":
+            from harness.orchestrate.bisect import by_work
+
+            found = by_work.bisect_by_work(self, by_work.counting_for(self), self.by)
+            if found is not None:
+                return found
         last = len(self.points) - 1
         self.say(f"confirming that {self.name(last)} is slower than {self.name(0)}")
         confirm = self.compare(0, last)
