@@ -53,10 +53,10 @@ def test_an_alarm_records_its_work_change_with_both_sides_values():
     assert a.work.text() == "work changed: forward +16 aten::mm per step"
     assert opened(BASE)[0].work.state == SAME and opened(None)[0].work.state == NOT_COUNTED
     # kept in alarms.json as data and read back equal
-    record = alarms.as_record(a)
+    record = baselines.as_record(a)
     assert record["work"] == {"state": "changed", "items": [{"phase": "forward", "counter": "ops", "key": "aten::mm",
                                                              "baseline": 40.0, "alarmed": 56.0}]}
-    assert alarms.from_record(alarms.OpenAlarm, json.loads(json.dumps(record))) == a
+    assert baselines.from_record(alarms.OpenAlarm, json.loads(json.dumps(record))) == a
 
 
 def test_work_undone_ends_the_alarm_gone_by_work_whatever_tonights_timing():
@@ -154,3 +154,16 @@ def test_every_end_kind_reaches_alarms_json_summary_and_junit(tmp_path):
     assert "its work change was undone" in alarm_formats.summary_section(judged, "night3")
     assert any("its work change was undone" in line for line in baselines.alarm_lines(tmp_path))
     assert NEW  # (the statuses stay those of test_alarms)
+
+
+def test_work_partly_undone_stays_open_on_what_stays():
+    """Issue 70's c33: the host sync reverted, the matmuls kept. The alarm stays open by its counts, naming both."""
+    state = opened(BASE | {MM: 56.0, SYNC: 1.0})
+    judged = night(verdict("regression", -19, 2, drill=0.0), state, work=diff(BASE | {MM: 56.0}))
+    (a,) = judged.alarms
+    assert (a.status, a.work_tonight) == (OPEN, alarm_work.PARTLY) and len(judged.open) == 1
+    assert a.text().endswith("its work change partly undone (optimizer -1 host sync per step "
+                             "(aten::_local_scalar_dense) back to the baseline's), the rest stays (forward +16 aten::mm "
+                             "per step, exact)"), a.text()
+    reading = night(verdict("unchanged", 0.5, 1, drill=0.0), state, work=diff(BASE | {MM: 56.0})).readings[0]
+    assert reading.outcome == OPEN and "the rest stays" in reading.text()  # timing alone never ends it

@@ -104,7 +104,7 @@ def test_cell_filters_match_by_id_or_every_axis_value():
     assert alarms.matches(change, CELL) and alarms.matches(change, "backend=synthetic,precision=fp32")
     assert not alarms.matches(change, "backend=synthetic,precision=bf16")
     assert alarms.filter_problem("backnd=synthetic") and alarms.filter_problem(CELL) is None
-    assert alarms.from_record(alarms.OpenAlarm, alarms.as_record(alarms.OpenAlarm(change=change, since="a"))) \
+    assert baselines.from_record(alarms.OpenAlarm, baselines.as_record(alarms.OpenAlarm(change=change, since="a"))) \
         == alarms.OpenAlarm(change=change, since="a")
 
 
@@ -267,7 +267,7 @@ def test_the_alarms_history_records_opened_acknowledged_worse_and_gone_once_each
 def test_a_version_1_alarms_file_loads_and_its_closed_alarms_become_fixed_events(tmp_path):
     reports = tmp_path / "reports"
     change = alarms.change_of(verdict("regression"))
-    record = alarms.as_record(OpenAlarm(change=change, since="night2", nights=2, last="night3"))
+    record = baselines.as_record(OpenAlarm(change=change, since="night2", nights=2, last="night3"))
     old = {key: value for key, value in record.items() if key != "acknowledged"}  # as version 1 wrote it
     reports.mkdir()
     (reports / "alarms.json").write_text(json.dumps({"version": 1, "open": [old],

@@ -95,7 +95,9 @@ def test_a_stopped_history_leaves_no_process_and_runs_again(shared_cpu_run, tmp_
     if code == 130:
         assert err.strip().splitlines()[-1] == f"interrupted ({sig.name})", err
     else:  # a quick reader may be done before the signal, or the signal met the interpreter's exit after it
-        assert code in (0, -sig) and "Traceback" not in err, (code, err)
+        assert code in (0, 3, -sig) and "Traceback" not in err, (code, err)  # 3: nothing to judge, below
     again = documented_run(["history", str(history)])
-    assert again.returncode == 0, again.stderr
+    # 3 where the one night's windows were all taken under interference (the suite beside another job): said so
+    assert again.returncode == 0 or (again.returncode == 3 and again.stdout.splitlines()[-1].endswith(
+        "all taken under interference, left out: nothing to judge")), again.stdout + again.stderr
     assert (history / "trend" / "history.html").is_file()

@@ -13,9 +13,10 @@ from harness.analysis.judge.work_diff import ItemChange, WorkDiff, changes_text
 
 CHANGED, SAME, NOT_COUNTED = "changed", "same", "not counted"
 """What an alarm's work was the night it opened (AlarmWork.state)."""
-BACK, STAYS, OTHER = "back", "stays", "other"
+BACK, STAYS, PARTLY, OTHER = "back", "stays", "partly", "other"
 """What tonight's counted work is against an alarm's recorded change (work_tonight): back to the baseline's on every
-recorded item, still as recorded on every one, or neither (some item at a third value, or varying tonight)."""
+recorded item, still as recorded on every one, some back and the rest as recorded (the change partly undone: it
+stays open on what stays), or neither (some item at a third value, or varying tonight)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -83,17 +84,31 @@ def work_tonight(recorded: AlarmWork | None, diff: WorkDiff | None) -> str | Non
     is compared by its value, never by whether tonight's diff lists it."""
     if recorded is None or recorded.state != CHANGED or diff is None or not diff.counted:
         return None
-    states = set()
+    states = {state for _, state in item_states(recorded, diff)}
+    if OTHER in states:
+        return OTHER
+    return states.pop() if len(states) == 1 else PARTLY
+
+
+def item_states(recorded: AlarmWork, diff: WorkDiff) -> list[tuple[WorkItem, str]]:
+    """Each recorded item tonight: BACK, STAYS or OTHER (a third value, or tonight's processes disagree on it)."""
+    out = []
     for item in recorded.items:
-        if not diff.b.is_exact(item.item):
-            return OTHER  # tonight's processes disagree on it: no exact reading
         value = diff.b.value(item.item)
-        states.add(BACK if value == item.baseline else STAYS if value == item.alarmed else OTHER)
-    return states.pop() if len(states) == 1 else OTHER
+        exact = diff.b.is_exact(item.item)
+        out.append((item, BACK if exact and value == item.baseline else STAYS if exact and value == item.alarmed
+                    else OTHER))
+    return out
 
 
-def tonight_text(recorded: AlarmWork, state: str | None) -> str:
-    """Tonight's work against the recorded change, in words."""
+def tonight_text(recorded: AlarmWork, state: str | None, diff: WorkDiff | None = None) -> str:
+    """Tonight's work against the recorded change, in words (PARTLY names what is back and what stays: `diff`)."""
+    if state == PARTLY and diff is not None:
+        states = item_states(recorded, diff)
+        back = AlarmWork(state=CHANGED, items=tuple(i for i, s in states if s == BACK))
+        stays = AlarmWork(state=CHANGED, items=tuple(i for i, s in states if s == STAYS))
+        return (f"its work change partly undone ({back.back_text()}), the rest stays "
+                f"({stays.text().removeprefix('work changed: ')}, exact)")
     if state == BACK:
         return f"its work change was undone ({recorded.back_text()})"
     if state == STAYS:

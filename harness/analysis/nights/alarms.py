@@ -23,7 +23,7 @@ from typing import Any
 
 from harness.analysis.judge.work_diff import WorkDiff
 from harness.analysis.nights import alarm_work
-from harness.analysis.nights.alarm_work import BACK, STAYS, AlarmWork
+from harness.analysis.nights.alarm_work import BACK, PARTLY, STAYS, AlarmWork
 from harness.catalogue.judged import BY_NAME
 from harness.analysis.judge.verdict import (
     ACCURACY_BELOW, IMPROVEMENT, REGRESSION, THROUGHPUT, UNCHANGED, CellVerdict)
@@ -133,7 +133,9 @@ class Alarm:
     work: AlarmWork | None = None
     """The alarm's recorded work (tonight's, when it opened tonight)."""
     work_tonight: str | None = None
-    """An open alarm's recorded work change tonight: BACK, STAYS, OTHER, or None (the counts cannot tell)."""
+    """An open alarm's recorded work change tonight: BACK, STAYS, PARTLY, OTHER, or None (the counts cannot tell)."""
+    work_words: str = ""
+    """That, in words (alarm_work.tonight_text)."""
     since_opening: MetricChange | None = None
     """Tonight's repeats against the alarm night's own, of its metric (None: not compared)."""
 
@@ -152,8 +154,8 @@ class Alarm:
             words += f"; {self.work.text()}"
         if self.work_tonight == BACK and self.work is not None:
             words += f"; work back to the baseline's, still slower ({self.work.back_text()})"
-        elif self.work_tonight is not None and self.work is not None:
-            words += f"; {alarm_work.tonight_text(self.work, self.work_tonight)}"
+        elif self.work_words:
+            words += f"; {self.work_words}"
         if self.status == OPEN and faster(self.since_opening):
             words += f"; better, still slower than the baseline (faster than the night it opened by " \
                      f"{_plain(self.since_opening)})"
@@ -225,7 +227,9 @@ class Reading:
     cause: str = ""
     """GONE: BY_WORK or BY_TIME."""
     work_tonight: str | None = None
-    """The alarm's recorded work change tonight: BACK, STAYS, OTHER, or None (the counts cannot tell)."""
+    """The alarm's recorded work change tonight: BACK, STAYS, PARTLY, OTHER, or None (the counts cannot tell)."""
+    work_words: str = ""
+    """That, in words (alarm_work.tonight_text)."""
     since_opening: MetricChange | None = None
     """Tonight's repeats against the alarm night's own, of its metric (None: not compared)."""
 
@@ -234,8 +238,8 @@ class Reading:
         return self.outcome != OPEN
 
     def why_open(self) -> str:
-        if self.work_tonight == STAYS and self.alarm.work is not None:
-            return alarm_work.tonight_text(self.alarm.work, STAYS)
+        if self.work_tonight in (STAYS, PARTLY):
+            return self.work_words
         if self.verdict == NO_VERDICT:
             return "the cell has no verdict tonight"
         if self.verdict == BUSY:
@@ -252,10 +256,10 @@ class Reading:
         a = self.alarm
         read = f"tonight {self.verdict}" + (f" {self.tonight.text()}" if self.tonight is not None else "")
         head = f"{a.change.cell_id}: open since {a.since} ({a.change.text()}), {a.nights} nights; {read}"
-        if self.work_tonight == alarm_work.OTHER and a.work is not None:
-            head += f"; {alarm_work.tonight_text(a.work, self.work_tonight)}"
-        if self.outcome == GONE and self.cause == BY_WORK and a.work is not None:
-            return f"{head}: gone: {alarm_work.tonight_text(a.work, BACK)}"
+        if self.work_tonight == alarm_work.OTHER:
+            head += f"; {self.work_words}"
+        if self.outcome == GONE and self.cause == BY_WORK:
+            return f"{head}: gone: {self.work_words}"
         if self.outcome == GONE and self.since_opening is not None:
             return f"{head}: gone (faster than the night it opened by {_plain(self.since_opening)})"
         if self.outcome == GONE:
@@ -275,16 +279,18 @@ def ending(alarm: OpenAlarm, v: CellVerdict | None, diff: WorkDiff | None = None
     night, at the nightly's level); without that comparison (an alarm recorded before alarms.json version 3), when
     tonight's interval lies wholly above the regression's; else OPEN."""
     state = alarm_work.work_tonight(alarm.work, diff)
+    words = alarm_work.tonight_text(alarm.work, state, diff) if alarm.work is not None else ""
     if v is None:
-        return Reading(alarm=alarm, verdict=NO_VERDICT, tonight=None, outcome=OPEN, work_tonight=state)
+        return Reading(alarm=alarm, verdict=NO_VERDICT, tonight=None, outcome=OPEN, work_tonight=state,
+                       work_words=words)
     tonight = measured(v, alarm.change.metric)
     opening = _opening(alarm.change, since_opening)
-    if state in (BACK, STAYS):  # exact whatever tonight's machine was like
+    if state in (BACK, STAYS, PARTLY):  # exact whatever tonight's machine was like
         outcome, cause = (GONE, BY_WORK) if state == BACK else (OPEN, "")
         return Reading(alarm=alarm, verdict=v.verdict, tonight=tonight, outcome=outcome, cause=cause,
-                       work_tonight=state, since_opening=opening)
+                       work_tonight=state, work_words=words, since_opening=opening)
     if v.busy and alarm.change.metric != "top1":  # the machine's load decided tonight's windows: no evidence
-        return Reading(alarm=alarm, verdict=BUSY, tonight=None, outcome=OPEN, work_tonight=state)
+        return Reading(alarm=alarm, verdict=BUSY, tonight=None, outcome=OPEN, work_tonight=state, work_words=words)
     cause = ""
     if v.verdict in (UNCHANGED, IMPROVEMENT) and change_of(v) is None:
         outcome = FIXED
@@ -296,7 +302,7 @@ def ending(alarm: OpenAlarm, v: CellVerdict | None, diff: WorkDiff | None = None
     else:
         outcome = OPEN
     return Reading(alarm=alarm, verdict=v.verdict, tonight=tonight, outcome=outcome, cause=cause, work_tonight=state,
-                   since_opening=opening)
+                   work_words=words, since_opening=opening)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -388,9 +394,10 @@ def judge_night(verdicts: Sequence[CellVerdict], open_alarms: Sequence[OpenAlarm
         alarm, state, steps = _one(change, previous, held.get(_key(change), []), night,
                                    work=alarm_work.at_open(work.get(v.cell_id)), run=run)
         if alarm.status not in (NEW, WORSE) and previous is not None:
-            alarm = replace(alarm, work=previous.work,
-                            work_tonight=alarm_work.work_tonight(previous.work, work.get(v.cell_id)),
-                            since_opening=_opening(previous.change, opening))
+            state_ = alarm_work.work_tonight(previous.work, work.get(v.cell_id))
+            alarm = replace(alarm, work=previous.work, work_tonight=state_,
+                            work_words=alarm_work.tonight_text(previous.work, state_, work.get(v.cell_id))
+                            if previous.work is not None else "", since_opening=_opening(previous.change, opening))
         alarms.append(alarm)
         after[_key(change)] = state
         events += [replace(e, when=when) for e in steps]
@@ -461,37 +468,3 @@ def filter_problem(cell_filter: str) -> str | None:
             return (f"{cell_filter!r}: expected a cell id or axis=value[,axis=value...] with axes from "
                     f"{', '.join(AXES)}")
     return None
-
-
-_CHANGES = ("change", "tonight", "since_opening")
-"""The fields of a record that hold a MetricChange (its own JSON object)."""
-_WORK = "work"
-"""The field of a record that holds an AlarmWork."""
-
-
-def as_record(obj: Any) -> dict[str, Any]:
-    """An OpenAlarm, an Ack or an Event as the JSON the state and acknowledgement files hold."""
-    out = {}
-    for k in obj.__slots__:
-        value = getattr(obj, k)
-        out[k] = _change_record(value) if isinstance(value, MetricChange) else \
-            value.to_record() if isinstance(value, AlarmWork) else value
-    return out
-
-
-def _change_record(c: MetricChange) -> dict[str, Any]:
-    return {col.cell_id: c.cell_id, "metric": c.metric, "effect": c.effect, "low": c.low, "high": c.high,
-            "floor": c.floor, "axes": dict(c.axes), col.fire_drill_pct: c.fire_drill_pct}
-
-
-def from_record(cls: type, record: Mapping[str, Any]) -> Any:
-    """as_record's inverse (KeyError or TypeError on a record that is not one)."""
-    fields_ = {}
-    for k, value in record.items():
-        if k in _CHANGES and value is not None:
-            c = dict(value)
-            value = MetricChange(**{**c, "axes": tuple(dict(c.get("axes") or {}).items())})
-        elif k == _WORK and value is not None:
-            value = AlarmWork.from_record(value)
-        fields_[k] = value
-    return cls(**fields_)

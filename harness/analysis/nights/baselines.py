@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.analysis.nights.alarms import ACKNOWLEDGED, FIXED, Ack, Event, OpenAlarm, as_record, from_record
+from harness.analysis.nights.alarm_work import AlarmWork
+from harness.analysis.nights.alarms import ACKNOWLEDGED, FIXED, Ack, Event, MetricChange, OpenAlarm
 from harness.analysis.judge.repeats import by_cell, drill_pct, env_difference, ok_rows
 from harness.analysis.load.runs import RunInputError, load_run, resolve_pointer
 from harness.analysis.judge.run import RunData
@@ -285,3 +286,37 @@ def event_marks(reports: Path) -> list[Mapping[str, Any]]:
     marks += [{"kind": "alarm", "event": e.kind, "when": e.when, col.run_id: e.night, col.cell_id: e.change.cell_id,
                "text": f"alarm {e.text()}"} for e in read_events(reports) if e.kind != ACKNOWLEDGED]
     return marks
+
+
+_CHANGES = ("change", "tonight", "since_opening")
+"""The fields of a record that hold a MetricChange (its own JSON object)."""
+_WORK = "work"
+"""The field of a record that holds an AlarmWork."""
+
+
+def as_record(obj: Any) -> dict[str, Any]:
+    """An OpenAlarm, an Ack or an Event as the JSON the state and acknowledgement files hold."""
+    out = {}
+    for k in obj.__slots__:
+        value = getattr(obj, k)
+        out[k] = _change_record(value) if isinstance(value, MetricChange) else \
+            value.to_record() if isinstance(value, AlarmWork) else value
+    return out
+
+
+def _change_record(c: MetricChange) -> dict[str, Any]:
+    return {col.cell_id: c.cell_id, "metric": c.metric, "effect": c.effect, "low": c.low, "high": c.high,
+            "floor": c.floor, "axes": dict(c.axes), col.fire_drill_pct: c.fire_drill_pct}
+
+
+def from_record(cls: type, record: Mapping[str, Any]) -> Any:
+    """as_record's inverse (KeyError or TypeError on a record that is not one)."""
+    fields_ = {}
+    for k, value in record.items():
+        if k in _CHANGES and value is not None:
+            c = dict(value)
+            value = MetricChange(**{**c, "axes": tuple(dict(c.get("axes") or {}).items())})
+        elif k == _WORK and value is not None:
+            value = AlarmWork.from_record(value)
+        fields_[k] = value
+    return cls(**fields_)
