@@ -67,6 +67,31 @@ class AlarmWork:
         return cls(state=str(record["state"]), items=tuple(WorkItem(**i) for i in record.get("items") or ()))
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Culprit:
+    """The commit a bisect named for an alarm (the nightly's culprit step): the first whose counted work is the bad
+    end's on some of the alarm's items (by work), or the first slower one (by time)."""
+
+    point: str
+    """The commit's full sha."""
+    subject: str
+    """Its subject line."""
+    by: str
+    """work or time."""
+    words: str
+    """What changed there: `optimizer +1 host sync per step`, or the timed change."""
+
+    def text(self) -> str:
+        return f"first bad commit {self.point[:12]} {self.subject}: {self.words}"
+
+    def to_record(self) -> dict[str, Any]:
+        return {"point": self.point, "subject": self.subject, "by": self.by, "words": self.words}
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> Culprit:
+        return cls(**{k: str(record[k]) for k in ("point", "subject", "by", "words")})
+
+
 def at_open(diff: WorkDiff | None) -> AlarmWork:
     """The work an alarm records the night it opens, from that night's diff of the cell against the baseline."""
     if diff is None or not diff.counted:

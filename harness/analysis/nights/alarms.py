@@ -23,7 +23,7 @@ from typing import Any
 
 from harness.analysis.judge.work_diff import WorkDiff
 from harness.analysis.nights import alarm_work
-from harness.analysis.nights.alarm_work import BACK, PARTLY, STAYS, AlarmWork
+from harness.analysis.nights.alarm_work import BACK, PARTLY, STAYS, AlarmWork, Culprit
 from harness.catalogue.judged import BY_NAME
 from harness.analysis.judge.verdict import (
     ACCURACY_BELOW, IMPROVEMENT, REGRESSION, THROUGHPUT, UNCHANGED, CellVerdict)
@@ -96,6 +96,8 @@ class OpenAlarm:
     compared with directly (empty: an alarm recorded before alarms.json version 3)."""
     work: AlarmWork | None = None
     """The cell's counted work against the baseline that night (None: recorded before version 3)."""
+    culprits: tuple[Culprit, ...] = ()
+    """The commits the nightly's bisect named for it (empty: none bisected, or none found)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.analysis.nights.alarm_work import AlarmWork
+from harness.analysis.nights.alarm_work import AlarmWork, Culprit
 from harness.analysis.nights.alarms import ACKNOWLEDGED, FIXED, Ack, Event, MetricChange, OpenAlarm
 from harness.analysis.judge.repeats import by_cell, drill_pct, env_difference, ok_rows
 from harness.analysis.load.runs import RunInputError, load_run, resolve_pointer
@@ -290,8 +290,8 @@ def event_marks(reports: Path) -> list[Mapping[str, Any]]:
 
 _CHANGES = ("change", "tonight", "since_opening")
 """The fields of a record that hold a MetricChange (its own JSON object)."""
-_WORK = "work"
-"""The field of a record that holds an AlarmWork."""
+_WORK, _CULPRITS = "work", "culprits"
+"""The fields of a record that hold an AlarmWork, and Culprits."""
 
 
 def as_record(obj: Any) -> dict[str, Any]:
@@ -300,7 +300,8 @@ def as_record(obj: Any) -> dict[str, Any]:
     for k in obj.__slots__:
         value = getattr(obj, k)
         out[k] = _change_record(value) if isinstance(value, MetricChange) else \
-            value.to_record() if isinstance(value, AlarmWork) else value
+            value.to_record() if isinstance(value, AlarmWork) else \
+            [c.to_record() for c in value] if k == _CULPRITS else value
     return out
 
 
@@ -318,5 +319,7 @@ def from_record(cls: type, record: Mapping[str, Any]) -> Any:
             value = MetricChange(**{**c, "axes": tuple(dict(c.get("axes") or {}).items())})
         elif k == _WORK and value is not None:
             value = AlarmWork.from_record(value)
+        elif k == _CULPRITS:
+            value = tuple(Culprit.from_record(c) for c in value or ())
         fields_[k] = value
     return cls(**fields_)

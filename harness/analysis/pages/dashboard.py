@@ -144,7 +144,8 @@ def _alarm_rows(d: Dashboard) -> list[dict[str, Any]]:
     created = {n.run_id: n.run.created_at for n in d.history.nights}
     return [{"cell": a.change.cell_id, "label": cell_label(a.change.cell_id), "href": f"#{trend_id(a.change.cell_id)}",
              "change": a.change.text(), "since": a.since, "since_when": created.get(a.since, "")[:10],
-             "nights": a.nights, "last": a.last or a.since, "acknowledged": a.acknowledged}
+             "nights": a.nights, "last": a.last or a.since, "acknowledged": a.acknowledged,
+             "culprits": [c.text() for c in a.culprits]}
             for a in sorted(d.alarms, key=lambda a: (bool(a.acknowledged), a.since, a.change.cell_id))]
 
 

@@ -184,6 +184,11 @@ def main(argv: list[str]) -> int:
         from harness.orchestrate.workflows.alarm_step import alarm_step
 
         return alarm_step(argv[1:])
+    if argv[:1] == ["culprits"]:  # its bisect is a child that ends with it
+        from harness.orchestrate.session import stopping
+        from harness.orchestrate.workflows.culprit_step import culprit_step
+
+        return stopping.run(lambda: culprit_step(argv[1:]))
     if argv[:1] == ["history"]:  # SIGTERM from ci/nightly.sh stops it as Ctrl-C does: no worktree left behind
         from harness.orchestrate.session import stopping
 
@@ -202,6 +207,12 @@ def main(argv: list[str]) -> int:
             return EXIT_FAILURES if lines else EXIT_OK
         if argv[:1] == ["code"] and len(argv) <= 2:
             print(recorded_code(Path(argv[1]) if len(argv) == 2 else None) or "")
+            return EXIT_OK
+        if argv[:1] == ["culprit-lines"] and len(argv) == 3:
+            from harness.orchestrate.workflows.culprit_step import culprit_lines
+
+            for line in culprit_lines(Path(argv[1]), argv[2]):
+                print(line)
             return EXIT_OK
         if argv[:1] == ["finished"] and len(argv) == 2:
             left = unfinished_jobs(Path(argv[1]))

@@ -1,0 +1,217 @@
+"""The nightly's culprit step (`python -m harness.orchestrate.workflows.nightly culprits`, issue 70): the alarms that
+opened tonight (new or worse) whose cell's counted work changed against the baseline are bisected by work between
+the baseline's commit and tonight's (`nvbench bisect --by work`; NVBENCH_BISECT=auto also bisects the others by
+time), within a budget whose estimate is said first; each culprit goes into the alarm's record (alarms.json),
+summary.md and the lines the night ends with. The night's exit status is never changed by it: a bisect that fails or
+runs out of budget says so and names the range still open."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from harness.exits import EXIT_BAD_INPUT, EXIT_OK
+from harness.results.store import CannotWrite
+
+MODES = ("off", "work", "auto")
+DEFAULT_BUDGET_S = 1800.0
+FALLBACK_PROCESS_S = 60.0
+"""A counted process's seconds where tonight's run recorded none (no counted process tonight)."""
+
+
+def _git(repo: Path, *args: str) -> str | None:
+    proc = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True)
+    return proc.stdout.strip() if proc.returncode == 0 else None
+
+
+def _commit(run: Path) -> str | None:
+    """A run's recorded commit (full), or None where it was not recorded clean."""
+    from harness.analysis.load.runs import load_run
+
+    env = load_run(run).environment
+    sha = env.get("nvbench_git_sha")
+    return None if not sha or env.get("nvbench_git_dirty") else str(sha)
+
+
+def _process_s(run: Path) -> float:
+    """The longest counted process of tonight's run (its RUN/counted rows), or FALLBACK_PROCESS_S."""
+    from harness.results import store, work
+
+    folder = run / work.COUNTED_DIR
+    if not (folder / "cells").is_dir():
+        return FALLBACK_PROCESS_S
+    rows = store.read_cells(folder, ["duration_s"]).to_pylist()
+    seconds = [r["duration_s"] for r in rows if r["duration_s"]]
+    return max(seconds) if seconds else FALLBACK_PROCESS_S
+
+
+def only_flags(alarms) -> list[str]:
+    """`--only axis=value` for every axis value of the alarmed cells (a superset where they differ on several axes:
+    the extra cells' counts agree at both ends and decide nothing)."""
+    values: dict[str, set[str]] = {}
+    for a in alarms:
+        for axis, value in a.change.axes:
+            values.setdefault(axis, set()).add(str(value))
+    return [f"--only={axis}={v}" for axis, vs in sorted(values.items()) for v in sorted(vs)]
+
+
+def culprit_step(argv: list[str]) -> int:
+    from harness.analysis.nights import baselines
+    from harness.analysis.load.runs import RunInputError
+
+    p = argparse.ArgumentParser(prog="python -m harness.orchestrate.workflows.nightly culprits")
+    p.add_argument("--reports", required=True)
+    p.add_argument("--night", required=True, help="tonight's run id")
+    p.add_argument("--run", required=True, help="tonight's run folder")
+    p.add_argument("--baseline", required=True, help="the baseline (run folder or pointer)")
+    p.add_argument("--matrix", required=True)
+    p.add_argument("--repo", required=True, help="the git repository of the nights' commits")
+    p.add_argument("--mode", choices=MODES, default="work")
+    p.add_argument("--budget-s", type=float, default=DEFAULT_BUDGET_S)
+    p.add_argument("--summary", action="append", default=[])
+    args = p.parse_args(argv)
+    reports, run, say = Path(args.reports), Path(args.run), (lambda line: print(f"nightly: {line}", file=sys.stderr))
+    try:
+        tonight = [a for a in baselines.read_open(reports) if a.since == args.night]
+        wanted = [a for a in tonight if args.mode == "auto" or (a.work is not None and a.work.state == "changed")]
+        if args.mode == "off" or not wanted:
+            return EXIT_OK
+        base, head = _commit(Path(args.baseline)), _commit(run)
+    except RunInputError as exc:
+        print(f"nightly culprits: {exc.problems[0]}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if base is None or head is None:
+        say(f"no bisect: {'the baseline' if base is None else 'tonight'}'s commit is not recorded clean")
+        return EXIT_OK
+    repo = Path(args.repo)
+    count = _git(repo, "rev-list", "--first-parent", "--count", f"{base}..{head}")
+    if count is None:
+        say(f"no bisect: {base[:12]}..{head[:12]} is not a first-parent range of {repo}")
+        return EXIT_OK
+    distance = int(count)
+    if distance == 0:
+        say(f"no bisect: tonight runs the baseline's commit {head[:12]} (the change is not in the code)")
+        return EXIT_OK
+    if distance == 1:
+        found = {a.change.cell_id: [_direct(repo, head, a)] for a in wanted}
+    else:
+        found = _bisect(args, repo, base, head, distance, wanted, run, say)
+    if not found:
+        return EXIT_OK
+    try:
+        _record(reports, found, [Path(s) for s in args.summary], args.night)
+    except CannotWrite as exc:
+        say(f"the culprits could not be recorded: {exc.line()}")
+    for line in culprit_lines(reports, args.night):
+        say(f"named {line}")
+    return EXIT_OK
+
+
+def culprit_lines(reports: Path, night: str) -> list[str]:
+    """`NEW: <cell> <change>: first bad commit <sha> <subject>: <work line>`, one per culprit of an alarm that
+    opened on `night` (alarms.json): the lines a night that failed on it ends with."""
+    from harness.analysis.nights import baselines
+
+    return [f"NEW: {a.change.cell_id} {a.change.text()}: {c.text()}" for a in baselines.read_open(reports)
+            if a.since == night for c in a.culprits]
+
+
+def _direct(repo: Path, head: str, alarm):
+    from harness.analysis.nights.alarm_work import Culprit
+
+    words = alarm.work.text() if alarm.work is not None else alarm.change.text()
+    return Culprit(point=head, subject=_git(repo, "log", "-1", "--format=%s", head) or "", by="range",
+                   words=f"{words} (the range is this one commit)")
+
+
+def _bisect(args, repo: Path, base: str, head: str, distance: int, wanted, run: Path, say) -> dict[str, list]:
+    from harness.analysis.nights.alarm_work import Culprit
+
+    cells = len({a.change.cell_id for a in wanted})
+    per = _process_s(run)
+    probes = 2 + 2 * math.ceil(math.log2(distance))
+    need = probes * cells * per
+    by = "work" if args.mode == "work" else "auto"
+    say(f"bisecting {base[:12]}..{head[:12]} ({distance} first-parent commits) by {by} for {cells} alarmed cell(s): "
+        f"about {probes} counted process(es) a cell, ~{need:.0f} s (a counted process ~{per:.0f} s), budget "
+        f"{args.budget_s:.0f} s (NVBENCH_BISECT_BUDGET_S)")
+    if need > args.budget_s:
+        say(f"no bisect: the budget ({args.budget_s:.0f} s) is too small; it would need ~{need:.0f} s "
+            f"(NVBENCH_BISECT_BUDGET_S); the range still open: {base[:12]}..{head[:12]}")
+        return {}
+    out = run / "bisect"
+    argv = [sys.executable, "-m", "harness", "bisect", args.matrix, "--good", base, "--bad", head, "--by", by,
+            "--out", str(out), *only_flags(wanted)]
+    from harness.orchestrate.session import stopping
+
+    with subprocess.Popen(argv, cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          preexec_fn=stopping.die_with_me()) as proc:  # noqa: PLW1509
+        try:
+            _, err = proc.communicate(timeout=args.budget_s)
+        except subprocess.TimeoutExpired:
+            stopping.stop_child(proc)
+            say(f"the bisect ran out of its budget ({args.budget_s:.0f} s): {_still_open(out, base, head)}")
+            return {}
+        except BaseException:
+            stopping.stop_child(proc)
+            raise
+    answer = _answer(out)
+    if answer is None or answer.get("result") != "found":
+        why = (answer or {}).get("text") or (err.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
+        say(f"the bisect named no commit: {why}")
+        return {}
+    found: dict[str, list] = {}
+    if answer.get("by") == "work":
+        for c in answer["culprits"]:
+            culprit = Culprit(point=c["point"], subject=c["label"], by="work", words=_words(c))
+            for a in wanted:
+                if a.change.cell_id in c["cells"]:
+                    found.setdefault(a.change.cell_id, []).append(culprit)
+    else:
+        culprit = Culprit(point=answer["point"], subject=answer.get("label", ""), by="time",
+                          words="; ".join(f"{x['cell_id']} throughput {x['effect_pct']:+.1f}%" for x in answer["cells"]))
+        for a in wanted:
+            found.setdefault(a.change.cell_id, []).append(culprit)
+    return found
+
+
+def _words(culprit: dict[str, Any]) -> str:
+    """A by-work culprit's items in words (from its items, never from its sentence)."""
+    from harness.analysis.judge.work_diff import ItemChange, changes_text
+
+    return changes_text([ItemChange(phase=i["phase"], counter=i["counter"], key=i["key"], a=i["good"], b=i["bad"])
+                         for i in culprit["items"]])
+
+
+def _answer(out: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads((out / "bisect.json").read_text()).get("answer")
+    except (OSError, ValueError):
+        return None
+
+
+def _still_open(out: Path, base: str, head: str) -> str:
+    return f"the range still open: {base[:12]}..{head[:12]} (nvbench bisect --resume {out} goes on)"
+
+
+def _record(reports: Path, found: dict[str, list], summaries: list[Path], night: str) -> None:
+    """Each culprit into its alarm's record (alarms.json, no event added) and a section of the summaries."""
+    from harness.analysis.nights import baselines
+    from harness.analysis.pages.wording import esc_md
+    from harness.results import store
+
+    open_ = [replace(a, culprits=tuple(found[a.change.cell_id])) if a.since == night and a.change.cell_id in found
+             else a for a in baselines.read_open(reports)]
+    files = {baselines.alarms_path(reports): baselines.alarms_bytes(reports, open_, [])}
+    lines = ["", f"### Culprits of {esc_md(night)} (bisected between the baseline's commit and tonight's)", ""]
+    lines += [f"- {esc_md(cid)}: {esc_md(c.text())} (by {c.by})" for cid, cs in found.items() for c in cs] + [""]
+    for summary in summaries:
+        if summary.parent.is_dir():
+            files[summary] = (summary.read_bytes() if summary.is_file() else b"") + "\n".join(lines).encode()
+    store.write_all(files)
