@@ -117,3 +117,13 @@ def test_an_alarm_without_a_work_change_waits_for_auto_and_the_filters_name_its_
     assert baselines.read_open(reports)[0].culprits[0].point == shas[1]
     (alarm,) = baselines.read_open(reports)
     assert only_flags([alarm]) == ["--only=backend=synthetic", "--only=precision=fp32"]
+
+
+def test_baseline_show_names_an_alarms_work_and_its_culprit(tmp_path):
+    shas = _repo(tmp_path / "repo", 2)
+    reports, base, head = _nights(tmp_path, shas[0], shas[1])
+    assert _step(reports, base, head, tmp_path / "repo") == 0
+    lines = baselines.alarm_lines(reports)
+    assert lines[1].endswith("; work changed: forward +16 aten::mm per step"), lines
+    assert lines[2] == f"    first bad commit {shas[1][:12]} commit 2: work changed: forward +16 aten::mm per step " \
+                       "(the range is this one commit)"

@@ -267,8 +267,11 @@ def alarm_lines(reports: Path) -> list[str]:
     open_, events = read_open(reports), read_events(reports)
     lines = [f"alarms open ({len(open_)}) in {alarms_path(reports)}:" if open_ else
              f"no alarm open ({alarms_path(reports)})"]
-    lines += [f"  {a.change.cell_id} {a.change.text()}: open since {a.since}, {a.nights} nights, last seen "
-              f"{a.last or a.since}" + (", acknowledged" if a.acknowledged else "") for a in open_]
+    for a in open_:
+        lines.append(f"  {a.change.cell_id} {a.change.text()}: open since {a.since}, {a.nights} nights, last seen "
+                     f"{a.last or a.since}" + (", acknowledged" if a.acknowledged else "")
+                     + (f"; {a.work.text()}" if a.work is not None else ""))
+        lines += [f"    {c.text()}" for c in a.culprits]
     lines.append(f"alarm history ({len(events)} events), newest first:" if events else "no alarm history recorded")
     return lines + [f"  {e.text()}" for e in events]
 
