@@ -138,7 +138,8 @@ def bisect(out: Path, repo: Path, shas: list[str], by: str, neighbour: bool) -> 
 def nightly(out: Path, repo: Path, shas: list[str]) -> list[dict]:
     reports = out / "nightly-reports"
     shutil.rmtree(reports, ignore_errors=True)
-    matrix = tiny(out, "nightly")
+    # a gate on host syncs: the night fails on the counted sync whatever its timing says (issue 56)
+    matrix = tiny(out, "nightly", extra='\n[judge.work_gates]\nhost_syncs = "no-rise"\n')
     results = []
     for night, index in (("night0", 0), ("night1", 31), ("night2", 32)):
         git(repo, "checkout", "-q", shas[index])
@@ -165,13 +166,14 @@ def nightly(out: Path, repo: Path, shas: list[str]) -> list[dict]:
             result["as_expected"] = proc.returncode == 1 and any(
                 f"first bad commit {shas[19][:12]}" in line and line.endswith(SYNC_LINE) for line in news) and any(
                 f"first bad commit {shas[25][:12]}" in line and line.endswith(MM_LINE) for line in news)
-        else:
+        else:  # the sync reverted: its gate holds again; an alarm the timing opened stays open on the matmuls
             said = [line for line in lines if "partly undone" in line]
-            result["said"] = said
             alarms = json.loads((reports / "alarms.json").read_text())
-            result["open_alarms"] = len(alarms["open"])
-            result["as_expected"] = bool(said) and len(alarms["open"]) == 1 and all(
-                "optimizer -1 host sync" in s and "the rest stays (forward +16 aten::mm" in s for s in said)
+            result |= {"said": said, "open_alarms": len(alarms["open"]),
+                       "gate_broken": any(line.startswith("WORK GATE BROKEN") for line in proc.stdout.splitlines())
+                       or any("work gate" in line and "broken" in line for line in lines)}
+            result["as_expected"] = not result["gate_broken"] and (not alarms["open"] or (bool(said) and all(
+                "optimizer -1 host sync" in s and "the rest stays (forward +16 aten::mm" in s for s in said)))
         results.append(result)
     git(repo, "checkout", "-q", shas[-1])
     return results

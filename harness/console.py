@@ -16,7 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from harness.fit import shorten, wrap
-from harness.results.accuracy import MIN_VAL_IMAGES, chance_text, top1_text
+from harness.results.accuracy import MIN_VAL_IMAGES, chance_text, too_few_images, top1_text, with_top1
 from harness.results.schema import STATUSES, SUPERSEDED
 from harness.matrix.cells import cell_label
 from harness.stats.inference import mean_interval
@@ -178,16 +178,15 @@ def ran_notes(ran: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[str]:
     """What the ran table's figures mean where a newcomer would ask: the interval, a top-1 of "-", "n/a" or
     near chance, and why fp16 crawls on a CPU."""
     ok = {cid: [r for r in rows if r["status"] == "ok"] for cid, rows in ran.items()}
-    shown = {cid: top1_text(rows) for cid, rows in ok.items()}
     notes = ["±95%: one repeat, its window's interval; several, the interval of their mean"]
-    if any(text.startswith("n/a") for text in shown.values()):
+    if any(too_few_images(rows) for rows in ok.values()):
         notes.append(f"top-1 n/a: validated on fewer than {MIN_VAL_IMAGES} images, not a result")
-    dashes = [cid for cid, text in shown.items() if text == "-"]
+    dashes = [cid for cid, rows in ok.items() if not with_top1(rows)]
     if dashes:
         synthetic = all(r.get("backend") == "synthetic" for cid in dashes for r in ok[cid])
         notes.append("top-1 -: not measured" + (" (synthetic data has random labels: nothing to learn)" if synthetic
                                                   else " (no validation result)"))
-    numbers = [r for cid, text in shown.items() if text[:1].isdigit() for r in ok[cid]]
+    numbers = [r for rows in ok.values() if with_top1(rows) and not too_few_images(rows) for r in rows]
     chances = sorted({r[col.num_classes] for r in numbers if r.get(col.num_classes)})
     if chances:
         smoke = "; a --smoke cell's few steps leave it near that" if any(r.get(col.is_smoke) for r in numbers) else ""

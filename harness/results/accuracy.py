@@ -17,14 +17,25 @@ def meaningful(row: Mapping[str, Any]) -> bool:
     return row.get("top1") is not None and (row.get(col.num_val_images) or 0) >= MIN_VAL_IMAGES
 
 
+def with_top1(rows: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The rows that hold a finite top-1."""
+    return [r for r in rows if r.get("top1") is not None and math.isfinite(r["top1"])]
+
+
+def too_few_images(rows: Iterable[Mapping[str, Any]]) -> bool:
+    """Rows with a top-1 that validated on fewer than MIN_VAL_IMAGES images: their top-1 is no result (n/a)."""
+    rows = with_top1(rows)
+    return bool(rows) and min(int(r.get(col.num_val_images) or 0) for r in rows) < MIN_VAL_IMAGES
+
+
 def top1_text(rows: Iterable[Mapping[str, Any]], fmt: str = ".3f", *, short: bool = False) -> str:
     """The mean top-1 of `rows` (a cell's ok repeats, or one row), "n/a: N images" ("n/a: N img" when
     `short`, for an 80-column table) when they validated on too few images, "-" when none has a top-1."""
-    rows = [r for r in rows if r.get("top1") is not None and math.isfinite(r["top1"])]
+    rows = with_top1(rows)
     if not rows:
         return "-"
     images = min(int(r.get(col.num_val_images) or 0) for r in rows)
-    if images < MIN_VAL_IMAGES:
+    if too_few_images(rows):
         return f"n/a: {images} img" if short else f"n/a: {images} images"
     return format(sum(r["top1"] for r in rows) / len(rows), fmt)
 

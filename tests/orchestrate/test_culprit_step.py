@@ -89,11 +89,11 @@ def test_a_one_commit_range_names_that_commit_in_the_record_the_summary_and_the_
     record = json.loads(baselines.alarms_path(reports).read_text())["open"][0]["culprits"]
     assert record == [{"point": shas[1], "subject": "commit 2", "by": "range", "words": culprit.words}]
     assert f"first bad commit {shas[1][:12]} commit 2: work changed" in (head / "report" / "summary.md").read_text()
-    (line,) = culprit_lines(reports, "night02")
+    (line,) = culprit_lines(head)
     assert line == (f"NEW: {CELL} throughput -20.0% [-22.0, -18.0]: first bad commit {shas[1][:12]} commit 2: "
                     "work changed: forward +16 aten::mm per step (the range is this one commit)")
     capsys.readouterr()
-    assert nightly.main(["culprit-lines", str(reports), "night02"]) == 0
+    assert nightly.main(["culprit-lines", str(head)]) == 0
     assert capsys.readouterr().out.strip() == line
 
 
@@ -117,6 +117,29 @@ def test_an_alarm_without_a_work_change_waits_for_auto_and_the_filters_name_its_
     assert baselines.read_open(reports)[0].culprits[0].point == shas[1]
     (alarm,) = baselines.read_open(reports)
     assert only_flags([alarm]) == ["--only=backend=synthetic", "--only=precision=fp32"]
+
+
+def test_a_broken_gate_is_bisected_too_and_named_without_an_alarm(tmp_path, capsys):
+    import dataclasses
+
+    from harness.analysis.judge.run import RunData
+    from harness.analysis.judge.verdict import Comparison, Thresholds
+    from harness.analysis.load import verdicts_file
+
+    shas = _repo(tmp_path / "repo", 2)
+    reports, base, head = _nights(tmp_path, shas[0], shas[1])
+    baselines.write_open(reports, [], [])  # no alarm: the timing did not confirm one
+    gate = 'work gate host_syncs = "no-rise" broken: optimizer +1 host sync per step (aten::_local_scalar_dense)'
+    v = dataclasses.replace(verdict(-1.0), verdict="inconclusive", work_gate=gate)
+    run = RunData(path=str(head), run_id="night02", created_at="", environment={}, rows=())
+    table = verdicts_file.verdict_table(Comparison(mode="baseline", candidate=run, baseline_label="b", verdicts=(v,),
+                                                   baseline_environment=None,
+                                                   thresholds=Thresholds()))
+    (head / "gates").mkdir()
+    store.write_table(head / "gates" / "verdicts.parquet", table)
+    assert _step(reports, base, head, tmp_path / "repo", "--gates", str(head / "gates")) == 0
+    (line,) = culprit_lines(head)
+    assert line == f"NEW: {CELL} {gate}: first bad commit {shas[1][:12]} commit 2: {gate} (the range is this one commit)"
 
 
 def test_baseline_show_names_an_alarms_work_and_its_culprit(tmp_path):

@@ -58,10 +58,15 @@ def _where(dump: str) -> str | None:
 
 
 def timeout_reason(work: Path, timeout_s: float) -> str:
-    reason = f"no exit within timeout_s = {timeout_s:g} s; the cell's processes were killed"
+    return f"no exit within timeout_s = {timeout_s:g} s; the cell's processes were killed" + where_killed(work)
+
+
+def where_killed(work: Path) -> str:
+    """`; at the kill: rank 0 in step (harness/cell/loop.py:88)`: where each rank was, from the stacks it dumped
+    (empty where none said)."""
     stacks = {int(p.stem.removeprefix("stack-rank")): _where(_read(p)) for p in work.glob("stack-rank*.txt")}
     wheres = [f"rank {rank} {where}" for rank, where in sorted(stacks.items()) if where]
-    return reason + (f"; at the kill: {', '.join(wheres)}" if wheres else "")
+    return f"; at the kill: {', '.join(wheres)}" if wheres else ""
 
 
 def classify(outcome: Outcome, work: Path, log_path: Path, timeout_s: float) -> tuple[str, str]:

@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 import harness
 from harness import __version__
 from harness.orchestrate.session.capabilities import Capabilities, skip_reason
-from harness.orchestrate.session.classify import classify, timeout_reason
+from harness.orchestrate.session.classify import classify, where_killed
 from harness.orchestrate.placement.executors import Ended, Launch
 from harness.orchestrate.placement.launch import launcher_for
 from harness.orchestrate.placement.local import LocalExecutor
@@ -225,7 +225,7 @@ def finish_job(prepared: PreparedJob, ended: Ended, ctx: JobContext) -> dict[str
     if ended.verdict:
         status, reason = ended.verdict
         if status == "timeout":
-            reason += timeout_reason(launch.work, launch.timeout_s).partition("were killed")[2]
+            reason += where_killed(launch.work)
     else:
         status, reason = classify(ended.outcome, launch.work, launch.log_path, launch.timeout_s)
         if ended.job_id and status != "ok":

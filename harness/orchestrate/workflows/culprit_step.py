@@ -1,9 +1,10 @@
 """The nightly's culprit step (`python -m harness.orchestrate.workflows.nightly culprits`, issue 70): the alarms that
-opened tonight (new or worse) whose cell's counted work changed against the baseline are bisected by work between
-the baseline's commit and tonight's (`nvbench bisect --by work`; NVBENCH_BISECT=auto also bisects the others by
-time), within a budget whose estimate is said first; each culprit goes into the alarm's record (alarms.json),
-summary.md and the lines the night ends with. The night's exit status is never changed by it: a bisect that fails or
-runs out of budget says so and names the range still open."""
+opened tonight (new or worse) whose cell's counted work changed against the baseline, and the cells whose work gate
+broke tonight, are bisected by work between the baseline's commit and tonight's (`nvbench bisect --by work`;
+NVBENCH_BISECT=auto also bisects the other alarms by time), within a budget whose estimate is said first; each
+culprit goes into the alarm's record (alarms.json), summary.md, RUN/culprits.json and the lines the night ends with.
+The night's exit status is never changed by it: a bisect that fails or runs out of budget says so and names the
+range still open."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import json
 import math
 import subprocess
 import sys
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -51,19 +52,50 @@ def _process_s(run: Path) -> float:
     return max(seconds) if seconds else FALLBACK_PROCESS_S
 
 
-def only_flags(alarms) -> list[str]:
-    """`--only axis=value` for every axis value of the alarmed cells (a superset where they differ on several axes:
-    the extra cells' counts agree at both ends and decide nothing)."""
+CULPRITS_FILE = "culprits.json"
+"""RUN/culprits.json: what the culprit step named tonight, as data (the night's last lines are made from it)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Target:
+    """A cell the step bisects for: an alarm opened tonight, or a work gate broken tonight."""
+
+    cell_id: str
+    axes: tuple[tuple[str, Any], ...]
+    what: str
+    """The alarm's change (`throughput -20.0% [...]`) or the broken gate, in words."""
+    work: Any = None
+    """The alarm's AlarmWork (None for a gate: its cell's work changed by definition)."""
+    alarmed: bool = True
+
+
+def targets(alarms, gate_verdicts, mode: str) -> list[Target]:
+    """The alarms (opened tonight) whose work changed, all of them under auto, then the broken gates' cells."""
+    from harness.matrix.sections import AXES
+
+    out = [Target(cell_id=a.change.cell_id, axes=a.change.axes, what=a.change.text(), work=a.work) for a in alarms
+           if mode == "auto" or (a.work is not None and a.work.state == "changed")]
+    seen = {t.cell_id for t in out}
+    out += [Target(cell_id=v.cell_id, axes=tuple((x, getattr(v, x)) for x in AXES if getattr(v, x) is not None),
+                   what=f"{v.work_gate}", alarmed=False) for v in gate_verdicts if v.cell_id not in seen]
+    return out
+
+
+def only_flags(wanted) -> list[str]:
+    """`--only axis=value` for every axis value of the cells (a superset where they differ on several axes: the
+    extra cells' counts agree at both ends and decide nothing)."""
     values: dict[str, set[str]] = {}
-    for a in alarms:
-        for axis, value in a.change.axes:
+    for t in wanted:
+        for axis, value in (t.axes if isinstance(t, Target) else t.change.axes):
             values.setdefault(axis, set()).add(str(value))
     return [f"--only={axis}={v}" for axis, vs in sorted(values.items()) for v in sorted(vs)]
 
 
 def culprit_step(argv: list[str]) -> int:
     from harness.analysis.nights import baselines
+    from harness.analysis.load import verdicts_file
     from harness.analysis.load.runs import RunInputError
+    from harness.results.store import UnreadableFile
 
     p = argparse.ArgumentParser(prog="python -m harness.orchestrate.workflows.nightly culprits")
     p.add_argument("--reports", required=True)
@@ -72,6 +104,7 @@ def culprit_step(argv: list[str]) -> int:
     p.add_argument("--baseline", required=True, help="the baseline (run folder or pointer)")
     p.add_argument("--matrix", required=True)
     p.add_argument("--repo", required=True, help="the git repository of the nights' commits")
+    p.add_argument("--gates", help="the report whose broken work gates are bisected too (RUN/report)")
     p.add_argument("--mode", choices=MODES, default="work")
     p.add_argument("--budget-s", type=float, default=DEFAULT_BUDGET_S)
     p.add_argument("--summary", action="append", default=[])
@@ -79,12 +112,17 @@ def culprit_step(argv: list[str]) -> int:
     reports, run, say = Path(args.reports), Path(args.run), (lambda line: print(f"nightly: {line}", file=sys.stderr))
     try:
         tonight = [a for a in baselines.read_open(reports) if a.since == args.night]
-        wanted = [a for a in tonight if args.mode == "auto" or (a.work is not None and a.work.state == "changed")]
+        gates = [v for v in verdicts_file.read_verdicts(Path(args.gates) / "verdicts.parquet") if v.work_gate] \
+            if args.gates and (Path(args.gates) / "verdicts.parquet").is_file() else []
+        wanted = targets(tonight, gates, args.mode)
         if args.mode == "off" or not wanted:
             return EXIT_OK
         base, head = _commit(Path(args.baseline)), _commit(run)
     except RunInputError as exc:
         print(f"nightly culprits: {exc.problems[0]}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except UnreadableFile as exc:
+        print(f"nightly culprits: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     if base is None or head is None:
         say(f"no bisect: {'the baseline' if base is None else 'tonight'}'s commit is not recorded clean")
@@ -99,33 +137,37 @@ def culprit_step(argv: list[str]) -> int:
         say(f"no bisect: tonight runs the baseline's commit {head[:12]} (the change is not in the code)")
         return EXIT_OK
     if distance == 1:
-        found = {a.change.cell_id: [_direct(repo, head, a)] for a in wanted}
+        found = {t.cell_id: [_direct(repo, head, t)] for t in wanted}
     else:
         found = _bisect(args, repo, base, head, distance, wanted, run, say)
     if not found:
         return EXIT_OK
     try:
-        _record(reports, found, [Path(s) for s in args.summary], args.night)
+        _record(reports, run, wanted, found, [Path(s) for s in args.summary], args.night)
     except CannotWrite as exc:
         say(f"the culprits could not be recorded: {exc.line()}")
-    for line in culprit_lines(reports, args.night):
+        return EXIT_OK
+    for line in culprit_lines(run):
         say(f"named {line}")
     return EXIT_OK
 
 
-def culprit_lines(reports: Path, night: str) -> list[str]:
-    """`NEW: <cell> <change>: first bad commit <sha> <subject>: <work line>`, one per culprit of an alarm that
-    opened on `night` (alarms.json): the lines a night that failed on it ends with."""
-    from harness.analysis.nights import baselines
-
-    return [f"NEW: {a.change.cell_id} {a.change.text()}: {c.text()}" for a in baselines.read_open(reports)
-            if a.since == night for c in a.culprits]
-
-
-def _direct(repo: Path, head: str, alarm):
+def culprit_lines(run: Path) -> list[str]:
+    """`NEW: <cell> <change>: first bad commit <sha> <subject>: <work line>`, one per culprit the step named tonight
+    (RUN/culprits.json): the lines a night that failed on it ends with."""
     from harness.analysis.nights.alarm_work import Culprit
 
-    words = alarm.work.text() if alarm.work is not None else alarm.change.text()
+    path = Path(run) / CULPRITS_FILE
+    if not path.is_file():
+        return []
+    return [f"NEW: {t['cell_id']} {t['what']}: {Culprit.from_record(c).text()}"
+            for t in json.loads(path.read_text())["named"] for c in t["culprits"]]
+
+
+def _direct(repo: Path, head: str, target: Target):
+    from harness.analysis.nights.alarm_work import Culprit
+
+    words = target.work.text() if target.work is not None else target.what
     return Culprit(point=head, subject=_git(repo, "log", "-1", "--format=%s", head) or "", by="range",
                    words=f"{words} (the range is this one commit)")
 
@@ -133,7 +175,7 @@ def _direct(repo: Path, head: str, alarm):
 def _bisect(args, repo: Path, base: str, head: str, distance: int, wanted, run: Path, say) -> dict[str, list]:
     from harness.analysis.nights.alarm_work import Culprit
 
-    cells = len({a.change.cell_id for a in wanted})
+    cells = len({t.cell_id for t in wanted})
     per = _process_s(run)
     probes = 2 + 2 * math.ceil(math.log2(distance))
     need = probes * cells * per
@@ -170,14 +212,14 @@ def _bisect(args, repo: Path, base: str, head: str, distance: int, wanted, run: 
     if answer.get("by") == "work":
         for c in answer["culprits"]:
             culprit = Culprit(point=c["point"], subject=c["label"], by="work", words=_words(c))
-            for a in wanted:
-                if a.change.cell_id in c["cells"]:
-                    found.setdefault(a.change.cell_id, []).append(culprit)
+            for t in wanted:
+                if t.cell_id in c["cells"]:
+                    found.setdefault(t.cell_id, []).append(culprit)
     else:
         culprit = Culprit(point=answer["point"], subject=answer.get("label", ""), by="time",
                           words="; ".join(f"{x['cell_id']} throughput {x['effect_pct']:+.1f}%" for x in answer["cells"]))
-        for a in wanted:
-            found.setdefault(a.change.cell_id, []).append(culprit)
+        for t in wanted:
+            found.setdefault(t.cell_id, []).append(culprit)
     return found
 
 
@@ -200,18 +242,31 @@ def _still_open(out: Path, base: str, head: str) -> str:
     return f"the range still open: {base[:12]}..{head[:12]} (nvbench bisect --resume {out} goes on)"
 
 
-def _record(reports: Path, found: dict[str, list], summaries: list[Path], night: str) -> None:
-    """Each culprit into its alarm's record (alarms.json, no event added) and a section of the summaries."""
+def _record(reports: Path, run: Path, wanted: list[Target], found: dict[str, list], summaries: list[Path],
+            night: str) -> None:
+    """Each culprit into its alarm's record (alarms.json, no event added), RUN/culprits.json and a section of the
+    summaries, written together."""
     from harness.analysis.nights import baselines
     from harness.analysis.pages.wording import esc_md
     from harness.results import store
 
     open_ = [replace(a, culprits=tuple(found[a.change.cell_id])) if a.since == night and a.change.cell_id in found
              else a for a in baselines.read_open(reports)]
-    files = {baselines.alarms_path(reports): baselines.alarms_bytes(reports, open_, [])}
+    named = [{"cell_id": t.cell_id, "what": t.what, "alarmed": t.alarmed,
+              "culprits": [c.to_record() for c in found[t.cell_id]]} for t in wanted if t.cell_id in found]
+    files = {baselines.alarms_path(reports): baselines.alarms_bytes(reports, open_, []),
+             run / CULPRITS_FILE: (json.dumps({"version": 1, "night": night, "named": named}, indent=2) + "\n").encode()}
     lines = ["", f"### Culprits of {esc_md(night)} (bisected between the baseline's commit and tonight's)", ""]
-    lines += [f"- {esc_md(cid)}: {esc_md(c.text())} (by {c.by})" for cid, cs in found.items() for c in cs] + [""]
+    lines += [f"- {esc_md(t['cell_id'])} ({esc_md(t['what'])}): {esc_md(_culprit_words(c))}" for t in named
+              for c in t["culprits"]] + [""]
     for summary in summaries:
         if summary.parent.is_dir():
             files[summary] = (summary.read_bytes() if summary.is_file() else b"") + "\n".join(lines).encode()
     store.write_all(files)
+
+
+def _culprit_words(record: dict[str, Any]) -> str:
+    from harness.analysis.nights.alarm_work import Culprit
+
+    c = Culprit.from_record(record)
+    return f"{c.text()} (by {c.by})"

@@ -208,10 +208,10 @@ def main(argv: list[str]) -> int:
         if argv[:1] == ["code"] and len(argv) <= 2:
             print(recorded_code(Path(argv[1]) if len(argv) == 2 else None) or "")
             return EXIT_OK
-        if argv[:1] == ["culprit-lines"] and len(argv) == 3:
+        if argv[:1] == ["culprit-lines"] and len(argv) == 2:
             from harness.orchestrate.workflows.culprit_step import culprit_lines
 
-            for line in culprit_lines(Path(argv[1]), argv[2]):
+            for line in culprit_lines(Path(argv[1])):
                 print(line)
             return EXIT_OK
         if argv[:1] == ["finished"] and len(argv) == 2:
