@@ -134,3 +134,41 @@ def test_a_truncated_row_file_is_named_and_the_other_rows_still_read(shared_cpu_
         "its row is left out, the other rows stand"), warning
     verdicts = pq.read_table(tmp_path / "report" / "verdicts.parquet").to_pylist()
     assert len(verdicts) == len(files) - 1  # every other job's cell judged (one row a cell in this run)
+
+
+def test_an_ab_on_a_full_disk_stops_in_one_line_and_its_resume_finishes_the_pairs(tiny_matrix, small_disk, tagged,
+                                                                                   quiet_machine):
+    out = small_disk.path / "ab"
+    proc, tag = tagged([sys.executable, "-m", "harness", "ab", str(tiny_matrix(repeats=3)), "--out", str(out),
+                        "--work-repeats", "0", "--kernel-repeats", "0"], env=quiet_machine)
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 1, err
+    line = _one_error_line(err)
+    assert line.endswith(f"; once there is room: nvbench ab --resume {out}"), line
+    assert tagged_processes(tag) == []
+    small_disk.grow()
+    done = nvbench("ab", "--resume", str(out), env=quiet_machine)
+    assert done.returncode in (0, 3), done.stderr  # the verdict is not what is tested: the pairs are
+    for side in "ab":
+        rows = [r for r in pq.read_table(out / side / "cells").to_pylist() if r["status"] != "superseded"]
+        assert sorted(r["repeat"] for r in rows) == [0, 1, 2] and {r["status"] for r in rows} == {"ok"}
+
+
+def test_a_night_whose_disk_fills_stops_at_its_run_in_one_line(tiny_matrix, small_disk):
+    import os
+
+    from conftest import ROOT
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NVBENCH_", "GITHUB_"))}
+    env |= {"NVBENCH_MATRIX": str(tiny_matrix('backend = ["synthetic"]\nmemory_format = ["nchw", "nhwc"]')),
+            "NVBENCH_REPORTS": str(small_disk.path), "NVBENCH_RUN_ID": "night1", "NVBENCH_REPEATS": "4",
+            "NVBENCH_WORK_REPEATS": "0"}
+    proc = subprocess.run(["bash", str(ROOT / "ci" / "nightly.sh")], capture_output=True, text=True, env=env,
+                          cwd=ROOT, timeout=600)
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    (error,) = [ln for ln in proc.stderr.splitlines() if ln.startswith("error: ")]
+    assert ": no space left on device: " in error and f"nvbench run --resume {small_disk.path / 'night1'}" in error
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last == (f"nightly: the run stopped before its end: nothing is judged tonight; once fixed, finish it "
+                    f"with: nvbench run --resume {small_disk.path / 'night1'}"), last

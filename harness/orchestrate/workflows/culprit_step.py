@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from harness.catalogue import col
 from harness.exits import EXIT_BAD_INPUT, EXIT_OK
 from harness.results.store import CannotWrite
 
@@ -47,8 +48,8 @@ def _process_s(run: Path) -> float:
     folder = run / work.COUNTED_DIR
     if not (folder / "cells").is_dir():
         return FALLBACK_PROCESS_S
-    rows = store.read_cells(folder, ["duration_s"]).to_pylist()
-    seconds = [r["duration_s"] for r in rows if r["duration_s"]]
+    rows = store.read_cells(folder, [col.duration_s]).to_pylist()
+    seconds = [r[col.duration_s] for r in rows if r[col.duration_s]]
     return max(seconds) if seconds else FALLBACK_PROCESS_S
 
 
@@ -147,8 +148,7 @@ def culprit_step(argv: list[str]) -> int:
     except CannotWrite as exc:
         say(f"the culprits could not be recorded: {exc.line()}")
         return EXIT_OK
-    for line in culprit_lines(run):
-        say(f"named {line}")
+    say(f"named {sum(map(len, found.values()))} culprit(s) for {len(found)} cell(s): the night's last lines")
     return EXIT_OK
 
 
@@ -160,7 +160,7 @@ def culprit_lines(run: Path) -> list[str]:
     path = Path(run) / CULPRITS_FILE
     if not path.is_file():
         return []
-    return [f"NEW: {t['cell_id']} {t['what']}: {Culprit.from_record(c).text()}"
+    return [f"NEW: {t[col.cell_id]} {t['what']}: {Culprit.from_record(c).text()}"
             for t in json.loads(path.read_text())["named"] for c in t["culprits"]]
 
 
@@ -217,7 +217,7 @@ def _bisect(args, repo: Path, base: str, head: str, distance: int, wanted, run: 
                     found.setdefault(t.cell_id, []).append(culprit)
     else:
         culprit = Culprit(point=answer["point"], subject=answer.get("label", ""), by="time",
-                          words="; ".join(f"{x['cell_id']} throughput {x['effect_pct']:+.1f}%" for x in answer["cells"]))
+                          words="; ".join(f"{x[col.cell_id]} throughput {x[col.effect_pct]:+.1f}%" for x in answer["cells"]))
         for t in wanted:
             found.setdefault(t.cell_id, []).append(culprit)
     return found
@@ -252,12 +252,12 @@ def _record(reports: Path, run: Path, wanted: list[Target], found: dict[str, lis
 
     open_ = [replace(a, culprits=tuple(found[a.change.cell_id])) if a.since == night and a.change.cell_id in found
              else a for a in baselines.read_open(reports)]
-    named = [{"cell_id": t.cell_id, "what": t.what, "alarmed": t.alarmed,
+    named = [{col.cell_id: t.cell_id, "what": t.what, "alarmed": t.alarmed,
               "culprits": [c.to_record() for c in found[t.cell_id]]} for t in wanted if t.cell_id in found]
     files = {baselines.alarms_path(reports): baselines.alarms_bytes(reports, open_, []),
              run / CULPRITS_FILE: (json.dumps({"version": 1, "night": night, "named": named}, indent=2) + "\n").encode()}
     lines = ["", f"### Culprits of {esc_md(night)} (bisected between the baseline's commit and tonight's)", ""]
-    lines += [f"- {esc_md(t['cell_id'])} ({esc_md(t['what'])}): {esc_md(_culprit_words(c))}" for t in named
+    lines += [f"- {esc_md(t[col.cell_id])} ({esc_md(t['what'])}): {esc_md(_culprit_words(c))}" for t in named
               for c in t["culprits"]] + [""]
     for summary in summaries:
         if summary.parent.is_dir():
