@@ -138,8 +138,9 @@ def bisect(out: Path, repo: Path, shas: list[str], by: str, neighbour: bool) -> 
 def nightly(out: Path, repo: Path, shas: list[str]) -> list[dict]:
     reports = out / "nightly-reports"
     shutil.rmtree(reports, ignore_errors=True)
-    # a gate on host syncs: the night fails on the counted sync whatever its timing says (issue 56)
-    matrix = tiny(out, "nightly", extra='\n[judge.work_gates]\nhost_syncs = "no-rise"\n')
+    # gates on host syncs and operator calls: each broken one fails the night on its count, whatever the timing says,
+    # and alarms on its own (its counter's items recorded, ended by them)
+    matrix = tiny(out, "nightly", extra='\n[judge.work_gates]\nhost_syncs = "no-rise"\nop_calls = "no-rise"\n')
     results = []
     for night, index in (("night0", 0), ("night1", 31), ("night2", 32)):
         git(repo, "checkout", "-q", shas[index])
@@ -166,14 +167,14 @@ def nightly(out: Path, repo: Path, shas: list[str]) -> list[dict]:
             result["as_expected"] = proc.returncode == 1 and any(
                 f"first bad commit {shas[19][:12]}" in line and line.endswith(SYNC_LINE) for line in news) and any(
                 f"first bad commit {shas[25][:12]}" in line and line.endswith(MM_LINE) for line in news)
-        else:  # the sync reverted: its gate holds again; an alarm the timing opened stays open on the matmuls
-            said = [line for line in lines if "partly undone" in line]
+        else:  # the sync reverted: its gate's alarm ends gone by work, the matmuls' stays open by work
             alarms = json.loads((reports / "alarms.json").read_text())
-            result |= {"said": said, "open_alarms": len(alarms["open"]),
-                       "gate_broken": any(line.startswith("WORK GATE BROKEN") for line in proc.stdout.splitlines())
-                       or any("work gate" in line and "broken" in line for line in lines)}
-            result["as_expected"] = not result["gate_broken"] and (not alarms["open"] or (bool(said) and all(
-                "optimizer -1 host sync" in s and "the rest stays (forward +16 aten::mm" in s for s in said)))
+            gone = [ln for ln in lines if ln.startswith("GONE: ") and "host_syncs" in ln and "gone: its work change was "
+                    "undone (optimizer -1 host sync per step" in ln]
+            kept = [ln for ln in lines if ln.startswith("OPEN: ") and "op_calls" in ln and "its work change stays "
+                    "(forward +16 aten::mm per step" in ln]
+            result |= {"gone": gone, "kept": kept, "open": [a["change"]["metric"] for a in alarms["open"]]}
+            result["as_expected"] = bool(gone) and bool(kept) and result["open"] == ["gate:op_calls"]
         results.append(result)
     git(repo, "checkout", "-q", shas[-1])
     return results

@@ -167,3 +167,37 @@ def test_work_partly_undone_stays_open_on_what_stays():
                              "per step, exact)"), a.text()
     reading = night(verdict("unchanged", 0.5, 1, drill=0.0), state, work=diff(BASE | {MM: 56.0})).readings[0]
     assert reading.outcome == OPEN and "the rest stays" in reading.text()  # timing alone never ends it
+
+
+def test_a_broken_gate_alarms_on_its_counter_and_ends_gone_when_its_count_is_back():
+    """Issue 70's c32 then c33 with two gates: the sync gate's alarm ends gone by work when the sync is reverted, the
+    matmul gate's stays open by work."""
+    from harness.analysis.judge.work_diff import GateCheck
+
+    def checks(*broken: str) -> dict:
+        return {CELL: [GateCheck(label=f'work gate {c} = "no-rise"', broken=c in broken, words="", counter=c)
+                       for c in ("host_syncs", "ops")]}
+
+    quiet = verdict("inconclusive", -4.0, 9.0, drill=0.0)
+    first = judge_night([quiet], [], [], night="night1", when="2026-12-01T03:00:00+00:00",
+                        work={CELL: diff(BASE | {MM: 56.0, SYNC: 1.0})}, gates=checks("host_syncs", "ops"), run="/r1")
+    assert sorted((a.status, a.change.text()) for a in first.alarms) == [
+        (NEW, 'work gate host_syncs = "no-rise" broken (+1 per step)'),
+        (NEW, 'work gate ops = "no-rise" broken (+16 per step)')]
+    recorded = {a.change.gate: [i.item for i in a.work.items] for a in first.open}
+    assert recorded == {'work gate host_syncs = "no-rise"': [SYNC], 'work gate ops = "no-rise"': [MM]}
+    second = judge_night([quiet], list(first.open), [], night="night2", when="2026-12-02T03:00:00+00:00",
+                         work={CELL: diff(BASE | {MM: 56.0})}, gates=checks("ops"))
+    (kept,) = second.alarms
+    assert (kept.status, kept.change.gate, kept.work_tonight) == (OPEN, 'work gate ops = "no-rise"', STAYS)
+    (ended,) = second.readings
+    assert (ended.outcome, ended.cause, ended.alarm.change.gate) == (GONE, BY_WORK, 'work gate host_syncs = "no-rise"')
+    assert ended.text().endswith("gone: its work change was undone (optimizer -1 host sync per step "
+                                 "(aten::_local_scalar_dense) back to the baseline's)"), ended.text()
+    # a night whose counts cannot tell keeps a gate alarm open: timing never ends it
+    third = judge_night([verdict("unchanged", 0.2, 1.0, drill=0.0)], list(second.open), [], night="night3",
+                        when="2026-12-03T03:00:00+00:00")
+    assert [r.outcome for r in third.readings] == [OPEN] and "its counts cannot tell tonight" in third.readings[0].text()
+    record = baselines.as_record(second.open[0])
+    assert record["change"]["gate"] == 'work gate ops = "no-rise"'
+    assert baselines.from_record(alarms.OpenAlarm, json.loads(json.dumps(record))) == second.open[0]

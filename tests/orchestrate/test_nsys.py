@@ -20,6 +20,8 @@ needs_nsys = pytest.mark.skipif(shutil.which("nsys") is None,
                                        "apt can (contrib/non-free)")
 
 STEPS, ACCUM = 3, 2
+AGENT_LOST = "Connection to the Agent lost"
+"""Nsight Systems' own words when its session with the profiled process broke (nsys's failure, not the cell's)."""
 # The names as a timeline shows them, written out: Nsight filters and docs/profiling.md rely on them, so a
 # renamed range must fail here (harness/cell/instruments/timing.py holds them).
 CELL, WARMUP, MEASURE, STEP = "cell", "warmup", "measure", "step"
@@ -36,8 +38,13 @@ def profiled(tmp_path_factory):
     matrix = root / "tiny.toml"
     matrix.write_text(TINY.format(axes=textwrap.dedent(f'backend = ["synthetic"]\ngrad_accum = [{ACCUM}]'),
                                   repeats=1, timeout=300, cache=root / "cache", nvtx="false", device="cpu"))
-    out = root / "run"
-    proc = nvbench("profile", str(matrix), "--tool", "nsys", "--steps", str(STEPS), "--out", str(out))
+    for attempt in range(3):
+        out = root / f"run{attempt}"
+        proc = nvbench("profile", str(matrix), "--tool", "nsys", "--steps", str(STEPS), "--out", str(out))
+        # Nsight's own session, not the cell: beside another job on a 2-core runner its agent's connection was lost
+        # once (the profiled process ran to its end, nsys wrote no report); a fresh session is the same test again
+        if proc.returncode == 0 or AGENT_LOST not in proc.stderr:
+            break
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (cell,) = expand(load_matrix(matrix))
     return out / "profile", job_key(cell.cell_id, 0), proc

@@ -84,9 +84,19 @@ def test_a_stopped_run_leaves_no_process_and_resumes(tiny_matrix, tmp_path, docu
 
 @pytest.mark.documented("nvbench history reports/history", bound_s=120)
 def test_a_stopped_history_leaves_no_process_and_runs_again(shared_cpu_run, tmp_path, documented_run, tagged):
+    import json
+    import shutil
+
     history = tmp_path / "history"
     history.mkdir()
     (history / "night1").symlink_to(shared_cpu_run)
+    # forty nights more, copies of it: enough reading that the stop meets the command at work whatever the
+    # machine (one night beside a busy loop, all of it busy, was read before the test saw its handlers)
+    for k in range(2, 42):
+        night = shutil.copytree(shared_cpu_run, history / f"night{k}")
+        manifest = json.loads((night / "manifest.json").read_text())
+        manifest |= {"run_id": f"night{k}", "created_at": f"2026-02-{k % 28 + 1:02d}T{k % 24:02d}:00:00+00:00"}
+        (night / "manifest.json").write_text(json.dumps(manifest))
     sig, moment = kill_plan("nvbench history")
     proc, tag = tagged([sys.executable, "-m", "harness", "history", str(history)])
     wait_for("nvbench history's stop handlers", lambda: catches(proc.pid, sig), timeout_s=60, proc=proc)

@@ -88,7 +88,7 @@ def test_report_history_and_dashboard_on_a_full_disk_say_it_in_one_line_and_writ
         proc = nvbench(*args)
         assert proc.returncode == 1, proc.stdout + proc.stderr
         line = _one_error_line(proc.stderr)
-        assert f": no space left on device: writing " in line and " needed " in line and " bytes free" in line, line
+        assert ": no space left on device: writing " in line and " needed " in line and " bytes free" in line, line
         assert line.endswith("; once there is room: nvbench " + " ".join(args)), line
         written = [p.name for p in folder.rglob("*") if p.is_file()] if folder.exists() else []
         assert not [name for name in written if name.startswith(".")], written  # no temporary file left

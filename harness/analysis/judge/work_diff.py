@@ -235,6 +235,8 @@ class GateCheck:
     label: str
     broken: bool
     words: str
+    counter: str = ""
+    """The gate's counter (work.parquet's `counter`): what a gate alarm records and ends on."""
 
 
 def _no_rise(diff: WorkDiff, counter: str) -> tuple[list[str], list[str]]:
@@ -267,13 +269,15 @@ def check_gates(diff: WorkDiff, gates: Sequence[Any]) -> list[GateCheck]:
     out = []
     for gate in gates:
         if diff.b.processes == 0 or (gate.rule == NO_RISE and not diff.counted):
-            out.append(GateCheck(label=gate.label, broken=False, words=f"{gate.label}: cannot tell (no work counted)"))
+            out.append(GateCheck(label=gate.label, broken=False, words=f"{gate.label}: cannot tell (no work counted)",
+                                 counter=gate.counter))
             continue
         broken, unsure = (_no_rise if gate.rule == NO_RISE else _none)(diff, gate.counter)
         if broken:
-            out.append(GateCheck(label=gate.label, broken=True, words=f"{gate.label} broken: {'; '.join(broken)}"))
+            out.append(GateCheck(label=gate.label, broken=True, words=f"{gate.label} broken: {'; '.join(broken)}",
+                                 counter=gate.counter))
         elif unsure:
             out.append(GateCheck(label=gate.label, broken=False,
-                                 words=f"{gate.label}: cannot tell (varying: {'; '.join(unsure)})"))
+                                 words=f"{gate.label}: cannot tell (varying: {'; '.join(unsure)})", counter=gate.counter))
     return out
 

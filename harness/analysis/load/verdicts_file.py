@@ -54,11 +54,12 @@ def compared_runs(path: Path) -> tuple[str | None, str | None]:
     return base or None, cand or None
 
 
-def read_thresholds(path: Path) -> dict[str, Any]:
-    """The scalar settings of the comparison a verdicts.parquet holds (its level, floor, repeats, seed ...)."""
+def read_thresholds(path: Path, *, nested: bool = False) -> dict[str, Any]:
+    """The settings of the comparison a verdicts.parquet holds: its scalars (level, floor, repeats, seed ...), and
+    with `nested` its lists too (work_gates, floor_overrides) as the JSON holds them."""
     meta = pq.read_schema(path).metadata or {}
     raw = json.loads(meta.get(b"nvbench.thresholds", b"{}"))
-    return {k: v for k, v in raw.items() if isinstance(v, (int, float, bool, str)) or v is None}
+    return {k: v for k, v in raw.items() if nested or isinstance(v, (int, float, bool, str)) or v is None}
 
 
 def read_verdicts(path: Path) -> list[CellVerdict]:

@@ -5,7 +5,7 @@ or otherwise. Counts are exact, so this answer needs no repeats and no quiet mac
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -92,14 +92,16 @@ class Culprit:
         return cls(**{k: str(record[k]) for k in ("point", "subject", "by", "words")})
 
 
-def at_open(diff: WorkDiff | None) -> AlarmWork:
-    """The work an alarm records the night it opens, from that night's diff of the cell against the baseline."""
+def at_open(diff: WorkDiff | None, counter: str | None = None) -> AlarmWork:
+    """The work an alarm records the night it opens, from that night's diff of the cell against the baseline (a
+    gate alarm's: the items of its `counter` only)."""
     if diff is None or not diff.counted:
         return AlarmWork(state=NOT_COUNTED)
-    if not diff.changed:
+    changed = [c for c in diff.changed if counter is None or c.counter == counter]
+    if not changed:
         return AlarmWork(state=SAME)
     return AlarmWork(state=CHANGED, items=tuple(WorkItem(phase=c.phase, counter=c.counter, key=c.key, baseline=c.a,
-                                                         alarmed=c.b) for c in diff.changed))
+                                                         alarmed=c.b) for c in changed))
 
 
 def work_tonight(recorded: AlarmWork | None, diff: WorkDiff | None) -> str | None:
@@ -141,7 +143,3 @@ def tonight_text(recorded: AlarmWork, state: str | None, diff: WorkDiff | None =
     if state == OTHER:
         return "its work changed otherwise (not back to the baseline's, not as recorded)"
     return ""
-
-
-def by_cell(diffs: Mapping[str, WorkDiff] | Sequence[WorkDiff]) -> Mapping[str, WorkDiff]:
-    return diffs if isinstance(diffs, Mapping) else {d.cell_id: d for d in diffs}

@@ -28,7 +28,6 @@ from harness.catalogue.judged import BY_NAME
 from harness.analysis.judge.verdict import (
     ACCURACY_BELOW, IMPROVEMENT, REGRESSION, THROUGHPUT, UNCHANGED, CellVerdict)
 from harness.matrix.sections import AXES
-from harness.catalogue import col
 
 NEW, WORSE, OPEN, ACKNOWLEDGED = "new", "worse", "open", "acknowledged"
 """A regression's status tonight: new and worse fail the night, open and acknowledged do not."""
@@ -42,6 +41,8 @@ EVENTS = (OPENED, WORSE, ACKNOWLEDGED, GONE, FIXED)
 """The steps of an alarm's history (Event.kind), each recorded with its night."""
 NO_VERDICT = "no verdict"
 """Tonight's word for the cell of an open alarm that tonight's report does not judge."""
+NOT_COUNTED_TONIGHT = "its counts cannot tell tonight"
+"""A gate alarm's reading where tonight's counts neither are back nor stay (timing never ends a gate alarm)."""
 BY_WORK, BY_TIME = "work", "time"
 """What ended a gone alarm (Event.cause, Reading.cause): its counted work back to the baseline's, or tonight's repeats
 faster than the alarm night's own."""
@@ -66,12 +67,17 @@ class MetricChange:
     axes: tuple[tuple[str, Any], ...] = ()
     fire_drill_pct: float = 0.0
     """The night's fire drill: a drilled change and a real one are never the same change."""
+    gate: str = ""
+    """A gate alarm's gate (`work gate host_syncs = "no-rise"`; its metric is `gate:<counter>`, its effect the
+    counter's rise per step, exact); empty for a timed change."""
 
     @property
     def unit(self) -> str:
         return "pt" if self.metric == "top1" else "%"
 
     def text(self) -> str:
+        if self.gate:
+            return f"{self.gate} broken ({self.effect:+g} per step)"
         unit = "%" if self.unit == "%" else " pt"
         return f"{self.metric} {self.effect:+.1f}{unit} [{self.low:+.1f}, {self.high:+.1f}]"
 
@@ -146,7 +152,7 @@ class Alarm:
         return self.status in FAILING
 
     def text(self) -> str:
-        words = {NEW: "new regression", WORSE: f"worse than when it opened ({self.reference.text()})",
+        words = {NEW: "new regression" if not self.change.gate else "new", WORSE: f"worse than when it opened ({self.reference.text()})",
                  OPEN: f"open since {self.since}, {self.nights} nights",
                  ACKNOWLEDGED: f"acknowledged ({self.ack.reason if self.ack else ''}), open since {self.since}, "
                                f"{self.nights} nights"}[self.status]
@@ -207,8 +213,22 @@ def _plain(c: MetricChange) -> str:
 
 
 def is_worse(tonight: MetricChange, reference: MetricChange) -> bool:
-    """Tonight's whole interval below the reference's, and its change beyond the floor further down."""
-    return tonight.high < reference.low and reference.effect - tonight.effect > tonight.floor
+    """Tonight's whole interval below the reference's, and its change beyond the floor further down (a gate alarm:
+    never; it stays open while its gate is broken, whatever the count)."""
+    return not tonight.gate and tonight.high < reference.low and reference.effect - tonight.effect > tonight.floor
+
+
+def gate_changes(v: CellVerdict, checks: Sequence[Any], diff: WorkDiff | None) -> list[MetricChange]:
+    """A MetricChange per broken gate of a cell (work_diff.GateCheck): the gate's counter's rise per step."""
+    axes = tuple((a, getattr(v, a)) for a in AXES if getattr(v, a) is not None)
+    out = []
+    for check in checks:
+        if not check.broken:
+            continue
+        rise = sum(c.change for c in (diff.changed if diff is not None else ()) if c.counter == check.counter)
+        out.append(MetricChange(cell_id=v.cell_id, metric=f"gate:{check.counter}", effect=rise, low=rise, high=rise,
+                                floor=0.0, axes=axes, fire_drill_pct=v.fire_drill_pct, gate=check.label))
+    return out
 
 
 def _key(c: MetricChange) -> tuple[str, str]:
@@ -242,8 +262,8 @@ class Reading:
     def why_open(self) -> str:
         if self.work_tonight in (STAYS, PARTLY):
             return self.work_words
-        if self.verdict == NO_VERDICT:
-            return "the cell has no verdict tonight"
+        if self.verdict in (NO_VERDICT, NOT_COUNTED_TONIGHT):
+            return "the cell has no verdict tonight" if self.verdict == NO_VERDICT else self.verdict
         if self.verdict == BUSY:
             return "the machine was busy tonight: no evidence either way"
         if self.tonight is None:
@@ -291,6 +311,9 @@ def ending(alarm: OpenAlarm, v: CellVerdict | None, diff: WorkDiff | None = None
         outcome, cause = (GONE, BY_WORK) if state == BACK else (OPEN, "")
         return Reading(alarm=alarm, verdict=v.verdict, tonight=tonight, outcome=outcome, cause=cause,
                        work_tonight=state, work_words=words, since_opening=opening)
+    if alarm.change.gate:  # a gate alarm ends by its counts alone
+        return Reading(alarm=alarm, verdict=NOT_COUNTED_TONIGHT, tonight=None, outcome=OPEN, work_tonight=state,
+                       work_words=words)
     if v.busy and alarm.change.metric != "top1":  # the machine's load decided tonight's windows: no evidence
         return Reading(alarm=alarm, verdict=BUSY, tonight=None, outcome=OPEN, work_tonight=state, work_words=words)
     cause = ""
@@ -374,27 +397,30 @@ class NightAlarms:
 
 def judge_night(verdicts: Sequence[CellVerdict], open_alarms: Sequence[OpenAlarm], acks: Sequence[Ack], *,
                 night: str, when: str, work: Mapping[str, WorkDiff] | None = None,
-                since_opening: Mapping[tuple[str, str], CellVerdict] | None = None, run: str = "") -> NightAlarms:
+                since_opening: Mapping[tuple[str, str], CellVerdict] | None = None, run: str = "",
+                gates: Mapping[str, Sequence[Any]] | None = None) -> NightAlarms:
     """Tonight's alarms (one per regression), what tonight read for every other open alarm (ending it or not),
     the alarms open after tonight and tonight's history. `night`: tonight's run id; `when`: its ISO date-time
     (acknowledgements expire by its date); `run`: tonight's run folder (a new alarm's, for later nights' direct
     comparisons); `work`: each cell's counted work against the baseline tonight (work_diff); `since_opening`:
-    (cell, the alarm's night) -> tonight's verdict against that night's repeats."""
-    work, since_opening = work or {}, since_opening or {}
+    (cell, the alarm's night) -> tonight's verdict against that night's repeats; `gates`: each cell's work gate
+    checks tonight (work_diff.GateCheck): a broken one alarms as a change of its own (gate_changes), recording its
+    counter's changed items, and ends gone when they are back to the baseline's."""
+    work, since_opening, gates = work or {}, since_opening or {}, gates or {}
     before = {_key(a.change): a for a in open_alarms}
     held: dict[tuple[str, str], list[Ack]] = {}
     for ack in acks:  # newest first (baselines.add_acks): the first that applies is used
         if ack.holds_on(when):
             held.setdefault(_key(ack.change), []).append(ack)
     alarms, after, events = [], {}, []
-    for v in verdicts:
-        change = change_of(v)
-        if change is None:
-            continue
+    changes = [(v, c) for v in verdicts for c in [change_of(v)] if c is not None]
+    changes += [(v, c) for v in verdicts for c in gate_changes(v, gates.get(v.cell_id, ()), work.get(v.cell_id))]
+    for v, change in changes:
         previous = before.get(_key(change))
         opening = since_opening.get((v.cell_id, previous.since)) if previous is not None else None
-        alarm, state, steps = _one(change, previous, held.get(_key(change), []), night,
-                                   work=alarm_work.at_open(work.get(v.cell_id)), run=run)
+        recorded = alarm_work.at_open(work.get(v.cell_id), counter=change.metric.removeprefix("gate:")
+                                      if change.gate else None)
+        alarm, state, steps = _one(change, previous, held.get(_key(change), []), night, work=recorded, run=run)
         if alarm.status not in (NEW, WORSE) and previous is not None:
             state_ = alarm_work.work_tonight(previous.work, work.get(v.cell_id))
             alarm = replace(alarm, work=previous.work, work_tonight=state_,

@@ -310,7 +310,8 @@ def as_record(obj: Any) -> dict[str, Any]:
 
 def _change_record(c: MetricChange) -> dict[str, Any]:
     return {col.cell_id: c.cell_id, "metric": c.metric, "effect": c.effect, "low": c.low, "high": c.high,
-            "floor": c.floor, "axes": dict(c.axes), col.fire_drill_pct: c.fire_drill_pct}
+            "floor": c.floor, "axes": dict(c.axes), col.fire_drill_pct: c.fire_drill_pct} | (
+        {"gate": c.gate} if c.gate else {})
 
 
 def from_record(cls: type, record: Mapping[str, Any]) -> Any:

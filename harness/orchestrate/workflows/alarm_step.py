@@ -28,6 +28,18 @@ def tonight_work(verdicts, base: str | None, cand: str | None) -> dict:
     return diff_tables([v.cell_id for v in verdicts], read_work_table(Path(base)), read_work_table(Path(cand)))
 
 
+def gate_checks(verdicts_path: Path, work: dict) -> dict:
+    """Each cell's work gate checks tonight (the matrix's [judge.work_gates], as the report recorded its settings),
+    on its work diff against the baseline: a broken one alarms."""
+    from harness.analysis.judge.work_diff import check_gates
+    from harness.analysis.load import verdicts_file
+    from harness.matrix.judge import WorkGate
+
+    gates = [WorkGate(counter=g["counter"], rule=g["rule"])
+             for g in verdicts_file.read_thresholds(verdicts_path, nested=True).get("work_gates") or ()]
+    return {cid: check_gates(diff, gates) for cid, diff in work.items()} if gates else {}
+
+
 def against_opening(verdicts_path: Path, cand: str | None, open_before, cells: set[str]) -> dict:
     """(cell, the alarm's night) -> tonight's verdict against the repeats of the night each open alarm opened (its
     run folder), at tonight's report's level: the direct comparison a timing-only alarm ends on. Alarms without a
@@ -80,10 +92,11 @@ def alarm_step(argv: list[str]) -> int:
         verdicts = verdicts_file.read_verdicts(report / "verdicts.parquet")
         open_before = baselines.read_open(reports)
         base, cand = verdicts_file.compared_runs(report / "verdicts.parquet")
+        work = tonight_work(verdicts, base, cand)
         judged = alarms.judge_night(verdicts, open_before, baselines.read_acks(reports), night=args.night,
                                     when=datetime.now(UTC).isoformat(timespec="seconds"),
-                                    run=str(Path(cand).resolve()) if cand else "",
-                                    work=tonight_work(verdicts, base, cand),
+                                    run=str(Path(cand).resolve()) if cand else "", work=work,
+                                    gates=gate_checks(report / "verdicts.parquet", work),
                                     since_opening=against_opening(report / "verdicts.parquet", cand, open_before,
                                                                   {v.cell_id for v in verdicts}))
         section = alarm_formats.summary_section(judged, args.night).encode()
