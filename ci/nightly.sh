@@ -252,14 +252,14 @@ if [ -f "$LAST_REPORT/verdicts.parquet" ] && { [ "$report_rc" -le 1 ] || [ "$rep
   esac
 fi
 
-# The commit that did it (NVBENCH_BISECT, default work): an alarm opened tonight whose cell's counted work changed, or
-# a cell whose work gate broke, is bisected by work between the baseline's commit and tonight's, one counted process a cell a commit, within
+# The commit that did it (NVBENCH_BISECT, default work): an alarm opened tonight whose cell's counted work changed (a
+# broken work gate's alarm among them) is bisected by work between the baseline's commit and tonight's, one counted process a cell a commit, within
 # NVBENCH_BISECT_BUDGET_S (its estimate said first); auto also bisects the others by timed A/Bs. The culprit joins
 # the alarm's record, summary.md and the night's last lines; the night's exit status is not changed by it.
-if [ "$BISECT" != off ] && { [ "$report_rc" -eq 1 ] || [ "$gate_rc" -eq 1 ]; } && [ -e "$BASELINE" ]; then
+if [ "$BISECT" != off ] && [ "$report_rc" -eq 1 ] && [ -e "$BASELINE" ]; then
   child python -m harness.orchestrate.workflows.nightly culprits --reports "$REPORTS" --night "$RUN_ID" --run "$RUN" \
     --baseline "$BASELINE" --matrix "$MATRIX" --repo "$ROOT" --mode "$BISECT" --budget-s "$BISECT_BUDGET_S" \
-    --gates "$RUN/report" --summary "$LAST_REPORT/summary.md" ${GITHUB_STEP_SUMMARY:+--summary "$GITHUB_STEP_SUMMARY"}
+    --summary "$LAST_REPORT/summary.md" ${GITHUB_STEP_SUMMARY:+--summary "$GITHUB_STEP_SUMMARY"}
   culprit_rc=$?
   case "$culprit_rc" in
     0) ;;

@@ -119,27 +119,23 @@ def test_an_alarm_without_a_work_change_waits_for_auto_and_the_filters_name_its_
     assert only_flags([alarm]) == ["--only=backend=synthetic", "--only=precision=fp32"]
 
 
-def test_a_broken_gate_is_bisected_too_and_named_without_an_alarm(tmp_path, capsys):
-    import dataclasses
-
-    from harness.analysis.judge.run import RunData
-    from harness.analysis.judge.verdict import Comparison, Thresholds
-    from harness.analysis.load import verdicts_file
+def test_each_alarm_of_a_cell_gets_its_own_culprit_line(tmp_path):
+    """A cell with a timing alarm and a gate alarm opened the same night: one culprit line each, never one per cell
+    twice."""
+    from harness.analysis.judge.work_diff import GateCheck
 
     shas = _repo(tmp_path / "repo", 2)
     reports, base, head = _nights(tmp_path, shas[0], shas[1])
-    baselines.write_open(reports, [], [])  # no alarm: the timing did not confirm one
-    gate = 'work gate host_syncs = "no-rise" broken: optimizer +1 host sync per step (aten::_local_scalar_dense)'
-    v = dataclasses.replace(verdict(-1.0), verdict="inconclusive", work_gate=gate)
-    run = RunData(path=str(head), run_id="night02", created_at="", environment={}, rows=())
-    table = verdicts_file.verdict_table(Comparison(mode="baseline", candidate=run, baseline_label="b", verdicts=(v,),
-                                                   baseline_environment=None,
-                                                   thresholds=Thresholds()))
-    (head / "gates").mkdir()
-    store.write_table(head / "gates" / "verdicts.parquet", table)
-    assert _step(reports, base, head, tmp_path / "repo", "--gates", str(head / "gates")) == 0
-    (line,) = culprit_lines(head)
-    assert line == f"NEW: {CELL} {gate}: first bad commit {shas[1][:12]} commit 2: {gate} (the range is this one commit)"
+    gate = GateCheck(label='work gate op_calls = "no-rise"', broken=True, words="", counter="ops")
+    judged = judge_night([verdict(-20.0)], [], [], night="night02", when="2026-01-02T03:00:00+00:00", run=str(head),
+                         work={CELL: diff(56.0)}, gates={CELL: [gate]})
+    baselines.write_open(reports, judged.open, judged.events)
+    assert _step(reports, base, head, tmp_path / "repo") == 0
+    lines = culprit_lines(head)
+    assert [line.split(": first bad commit")[0] for line in lines] == [
+        f"NEW: {CELL} throughput -20.0% [-22.0, -18.0]", f'NEW: {CELL} work gate op_calls = "no-rise" broken (+16 per step)']
+    assert all(f"first bad commit {shas[1][:12]} commit 2: " in line for line in lines)
+    assert all(len(a.culprits) == 1 for a in baselines.read_open(reports))
 
 
 def test_baseline_show_names_an_alarms_work_and_its_culprit(tmp_path):

@@ -66,20 +66,13 @@ class Target:
     what: str
     """The alarm's change (`throughput -20.0% [...]`) or the broken gate, in words."""
     work: Any = None
-    """The alarm's AlarmWork (None for a gate: its cell's work changed by definition)."""
-    alarmed: bool = True
+    """The alarm's AlarmWork: a culprit is its alarm's where their items meet."""
 
 
-def targets(alarms, gate_verdicts, mode: str) -> list[Target]:
-    """The alarms (opened tonight) whose work changed, all of them under auto, then the broken gates' cells."""
-    from harness.matrix.sections import AXES
-
-    out = [Target(cell_id=a.change.cell_id, axes=a.change.axes, what=a.change.text(), work=a.work) for a in alarms
-           if mode == "auto" or (a.work is not None and a.work.state == "changed")]
-    seen = {t.cell_id for t in out}
-    out += [Target(cell_id=v.cell_id, axes=tuple((x, getattr(v, x)) for x in AXES if getattr(v, x) is not None),
-                   what=f"{v.work_gate}", alarmed=False) for v in gate_verdicts if v.cell_id not in seen]
-    return out
+def targets(alarms, mode: str) -> list[Target]:
+    """The alarms opened tonight whose work changed (a broken gate's alarm among them), all of them under auto."""
+    return [Target(cell_id=a.change.cell_id, axes=a.change.axes, what=a.change.text(), work=a.work) for a in alarms
+            if mode == "auto" or (a.work is not None and a.work.state == "changed")]
 
 
 def only_flags(wanted) -> list[str]:
@@ -94,7 +87,6 @@ def only_flags(wanted) -> list[str]:
 
 def culprit_step(argv: list[str]) -> int:
     from harness.analysis.nights import baselines
-    from harness.analysis.load import verdicts_file
     from harness.analysis.load.runs import RunInputError
     from harness.results.store import UnreadableFile
 
@@ -105,7 +97,6 @@ def culprit_step(argv: list[str]) -> int:
     p.add_argument("--baseline", required=True, help="the baseline (run folder or pointer)")
     p.add_argument("--matrix", required=True)
     p.add_argument("--repo", required=True, help="the git repository of the nights' commits")
-    p.add_argument("--gates", help="the report whose broken work gates are bisected too (RUN/report)")
     p.add_argument("--mode", choices=MODES, default="work")
     p.add_argument("--budget-s", type=float, default=DEFAULT_BUDGET_S)
     p.add_argument("--summary", action="append", default=[])
@@ -113,9 +104,7 @@ def culprit_step(argv: list[str]) -> int:
     reports, run, say = Path(args.reports), Path(args.run), (lambda line: print(f"nightly: {line}", file=sys.stderr))
     try:
         tonight = [a for a in baselines.read_open(reports) if a.since == args.night]
-        gates = [v for v in verdicts_file.read_verdicts(Path(args.gates) / "verdicts.parquet") if v.work_gate] \
-            if args.gates and (Path(args.gates) / "verdicts.parquet").is_file() else []
-        wanted = targets(tonight, gates, args.mode)
+        wanted = targets(tonight, args.mode)
         if args.mode == "off" or not wanted:
             return EXIT_OK
         base, head = _commit(Path(args.baseline)), _commit(run)
@@ -138,7 +127,7 @@ def culprit_step(argv: list[str]) -> int:
         say(f"no bisect: tonight runs the baseline's commit {head[:12]} (the change is not in the code)")
         return EXIT_OK
     if distance == 1:
-        found = {t.cell_id: [_direct(repo, head, t)] for t in wanted}
+        found = {_key(t): [_direct(repo, head, t)] for t in wanted}
     else:
         found = _bisect(args, repo, base, head, distance, wanted, run, say)
     if not found:
@@ -148,7 +137,7 @@ def culprit_step(argv: list[str]) -> int:
     except CannotWrite as exc:
         say(f"the culprits could not be recorded: {exc.line()}")
         return EXIT_OK
-    say(f"named {sum(map(len, found.values()))} culprit(s) for {len(found)} cell(s): the night's last lines")
+    say(f"named {sum(map(len, found.values()))} culprit(s) for {len(found)} alarm(s): the night's last lines")
     return EXIT_OK
 
 
@@ -175,7 +164,7 @@ def _direct(repo: Path, head: str, target: Target):
 def _bisect(args, repo: Path, base: str, head: str, distance: int, wanted, run: Path, say) -> dict[str, list]:
     from harness.analysis.nights.alarm_work import Culprit
 
-    cells = len({t.cell_id for t in wanted})
+    cells = len({t.cell_id for t in wanted})  # a cell's alarms share its counted processes
     per = _process_s(run)
     probes = 2 + 2 * math.ceil(math.log2(distance))
     need = probes * cells * per
@@ -208,19 +197,26 @@ def _bisect(args, repo: Path, base: str, head: str, distance: int, wanted, run: 
         why = (answer or {}).get("text") or (err.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
         say(f"the bisect named no commit: {why}")
         return {}
-    found: dict[str, list] = {}
+    found: dict[tuple[str, str], list] = {}
     if answer.get("by") == "work":
         for c in answer["culprits"]:
+            items = {(i["phase"], i["counter"], i["key"]) for i in c["items"]}
             culprit = Culprit(point=c["point"], subject=c["label"], by="work", words=_words(c))
-            for t in wanted:
-                if t.cell_id in c["cells"]:
-                    found.setdefault(t.cell_id, []).append(culprit)
+            for t in wanted:  # an alarm's culprit is the commit of one of its own items
+                mine = {i.item for i in t.work.items} if t.work is not None and t.work.state == "changed" else items
+                if t.cell_id in c["cells"] and items & mine:
+                    found.setdefault(_key(t), []).append(culprit)
     else:
         culprit = Culprit(point=answer["point"], subject=answer.get("label", ""), by="time",
                           words="; ".join(f"{x[col.cell_id]} throughput {x[col.effect_pct]:+.1f}%" for x in answer["cells"]))
         for t in wanted:
-            found.setdefault(t.cell_id, []).append(culprit)
+            found.setdefault(_key(t), []).append(culprit)
     return found
+
+
+def _key(t: Target) -> tuple[str, str]:
+    """(cell, the alarm's change in words): a cell may hold several alarms tonight (its timing's, each gate's)."""
+    return t.cell_id, t.what
 
 
 def _words(culprit: dict[str, Any]) -> str:
@@ -250,10 +246,11 @@ def _record(reports: Path, run: Path, wanted: list[Target], found: dict[str, lis
     from harness.analysis.pages.wording import esc_md
     from harness.results import store
 
-    open_ = [replace(a, culprits=tuple(found[a.change.cell_id])) if a.since == night and a.change.cell_id in found
-             else a for a in baselines.read_open(reports)]
-    named = [{col.cell_id: t.cell_id, "what": t.what, "alarmed": t.alarmed,
-              "culprits": [c.to_record() for c in found[t.cell_id]]} for t in wanted if t.cell_id in found]
+    open_ = [replace(a, culprits=tuple(found[(a.change.cell_id, a.change.text())]))
+             if a.since == night and (a.change.cell_id, a.change.text()) in found else a
+             for a in baselines.read_open(reports)]
+    named = [{col.cell_id: t.cell_id, "what": t.what, "culprits": [c.to_record() for c in found[_key(t)]]}
+             for t in wanted if _key(t) in found]
     files = {baselines.alarms_path(reports): baselines.alarms_bytes(reports, open_, []),
              run / CULPRITS_FILE: (json.dumps({"version": 1, "night": night, "named": named}, indent=2) + "\n").encode()}
     lines = ["", f"### Culprits of {esc_md(night)} (bisected between the baseline's commit and tonight's)", ""]
