@@ -256,7 +256,7 @@ fi
 # broken work gate's alarm among them) is bisected by work between the baseline's commit and tonight's, one counted process a cell a commit, within
 # NVBENCH_BISECT_BUDGET_S (its estimate said first); auto also bisects the others by timed A/Bs. The culprit joins
 # the alarm's record, summary.md and the night's last lines; the night's exit status is not changed by it.
-if [ "$BISECT" != off ] && [ "$report_rc" -eq 1 ] && [ -e "$BASELINE" ]; then
+if [ "$BISECT" != off ] && { [ "$report_rc" -eq 1 ] || [ "$gate_rc" -eq 1 ]; } && [ -e "$BASELINE" ]; then
   child python -m harness.orchestrate.workflows.nightly culprits --reports "$REPORTS" --night "$RUN_ID" --run "$RUN" \
     --baseline "$BASELINE" --matrix "$MATRIX" --repo "$ROOT" --mode "$BISECT" --budget-s "$BISECT_BUDGET_S" \
     --summary "$LAST_REPORT/summary.md" ${GITHUB_STEP_SUMMARY:+--summary "$GITHUB_STEP_SUMMARY"}

@@ -123,7 +123,8 @@ def alarm_step(argv: list[str]) -> int:
     for r in judged.readings:
         print(f"{r.outcome.upper()}: {r.text()}", file=sys.stderr)
     print(f"alarms open after tonight: {len(judged.open)}", file=sys.stderr)
-    if any(a.fails for a in judged.alarms) or any(v.verdict == FAILED for v in verdicts):
+    # a gate alarm's night fails through the gate step (ci/nightly.sh), every night the gate stays broken
+    if any(a.fails and not a.change.gate for a in judged.alarms) or any(v.verdict == FAILED for v in verdicts):
         return EXIT_FAILURES
     undecided = any(v.verdict == INCONCLUSIVE and alarms.change_of(v) is None for v in verdicts)
     return EXIT_INCONCLUSIVE if undecided else EXIT_OK
