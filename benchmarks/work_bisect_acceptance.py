@@ -173,8 +173,12 @@ def nightly(out: Path, repo: Path, shas: list[str]) -> list[dict]:
                     "undone (optimizer -1 host sync per step" in ln]
             kept = [ln for ln in lines if ln.startswith("OPEN: ") and "op_calls" in ln and "its work change stays "
                     "(forward +16 aten::mm per step" in ln]
-            result |= {"gone": gone, "kept": kept, "open": [a["change"]["metric"] for a in alarms["open"]]}
-            result["as_expected"] = bool(gone) and bool(kept) and result["open"] == ["gate:op_calls"]
+            # a timing alarm, where night1's A/B confirmed the slowdown, stays open on the matmuls it still counts
+            partly = [ln for ln in lines if ln.startswith("OPEN: ") and "its work change partly undone (optimizer -1 "
+                      "host sync" in ln and "the rest stays (forward +16 aten::mm" in ln]
+            result |= {"gone": gone, "kept": kept + partly, "open": [a["change"]["metric"] for a in alarms["open"]]}
+            result["as_expected"] = bool(gone) and bool(kept) and "gate:host_syncs" not in result["open"] and (
+                "throughput" not in result["open"] or bool(partly))
         results.append(result)
     git(repo, "checkout", "-q", shas[-1])
     return results
