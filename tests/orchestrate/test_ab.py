@@ -63,13 +63,15 @@ def _wrapper(path: Path, log: Path) -> Path:
 
 @pytest.mark.documented("nvbench ab matrices/resnet50.toml --a venv-old/bin/python --b venv-new/bin/python",
                         bound_s=300)
-def test_ab_runs_both_interpreters_interleaved_and_reports(tiny_matrix, tmp_path, documented_run):
+def test_ab_runs_both_interpreters_interleaved_and_reports(tiny_matrix, tmp_path, documented_run, quiet_machine):
     matrix = tiny_matrix('backend = ["synthetic"]', repeats=1)  # one pair: A and B of the same job
     calls = tmp_path / "b-calls.txt"
     python_b = _wrapper(tmp_path / "python-b", calls)
     out = tmp_path / "ab"
+    # the processes each side launches are counted: a window another job spoiled would run again (a constructed
+    # quiet machine; the re-runs are test_rerun's and test_busy_ab's)
     proc = documented_run(["ab", str(matrix), "--a", sys.executable, "--b", str(python_b), "--out", str(out),
-                           "--seed", "3"])
+                           "--seed", "3"], env=quiet_machine)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.split()[:4] == [str(out / "report" / n) for n in ("report.html", "summary.md",
                                                                           "verdicts.parquet", "junit.xml")]
