@@ -7,7 +7,7 @@ from harness.catalogue.axes import AXES_RECORD
 from harness.catalogue.columns import B, F, I, S, Column, per_cell
 from harness.catalogue.judged import JUDGED, METRIC_FIELDS, Judged
 
-VERDICTS_VERSION = 13
+VERDICTS_VERSION = 14
 """Version of verdicts.parquet (schema metadata nvbench.verdicts_version). 1: first release. 2: the
 speed-adjustment columns unadjusted_effect_pct, speed_probe_change_pct and speed_slope. 3: the fast-step
 rate (decided_by, throughput_p_value, fast_effect_pct, fast_ci_low_pct, fast_ci_high_pct, fast_p_value,
@@ -25,7 +25,10 @@ candidate_img_per_joule, baseline_img_per_joule; null when read from an older fi
 11: the work diff (work, work_changed, work_gate; null when read from an older file or where no work was counted).
 12: busy, a cell not judged because the machine was busy (null when read from an older file). 13: operators, the
 kernel diff's line of a changed cell as a column of its own (its reason still ends with it for a reader; null when
-read from an older file or where the cell was not profiled)."""
+read from an older file or where the cell was not profiled). 14: the reasons as data: reason_code (why, as a code of
+harness.catalogue.reasons), reason_figure (the cell's figures that lead its reason), floor_kind (which kind of rule set
+the floor) and work_gate_broken (a gate broke: the flag the exit status reads); empty or null when read from an older
+file, except work_gate_broken, which reads as whether work_gate holds words."""
 
 
 CELL_LEVEL: tuple[Column, ...] = (
@@ -133,6 +136,15 @@ CELL_LEVEL: tuple[Column, ...] = (
         "the closure (`forward +3.1 ms: aten::mm +2.9 ms [+2.7, +3.1]; ...`); null: not profiled, or not changed. "
         "Null before version 13.",
     ),
+    per_cell("reason_code", S, "", "Why, as a code: one of harness.catalogue.reasons (docs/results.md lists them); "
+             "empty before version 14."),
+    per_cell("reason_figure", S, "", "The cell's own figures that lead its reason (its change with its interval, "
+             "`+1.2% [-0.4, +2.9] at 99.0%`); empty where the reason has none, and before version 14."),
+    per_cell("floor_kind", S, "", "Which kind of rule set floor_pct: default, --floor, judge.floor_pct or "
+             "judge.override (floor_source names the rule); empty before version 14."),
+    per_cell("work_gate_broken", B, "", "A work gate of the matrix broke (work_gate says which, in words): the cell "
+             "fails whatever its timing. Null where no work was counted; before version 14 read as whether work_gate "
+             "is set."),
 )
 """What a comparison says of a cell as a whole (harness.analysis.judge.verdict.CellVerdict's fields)."""
 

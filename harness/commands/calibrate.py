@@ -77,7 +77,8 @@ def _judge(out: Path, args: argparse.Namespace, env: dict, key: str, slots: int,
     """Packed against solo, as a report compares; the verdict per backend into OUT/calibration.json and (not
     under --smoke) this machine's calibration file."""
     from harness.analysis.judge import compare
-    from harness.analysis.judge.packing import UNCALIBRATED_NOTE, backend_verdicts
+    from harness.analysis.judge.packing import backend_verdicts
+    from harness.analysis.judge.verdict import NOTE_UNCALIBRATED
     from harness.analysis.pages.report import write_report
     from harness.analysis.load.runs import load_run
     from harness.orchestrate.workflows import calibrate
@@ -90,7 +91,7 @@ def _judge(out: Path, args: argparse.Namespace, env: dict, key: str, slots: int,
     comparison = compare.compare_runs(load_run(out / "packed"), load_run(out / "solo"), thresholds,
                                       require_same_env=False, mode="ab",
                                       baseline_label="solo (alone on the same slot)")
-    comparison = dataclasses.replace(comparison, notes=tuple(n for n in comparison.notes if UNCALIBRATED_NOTE not in n))
+    comparison = dataclasses.replace(comparison, notes=tuple(n for n in comparison.notes if n.kind != NOTE_UNCALIBRATED))
     result = write_report(comparison, out / "report")
     backends = backend_verdicts(comparison.verdicts)
     record = store.read_json(out / calibrate.RECORD) | {"backends": backends, col.floor_pct: thresholds.floor_pct}

@@ -116,14 +116,14 @@ def add_threshold_flags(p: argparse.ArgumentParser, *, history: bool) -> None:
 
 def thresholds_from(args: argparse.Namespace):
     """verdict.Thresholds from the report/ab flags that were given (the rest keep their defaults)."""
-    from harness.analysis.judge.verdict import Thresholds
+    from harness.analysis.judge.verdict import FLOOR_FLAG, Thresholds
 
     given = {name: getattr(args, name) for name in (col.floor_pct, col.fdr_q, "min_repeats", "exclude_unsteady",
                                                      "history_runs", col.accuracy_tolerance, "speed_adjust",
                                                      "fast_steps")
              if getattr(args, name, None) is not None}
     if col.floor_pct in given:  # the report names where each cell's floor came from
-        given["floor_origin"] = "--floor"
+        given["floor_origin"] = given[col.floor_kind] = FLOOR_FLAG
     return Thresholds(**given)
 
 
@@ -133,14 +133,14 @@ def print_report(result, fail_on_regression: bool) -> int:
     regression and failure, the inconclusive ones grouped, loud); the exit status of --fail-on-regression."""
     from harness.analysis.judge.repeats import num_superseded
     from harness.analysis.pages.ci_formats import verdict_lines
-    from harness.analysis.judge.verdict import FAILED, INCONCLUSIVE
+    from harness.analysis.judge.verdict import FAILED, INCONCLUSIVE, WARNING
     from harness.analysis.pages.wording import headline_words
     from harness.fit import wrap
 
     comparison, width = result.comparison, shutil.get_terminal_size().columns
     for note in comparison.notes:
-        if note.startswith("warning:"):
-            print("\n".join(wrap(note, width, indent="  ")), file=sys.stderr)
+        if note.severity == WARNING:
+            print("\n".join(wrap(str(note), width, indent="  ")), file=sys.stderr)
     for run in (comparison.baseline, comparison.candidate):
         for line in (run.unreadable if run is not None else ()):
             print(f"warning: {line}: its row is left out, the other rows stand", file=sys.stderr)

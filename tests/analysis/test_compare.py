@@ -17,6 +17,7 @@ from harness.analysis.judge.run import RunData
 from harness.analysis.judge.screen import screen_history
 from harness.analysis.judge.verdict import (
     DEFAULT_FLOOR_PCT,
+    Note,
     FAILED,
     FAST_STEPS,
     IMPROVEMENT,
@@ -154,7 +155,8 @@ def test_failed_skipped_and_missing_cells():
     assert by[CELL].verdict == FAILED and by[CELL].reason == "3 of 3 repeats failed: rank 0: RuntimeError: boom"
     assert by["dali-gpu_nchw_fp32_ws1_ga1_aaaaaaaaaa"].verdict == SKIPPED
     assert by["pytorch_nchw_fp32_ws1_ga1_bbbbbbbbbb"].verdict == NO_BASELINE
-    assert comparison.notes == ("1 baseline cell(s) not in this run: pytorch_nhwc_fp32_ws1_ga1_cccccccccc",)
+    assert comparison.notes == (Note("1 baseline cell(s) not in this run: pytorch_nhwc_fp32_ws1_ga1_cccccccccc",
+                                     kind="missing_cells"),)
     assert comparison.counts() == {FAILED: 1, NO_BASELINE: 1, SKIPPED: 1}
 
 
@@ -359,12 +361,12 @@ def test_a_cell_whose_repeats_ran_on_more_than_one_node_is_named_in_a_warning():
         return run([r | {"nodes": n} for r, n in zip(rows(values), nodes)], run_id=run_id)
 
     one_node = compare.compare_runs(on(["n1"] * 5, BASE, "cand"), on(["n1"] * 5, BASE, "base"))
-    assert not any("node" in n for n in one_node.notes)
+    assert not any(n.kind == "mixed_nodes" for n in one_node.notes)
     spread = compare.compare_runs(on(["n1", "n2", "n1", "n2", "n1"], BASE, "cand"), on(["n1"] * 5, BASE, "base"))
-    (note,) = [n for n in spread.notes if "more than one node" in n]
+    (note,) = [str(n) for n in spread.notes if n.kind == "mixed_nodes"]
     assert note.startswith("warning: 1 cell(s)") and f"{CELL} (candidate on n1, n2; baseline on n1)" in note
     apart = compare.compare_runs(on(["n2"] * 5, BASE, "cand"), on(["n1"] * 5, BASE, "base"))
-    assert any(f"{CELL} (candidate on n2; baseline on n1)" in n for n in apart.notes)
+    assert any(f"{CELL} (candidate on n2; baseline on n1)" in str(n) for n in apart.notes)
 
 
 def test_a_regression_names_the_phase_whose_time_changed_with_its_interval():

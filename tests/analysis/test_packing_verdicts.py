@@ -55,10 +55,13 @@ def test_the_report_names_rows_that_shared_their_gpu_or_ran_packed_uncalibrated(
     cand[3] |= {"packing": "uncalibrated"}
     comparison = compare.compare_runs(run(cand), run(rows(SOLO), run_id="base"), NO_ADJUST)
     shared, packed = comparison.notes[-2:]
+    assert (shared.severity, shared.kind, packed.severity, packed.kind) == ("warning", "shared_gpu", "warning",
+                                                                            "uncalibrated")
+    shared, packed = str(shared), str(packed)
     assert shared.startswith("warning: 1 row(s) shared their GPU")
     assert "synthetic_nchw_fp32_ws1_ga1 r2 (pid 4242)" in shared
     assert packed.startswith("warning: 1 row(s) ran packed beside other jobs with no slot calibration")
     assert "pid 4242" in render_markdown(comparison)
     alone = compare.describe_only(run(cand))
-    assert any("shared their GPU" in n for n in alone.notes)
+    assert any("shared their GPU" in str(n) for n in alone.notes)
     assert compare.compare_runs(run(rows(SOLO)), run(rows(SOLO), run_id="b"), NO_ADJUST).notes == ()

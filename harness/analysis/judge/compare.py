@@ -28,12 +28,12 @@ from harness.analysis.judge.repeats import (
 from harness.analysis.judge.run import RunData
 from harness.analysis.judge.verdict import (
     ACCURACY_NA, FAILED, INCONCLUSIVE, NO_BASELINE, NOT_COMPARABLE, SKIPPED, THROUGHPUT, CellVerdict, Comparison,
-    MetricVerdict, Thresholds, build_verdict, merge_fields)
+    NOTE_MISSING_CELLS, NOTE_SHORT_REPEATS, WARNING, MetricVerdict, Note, Thresholds, build_verdict, merge_fields)
 from harness.catalogue.judged import JUDGED, Judged
 from harness.results.env import env_diff
 from harness.results.interference import clean_rows, too_busy
 from harness.stats import inference
-from harness.catalogue import col
+from harness.catalogue import col, reasons
 
 
 def _probes(cand_ok: Sequence[Mapping[str, Any]], base_ok: Sequence[Mapping[str, Any]],
@@ -95,33 +95,36 @@ def _prepare(cid: str, cand_rows: list, base_rows: list | None, candidate: RunDa
     that cannot be judged still carries both sides' figures."""
     th = th.for_cell(axes_of(cand_rows))  # the cell's own floor ([judge] overrides)
     common = {col.cell_id: cid, **axes_of(cand_rows), col.floor_pct: th.floor_pct, col.floor_source: th.floor_origin,
+              col.floor_kind: th.floor_kind,
               col.fdr_q: th.fdr_q, col.accuracy_tolerance: th.accuracy_tolerance,
               col.fire_drill_pct: max(map(drill_pct, cand_rows)), col.is_smoke: bool(cand_rows[0].get(col.is_smoke)),
               col.candidate_run_id: candidate.run_id, col.baseline_run_id: baseline.run_id, col.busy: False}
     cand_ok = usable_rows(cand_rows, th)
     common |= {col.num_candidate: len(cand_ok)}
     if not ok_rows(cand_rows):
-        verdict, reason = failure_verdict(cand_rows)
-        return common | {"verdict": verdict, "reason": reason}, None
+        return common | failure_verdict(cand_rows), None
     if not base_rows:
         x = throughputs(cand_ok)
         common["throughput"] = {"candidate_value": float(x.mean()) if x.size else None, col.candidate_cv: cv_of(x)}
-        return common | {"verdict": NO_BASELINE, "reason": f"cell not in the baseline {baseline.run_id}"}, None
+        return common | {"verdict": NO_BASELINE, "reason": f"cell not in the baseline {baseline.run_id}",
+                         col.reason_code: reasons.NOT_IN_BASELINE}, None
     common[col.baseline_fire_drill_pct] = max(map(drill_pct, base_rows))
     base_ok = usable_rows(base_rows, th)
     common |= _sides(cand_ok, base_ok, ok_rows(cand_rows) + ok_rows(base_rows))
     if bool(base_rows[0].get(col.is_smoke)) != common[col.is_smoke]:
         which = "candidate" if common[col.is_smoke] else "baseline"
         why = f"the {which} is a --smoke run; smoke and full runs measure different things"
-        return common | {"verdict": NOT_COMPARABLE, "reason": why}, None
+        return common | {"verdict": NOT_COMPARABLE, "reason": why, col.reason_code: reasons.SMOKE_MISMATCH}, None
     if busy := busy_sides(ok_rows(cand_rows), ok_rows(base_rows), ab=mode == "ab"):
         return common | {"verdict": INCONCLUSIVE, col.busy: True,
-                         "reason": f"not judged: the machine was busy ({busy}); run it again on a quiet machine"}, None
+                         "reason": f"not judged: the machine was busy ({busy}); run it again on a quiet machine",
+                         col.reason_code: reasons.MACHINE_BUSY}, None
     diff = env_difference(ok_rows(cand_rows), ok_rows(base_rows), candidate.environment, baseline.environment)
     if diff:
         common[col.env_diff] = diff
         if require_same_env:
-            return common | {"verdict": NOT_COMPARABLE, "reason": f"environment differs: {diff}"}, None
+            return common | {"verdict": NOT_COMPARABLE, "reason": f"environment differs: {diff}",
+                             col.reason_code: reasons.ENVIRONMENT_DIFFERS}, None
     cand_x, base_x = throughputs(cand_ok), throughputs(base_ok)
     base_cv = cv_of(base_x)
     if base_cv and min(len(cand_ok), len(base_ok)) >= 2:
@@ -207,17 +210,20 @@ def compare_runs(candidate: RunData, baseline: RunData, thresholds: Thresholds |
         if any(drills):  # never silent: a drill's verdict says so in its own words
             fields_["reason"] = f"FIRE DRILL (candidate +{drills[0]:g}%, baseline +{drills[1]:g}% injected work): " \
                 + fields_["reason"]
+            fields_[col.reason_figure] = ""  # the drill's words lead the reason now
         fields_["reason"] += rerun_words(cand_cells[cid], base_cells.get(cid, []), ab=mode == "ab") \
             + interference_words(cand_cells[cid], base_cells.get(cid, []), ab=mode == "ab")
         verdicts.append(build_verdict(fields_))
     missing = sorted(set(base_cells) - set(cand_cells))
-    notes = (f"{len(missing)} baseline cell(s) not in this run: {', '.join(missing)}",) if missing else ()
+    notes = (Note(f"{len(missing)} baseline cell(s) not in this run: {', '.join(missing)}", kind=NOTE_MISSING_CELLS),) \
+        if missing else ()
     reach = decide.repeats_to_reach(th.level)
     short = [v for v in verdicts if v.verdict == INCONCLUSIVE and not v.busy
              and 0 < min(v.num_candidate, v.num_baseline) < reach]
     if short:
-        notes = (f"warning: {len(short)} cell(s) have fewer usable repeats than a permutation test needs to reach "
-                 f"p <= {th.level:.3g} ({reach} a side): they are inconclusive whatever their numbers",) + notes
+        notes = (Note(f"{len(short)} cell(s) have fewer usable repeats than a permutation test needs to reach "
+                      f"p <= {th.level:.3g} ({reach} a side): they are inconclusive whatever their numbers",
+                      WARNING, NOTE_SHORT_REPEATS),) + notes
     notes += node_notes(cand_cells, base_cells) + packing_notes([*candidate.rows, *baseline.rows])
     return Comparison(
         mode=mode, candidate=candidate, baseline_label=baseline_label or f"run {baseline.run_id}",
@@ -234,10 +240,12 @@ def describe_only(candidate: RunData, thresholds: Thresholds | None = None) -> C
         ok = usable_rows(rows, th)
         x = throughputs(ok)
         unsteady = sum(r.get(col.is_steady) is False for r in ok_rows(rows))
-        verdict, reason = failure_verdict(rows) if not ok_rows(rows) else (NO_BASELINE, "no baseline given")
-        floor, origin = th.floor_for(axes_of(rows))
+        said = failure_verdict(rows) if not ok_rows(rows) else {
+            "verdict": NO_BASELINE, "reason": "no baseline given", col.reason_code: reasons.NO_BASELINE_GIVEN}
+        own = th.for_cell(axes_of(rows))
         verdicts.append(CellVerdict(
-            cell_id=cid, **axes_of(rows), verdict=verdict, reason=reason, floor_pct=floor, floor_source=origin,
+            cell_id=cid, **axes_of(rows), **said, floor_pct=own.floor_pct,
+            floor_source=own.floor_origin, floor_kind=own.floor_kind,
             fdr_q=th.fdr_q,
             accuracy_tolerance=th.accuracy_tolerance, num_candidate=len(ok),
             metrics={THROUGHPUT: MetricVerdict(candidate_value=float(x.mean()) if x.size else None,

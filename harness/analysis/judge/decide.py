@@ -27,6 +27,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Sequence
 
+from harness.catalogue import reasons
 from scipy import special  # not scipy.stats: ~0.9 s of every command's start-up (reach_warning imports this)
 
 REGRESSION = "regression"
@@ -99,6 +100,8 @@ class Decision:
     verdict: str
     reason: str
     """Why, in words; the change itself is written by the caller."""
+    code: str
+    """Why, as a code (harness.catalogue.reasons)."""
     decided_by: str
     """The metric the verdict rests on."""
     repeats_needed: int | None = None
@@ -234,35 +237,38 @@ def decide(evidence: Sequence[Evidence], *, floor_pct: float, alpha: float, n_ca
         raise ValueError("decide needs the evidence of at least one metric")
     n_now = min(n_candidate, n_baseline)
 
-    def inconclusive(why: str, on: Sequence[Evidence], by: str) -> Decision:
+    def inconclusive(why: str, on: Sequence[Evidence], by: str, code: str) -> Decision:
         n = repeats_needed(on, floor_pct=floor_pct, alpha=alpha, n_now=n_now, n_min=min_repeats)
         if n is None:  # no spread to size from (one repeat a side): at least what the test needs to decide
             n = max(n_now + 1, min_repeats, repeats_to_reach(alpha))
-        return Decision(verdict=INCONCLUSIVE, reason=f"{why}; {needed_text(n)}", decided_by=by, repeats_needed=n)
+        return Decision(verdict=INCONCLUSIVE, reason=f"{why}; {needed_text(n)}", code=code, decided_by=by,
+                        repeats_needed=n)
 
     headline = evidence[0]
     smallest = smallest_permutation_p(n_candidate, n_baseline)
     if smallest > alpha * (1 + 1e-12):
         return inconclusive(f"{n_candidate} + {n_baseline} repeats usable: the test can never reach p <= {alpha:.3g} "
-                            f"(its smallest p is {smallest:.3g})", evidence, headline.name)
+                            f"(its smallest p is {smallest:.3g})", evidence, headline.name, reasons.CANNOT_REACH)
     if n_now < min_repeats:
         return inconclusive(f"{n_candidate} + {n_baseline} repeats usable, fewer than the {min_repeats} a side asked "
                             f"for (--min-repeats)", evidence,
-                            headline.name)
+                            headline.name, reasons.TOO_FEW_REPEATS)
     if probe is not None and not probe.balanced:
         return _unbalanced(probe, headline, floor_pct, inconclusive)
     calls = [(e, e.call(floor_pct)) for e in evidence]
     for word in (REGRESSION, IMPROVEMENT):
         hit = next((e for e, c in calls if c == word), None)
         if hit is not None:
-            return Decision(verdict=word, reason=_beyond(hit, word, floor_pct, len(evidence)), decided_by=hit.name)
+            return Decision(verdict=word, reason=_beyond(hit, word, floor_pct, len(evidence)), code=reasons.BEYOND_FLOOR,
+                            decided_by=hit.name)
     if all(c == UNCHANGED for _, c in calls):
         nearest = max(evidence, key=lambda e: max(abs(e.ci_low_pct), abs(e.ci_high_pct)))
-        return Decision(verdict=UNCHANGED, decided_by=nearest.name,
+        return Decision(verdict=UNCHANGED, decided_by=nearest.name, code=reasons.INSIDE_FLOOR,
                         reason=f"every interval lies inside the ±{floor_pct:g}% floor (equivalence shown)")
     open_ = [e for e, c in calls if c == INCONCLUSIVE]
     worst = min(open_, key=lambda e: e.ci_low_pct)
-    return inconclusive(_why_open(worst, floor_pct, len(evidence)), open_, worst.name)
+    why, code = _why_open(worst, floor_pct, len(evidence))
+    return inconclusive(why, open_, worst.name, code)
 
 
 def _beyond(e: Evidence, word: str, floor_pct: float, k: int) -> str:
@@ -270,13 +276,15 @@ def _beyond(e: Evidence, word: str, floor_pct: float, k: int) -> str:
     return f"{whose}{e.worse if word == REGRESSION else e.better} beyond the {floor_pct:g}% floor"
 
 
-def _why_open(e: Evidence, floor_pct: float, k: int) -> str:
+def _why_open(e: Evidence, floor_pct: float, k: int) -> tuple[str, str]:
+    """(why the metric is undecided, in words; its reason code)."""
     whose = f"{e.name}'s " if k > 1 else "the "
     if e.significant and (e.ci_high_pct < 0 or e.ci_low_pct > 0):
-        return f"{whose}change is real but its interval straddles the ±{floor_pct:g}% floor"
+        return f"{whose}change is real but its interval straddles the ±{floor_pct:g}% floor", reasons.STRADDLES_FLOOR
     if e.significant:
-        return f"{whose}test rejects but its interval includes 0"
-    return f"{whose}test does not reject and its interval does not lie inside the ±{floor_pct:g}% floor"
+        return f"{whose}test rejects but its interval includes 0", reasons.INCLUDES_ZERO
+    return (f"{whose}test does not reject and its interval does not lie inside the ±{floor_pct:g}% floor",
+            reasons.NOT_SHOWN)
 
 
 def _unbalanced(probe: ProbeBalance, headline: Evidence, floor_pct: float, inconclusive) -> Decision:
@@ -287,9 +295,9 @@ def _unbalanced(probe: ProbeBalance, headline: Evidence, floor_pct: float, incon
         call = net.call(floor_pct)
         if call in (REGRESSION, IMPROVEMENT):
             direction = "slower" if call == REGRESSION else "faster"
-            return Decision(verdict=call, decided_by=headline.name,
+            return Decision(verdict=call, decided_by=headline.name, code=reasons.BEYOND_MACHINE,
                             reason=f"{said}; {direction} by {net.text()} beyond what the machine explains, "
                                    f"beyond the {floor_pct:g}% floor")
         return inconclusive(f"{said}; net of it {net.text()}, not beyond the {floor_pct:g}% floor", [headline],
-                            headline.name)
-    return inconclusive(said, [headline], headline.name)
+                            headline.name, reasons.MACHINE_DIFFERED)
+    return inconclusive(said, [headline], headline.name, reasons.MACHINE_DIFFERED)

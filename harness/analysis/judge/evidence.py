@@ -15,7 +15,7 @@ from harness.analysis.judge.verdict import INCONCLUSIVE, THROUGHPUT, UNCHANGED, 
 from harness.catalogue.judged import Judged
 from harness.stats import inference
 from harness.stats.core import Interval
-from harness.catalogue import col
+from harness.catalogue import col, reasons
 
 
 @dataclass(slots=True)
@@ -67,7 +67,8 @@ def untestable(cand_x: np.ndarray, base_x: np.ndarray, th: Thresholds) -> dict[s
     if n_c == 0 or n_b == 0:
         n = max(th.min_repeats, decide.repeats_to_reach(th.level))
         return {"verdict": INCONCLUSIVE, col.decided_by: THROUGHPUT, col.repeats_needed: n,
-                "reason": f"{n_c} candidate and {n_b} baseline repeats usable; {decide.needed_text(n)}"}
+                "reason": f"{n_c} candidate and {n_b} baseline repeats usable; {decide.needed_text(n)}",
+                col.reason_code: reasons.NO_USABLE_REPEATS}
     if n_c >= 2 and n_b >= 2:
         ci = inference.bootstrap_log_ratio(cand_x, base_x, confidence=1 - th.level, num_resamples=th.num_resamples,
                                            seed=th.seed)
@@ -83,7 +84,7 @@ def untestable(cand_x: np.ndarray, base_x: np.ndarray, th: Thresholds) -> dict[s
     dropped = " (unsteady repeats left out)" if th.exclude_unsteady else ""
     return {"verdict": d.verdict, col.decided_by: d.decided_by, col.repeats_needed: d.repeats_needed,
             "throughput": {col.effect_pct: effect, col.ci_low_pct: low if ci else None, col.ci_high_pct: high if ci else None},
-            "reason": f"{change}{dropped}: {d.reason}"}
+            "reason": f"{change}{dropped}: {d.reason}", col.reason_code: d.code, col.reason_figure: f"{change}{dropped}"}
 
 
 def permutations_for(th: Thresholds, num_tests: int, num_metrics: int) -> int:
@@ -189,7 +190,7 @@ def _decide(pending: PendingCell, alpha: float, p_adjusted: float, level: float,
     if d.verdict == UNCHANGED or d.verdict == INCONCLUSIVE and not probe:
         reason += _reach_note(out.get(col.mdc_pct, pending.base.get(col.mdc_pct)), evidence, th)
     return out | {"verdict": d.verdict, col.decided_by: d.decided_by, col.repeats_needed: d.repeats_needed,
-                  "reason": reason}
+                  "reason": reason, col.reason_code: d.code, col.reason_figure: change}
 
 
 def _reach_note(mdc: float | None, evidence: Sequence[decide.Evidence], th: Thresholds) -> str:

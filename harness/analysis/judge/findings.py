@@ -8,7 +8,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from harness.analysis.judge.repeats import ok_rows
-from harness.analysis.judge.verdict import ACCURACY_ABOVE, ACCURACY_BELOW, ACCURACY_NA, ACCURACY_WITHIN, Thresholds
+from harness.analysis.judge.verdict import (
+    ACCURACY_ABOVE, ACCURACY_BELOW, ACCURACY_NA, ACCURACY_WITHIN, NOTE_MIXED_NODES, WARNING, Note, Thresholds)
 from harness.results import accuracy
 from harness.stats import inference
 from harness.stats.changepoint import welch_difference
@@ -71,7 +72,7 @@ def phase_attribution(cand: Sequence[Mapping[str, Any]], base: Sequence[Mapping[
 
 
 def node_notes(cand_cells: Mapping[str, list[Mapping[str, Any]]],
-               base_cells: Mapping[str, list[Mapping[str, Any]]]) -> tuple[str, ...]:
+               base_cells: Mapping[str, list[Mapping[str, Any]]]) -> tuple[Note, ...]:
     """A warning naming the cells whose usable repeats (candidate and baseline together) ran on more than
     one node (the `nodes` column; SLURM spreads jobs over a partition): two nodes of one model differ in
     speed by more than repeats of one node do, so such a change mixes code and node."""
@@ -84,6 +85,6 @@ def node_notes(cand_cells: Mapping[str, list[Mapping[str, Any]]],
                          f"baseline on {', '.join(sides['baseline']) or '-'})")
     if not mixed:
         return ()
-    return (f"warning: {len(mixed)} cell(s) ran on more than one node, so their change mixes code and node "
-            f"(pin the cells to one node with [executor] constraint, or compare by A/B on one node): "
-            + "; ".join(mixed),)
+    return (Note(f"{len(mixed)} cell(s) ran on more than one node, so their change mixes code and node "
+                 f"(pin the cells to one node with [executor] constraint, or compare by A/B on one node): "
+                 + "; ".join(mixed), WARNING, NOTE_MIXED_NODES),)

@@ -10,7 +10,8 @@ from typing import Any
 import numpy as np
 
 from harness.analysis.judge.verdict import (
-    IMPROVEMENT, INCONCLUSIVE, REGRESSION, UNCHANGED, CellVerdict, metric_change_text)
+    IMPROVEMENT, INCONCLUSIVE, NOTE_GPU_SHARED, NOTE_UNCALIBRATED, REGRESSION, UNCHANGED, WARNING, CellVerdict, Note,
+    metric_change_text)
 from harness.matrix.cells import cell_label
 from harness.catalogue import col
 
@@ -50,7 +51,7 @@ UNCALIBRATED_NOTE = "ran packed beside other jobs with no slot calibration of th
 """The words of the note on uncalibrated rows (a calibration's own packed side leaves it out: it is the point)."""
 
 
-def packing_notes(rows: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
+def packing_notes(rows: Sequence[Mapping[str, Any]]) -> tuple[Note, ...]:
     """Warnings naming the rows whose numbers packing may carry: a foreign process on their GPU (gpu_shared),
     or packed with no calibration of the machine clearing their backend (packing = uncalibrated)."""
     notes = []
@@ -58,11 +59,12 @@ def packing_notes(rows: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
     if shared:
         names = "; ".join(f"{cell_label(r[col.cell_id])} r{r['repeat']} (pid {r.get(col.gpu_foreign_pids) or '?'})"
                           for r in shared)
-        notes.append(f"warning: {len(shared)} row(s) shared their GPU with a process of no job of the run during "
-                     f"their window (gpu_shared), so their numbers may carry its load: {names}")
+        notes.append(Note(f"{len(shared)} row(s) shared their GPU with a process of no job of the run during "
+                          f"their window (gpu_shared), so their numbers may carry its load: {names}", WARNING,
+                          NOTE_GPU_SHARED))
     unproven = [r for r in rows if r.get("packing") == "uncalibrated" and r.get("status") == "ok"]
     if unproven:
         backends = ", ".join(sorted({str(r.get("backend")) for r in unproven}))
-        notes.append(f"warning: {len(unproven)} row(s) {UNCALIBRATED_NOTE} ({backends}): `nvbench calibrate-slots` "
-                     "says whether packing moves them")
+        notes.append(Note(f"{len(unproven)} row(s) {UNCALIBRATED_NOTE} ({backends}): `nvbench calibrate-slots` "
+                          "says whether packing moves them", WARNING, NOTE_UNCALIBRATED))
     return tuple(notes)

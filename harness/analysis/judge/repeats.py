@@ -12,7 +12,7 @@ from harness.results.env import ENV_KEY_FIELDS, cell_env_fields, env_diff, env_k
 from harness.results.interference import rerun_cause, row_interference
 from harness.results.schema import SUPERSEDED
 from harness.matrix.sections import AXES
-from harness.catalogue import col
+from harness.catalogue import col, reasons
 from harness.catalogue.cells import RERUN_INTERFERENCE
 
 BAD_STATUSES = ("failed", "timeout", "crashed", "cancelled")
@@ -99,15 +99,16 @@ def axes_of(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return {axis: rows[0].get(axis) for axis in AXES}
 
 
-def failure_verdict(rows: Sequence[Mapping[str, Any]]) -> tuple[str, str]:
-    """(verdict, reason) for a cell without a usable repeat in the candidate."""
+def failure_verdict(rows: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """The verdict, reason and reason code of a cell without a usable repeat in the candidate."""
     bad = [r for r in rows if r["status"] in BAD_STATUSES]
     if bad:
-        return FAILED, f"{len(bad)} of {len(rows)} repeats {bad[0]['status']}: {bad[0]['reason']}"
+        return {"verdict": FAILED, "reason": f"{len(bad)} of {len(rows)} repeats {bad[0]['status']}: {bad[0]['reason']}",
+                col.reason_code: reasons.CELL_FAILED}
     skipped = [r for r in rows if r["status"] == "skipped"]
     if skipped:
-        return SKIPPED, skipped[0]["reason"] or "skipped"
-    return INSUFFICIENT, "no repeat with a throughput"
+        return {"verdict": SKIPPED, "reason": skipped[0]["reason"] or "skipped", col.reason_code: reasons.CELL_SKIPPED}
+    return {"verdict": INSUFFICIENT, "reason": "no repeat with a throughput", col.reason_code: reasons.NO_THROUGHPUT}
 
 
 def format_diff(diff: Sequence[tuple[str, Any, Any]]) -> str:

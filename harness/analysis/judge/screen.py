@@ -16,7 +16,7 @@ from harness.analysis.judge.verdict import (
     Comparison, Thresholds, build_verdict, merge_fields)
 from harness.results.env import cell_env_fields, env_diff
 from harness.stats import inference
-from harness.catalogue import col
+from harness.catalogue import col, reasons
 
 
 def _history_values(cid: str, cand_ok: Sequence[Mapping[str, Any]], candidate: RunData,
@@ -53,14 +53,14 @@ def screen_history(candidate: RunData, history: Sequence[RunData], thresholds: T
     for cid, rows in sorted(by_cell(candidate.rows).items()):
         th = base_th.for_cell(axes_of(rows))  # the cell's own floor ([judge] overrides)
         common = {col.cell_id: cid, **axes_of(rows), col.floor_pct: th.floor_pct, col.floor_source: th.floor_origin,
+                  col.floor_kind: th.floor_kind,
                   col.fdr_q: th.fdr_q,
                   col.accuracy_tolerance: th.accuracy_tolerance, col.fire_drill_pct: max(map(drill_pct, rows)),
                   col.is_smoke: bool(rows[0].get(col.is_smoke)), col.candidate_run_id: candidate.run_id,
                   col.baseline_run_id: label, "method": "history_median_mad"}
         ok = usable_rows(rows, th)
         if not ok_rows(rows):
-            verdict, reason = failure_verdict(rows)
-            verdicts.append(CellVerdict(**common, verdict=verdict, reason=reason))
+            verdicts.append(CellVerdict(**common, **failure_verdict(rows)))
             continue
         x = float(throughputs(ok).mean()) if ok else float(throughputs(ok_rows(rows)).mean())
         values, newest, drills = _history_values(cid, ok_rows(rows), candidate, grouped, th)
@@ -76,17 +76,19 @@ def screen_history(candidate: RunData, history: Sequence[RunData], thresholds: T
 def _screen(x: float, values: list[float], newest: RunData | None, drills: int, rows: Sequence[Mapping[str, Any]],
             candidate: RunData, th: Thresholds) -> dict[str, Any]:
     if newest is None:
-        return {"verdict": NO_BASELINE, "reason": "cell in no past run"}
+        return {"verdict": NO_BASELINE, "reason": "cell in no past run", col.reason_code: reasons.HISTORY_ABSENT}
     if not values:
         fields_ = cell_env_fields(backend=str(rows[0].get("backend")), device=rows[0].get("device"),
                                   world_size=int(rows[0].get(col.world_size) or 1))
         diff = format_diff(env_diff(newest.environment, candidate.environment, fields=fields_))
         why = f"environment differs from the newest past run {newest.run_id}: {diff}" if diff else \
             f"no past run with the same environment and smoke setting ({drills} fire drill(s) left out)"
-        return {"verdict": NOT_COMPARABLE, "reason": why, col.env_diff: diff}
+        return {"verdict": NOT_COMPARABLE, "reason": why, col.env_diff: diff,
+                col.reason_code: reasons.HISTORY_NOT_COMPARABLE}
     if len(values) < th.history_min_runs:
         return {"verdict": INSUFFICIENT,
-                "reason": f"{len(values)} comparable past run(s); need at least {th.history_min_runs}"}
+                "reason": f"{len(values)} comparable past run(s); need at least {th.history_min_runs}",
+                col.reason_code: reasons.HISTORY_TOO_FEW}
     med, mad = inference.median_mad(values)
     z = inference.robust_z(x, values)
     effect = inference.to_percent(math.log(x / med))
@@ -97,6 +99,8 @@ def _screen(x: float, values: list[float], newest: RunData | None, drills: int, 
     shown = f"{effect:+.1f}% vs the median of {len(values)} runs (robust z {z:+.1f})"
     if abs(z) >= th.history_z and abs(effect) >= th.floor_pct:
         verdict = SUSPECT_REGRESSION if effect < 0 else SUSPECT_IMPROVEMENT
-        return out | {"verdict": verdict, "reason": f"{shown}: rerun this cell to confirm"}
-    why = "within the run-to-run spread" if abs(z) < th.history_z else f"within the {th.floor_pct:g}% floor"
-    return out | {"verdict": UNCHANGED, "reason": f"{shown}: {why}"}
+        return out | {"verdict": verdict, "reason": f"{shown}: rerun this cell to confirm", col.reason_figure: shown,
+                      col.reason_code: reasons.HISTORY_SUSPECT}
+    why, code = ("within the run-to-run spread", reasons.HISTORY_WITHIN_SPREAD) if abs(z) < th.history_z else \
+        (f"within the {th.floor_pct:g}% floor", reasons.HISTORY_WITHIN_FLOOR)
+    return out | {"verdict": UNCHANGED, "reason": f"{shown}: {why}", col.reason_figure: shown, col.reason_code: code}

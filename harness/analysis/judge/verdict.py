@@ -35,6 +35,32 @@ THROUGHPUT, FAST_STEPS = judged.THROUGHPUT.name, judged.FAST_STEPS.name
 """The headline metric and the fast steps' rate, by the name `decided_by` gives them (harness.catalogue.judged
 declares every judged metric)."""
 
+WARNING, INFO = "warning", "info"
+"""A note's severity: a warning is printed on stderr by `nvbench report` too; info only in the report."""
+NOTE_SHORT_REPEATS, NOTE_MISSING_CELLS, NOTE_MIXED_NODES, NOTE_GPU_SHARED, NOTE_UNCALIBRATED = (
+    "short_repeats", "missing_cells", "mixed_nodes", "shared_gpu", "uncalibrated")
+"""What produced a note: a reader that leaves one out (calibrate-slots, its own packed side) names its kind."""
+
+
+@dataclass(frozen=True, slots=True)
+class Note:
+    """A sentence about a comparison as a whole, typed where it is made: its words, its severity and its kind."""
+
+    text: str
+    """The sentence, without its severity word."""
+    severity: str = INFO
+    kind: str = ""
+
+    def __str__(self) -> str:
+        """The sentence as every format shows it: a warning's led by `warning: `."""
+        return f"{WARNING}: {self.text}" if self.severity == WARNING else self.text
+
+
+FLOOR_DEFAULT, FLOOR_FLAG, FLOOR_MATRIX, FLOOR_OVERRIDE = "default", "--floor", "judge.floor_pct", "judge.override"
+FLOOR_KINDS = (FLOOR_DEFAULT, FLOOR_FLAG, FLOOR_MATRIX, FLOOR_OVERRIDE)
+"""What set a cell's floor: nvbench's default, `--floor`, the matrix's [judge] floor_pct, or a [[judge.override]]
+rule (its label in floor_source)."""
+
 DEFAULT_FLOOR_PCT = 3.0
 """Practical floor in %: the largest round number that still lets a 5 % slowdown be caught once the noise
 allows it (docs/performance.md, "What the thresholds rest on")."""
@@ -75,6 +101,8 @@ class Thresholds:
     floor_overrides: tuple[FloorOverride, ...] = ()
     """The matrix's [[judge.override]] floors: the first that matches a cell replaces floor_pct for it."""
     floor_origin: str = "default"
+    floor_kind: str = FLOOR_DEFAULT
+    """Which kind of rule set floor_pct (FLOOR_KINDS); floor_origin names the rule itself."""
     """Where floor_pct came from (default, --floor, judge.floor_pct): the report names the floor of each cell."""
     work_gates: tuple[WorkGate, ...] = ()
     """The matrix's [judge.work_gates]: a broken one fails its cell whatever the timing (analysis.pages.work_report)."""
@@ -107,26 +135,24 @@ class Thresholds:
         """The false discovery rate one look is tested at: fdr_q split over the looks."""
         return self.fdr_q / self.looks
 
-    def floor_for(self, axes: Mapping[str, Any]) -> tuple[float, str]:
-        """The floor that judges a cell of these axis values, and which rule set it."""
-        for rule in self.floor_overrides:
-            if rule.matches(axes):
-                return rule.floor_pct, rule.label
-        return self.floor_pct, self.floor_origin
-
     def for_cell(self, axes: Mapping[str, Any]) -> "Thresholds":
-        """These thresholds with the cell's own floor as floor_pct."""
-        floor, origin = self.floor_for(axes)
-        return dataclasses.replace(self, floor_pct=floor, floor_origin=origin, floor_overrides=())
+        """These thresholds with the cell's own floor as floor_pct: the first [[judge.override]] rule that matches
+        its axis values, else the run's floor."""
+        rule = next((r for r in self.floor_overrides if r.matches(axes)), None)
+        if rule is None:
+            return dataclasses.replace(self, floor_overrides=())
+        return dataclasses.replace(self, floor_pct=rule.floor_pct, floor_origin=rule.label, floor_kind=FLOOR_OVERRIDE,
+                                   floor_overrides=())
 
 
 def with_judge(th: Thresholds, judge: JudgeConfig) -> Thresholds:
     """`th` with a matrix's [judge]: its floor_pct unless --floor set one (floor_origin `--floor`), its overrides,
     its work gates."""
-    floor, origin = th.floor_pct, th.floor_origin
-    if judge.floor_pct is not None and origin != "--floor":
-        floor, origin = judge.floor_pct, "judge.floor_pct"
-    return dataclasses.replace(th, floor_pct=floor, floor_origin=origin, floor_overrides=judge.overrides,
+    floor, origin, kind = th.floor_pct, th.floor_origin, th.floor_kind
+    if judge.floor_pct is not None and kind != FLOOR_FLAG:
+        floor, origin, kind = judge.floor_pct, FLOOR_MATRIX, FLOOR_MATRIX
+    return dataclasses.replace(th, floor_pct=floor, floor_origin=origin, floor_kind=kind,
+                               floor_overrides=judge.overrides,
                                work_gates=judge.work_gates)
 
 
@@ -166,6 +192,8 @@ class CellVerdict(AxisValues):
     metrics: Mapping[str, MetricVerdict] = field(default_factory=dict)  # judged metric -> its verdict (no column)
     floor_pct: float
     floor_source: str = ""
+    floor_kind: str = ""
+    """FLOOR_KINDS: which kind of rule set floor_pct (empty when read from a file before version 14)."""
     fdr_q: float
     mdc_pct: float | None = None
     repeats_needed: int | None = None
@@ -200,8 +228,15 @@ class CellVerdict(AxisValues):
     work: str | None = None
     work_changed: bool | None = None
     work_gate: str | None = None
+    """The broken gates in words (GateCheck.words; null: none broke)."""
     busy: bool | None = None
     operators: str | None = None
+    reason_code: str = ""
+    """Why, as a code (harness.catalogue.reasons): what groups and decisions read, never `reason`'s words."""
+    reason_figure: str = ""
+    """The figures that lead `reason` (its change and interval); empty where none lead it."""
+    work_gate_broken: bool | None = None
+    """A gate of the matrix's [judge.work_gates] broke (None: no work was diffed)."""
 
     def axis_filters(self) -> list[str]:
         """`AXIS=VALUE` for every axis the verdict records: the `--only` filters that select its cell (an axis
@@ -233,6 +268,12 @@ class CellVerdict(AxisValues):
         """The change of the metric the verdict rests on."""
         metric = self.metric(self.decided_by) if self.decided_by in judged.BY_NAME else self.throughput
         return metric.effect_pct if metric is not None else None
+
+    @property
+    def cause(self) -> str:
+        """`reason` after the figures that lead it: what the cells of one reason code share, in words."""
+        reason = self.reason or ""
+        return reason[len(self.reason_figure) + 2:] if self.reason_figure else reason
 
     @property
     def is_regression(self) -> bool:
@@ -281,7 +322,7 @@ class Comparison:
     verdicts: tuple[CellVerdict, ...]
     environment_diff: tuple[tuple[str, Any, Any], ...] = ()
     """(field, baseline value, candidate value) for every environment field that differs."""
-    notes: tuple[str, ...] = ()
+    notes: tuple[Note, ...] = ()
     """Sentences about the comparison as a whole (cells missing from the candidate, ...)."""
     suspects: tuple[str, ...] = field(default=())
     """History mode: the cell ids a confirmation rerun should target."""
@@ -315,7 +356,7 @@ class Comparison:
     @property
     def broken_gates(self) -> tuple[CellVerdict, ...]:
         """The cells whose work broke a gate of the matrix's [judge.work_gates]: each fails, whatever its timing."""
-        return tuple(v for v in self.verdicts if v.work_gate)
+        return tuple(v for v in self.verdicts if v.work_gate_broken)
 
 
 def merge_fields(*parts: Mapping[str, Any]) -> dict[str, Any]:

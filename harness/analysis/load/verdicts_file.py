@@ -12,6 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from harness.analysis.judge.verdict import CellVerdict, Comparison
+from harness.catalogue import col
 from harness.catalogue.verdicts import VERDICT_COLUMNS, VERDICTS_VERSION
 from harness.results import store
 from harness.results.schema import arrow_field
@@ -65,7 +66,8 @@ def read_thresholds(path: Path, *, nested: bool = False) -> dict[str, Any]:
 def read_verdicts(path: Path) -> list[CellVerdict]:
     """verdicts.parquet back as CellVerdicts. Older versions lack the speed-adjustment (2), fast-step (3),
     compile (4), repeats_needed (5), phase (6), model (7), per-metric verdict (8), energy (9),
-    floor_source (10), work (11) and busy (12) columns: they read as null (floor_source: empty). store.UnreadableFile,
+    floor_source (10), work (11), busy (12), operators (13) and reasons-as-data (14) columns: they read as null
+    (texts: empty; work_gate_broken: whether work_gate holds words). store.UnreadableFile,
     naming the file, when it is no verdicts table."""
     try:
         table = pq.read_table(path)
@@ -76,4 +78,8 @@ def read_verdicts(path: Path) -> list[CellVerdict]:
         why = "no nvbench.verdicts_version in its metadata" if version < 1 else \
             f"version {version} is newer than this nvbench's {VERDICTS_VERSION}; upgrade nvbench"
         raise store.UnreadableFile(f"{path}: not a verdicts table this nvbench reads ({why})")
-    return [CellVerdict.from_row(row) for row in table.to_pylist()]
+    rows = table.to_pylist()
+    if version < 14:  # before the flag, a gate's words were set only when it broke
+        rows = [r | {col.work_gate_broken: bool(r.get(col.work_gate)) if r.get(col.work) is not None else None}
+                for r in rows]
+    return [CellVerdict.from_row(row) for row in rows]

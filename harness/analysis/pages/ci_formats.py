@@ -30,11 +30,10 @@ from harness.analysis.pages.wording import (
     sorted_verdicts,
 )
 from harness.fit import wrap
-from harness.catalogue.judged import JUDGED
 from harness.results.env import ENV_KEY_FIELDS
 from harness.results.schema import SUPERSEDED
 from harness.matrix.cells import cell_label, cell_label as label
-from harness.catalogue import col
+from harness.catalogue import col, reasons
 
 
 # ---------------------------------------------------------------------------------------------
@@ -61,14 +60,14 @@ def render_markdown(comparison: Comparison) -> str:
     gates = len(comparison.broken_gates)
     quiet = " \u2014 no confirmed regression" + (f", but {gates} cell(s) broke a work gate." if gates else ".")
     lines += [f"**{esc_md(headline_words(comparison))}**" + (quiet if not regs else ""), ""]
-    lines += [f"- {esc_md(n)}" for n in comparison.notes]
+    lines += [f"- {esc_md(str(n))}" for n in comparison.notes]
     if cand.cost_text():  # where this run's time went, so that the next cut is obvious
         lines += ["", f"Time: {esc_md(cand.cost_text())} (matrix efficiency: measured window s / run wall s)."]
     if comparison.broken_gates:  # a broken gate fails the cell whatever the timing: said before the tables
         lines += ["", "**Work gates broken** (each fails its cell, whatever its timing):", ""]
         lines += [f"- {esc_md(label(v.cell_id))}: {esc_md(v.work_gate)}" for v in comparison.broken_gates]
     attention = [v for v in sorted_verdicts(comparison)
-                 if v.verdict not in (UNCHANGED, NO_BASELINE, INCONCLUSIVE) or v.is_regression or v.work_gate]
+                 if v.verdict not in (UNCHANGED, NO_BASELINE, INCONCLUSIVE) or v.is_regression or v.work_gate_broken]
     if attention:
         lines += ["", head, *(_md_row(v) for v in attention)]
     busy = [v for v in sorted_verdicts(comparison) if v.busy and not v.is_regression]
@@ -150,7 +149,7 @@ def render_junit(comparison: Comparison) -> bytes:
                 message = _x(f"top-1 {v.accuracy_verdict}: {v.top1_change:+.4f} "
                              f"[{v.top1_ci_low:+.4f}, {v.top1_ci_high:+.4f}]")
             ET.SubElement(case, "failure", message=message, type=f"{what}-regression").text = _x(v.reason)
-        elif v.work_gate:  # counted work, not timing: fails whatever the timing verdict says
+        elif v.work_gate_broken:  # counted work, not timing: fails whatever the timing verdict says
             counts["failures"] += 1
             ET.SubElement(case, "failure", message=_x(v.work_gate), type="work-gate").text = _x(v.reason)
         elif v.verdict == FAILED:
@@ -174,25 +173,31 @@ def render_junit(comparison: Comparison) -> bytes:
 ONE_LINE_EACH = (REGRESSION, SUSPECT_REGRESSION, FAILED, IMPROVEMENT, SUSPECT_IMPROVEMENT)
 """Verdicts listed cell by cell; every other verdict is a group."""
 
-_CHANGE = re.compile(r"^(?:(?:" + "|".join(re.escape(m.name) for m in JUDGED) + r") )?[+-]?\d[^:]*: ")
-"""A reason's leading change figure ('+0.4% [-2.1, +3.0] at 99.0%: '), which differs from cell to cell."""
-_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+_ROW_REASONS = (reasons.CELL_FAILED, reasons.CELL_SKIPPED)
+"""Reason codes whose words are the cell rows' own (why it failed or was skipped): the console groups by them."""
 BUSY_GROUP = "busy"
 """The console's group of cells not judged because the machine was busy (CellVerdict.busy)."""
 
 
-def _why(reason: str | None) -> str:
-    """The reason without its change figure: what cells of one verdict have in common."""
-    return _CHANGE.sub("", (reason or "no reason recorded").strip().splitlines()[0], count=1)
+def _why(v: CellVerdict) -> str:
+    """The reason without the figures that lead it (CellVerdict.cause), its first line: what cells of one reason
+    code share, in words."""
+    return (v.cause or "no reason recorded").strip().splitlines()[0]
+
+
+def _kind(v: CellVerdict) -> tuple[str, str]:
+    """What groups a cell with others of its verdict: its reason code, and for a cell not run (failed, skipped)
+    the row's own reason as written (its code says only that the cell did not run)."""
+    return (v.reason_code, "" if v.reason_code not in _ROW_REASONS else v.cause)
 
 
 def _single(v: CellVerdict) -> bool:
-    return v.verdict in ONE_LINE_EACH or v.is_regression or bool(v.work_gate)
+    return v.verdict in ONE_LINE_EACH or v.is_regression or bool(v.work_gate_broken)
 
 
 def _cell_line(v: CellVerdict, width: int) -> list[str]:
     word = "regression" if v.is_regression else v.verdict
-    word += ", work gate broken" if v.work_gate else ""
+    word += ", work gate broken" if v.work_gate_broken else ""
     below = "; top-1 below its band" if v.accuracy_verdict == ACCURACY_BELOW else ""
     return wrap(f"{v.reason or '-'}{below}", width, first=f"{word}: {cell_label(v.cell_id)}: ", indent="    ")
 
@@ -205,9 +210,9 @@ def _group_lines(word: str, members: Sequence[CellVerdict], width: int) -> list[
     head = (f"INCONCLUSIVE: {cells} neither shown changed nor shown unchanged, not a pass" if word == INCONCLUSIVE
             else f"NOT JUDGED: {cells}, the machine was busy, not a pass" if word == BUSY_GROUP
             else f"{word}: {cells}")
-    kinds = Counter(_NUMBER.sub("#", _why(v.reason)) for v in members)
+    kinds = Counter(_kind(v) for v in members)
     kind, k = kinds.most_common(1)[0]
-    whys = [_why(v.reason) for v in members if _NUMBER.sub("#", _why(v.reason)) == kind]
+    whys = [_why(v) for v in members if _kind(v) == kind]
     why = whys[0] if len(set(whys)) == 1 else f"e.g. {whys[0]}"
     share = f"  {k} of {n}" + (" (the commonest reason)" if len(kinds) > 1 else "") + ": "
     return wrap(head, width, indent="  ") + wrap(why, width, first=share, indent="    ")

@@ -157,7 +157,7 @@ def _cards(comparison: Comparison) -> str:
     if acc:
         cards.append(f'<div class="card bad"><span class="n">{acc}</span>accuracy below band</div>')
     itself = self_comparison_note(comparison)
-    notes = "".join(f"<p>{esc(n)}</p>" for n in (*comparison.notes, *([itself] if itself else [])))
+    notes = "".join(f"<p>{esc(str(n))}</p>" for n in (*comparison.notes, *([itself] if itself else [])))
     compared = ("<p>" + "<br>".join(esc(side) for side in comparison.sides) + "</p>" if comparison.sides
                 else f"<p>Compared with {esc(comparison.baseline_label)}.</p>")
     regressed = [v.cell_id for v in comparison.verdicts if v.verdict in (REGRESSION, SUSPECT_REGRESSION)]

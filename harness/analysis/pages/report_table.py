@@ -8,7 +8,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from harness.analysis.pages import heatmap
 from harness.analysis.judge.verdict import (
-    ACCURACY_BELOW, FAILED, INSUFFICIENT, NO_BASELINE, NOT_COMPARABLE, SKIPPED, VERDICTS, CellVerdict, Comparison)
+    ACCURACY_BELOW, FAILED, FLOOR_OVERRIDE, INSUFFICIENT, NO_BASELINE, NOT_COMPARABLE, SKIPPED, VERDICTS, CellVerdict, Comparison)
 from harness.analysis.pages.wording import cell_means, change_text, css_class, esc, num_text, sorted_verdicts
 from harness.results.accuracy import chance_text, top1_text
 from harness.matrix.cells import cell_label as label
@@ -139,7 +139,7 @@ def render_table(comparison: Comparison) -> str:
             _td(esc(_pair(t.candidate_value, t.baseline_value, ".1f")), sort=t.candidate_value, num=True),
             _td(esc(mdc_text(v, comparison.mode)), sort=v.mdc_pct, num=True),
             _td(f'<span title="{esc(v.floor_source)}">{esc(f"{v.floor_pct:g}")}</span>'
-                + (f' <span class="reason">{esc(v.floor_source)}</span>' if v.floor_source.startswith("judge.override")
+                + (f' <span class="reason">{esc(v.floor_source)}</span>' if v.floor_kind == FLOOR_OVERRIDE
                    else ""), sort=v.floor_pct, num=True),
             _td(esc(_top1_cell(v, ok_rows.get(v.cell_id, []))), sort=v.candidate_top1, num=True),
             _td(f"{v.num_candidate} / {others}", sort=v.num_candidate, num=True),

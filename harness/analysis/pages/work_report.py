@@ -44,7 +44,8 @@ def attach(comparison: Comparison, diffs: Mapping[str, WorkDiff]) -> Comparison:
         broken = "; ".join(c.words for c in checks if c.broken)
         words = "; ".join([diff.words(), *(c.words for c in checks)])
         verdicts.append(dataclasses.replace(v, reason=f"{v.reason}{WORK_NOTE}{words}", work=diff.words(),
-                                            work_changed=diff.is_changed, work_gate=broken or None))
+                                            work_changed=diff.is_changed, work_gate=broken or None,
+                                            work_gate_broken=bool(broken)))
     return dataclasses.replace(comparison, verdicts=tuple(verdicts), work_diffs=dict(diffs))
 
 
