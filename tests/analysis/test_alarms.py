@@ -118,7 +118,7 @@ def test_junit_fails_only_the_new_and_the_worse_and_skips_the_open_saying_so():
     comparison = Comparison(mode="baseline", candidate=run, baseline_label="b", baseline_environment={},
                             thresholds=Thresholds(), verdicts=tuple(vs))
     judged = judge_night(vs, state, (), night="night3", when="2026-11-27")
-    root = ET.fromstring(alarm_formats.rewrite_junit(render_junit(comparison), judged))
+    root = ET.fromstring(render_junit(comparison, judged))
     cases = {c.get("name").split(" [")[0]: c for c in root.iter("testcase")}
     assert cases[CELL].find("failure") is None
     assert "open since night2, 2 nights" in cases[CELL].find("skipped").get("message")
@@ -150,6 +150,38 @@ def test_the_nightly_alarm_step_exits_1_once_then_0_and_refuses_a_corrupt_acks_f
     assert capsys.readouterr().err.splitlines() == [
         f"nightly alarms: {reports / 'baselines' / 'acks.json'}: not an nvbench acks file (a JSON object with a "
         "`acks` list)"]
+
+
+def test_the_alarm_steps_junit_is_made_from_the_verdicts_and_the_alarms_with_the_reports_settings(tmp_path):
+    """Never by rewriting XML: the step reads verdicts.parquet back as a comparison (its nested thresholds too) and
+    renders junit.xml with tonight's alarms; what does not depend on the alarms is what the report wrote."""
+    from harness.analysis.load import verdicts_file
+    from harness.analysis.load.reports import read_comparison
+    from harness.matrix.judge import FloorOverride, WorkGate
+    from harness.orchestrate.workflows import nightly
+    from harness.results import store
+
+    report, reports = tmp_path / "night" / "report", tmp_path / "reports"
+    th = Thresholds(work_gates=(WorkGate(counter="host_syncs", rule="no-rise"),),
+                    floor_overrides=(FloorOverride(match=(("backend", ("dali-cpu", "pytorch")),), floor_pct=5.0,
+                                                   index=1),))
+    run = RunData(path="r", run_id="n", created_at="", environment={}, rows=())
+    comparison = Comparison(mode="baseline", candidate=run, baseline_label="b", baseline_environment={},
+                            thresholds=th, verdicts=(verdict("regression"),))
+    store.write_table(report / "verdicts.parquet", verdicts_file.verdict_table(comparison))
+    written = render_junit(comparison)
+    store.write_bytes(report / "junit.xml", written)
+    assert read_comparison(report / "verdicts.parquet").thresholds == th
+    assert render_junit(read_comparison(report / "verdicts.parquet")) == written  # the round trip is exact
+    argv = ["alarms", str(report), "--reports", str(reports)]
+    assert nightly.main([*argv, "--night", "night2"]) == 1
+    assert nightly.main([*argv, "--night", "night3"]) == 0  # open since night2: skipped, named
+    root = ET.parse(report / "junit.xml").getroot()
+    props = {p.get("name"): p.get("value") for p in root.iter("property")}
+    assert props == {p.get("name"): p.get("value") for p in ET.fromstring(written).iter("property")}
+    (case,) = root.iter("testcase")
+    assert case.find("failure") is None and case.find("skipped").get("message").startswith("open: ")
+    assert (root.get("failures"), root.get("skipped")) == ("0", "1")
 
 
 DRILL = {"effect": -20.1, "low": -27.0, "high": -13.0}  # the issue's night 1: a +25 % drill on a noisy runner
@@ -221,7 +253,7 @@ def test_junit_names_every_open_alarm_in_its_cells_test_case_and_never_lets_it_p
     run = RunData(path="r", run_id="night3", created_at="", environment={}, rows=())
     comparison = Comparison(mode="baseline", candidate=run, baseline_label="b", baseline_environment={},
                             thresholds=Thresholds(), verdicts=tuple(tonight))
-    root = ET.fromstring(alarm_formats.rewrite_junit(render_junit(comparison), judged))
+    root = ET.fromstring(render_junit(comparison, judged))
     cases = {c.get("name").split(" [")[0]: c for c in root.iter("testcase")}
     message = cases[CELL].find("skipped").get("message")
     assert message.startswith(f"open: {CELL}: open since night1 (throughput -20.1% [-27.0, -13.0])")

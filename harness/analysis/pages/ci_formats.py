@@ -10,12 +10,13 @@ import re
 import xml.etree.ElementTree as ET
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from harness.analysis.judge.verdict import (ACCURACY_BELOW, FAILED, IMPROVEMENT, INCONCLUSIVE, INSUFFICIENT,
                                              NO_BASELINE, NOT_COMPARABLE, REGRESSION, SKIPPED, SUSPECT_IMPROVEMENT,
                                              SUSPECT_REGRESSION, UNCHANGED, VERDICTS, CellVerdict, Comparison)
+from harness.analysis.nights.alarms import Alarm, NightAlarms, Reading
 from harness.analysis.pages.wording import (
     cell_means,
     change_text,
@@ -121,11 +122,69 @@ def _x(value: Any) -> str:
     return _XML_BAD.sub("\ufffd", "" if value is None else str(value))
 
 
-def render_junit(comparison: Comparison) -> bytes:
-    """One <testcase> per cell: a confirmed regression or a broken work gate is a <failure>, a failed cell an
-    <error>, and cells
-    that were not decided (inconclusive) or could not be judged (skipped, not comparable, insufficient data,
-    no baseline) are <skipped> with the verdict and its reason as the message: never a pass."""
+@dataclass
+class _Shown:
+    """What a test case shows besides its output: a <failure>, <error> or <skipped> with its message."""
+
+    tag: str
+    message: str
+    type: str = ""
+    text: str = ""
+
+
+def _shown(v: CellVerdict) -> _Shown | None:
+    """A confirmed regression or a broken work gate is a failure, a failed cell an error, a cell not decided or not
+    judged skipped with its verdict and reason; None: a pass."""
+    if v.is_regression:
+        what = "throughput" if v.verdict == REGRESSION else "accuracy"
+        message = f"{v.verdict}: {change_text(v)}" if v.verdict == REGRESSION else \
+            f"top-1 {v.accuracy_verdict}: {v.top1_change:+.4f} [{v.top1_ci_low:+.4f}, {v.top1_ci_high:+.4f}]"
+        return _Shown("failure", message, f"{what}-regression", v.reason)
+    if v.work_gate_broken:  # counted work, not timing: fails whatever the timing verdict says
+        return _Shown("failure", v.work_gate or "", "work-gate", v.reason)
+    if v.verdict == FAILED:
+        return _Shown("error", v.reason, "cell-failed", v.reason)
+    if v.verdict in (INCONCLUSIVE, SKIPPED, NOT_COMPARABLE, INSUFFICIENT, NO_BASELINE):
+        return _Shown("skipped", f"{v.verdict}: {v.reason}")
+    return None
+
+
+def _with_alarms(shown: _Shown | None, out: list[str], alarm: Alarm | None,
+                 readings: Sequence[Reading]) -> _Shown | None:
+    """A cell's case with tonight's alarms told: a regression that does not fail tonight (open, acknowledged) is
+    skipped naming why, one that fails says its status; every other alarm of the cell still open is named in the
+    message (a pass becomes skipped: an open alarm is never a pass), the ones tonight ended in the output."""
+    if shown is not None and shown.tag == "failure" and alarm is not None:
+        shown = _Shown("skipped", f"{alarm.status}: {alarm.text()}") if not alarm.fails else \
+            _Shown(shown.tag, f"{alarm.status}: {shown.message}", shown.type, shown.text)
+    for r in readings:
+        words = f"{r.outcome}: {r.text()}"
+        if r.ends:
+            out.append(words)
+        elif shown is None:
+            shown = _Shown("skipped", words)
+        else:
+            shown = _Shown(shown.tag, f"{words}; {shown.message}", shown.type, shown.text)
+    return shown
+
+
+def _case(suite: ET.Element, attrs: dict[str, str], shown: _Shown | None, out: list[str]) -> None:
+    case = ET.SubElement(suite, "testcase", **attrs)
+    if shown is not None:
+        element = ET.SubElement(case, shown.tag, message=_x(shown.message), **({"type": shown.type} if shown.type else {}))
+        if shown.text:
+            element.text = _x(shown.text)
+    if out:
+        ET.SubElement(case, "system-out").text = _x("\n".join(out))
+
+
+def render_junit(comparison: Comparison, alarms: NightAlarms | None = None) -> bytes:
+    """One <testcase> per cell, built from its verdict (and tonight's alarms, the nightly's): a confirmed regression
+    or a broken work gate is a <failure>, a failed cell an <error>, and cells that were not decided (inconclusive)
+    or could not be judged (skipped, not comparable, insufficient data, no baseline) are <skipped> with the verdict
+    and its reason as the message: never a pass. With `alarms` (analysis.nights.alarms.judge_night's), a regression
+    that does not fail tonight is skipped naming its status, every other open alarm named in its cell's case (one
+    of its own where tonight's report has no such cell), the ones tonight ended in the output."""
     cand = comparison.candidate
     suite = ET.Element("testsuite", name=_x(f"nvbench.{cand.run_id}"),
                        timestamp=_x(cand.created_at), hostname=_x(cand.environment.get("hostname") or ""))
@@ -134,31 +193,25 @@ def render_junit(comparison: Comparison) -> bytes:
     for name, value in [("baseline", comparison.baseline_label), ("mode", comparison.mode),
                         (col.fire_drill_pct, comparison.fire_drill_pct), *th.items()]:
         ET.SubElement(props, "property", name=_x(name), value=_x(value))
-    counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+    by_cell = {a.change.cell_id: a for a in alarms.alarms} if alarms is not None else {}
+    read: dict[str, list[Reading]] = {}
+    for r in (alarms.readings if alarms is not None else ()):
+        read.setdefault(r.alarm.change.cell_id, []).append(r)
     durations = cell_means(cand.rows, col.duration_s)
     for v in sorted(comparison.verdicts, key=lambda v: v.cell_id):
-        counts["tests"] += 1
         drill = f" [FIRE DRILL +{v.fire_drill_pct:g}%]" if v.fire_drill_pct or v.baseline_fire_drill_pct else ""
-        case = ET.SubElement(suite, "testcase", classname=_x(f"nvbench.{v.backend}.{v.precision}"),
-                             name=_x(v.cell_id + drill), time=f"{durations.get(v.cell_id, 0.0):.3f}")
-        message = _x(f"{v.verdict}: {change_text(v)}")
-        if v.is_regression:
-            counts["failures"] += 1
-            what = "throughput" if v.verdict == REGRESSION else "accuracy"
-            if v.verdict != REGRESSION:
-                message = _x(f"top-1 {v.accuracy_verdict}: {v.top1_change:+.4f} "
-                             f"[{v.top1_ci_low:+.4f}, {v.top1_ci_high:+.4f}]")
-            ET.SubElement(case, "failure", message=message, type=f"{what}-regression").text = _x(v.reason)
-        elif v.work_gate_broken:  # counted work, not timing: fails whatever the timing verdict says
-            counts["failures"] += 1
-            ET.SubElement(case, "failure", message=_x(v.work_gate), type="work-gate").text = _x(v.reason)
-        elif v.verdict == FAILED:
-            counts["errors"] += 1
-            ET.SubElement(case, "error", message=_x(v.reason), type="cell-failed").text = _x(v.reason)
-        elif v.verdict in (INCONCLUSIVE, SKIPPED, NOT_COMPARABLE, INSUFFICIENT, NO_BASELINE):
-            counts["skipped"] += 1
-            ET.SubElement(case, "skipped", message=_x(f"{v.verdict}: {v.reason}"))
-        ET.SubElement(case, "system-out").text = _x(f"{v.verdict}: {v.reason}")
+        out = [f"{v.verdict}: {v.reason}"]
+        shown = _with_alarms(_shown(v), out, by_cell.get(v.cell_id), read.pop(v.cell_id, []))
+        _case(suite, {"classname": _x(f"nvbench.{v.backend}.{v.precision}"), "name": _x(v.cell_id + drill),
+                      "time": f"{durations.get(v.cell_id, 0.0):.3f}"}, shown, out)
+    for cid, readings in read.items():  # open alarms of cells tonight's report does not judge
+        out: list[str] = []
+        _case(suite, {"classname": "nvbench.alarms", "name": _x(cid), "time": "0.000"},
+              _with_alarms(None, out, None, readings), out)
+    cases = list(suite.iter("testcase"))
+    counts = {"tests": len(cases)} | {key: sum(case.find(tag) is not None for case in cases)
+                                      for tag, key in (("failure", "failures"), ("error", "errors"),
+                                                       ("skipped", "skipped"))}
     for key, value in counts.items():
         suite.set(key, str(value))
     root = ET.Element("testsuites", name="nvbench", **{k: str(v) for k, v in counts.items()})

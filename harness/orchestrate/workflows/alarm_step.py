@@ -32,11 +32,9 @@ def gate_checks(verdicts_path: Path, work: dict) -> dict:
     """Each cell's work gate checks tonight (the matrix's [judge.work_gates], as the report recorded its settings),
     on its work diff against the baseline: a broken one alarms."""
     from harness.analysis.judge.work_diff import check_gates
-    from harness.analysis.load import verdicts_file
-    from harness.matrix.judge import WorkGate
+    from harness.analysis.load.reports import thresholds_of
 
-    gates = [WorkGate(counter=g["counter"], rule=g["rule"])
-             for g in verdicts_file.read_thresholds(verdicts_path, nested=True).get("work_gates") or ()]
+    gates = thresholds_of(verdicts_path).work_gates
     return {cid: check_gates(diff, gates) for cid, diff in work.items()} if gates else {}
 
 
@@ -75,6 +73,8 @@ def against_opening(verdicts_path: Path, cand: str | None, open_before, cells: s
 
 def alarm_step(argv: list[str]) -> int:
     from harness.analysis.pages import alarm_formats
+    from harness.analysis.pages.ci_formats import render_junit
+    from harness.analysis.load.reports import read_comparison
     from harness.analysis.nights import alarms, baselines
     from harness.analysis.load import verdicts_file
     from harness.analysis.load.runs import RunInputError
@@ -101,8 +101,8 @@ def alarm_step(argv: list[str]) -> int:
                                                                   {v.cell_id for v in verdicts}))
         section = alarm_formats.summary_section(judged, args.night).encode()
         files = {baselines.alarms_path(reports): baselines.alarms_bytes(reports, judged.open, judged.events)}
-        if (report / "junit.xml").is_file():
-            files[report / "junit.xml"] = alarm_formats.rewrite_junit((report / "junit.xml").read_bytes(), judged)
+        if (report / "junit.xml").is_file():  # made anew from the verdicts and tonight's alarms
+            files[report / "junit.xml"] = render_junit(read_comparison(report / "verdicts.parquet"), judged)
         for summary in [report / "summary.md", *map(Path, args.summary)]:
             files[summary] = (summary.read_bytes() if summary.is_file() else b"") + section
         store.write_all(files)
