@@ -184,12 +184,6 @@ def job_key(cell_id: str, repeat: int) -> str:
     return f"{cell_id}-r{repeat}"
 
 
-def split_job_key(key: str) -> tuple[str, int]:
-    """(cell_id, repeat) of a job_key."""
-    cell_id, _, repeat = key.rpartition("-r")
-    return cell_id, int(repeat)
-
-
 def cell_label(cell_id: str) -> str:
     """The readable axis part of a cell id, its hash dropped: unique within one matrix."""
     head, _, tail = cell_id.rpartition("_")

@@ -85,8 +85,8 @@ def test_nsys_command_gates_capture_to_the_profiler_api(tmp_path):
     assert {"--trace=cuda,nvtx,osrt,cudnn,cublas", "--capture-range=cudaProfilerApi",
             "--capture-range-end=stop", f"--output={tmp_path / 'profile' / 'k-r0'}"} <= set(argv)
     assert argv[-5:] == ["python", "-m", "harness.cell", "run", "job.json"]
-    assert spec.job_section("k-r0") == {"tool": "nsys", "steps": 5, "dir": str(tmp_path / "profile"),
-                                        "name": "k-r0"}
+    assert spec.job_section("k-r0", "k", 0) == {"tool": "nsys", "steps": 5, "dir": str(tmp_path / "profile"),
+                                                "name": "k-r0", "cell_id": "k", "repeat": 0}
     assert ProfileSpec(tool="torch", steps=5, out_dir=tmp_path).command(["x"], "k") == ["x"]
 
 

@@ -7,7 +7,8 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from harness.matrix.cells import Cell, split_job_key
+from harness.matrix.cells import Cell
+from harness.catalogue import col
 
 KEY_AVERAGES_ROWS = 60
 """Rows of the key-averages table written beside a torch trace."""
@@ -78,8 +79,8 @@ class TorchCapture:
         from harness.results import kernels, store
 
         section = self._section
-        # the job's own cell id and repeat (its key), not the profiled cell's: a shorter window is another id
-        cell_id, repeat = split_job_key(section["name"])
+        # the job's own cell id and repeat, not the profiled cell's: a shorter window is another id
+        cell_id, repeat = section[col.cell_id], int(section["repeat"])
         rows = kernel_rows(self._profiler.events(), cell_id=cell_id, repeat=repeat, rank=self._rank,
                            is_cuda=self._is_cuda, steps=int(section["steps"]))
         path = Path(section["dir"]) / kernels.PARTS_DIR / f"{section['name']}-rank{self._rank}.parquet"
@@ -106,7 +107,7 @@ class WorkCapture:
 
         self._counter.stop()
         section = self._section
-        cell_id, process = split_job_key(section["name"])
+        cell_id, process = section[col.cell_id], int(section["repeat"])
         rows = work_rows(self._counter.counts(), cell_id=cell_id, process=process, rank=self._rank,
                          device=self._counter.device, steps=int(section["steps"]))
         path = Path(section["dir"]) / work.PARTS_DIR / f"{section['name']}-rank{self._rank}.parquet"

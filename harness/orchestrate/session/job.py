@@ -192,7 +192,7 @@ def prepare_job(cell: Cell, repeat: int, ctx: JobContext, *, executor: str = "lo
         return row
     job = {"cell": cell.to_plain(), col.run_id: ctx.run_id, "repeat": repeat, "device": ctx.caps.device,
            "data_root": str(data_root) if data_root else None, "out_dir": str(work), "fault": fault,
-           "profile": ctx.profile.job_section(key) if ctx.profile else None,
+           "profile": ctx.profile.job_section(key, cell.cell_id, repeat) if ctx.profile else None,
            col.fire_drill_pct: ctx.fire_drill_pct, "flops_cache": str(ctx.run_dir / "flops.json"),
            "slot": placed.job_section() if placed else None, "compile_warmup": compile_warmup}
     argv = launcher_for(cell).command(cell, work / "job.json", key)

@@ -52,9 +52,11 @@ class ProfileSpec:
     work: bool = False
     """torch only: count the window's work into work.parquet rows (harness/cell/instruments/work.py) instead of a trace."""
 
-    def job_section(self, key: str) -> dict[str, Any]:
-        """The job file's `profile` section, read by the worker."""
-        section = {"tool": self.tool, "steps": self.steps, "dir": str(self.out_dir), "name": key}
+    def job_section(self, key: str, cell_id: str, repeat: int) -> dict[str, Any]:
+        """The job file's `profile` section, read by the worker: the job's key (its files' stem) and, as data, the
+        cell id and repeat (a counted process's number) its rows are written under."""
+        section = {"tool": self.tool, "steps": self.steps, "dir": str(self.out_dir), "name": key, col.cell_id: cell_id,
+                   "repeat": repeat}
         if self.work:
             return section | {"work": True}
         return section | {"kernels": True} if self.kernels else section
