@@ -13,6 +13,17 @@ INT64_MAX = 2**63 - 1
 """Integers are stored as Parquet int64."""
 
 
+class Problem(typing.NamedTuple):
+    """A problem of a matrix file, typed where it is found: the key it is about (`recipe.epochs`) and what is wrong
+    with it. Shown as `key: message`; code that needs the key reads `key`, never the words."""
+
+    key: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.key}: {self.message}"
+
+
 def knob(default: Any, doc: str, *, min: float | None = None, gt: float | None = None,
          max: float | None = None, lt: float | None = None, choices: tuple[str, ...] | None = None) -> Any:
     """A config field with its documentation, numeric bounds and allowed names (checked by the parser)."""

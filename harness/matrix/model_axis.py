@@ -11,7 +11,7 @@ from typing import Any
 
 from harness.models.registry import entry
 from harness.models.user import import_path_problem, is_import_path
-from harness.matrix.knobs import choice_problem, show
+from harness.matrix.knobs import Problem, choice_problem, show
 from harness.matrix.sections import MODEL_NAMES, BenchmarkConfig, Matrix, ModelSettings, RecipeConfig
 
 YOUR_OWN = "or your own model as 'package.module:builder'"
@@ -46,27 +46,27 @@ def model_settings(model: str, *, key: str, benchmark: BenchmarkConfig, recipe: 
     return ModelSettings(model=model, key=key, from_model=tuple(changed), **sections)
 
 
-def user_model_problems(settings: ModelSettings) -> list[str]:
+def user_model_problems(settings: ModelSettings) -> list[Problem]:
     """What a user model cannot do with this recipe, as 'key: message'."""
     if is_import_path(settings.model) and settings.recipe.zero_init_residual:
-        return [(f"recipe.zero_init_residual: applies to registry models only; {settings.model!r} initialises its "
-                 "own weights (set it false, or drop it)")]
+        return [(Problem("recipe.zero_init_residual", f"applies to registry models only; {settings.model!r} initialises its "
+                 "own weights (set it false, or drop it)"))]
     return []
 
 
-def merge_per_model(models: tuple[ModelSettings, ...], problems: dict[str, list[str]]) -> list[str]:
-    """Each model's problems ('key: message') as one list: a problem every model has, as it is; one only some
-    have, once, naming them, and which of them set its key by their registry default."""
-    having: dict[str, list[ModelSettings]] = {}
+def merge_per_model(models: tuple[ModelSettings, ...], problems: dict[str, list[Problem]]) -> list[str]:
+    """Each model's problems as one list of lines: a problem every model has, as it is; one only some have, once,
+    naming them, and which of them set its key by their registry default."""
+    having: dict[Problem, list[ModelSettings]] = {}
     for s in models:
         for problem in problems[s.model]:
             having.setdefault(problem, []).append(s)
     out = []
     for problem, mine in having.items():
         if len(mine) == len(models):
-            out.append(problem)
+            out.append(str(problem))
             continue
-        key = problem.partition(":")[0]
+        key = problem.key
         defaulted = [s.model for s in mine if key in {k for k, _ in s.from_model}]
         note = f"; {', '.join(defaulted)}'s registry default sets {key}: give it in the file to override" \
             if defaulted else ""
@@ -74,7 +74,7 @@ def merge_per_model(models: tuple[ModelSettings, ...], problems: dict[str, list[
     return out
 
 
-def defaults_lines(matrix: Matrix, models: Iterable[str] | None = None) -> list[str]:
+def defaults_lines(matrix: Matrix, models: Iterable[str] | None = None) -> list[Problem]:
     """One line per model whose registry defaults set something in this file, with what the reference's recipe
     does that nvbench does not (Recipe.not_honoured); `models` limits it (e.g. to the cells --only keeps)."""
     keep = set(models) if models is not None else None

@@ -7,7 +7,7 @@ import itertools
 from pathlib import Path
 from typing import Any
 
-from harness.matrix.knobs import show
+from harness.matrix.knobs import Problem, show
 from harness.matrix.sections import (
     AXES,
     DIGITS_CLASSES,
@@ -25,14 +25,14 @@ from harness.catalogue import col
 
 
 def cross_problems(sections: dict[str, Any], axes: Axes, excludes: tuple[Exclude, ...], *,
-                   check_paths: bool) -> list[str]:
+                   check_paths: bool) -> list[Problem]:
     """Rules across sections: what the file alone says would fail once cells run."""
     bench, data, launch, smoke = sections["benchmark"], sections["data"], sections["launch"], sections["smoke"]
     gen, reads_data = data.generate, bool(set(axes.backend) - {"synthetic"})
     problems = []
     if data.path == "" and gen.num_classes > bench.num_classes:
-        problems.append(f"benchmark.num_classes: {bench.num_classes} is fewer than data.generate.num_classes "
-                        f"({gen.num_classes}); raise num_classes or generate fewer classes")
+        problems.append(Problem("benchmark.num_classes", f"{bench.num_classes} is fewer than data.generate.num_classes "
+                        f"({gen.num_classes}); raise num_classes or generate fewer classes"))
     if reads_data and gen.kind == "digits":
         problems += _digits_problems(gen)
     if check_paths and data.path and reads_data:
@@ -40,44 +40,44 @@ def cross_problems(sections: dict[str, Any], axes: Axes, excludes: tuple[Exclude
     problems += _batch_problems(bench, smoke, data, _data_shards(axes, excludes), launch)
     problems += _warmup_problems(bench, sections["recipe"])
     if launch.nnodes > 1 and not launch.rdzv_endpoint and sections["executor"].kind != "slurm":
-        problems.append("launch.rdzv_endpoint: required when launch.nnodes > 1 (host:port every node can reach), "
-                        "unless executor.kind = \"slurm\" (the job's first node serves it)")
+        problems.append(Problem("launch.rdzv_endpoint", "required when launch.nnodes > 1 (host:port every node can reach), "
+                        "unless executor.kind = \"slurm\" (the job's first node serves it)"))
     if launch.node_rank >= launch.nnodes:
-        problems.append(f"launch.node_rank: {launch.node_rank} must be < launch.nnodes ({launch.nnodes})")
+        problems.append(Problem("launch.node_rank", f"{launch.node_rank} must be < launch.nnodes ({launch.nnodes})"))
     return problems
 
 
-def _digits_problems(gen: GenerateConfig) -> list[str]:
+def _digits_problems(gen: GenerateConfig) -> list[Problem]:
     problems = []
     if gen.num_classes > DIGITS_CLASSES:
-        problems.append(f"data.generate.num_classes: digits has {DIGITS_CLASSES} classes, asked for "
-                        f"{gen.num_classes}")
+        problems.append(Problem("data.generate.num_classes", f"digits has {DIGITS_CLASSES} classes, asked for "
+                        f"{gen.num_classes}"))
     # A read of what is installed, not a change to it: validation stays pure.
     if importlib.util.find_spec("sklearn") is None:
-        problems.append("data.generate.kind: 'digits' needs scikit-learn, which is not installed: "
-                        "pip install 'nvbench[digits]', or use kind = 'shapes'")
+        problems.append(Problem("data.generate.kind", "'digits' needs scikit-learn, which is not installed: "
+                        "pip install 'nvbench[digits]', or use kind = 'shapes'"))
     return problems
 
 
-def _dataset_path_problems(path: str) -> list[str]:
+def _dataset_path_problems(path: str) -> list[Problem]:
     try:
         root = Path(path).expanduser()
     except RuntimeError:  # "~someone" for a user this machine does not know
-        return [f"data.path: cannot expand {show(path)}: no such user's home directory"]
+        return [Problem("data.path", f"cannot expand {show(path)}: no such user's home directory")]
     missing = [s for s in ("train", "val") if not (root / s).is_dir()]
     if missing:
-        return [f"data.path: dataset {show(str(root))} has no {' or '.join(s + '/' for s in missing)} "
-                "directory (expected an ImageFolder root)"]
+        return [Problem("data.path", f"dataset {show(str(root))} has no {' or '.join(s + '/' for s in missing)} "
+                "directory (expected an ImageFolder root)")]
     return []
 
 
-def _warmup_problems(bench: BenchmarkConfig, recipe: RecipeConfig) -> list[str]:
+def _warmup_problems(bench: BenchmarkConfig, recipe: RecipeConfig) -> list[Problem]:
     if bench.warmup_min_steps > bench.warmup_max_steps:
-        return [f"benchmark.warmup_min_steps: {bench.warmup_min_steps} is more than benchmark.warmup_max_steps "
-                f"({bench.warmup_max_steps})"]
+        return [Problem("benchmark.warmup_min_steps", f"{bench.warmup_min_steps} is more than benchmark.warmup_max_steps "
+                f"({bench.warmup_max_steps})")]
     if bench.warmup_steps == "auto" and recipe.lr_timeline == "compressed":
-        return ["benchmark.warmup_steps: 'auto' leaves the cell's length open, which the compressed LR timeline "
-                "is fitted to; give a number of steps, or use recipe.lr_timeline = 'reference'"]
+        return [Problem("benchmark.warmup_steps", "'auto' leaves the cell's length open, which the compressed LR timeline "
+                "is fitted to; give a number of steps, or use recipe.lr_timeline = 'reference'")]
     return []
 
 
@@ -92,7 +92,7 @@ def _data_shards(axes: Axes, excludes: tuple[Exclude, ...]) -> set[tuple[str, in
 
 
 def _batch_problems(bench: BenchmarkConfig, smoke: SmokeConfig, data: DataConfig, shards: set[tuple[str, int]],
-                    launch: LaunchConfig) -> list[str]:
+                    launch: LaunchConfig) -> list[Problem]:
     """Batches the model or the generated dataset cannot supply, as written and under --smoke (which always
     generates its dataset), for the cells that read data (`shards`: backend and world size)."""
     gen = data.generate
@@ -102,16 +102,16 @@ def _batch_problems(bench: BenchmarkConfig, smoke: SmokeConfig, data: DataConfig
     for where, batch, image, train_images, generated in shapes:
         if batch == 1 and image <= MODEL_OUTPUT_STRIDE:
             # BatchNorm in training needs more than one value per channel; one image shrunk to 1x1 has one.
-            problems.append(f"{where}.batch_size: one image of {image} px leaves the model's last stage 1x1, "
+            problems.append(Problem(f"{where}.batch_size", f"one image of {image} px leaves the model's last stage 1x1, "
                             f"which BatchNorm cannot train on; use batch_size >= 2 or image_size > "
-                            f"{MODEL_OUTPUT_STRIDE}")
+                            f"{MODEL_OUTPUT_STRIDE}"))
         # pytorch's sampler pads every rank's shard to the same length; DALI's training epoch floors it.
         short = [(images, world) for backend, ws in sorted(shards) for world in [ws * launch.nnodes]
                  for images in [train_images // world if backend.startswith("dali") else -(-train_images // world)]
                  if images < batch]
         if generated and short:
             per_rank, world = min(short)
-            problems.append(f"{where}.batch_size: {batch} is more than the {per_rank} generated training images "
+            problems.append(Problem(f"{where}.batch_size", f"{batch} is more than the {per_rank} generated training images "
                             f"each of {world} process(es) reads; the loaders train on full batches only, so they "
-                            "would yield none: generate more images or use a smaller batch")
+                            "would yield none: generate more images or use a smaller batch"))
     return problems

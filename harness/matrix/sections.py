@@ -13,7 +13,7 @@ from harness.catalogue.axes import AXES
 from harness.data.registry import BACKENDS as DATA_BACKENDS
 from harness.matrix.executor import ExecutorConfig
 from harness.models.registry import ENTRIES as MODEL_ENTRIES
-from harness.matrix.knobs import FROZEN, knob
+from harness.matrix.knobs import FROZEN, Problem, knob
 from harness.catalogue import col
 from harness.matrix.judge import JudgeConfig
 
@@ -117,16 +117,16 @@ class RecipeConfig:
     allow_tf32: bool = knob(True, "Allow TF32 for fp32 matmul/conv on Ampere and newer (recorded per row).")
     cudnn_benchmark: bool = knob(True, "Let cuDNN autotune convolution algorithms (during warmup).")
 
-    def problems(self) -> list[str]:
+    def problems(self) -> list[Problem]:
         """Rules across this section's fields, as 'key: message'."""
         out = []
         if self.nesterov and self.momentum == 0:
-            out.append("recipe.nesterov: Nesterov momentum needs recipe.momentum > 0")
+            out.append(Problem("recipe.nesterov", "Nesterov momentum needs recipe.momentum > 0"))
         if list(self.step_milestones) != sorted(set(self.step_milestones)):
-            out.append(f"recipe.step_milestones: must be strictly increasing, got {list(self.step_milestones)}")
+            out.append(Problem("recipe.step_milestones", f"must be strictly increasing, got {list(self.step_milestones)}"))
         if self.lr_warmup_epochs >= self.epochs:
-            out.append(f"recipe.lr_warmup_epochs: {self.lr_warmup_epochs} must be fewer than recipe.epochs "
-                       f"({self.epochs})")
+            out.append(Problem("recipe.lr_warmup_epochs", f"{self.lr_warmup_epochs} must be fewer than recipe.epochs "
+                       f"({self.epochs})"))
         return out
 
 
