@@ -148,8 +148,8 @@ def test_the_nightly_alarm_step_exits_1_once_then_0_and_refuses_a_corrupt_acks_f
     store.write_bytes(reports / "baselines" / "acks.json", b"[1, 2]")
     assert nightly.main([*argv, "--night", "night4"]) == 2
     assert capsys.readouterr().err.splitlines() == [
-        f"nightly alarms: {reports / 'baselines' / 'acks.json'}: not an nvbench acks file (a JSON object with a "
-        "`acks` list)"]
+        f"nightly alarms: {reports / 'baselines' / 'acks.json'}: not an nvbench acks file (a JSON object); version "
+        "unknown, this nvbench reads 1"]
 
 
 DRILL = {"effect": -20.1, "low": -27.0, "high": -13.0}  # the night 1: a +25 % drill on a noisy runner

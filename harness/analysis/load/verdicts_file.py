@@ -9,14 +9,15 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from harness.analysis.judge.verdict import CellVerdict, Comparison
 from harness.catalogue.verdicts import VERDICT_COLUMNS, VERDICTS_VERSION
-from harness.results import store
+from harness.results import formats
 from harness.results.schema import arrow_field
 
-VERSION_KEY = b"nvbench.verdicts_version"
+VERDICTS = formats.Format(name="verdicts", key="nvbench.verdicts_version", current=VERDICTS_VERSION)
+"""verdicts.parquet as the one reader reads it: every version; a column a version added reads null (from_row)."""
+VERSION_KEY = VERDICTS.key.encode()
 
 CANDIDATE_KEY, BASELINE_KEY = b"nvbench.candidate_path", b"nvbench.baseline_path"
 """verdicts.parquet's metadata: the run folders the report compared (the baseline's empty where it had none), so a
@@ -46,10 +47,7 @@ def verdict_table(comparison: Comparison) -> pa.Table:
 def compared_runs(path: Path) -> tuple[str | None, str | None]:
     """(baseline run folder, candidate run folder) a verdicts.parquet compared; None where it did not record one
     (written before these keys, or no baseline)."""
-    try:
-        meta = pq.read_schema(path).metadata or {}
-    except (pa.ArrowException, OSError) as exc:
-        raise store.UnreadableFile(f"{path}: not a readable verdicts table ({type(exc).__name__})") from None
+    meta = formats.read_parquet_metadata(path, VERDICTS)
     base, cand = meta.get(BASELINE_KEY, b"").decode(), meta.get(CANDIDATE_KEY, b"").decode()
     return base or None, cand or None
 
@@ -57,7 +55,7 @@ def compared_runs(path: Path) -> tuple[str | None, str | None]:
 def read_thresholds(path: Path, *, nested: bool = False) -> dict[str, Any]:
     """The settings of the comparison a verdicts.parquet holds: its scalars (level, floor, repeats, seed ...), and
     with `nested` its lists too (work_gates, floor_overrides) as the JSON holds them."""
-    meta = pq.read_schema(path).metadata or {}
+    meta = formats.read_parquet_metadata(path, VERDICTS)
     raw = json.loads(meta.get(b"nvbench.thresholds", b"{}"))
     return {k: v for k, v in raw.items() if nested or isinstance(v, (int, float, bool, str)) or v is None}
 
@@ -65,15 +63,6 @@ def read_thresholds(path: Path, *, nested: bool = False) -> dict[str, Any]:
 def read_verdicts(path: Path) -> list[CellVerdict]:
     """verdicts.parquet back as CellVerdicts. Older versions lack the speed-adjustment (2), fast-step (3),
     compile (4), repeats_needed (5), phase (6), model (7), per-metric verdict (8), energy (9),
-    floor_source (10), work (11) and busy (12) columns: they read as null (floor_source: empty). store.UnreadableFile,
-    naming the file, when it is no verdicts table."""
-    try:
-        table = pq.read_table(path)
-    except (pa.ArrowException, OSError) as exc:
-        raise store.UnreadableFile(f"{path}: not a readable verdicts table ({type(exc).__name__})") from None
-    version = int((table.schema.metadata or {}).get(VERSION_KEY, b"0"))
-    if not 1 <= version <= VERDICTS_VERSION:
-        why = "no nvbench.verdicts_version in its metadata" if version < 1 else \
-            f"version {version} is newer than this nvbench's {VERDICTS_VERSION}; upgrade nvbench"
-        raise store.UnreadableFile(f"{path}: not a verdicts table this nvbench reads ({why})")
-    return [CellVerdict.from_row(row) for row in table.to_pylist()]
+    floor_source (10), work (11), busy (12) and operators (13) columns: they read as null (floor_source: empty).
+    UnreadableFile when it is not one this nvbench reads."""
+    return [CellVerdict.from_row(row) for row in formats.read_parquet(path, VERDICTS).to_pylist()]
