@@ -35,6 +35,7 @@ def _now() -> str:
 def cmd_promote(args: argparse.Namespace) -> int:
     from harness.analysis.nights import baselines
     from harness.analysis.load.runs import RunInputError, load_run
+    from harness.results.formats import UnreadableFile
 
     reports = Path(args.reports)
     if not args.reason.strip():
@@ -50,6 +51,8 @@ def cmd_promote(args: argparse.Namespace) -> int:
         p = baselines.promote(reports, run, who=who(), when=_now(), reason=args.reason.strip())
     except RunInputError as exc:
         return bad_input(exc.problems)
+    except UnreadableFile as exc:
+        return bad_input([str(exc)])
     except CannotWrite:  # the command line says it (cli.main): the folder, the bytes, how to go on
         raise
     except OSError as exc:
@@ -65,11 +68,14 @@ def cmd_promote(args: argparse.Namespace) -> int:
 def cmd_show(args: argparse.Namespace) -> int:
     from harness.analysis.nights import baselines
     from harness.analysis.load.runs import RunInputError
+    from harness.results.formats import UnreadableFile
 
     try:
         lines = baselines.show_lines(Path(args.reports))
     except RunInputError as exc:
         return bad_input(exc.problems)
+    except UnreadableFile as exc:
+        return bad_input([str(exc)])
     print("\n".join(lines))
     return EXIT_OK
 
@@ -77,6 +83,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 def cmd_ack(args: argparse.Namespace) -> int:
     from harness.analysis.nights import alarms, baselines
     from harness.analysis.load.runs import RunInputError
+    from harness.results.formats import UnreadableFile
 
     reports = Path(args.reports)
     problems = [p for p in (alarms.filter_problem(args.cell_filter), _expires_problem(args.expires)) if p]
@@ -97,6 +104,8 @@ def cmd_ack(args: argparse.Namespace) -> int:
         baselines.add_acks(reports, acks)
     except RunInputError as exc:
         return bad_input(exc.problems)
+    except UnreadableFile as exc:
+        return bad_input([str(exc)])
     except CannotWrite:  # the command line says it (cli.main): the folder, the bytes, how to go on
         raise
     except OSError as exc:

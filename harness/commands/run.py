@@ -54,7 +54,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         except runfolder.RunFolderError as exc:
             return bad_input([str(exc)])
         except store.UnreadableFile as exc:
-            which = "every job it holds" if f"{store.FOLDED}:" in str(exc) else "that job"
+            which = "every job it holds" if exc.path.name == store.FOLDED else "that job"
             return bad_input([f"{exc}; delete it to run {which} again"])
         device = next(iter(cells.values())).run.device
         slots = next(iter(cells.values())).run.slots

@@ -1,7 +1,8 @@
 """kernels.parquet: where a profiled repeat's step time goes, per (phase, operator, kernel); its columns, its
 version history, writing one repeat's part and gathering the parts into the run folder's table.
 
-Version history (bump KERNELS_VERSION and teach `migrate` the step when columns change):
+Version history (bump KERNELS_VERSION and give TABLE's `steps` the migration when a column is renamed
+or recomputed; a column added reads null from older files):
   1: first release: one row per (cell, repeat, rank, phase, operator, kernel) of a profiled repeat
      (`nvbench ab --kernels`, or an A/B that called a change): calls and time per profiled step.
 """
@@ -40,11 +41,6 @@ KERNELS_FILE = TABLE.file
 def kernels_table(rows: list[dict[str, Any]]) -> pa.Table:
     """Rows (dicts with every column) as a kernels table; an unknown or missing key is an error."""
     return TABLE.table(rows)
-
-
-def migrate(table: pa.Table, source: Path) -> pa.Table:
-    """A kernels table of any version up to this one, in this version's columns (later columns null)."""
-    return TABLE.migrate(table, source)
 
 
 def read_kernels(path: Path) -> pa.Table:

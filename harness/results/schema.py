@@ -1,10 +1,10 @@
 """The result schema: the cell and step tables as Arrow schemas, from the columns harness.catalogue declares, and
 the version history.
 
-Schema history (bump RESULT_SCHEMA_VERSION and teach store.migrate the step when columns change):
+Schema history (bump RESULT_SCHEMA_VERSION, and give store.RESULTS a step when a column is renamed or recomputed):
   1 (0.1.0): first release: cell summary rows (throughput with its interval, accuracy, loss, memory,
      data wait, twin efficiencies, NVML telemetry, MFU, profile and fire-drill flags) and per-rank
-     step rows. Columns added later read as null from older files (store.migrate).
+     step rows. Columns added later read as null from older files (store.read_table).
   2 (0.2.0): data wait as the GPU sees it: `exposed_data_wait_s/_frac` (CUDA events on the consumer stream
      around each fetch; on CPU the host figure) beside the host figure, renamed from `data_wait_s/_frac` to
      `host_data_wait_s/_frac`; `step_time_total_s`; the `compile` axis with `compile_s`; `startup_s`;

@@ -15,6 +15,8 @@ import pyarrow as pa
 import pyarrow.compute  # noqa: F401  (pa.compute)
 import pyarrow.parquet as pq
 
+from harness.results import formats
+from harness.results.formats import UnreadableFile  # noqa: F401  (store.UnreadableFile: what its callers catch)
 from harness.results.schema import CELL_SCHEMA, METADATA_VERSION_KEY, RESULT_SCHEMA_VERSION, STEP_SCHEMA, SUPERSEDED
 from harness.catalogue import col
 
@@ -158,19 +160,9 @@ def write_table(path: Path, table: pa.Table) -> None:
     write_bytes(path, table_bytes(table))  # its size known before a byte is written (what a full disk needed)
 
 
-class UnreadableFile(ValueError):
-    """A file nvbench wrote (or should have) that cannot be read as such; the message is one line naming it."""
-
-
 def read_json(path: Path) -> Any:
     """The JSON document at `path`; UnreadableFile when it is not UTF-8 JSON (FileNotFoundError stays)."""
-    path = Path(path)
-    try:
-        return json.loads(path.read_bytes().decode("utf-8"))
-    except UnicodeDecodeError as exc:
-        raise UnreadableFile(f"{path}: not UTF-8 text (byte {exc.start})") from None
-    except json.JSONDecodeError as exc:
-        raise UnreadableFile(f"{path}: not valid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
+    return formats.load_json(path)
 
 
 RENAMED_IN_2 = {"data_wait_s": col.host_data_wait_s, "data_wait_frac": col.host_data_wait_frac,
@@ -178,20 +170,16 @@ RENAMED_IN_2 = {"data_wait_s": col.host_data_wait_s, "data_wait_frac": col.host_
 """Version 1 name -> version 2 name, in both tables."""
 
 
-def migrate(table: pa.Table, target: pa.Schema) -> pa.Table:
-    """Bring a table written by any earlier nvbench to the current schema (records.py has the history)."""
-    meta = table.schema.metadata or {}
-    version = int(meta.get(METADATA_VERSION_KEY, b"0"))
-    if version > RESULT_SCHEMA_VERSION:
-        raise ValueError(f"results written by a newer nvbench (schema {version} > {RESULT_SCHEMA_VERSION}); "
-                         "upgrade nvbench to read them")
-    if version < 1:
-        raise ValueError("not an nvbench result table (no schema version in its metadata)")
-    if version < 2:
-        table = _from_version_1(table)
-    if version < 3 and "hostname" in table.column_names and "nodes" not in table.column_names:
-        table = table.append_column("nodes", table.column("hostname"))  # every job ran on the runner's machine
-    # Columns added in later versions arrive as nulls (names looked up in a set: a row's file has 109 columns).
+def _nodes_from_hostname(table: pa.Table) -> pa.Table:
+    """Version 2's jobs all ran on the runner's machine: a cell row's `nodes` is its `hostname`."""
+    if "hostname" in table.column_names and "nodes" not in table.column_names:
+        table = table.append_column("nodes", table.column("hostname"))
+    return table
+
+
+def conform(table: pa.Table, target: pa.Schema) -> pa.Table:
+    """A table of the current version in `target`'s columns: those added in later versions (or a file does not hold)
+    arrive as nulls (names looked up in a set: a row's file has 109 columns)."""
     present = set(table.column_names)
     arrays = [table.column(f.name) if f.name in present else pa.nulls(len(table), f.type) for f in target]
     return pa.Table.from_arrays(arrays, schema=target)
@@ -212,23 +200,18 @@ def _from_version_1(table: pa.Table) -> pa.Table:
     return table
 
 
+RESULTS = formats.Format(name="nvbench result", key=METADATA_VERSION_KEY.decode(), current=RESULT_SCHEMA_VERSION,
+                         oldest=1, steps={1: _from_version_1, 2: _nodes_from_hostname})
+"""cells/ and steps/ files (schema.py has the history): version 1 renamed, 2 given `nodes`, later columns null."""
+
+
 def read_table(path: Path, target: pa.Schema, columns: list[str] | None = None) -> pa.Table:
     """One result file migrated to `target` (only `columns` of it, when given); UnreadableFile naming it when
     it is not one."""
-    try:
-        with pq.ParquetFile(path) as pf:
-            schema = pf.schema_arrow
-            if columns and int((schema.metadata or {}).get(METADATA_VERSION_KEY, b"0")) == RESULT_SCHEMA_VERSION:
-                # a current file: read the columns asked for alone (an older one is read whole and migrated:
-                # its names may be the old ones)
-                present = set(schema.names)
-                table = pf.read(columns=[c for c in columns if c in present]).replace_schema_metadata(schema.metadata)
-                return migrate(table, pa.schema([target.field(c) for c in columns], metadata=target.metadata))
-            table = migrate(pf.read(), target)
-        return table.select(columns) if columns else table
-    except (pa.ArrowException, ValueError, OSError) as exc:
-        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise UnreadableFile(f"{path}: not a readable nvbench result table ({reason})") from None
+    table = formats.read_parquet(path, RESULTS, columns)
+    if columns:
+        return conform(table, pa.schema([target.field(c) for c in columns], metadata=target.metadata))
+    return conform(table, target)
 
 
 FOLDED = "run-rows.parquet"
@@ -249,13 +232,17 @@ def folded_stems(folder: Path) -> dict[str, int]:
     if not path.is_file():
         return {}
     try:
-        meta = pq.read_schema(path).metadata or {}
-        if FOLDED_FROM_KEY not in meta:
-            raise ValueError(f"not an nvbench result table (no {FOLDED_FROM_KEY.decode()} in its metadata)")
-        return {str(stem): int(rows) for stem, rows in json.loads(meta[FOLDED_FROM_KEY])}
-    except (pa.ArrowException, OSError, ValueError, TypeError) as exc:
+        schema = pq.read_schema(path)
+    except (pa.ArrowException, OSError) as exc:
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise UnreadableFile(f"{path}: not a readable nvbench result table ({reason})") from None
+        raise RESULTS.unreadable(path, f"not a readable nvbench result table ({reason})") from None
+    version = formats.parquet_version(path, RESULTS, schema)
+    try:
+        return {str(stem): int(rows) for stem, rows in json.loads((schema.metadata or {})[FOLDED_FROM_KEY])}
+    except KeyError:
+        raise RESULTS.not_one(path, f"no {FOLDED_FROM_KEY.decode()} in its metadata", version) from None
+    except (ValueError, TypeError) as exc:
+        raise RESULTS.not_one(path, f"its {FOLDED_FROM_KEY.decode()} is no list of [stem, rows]: {exc}", version) from None
 
 
 def _read_dir(folder: Path, target: pa.Schema, columns: list[str] | None = None, *,

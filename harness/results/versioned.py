@@ -1,17 +1,17 @@
 """A table nvbench writes in parts and gathers per run folder (kernels.parquet, work.parquet): its schema with a
-version in the metadata, building it from rows, migrating an older file, reading one, gathering parts."""
+version in the metadata, building it from rows, reading one (an older version migrated: harness.results.formats), gathering parts."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from harness.catalogue.columns import Column
-from harness.results import store
+from harness.results import formats, store
 from harness.results.schema import arrow_field
 
 
@@ -24,6 +24,8 @@ class VersionedTable:
     columns: Sequence[Column]
     key_columns: tuple[str, ...]
     """The columns one part's rows share (a repeat's, a process's): a newer part replaces the rows of its keys."""
+    steps: Mapping[int, formats.Migration] = field(default_factory=dict)
+    """Version v -> the migration of a v table to v + 1 (harness.results.formats.Format; none: columns added only)."""
 
     @property
     def version_key(self) -> bytes:
@@ -48,27 +50,21 @@ class VersionedTable:
                                f"missing {sorted(names - set(row))}")
         return pa.Table.from_arrays([pa.array([r[f.name] for r in rows], type=f.type) for f in schema], schema=schema)
 
-    def migrate(self, table: pa.Table, source: Path) -> pa.Table:
-        """A table of any version up to this one, in this version's columns (later columns null)."""
-        raw = (table.schema.metadata or {}).get(self.version_key)
-        if raw is None:
-            raise store.UnreadableFile(f"{source}: not a {self.name} table (no {self.version_key.decode()} in its "
-                                       "metadata)")
-        if int(raw) > self.version:
-            raise store.UnreadableFile(f"{source}: {self.name} version {int(raw)} is newer than this nvbench's "
-                                       f"{self.version}; upgrade nvbench")
+    @property
+    def format(self) -> formats.Format:
+        """Its declaration for the one reader: every version up to this one read, its later columns null."""
+        return formats.Format(name=self.name, key=self.version_key.decode(), current=self.version, steps=self.steps)
+
+    def conform(self, table: pa.Table) -> pa.Table:
+        """A table of this version's (or an older one's) columns in this version's (later columns null)."""
         schema = self.schema
         arrays = [table.column(f.name).cast(f.type) if f.name in table.column_names else pa.nulls(len(table), f.type)
                   for f in schema]
         return pa.Table.from_arrays(arrays, schema=schema)
 
     def read(self, path: Path) -> pa.Table:
-        """The file (or a part), migrated; UnreadableFile naming it when it is not one."""
-        try:
-            table = pq.read_table(path)
-        except (pa.ArrowException, OSError) as exc:
-            raise store.UnreadableFile(f"{path}: not a readable Parquet file ({str(exc).splitlines()[0]})") from None
-        return self.migrate(table, path)
+        """The file (or a part), migrated; UnreadableFile naming it when it is not one this nvbench reads."""
+        return self.conform(formats.read_parquet(Path(path), self.format))
 
     def _keys(self, table: pa.Table) -> list[tuple]:
         return list(zip(*(table.column(c).to_pylist() for c in self.key_columns)))

@@ -1,7 +1,8 @@
 """work.parquet: what a counted process's steps did, counted (harness.catalogue.work has the columns and the
 counters); its version history, a process's part and gathering the parts into the run folder's table.
 
-Version history (bump WORK_VERSION and teach `migrate` the step when columns change):
+Version history (bump WORK_VERSION and give TABLE's `steps` the migration when a column is renamed
+or recomputed; a column added reads null from older files):
   1: first release: one row per (cell, process, rank, phase, counter, key) of a counted process (`nvbench ab`
      --work-repeats, `nvbench run --work-repeats`): the count over its counted steps and per step.
 """
@@ -34,11 +35,6 @@ WORK_FILE = TABLE.file
 def work_table(rows: list[dict[str, Any]]) -> pa.Table:
     """Rows (dicts with every column) as a work table; an unknown or missing key is an error."""
     return TABLE.table(rows)
-
-
-def migrate(table: pa.Table, source: Path) -> pa.Table:
-    """A work table of any version up to this one, in this version's columns (later columns null)."""
-    return TABLE.migrate(table, source)
 
 
 def read_work(path: Path) -> pa.Table:

@@ -148,8 +148,8 @@ def test_the_nightly_alarm_step_exits_1_once_then_0_and_refuses_a_corrupt_acks_f
     store.write_bytes(reports / "baselines" / "acks.json", b"[1, 2]")
     assert nightly.main([*argv, "--night", "night4"]) == 2
     assert capsys.readouterr().err.splitlines() == [
-        f"nightly alarms: {reports / 'baselines' / 'acks.json'}: not an nvbench acks file (a JSON object with a "
-        "`acks` list)"]
+        f"nightly alarms: {reports / 'baselines' / 'acks.json'}: not an nvbench acks file (a JSON object); version "
+        "unknown, this nvbench reads 1"]
 
 
 def test_the_alarm_steps_junit_is_made_from_the_verdicts_and_the_alarms_with_the_reports_settings(tmp_path):

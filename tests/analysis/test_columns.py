@@ -11,7 +11,7 @@ from test_export import hand_made_run
 from harness import cli
 from harness.catalogue.verdicts import VERDICT_COLUMNS
 from harness.analysis.load import columns, verdicts_file
-from harness.analysis.pages import trend
+from harness.analysis.load import changes_file
 from harness.results.schema import CELL_COLUMNS, STEP_COLUMNS
 
 
@@ -39,7 +39,7 @@ def test_columns_prints_every_column_of_cells_and_steps_with_its_unit_and_meanin
 def test_a_verdicts_or_changes_file_without_field_metadata_is_described_from_its_declarations(tmp_path, capsys,
                                                                                               kind):
     """A file of an older nvbench (no field metadata) still gets its dictionary: every column means something."""
-    schema = verdicts_file.verdict_schema() if kind == "verdicts" else trend.change_schema()
+    schema = verdicts_file.verdict_schema() if kind == "verdicts" else changes_file.change_schema()
     schema = pa.schema([f.remove_metadata() for f in schema])  # as an older nvbench wrote it
     path = tmp_path / f"{kind}.parquet"
     pq.write_table(schema.with_metadata({b"nvbench.table": kind.encode()}).empty_table(), path)

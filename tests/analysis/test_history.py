@@ -15,9 +15,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from harness import cli
+from harness.analysis.load import changes_file
 from harness.analysis.nights import history
 from harness.analysis.pages import trend
-from harness.analysis.load.runs import RunInputError
 from harness.analysis.pages.wording import esc_md
 from harness.results import store
 from harness.results.schema import CELL_SCHEMA, RESULT_SCHEMA_VERSION, cell_table
@@ -156,7 +156,7 @@ def test_bad_runs_are_skipped_with_their_reason_and_the_rest_analysed(tmp_path, 
     lines = err.splitlines()
     assert any(l.startswith(f"skipped {folder / 'night03'}: ") and "not a readable nvbench result table" in l for l in lines)
     assert any(l.startswith(f"skipped {folder / 'night04'}: ") for l in lines)
-    assert any(l.startswith(f"skipped {folder / 'night05'}: ") and f"newer nvbench (schema 99 > {RESULT_SCHEMA_VERSION})" in l for l in lines)
+    assert any(l.startswith(f"skipped {folder / 'night05'}: ") and f"version 99, this nvbench reads 1-{RESULT_SCHEMA_VERSION}" in l for l in lines)
     assert any(l.startswith(f"skipped {folder / 'night21'}: ") and "matrix 'other' is not the newest run's 'nightly'" in l
                for l in lines)
     assert "Traceback" not in err
@@ -209,9 +209,9 @@ def test_changes_parquet_columns_are_the_documented_ones():
     annotated = {f.name: str(f.type).split("|")[0].strip() for f in fields(history.Change)}
     python = {"string": "str", "float64": "float", "int64": "int", "bool": "bool"}
     assert {c.name: python[c.type] for c in CHANGE_FIELDS} == {c.name: annotated[c.name] for c in CHANGE_FIELDS}
-    assert [f.name for f in trend.change_schema()] == list(history.CHANGE_COLUMNS)
-    assert trend.change_schema().field("night").type == pa.int64()
-    assert trend.change_schema().field("p_value").type == pa.float64()
+    assert [f.name for f in changes_file.change_schema()] == list(history.CHANGE_COLUMNS)
+    assert changes_file.change_schema().field("night").type == pa.int64()
+    assert changes_file.change_schema().field("p_value").type == pa.float64()
 
 
 def test_the_trend_page_renders_in_a_real_browser_without_a_console_error(tmp_path, capsys):
@@ -271,17 +271,17 @@ def test_a_version_1_changes_table_reads_with_no_floor_and_no_confirmation_and_a
     v1 = table.drop_columns(["model", "p_floor", "confirmation", "confirmation_note"]).replace_schema_metadata(
         {**table.schema.metadata, b"nvbench.changes_version": b"1"})  # as issue 28's release wrote it
     store.write_table(tmp_path / "v1.parquet", v1)
-    (old,) = [c for c in trend.read_changes(tmp_path / "v1.parquet") if c.metric == "throughput" and c.cell_id == CELL]
+    (old,) = [c for c in changes_file.read_changes(tmp_path / "v1.parquet") if c.metric == "throughput" and c.cell_id == CELL]
     assert (old.model, old.p_floor, old.confirmation, old.confirmation_note) == (None,) * 4 and old.p_value <= 0.01
     assert trend.significance_text(old).startswith("p = ") and trend.confirmation_text(old) == ""
-    assert [c.night for c in trend.read_changes(path)] == [c.night for c in trend.read_changes(tmp_path / "v1.parquet")]
+    assert [c.night for c in changes_file.read_changes(path)] == [c.night for c in changes_file.read_changes(tmp_path / "v1.parquet")]
     newer = table.replace_schema_metadata({**table.schema.metadata, b"nvbench.changes_version": b"9"})
     store.write_table(tmp_path / "v9.parquet", newer)
-    with pytest.raises(RunInputError, match=r"v9.parquet: written by a newer nvbench \(changes version 9 > 3\)"):
-        trend.read_changes(tmp_path / "v9.parquet")
+    with pytest.raises(store.UnreadableFile, match=r"v9.parquet: version 9, this nvbench reads 1-3$"):
+        changes_file.read_changes(tmp_path / "v9.parquet")
     (tmp_path / "junk.parquet").write_bytes(b"PAR1 no")
-    with pytest.raises(RunInputError, match="junk.parquet: not a readable changes table"):
-        trend.read_changes(tmp_path / "junk.parquet")
+    with pytest.raises(store.UnreadableFile, match="junk.parquet: not a readable changes table .*; version unknown"):
+        changes_file.read_changes(tmp_path / "junk.parquet")
 
 
 def test_the_page_and_changes_md_say_which_change_the_ab_confirmed(tmp_path):
@@ -300,7 +300,7 @@ def test_the_page_and_changes_md_say_which_change_the_ab_confirmed(tmp_path):
     page = (tmp_path / "out" / "history.html").read_text()
     assert '<td class="confirmation confirmed bad"><b>confirmed</b>' in page and "1 confirmed by A/B" in page
     assert '<td class="confirmation unknown"><b>could not confirm</b>' in page
-    rows = {(c.metric, c.confirmation) for c in trend.read_changes(tmp_path / "out" / "changes.parquet")}
+    rows = {(c.metric, c.confirmation) for c in changes_file.read_changes(tmp_path / "out" / "changes.parquet")}
     assert {(h.changes[steps[0]].metric, "confirmed"), (h.changes[steps[1]].metric, "could not confirm")} <= rows
 
 

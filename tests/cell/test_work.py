@@ -235,5 +235,5 @@ def test_rows_are_per_step_except_whole_window_counts_and_read_in_duckdb_and_pya
     assert got == sum(n for (p, c, _), n in base.items() if (p, c) == ("forward", OP_CALLS))
     newer = table.replace_schema_metadata({work_table.VERSION_KEY: b"2"})
     pq.write_table(newer, tmp_path / "newer.parquet")
-    with pytest.raises(store.UnreadableFile, match="newer.parquet: work version 2 is newer"):
+    with pytest.raises(store.UnreadableFile, match="newer.parquet: version 2, this nvbench reads 1$"):
         work_table.read_work(tmp_path / "newer.parquet")

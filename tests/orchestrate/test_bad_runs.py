@@ -104,7 +104,7 @@ def test_a_readable_run_reports(run_folder, capsys):
     (lambda d: _first_row(d).write_bytes(b"PAR1 not really"), "not a readable nvbench result table"),
     (lambda d: _first_row(d).write_bytes(_first_row(d).read_bytes()[:-9]), "not a readable nvbench result table"),
     (lambda d: _first_row(d).write_bytes(store.table_bytes(store.pa.table({"x": [1]}))),
-     "not a readable nvbench result table (not an nvbench result table"),
+     "not an nvbench result table (no nvbench.schema_version in its metadata); version unknown, this nvbench reads 1-"),
     (lambda d: (d / "manifest.json").write_bytes(b"\x00\x01"), "manifest.json: not valid JSON"),
     (lambda d: (d / "manifest.json").write_bytes(b'"a string"'), "manifest.json: not an nvbench manifest"),
     (lambda d: shutil.rmtree(d / "cells") or (d / "cells").mkdir(), "cells: no result rows"),

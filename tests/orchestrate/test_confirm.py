@@ -19,7 +19,7 @@ from conftest import TINY
 from test_bisect import SLOW_OPTIMIZER, harness_commits
 
 from harness.analysis.nights import history
-from harness.analysis.pages import trend
+from harness.analysis.load import changes_file
 from harness.orchestrate.workflows import confirm
 from harness.results import store
 from harness.results.schema import cell_table
@@ -80,7 +80,7 @@ def history_step(folder: Path, out: Path, matrix: Path, repo: Path, *extra: str,
 
 
 def throughput_step(out: Path) -> history.Change:
-    (step,) = [c for c in trend.read_changes(out / "changes.parquet") if c.metric == "throughput"]
+    (step,) = [c for c in changes_file.read_changes(out / "changes.parquet") if c.metric == "throughput"]
     return step
 
 

@@ -259,7 +259,8 @@ def test_targets_of_a_file_that_is_no_verdicts_table_is_one_line_and_exit_2(tmp_
     pq.write_table(pa.table({"verdict": ["regression"]}), tmp_path / "verdicts.parquet")  # no version metadata
     assert nightly.main(["targets", str(tmp_path)]) == 2
     assert capsys.readouterr().err == (f"harness.orchestrate.workflows.nightly: {tmp_path / 'verdicts.parquet'}: not a verdicts "
-                                       "table this nvbench reads (no nvbench.verdicts_version in its metadata)\n")
+                                       f"table (no nvbench.verdicts_version in its metadata); version unknown, this "
+                                       f"nvbench reads 1-{verdicts_file.VERDICTS_VERSION}\n")
 
 
 def test_code_is_the_recorded_commit_only_when_clean_and_ran_needs_an_ok_repeat_per_cell_and_side(tmp_path):

@@ -61,10 +61,14 @@ def test_a_version_6_superseded_row_reads_no_cause_and_no_transient_size(tmp_pat
 def test_newer_or_foreign_files_are_refused(tmp_path):
     newer = pa.table({"x": [1]}).replace_schema_metadata(
         {METADATA_VERSION_KEY: str(RESULT_SCHEMA_VERSION + 1).encode()})
-    with pytest.raises(ValueError, match="written by a newer nvbench"):
-        store.migrate(newer, CELL_SCHEMA)
-    with pytest.raises(ValueError, match="not an nvbench result table"):
-        store.migrate(pa.table({"x": [1]}), CELL_SCHEMA)
+    pq.write_table(newer, tmp_path / "newer.parquet")
+    with pytest.raises(store.UnreadableFile, match=f"newer.parquet: version {RESULT_SCHEMA_VERSION + 1}, "
+                                                   f"this nvbench reads 1-{RESULT_SCHEMA_VERSION}$"):
+        store.read_table(tmp_path / "newer.parquet", CELL_SCHEMA)
+    pq.write_table(pa.table({"x": [1]}), tmp_path / "foreign.parquet")
+    with pytest.raises(store.UnreadableFile, match="foreign.parquet: not an nvbench result table \\(no nvbench.schema_version "
+                                                   "in its metadata\\); version unknown, this nvbench reads 1-"):
+        store.read_table(tmp_path / "foreign.parquet", CELL_SCHEMA)
 
 
 def test_unknown_column_is_an_error():

@@ -7,13 +7,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import pyarrow.parquet as pq
-
 from harness.analysis.judge.run import RunData
 from harness.analysis.judge.verdict import Comparison, Thresholds
 from harness.analysis.load import verdicts_file
 from harness.analysis.load.runs import RunInputError, load_run
 from harness.matrix.judge import FloorOverride, WorkGate
+from harness.results import formats
 
 
 def thresholds_of(path: Path) -> Thresholds:
@@ -42,9 +41,9 @@ def _run_or_name(path: str | None, run_id: str) -> RunData:
 
 def read_comparison(path: Path) -> Comparison:
     """The comparison a verdicts.parquet holds, its candidate run (and baseline) read from the folders it names.
-    store.UnreadableFile when it is no verdicts table this nvbench reads."""
+    UnreadableFile when it is no verdicts table this nvbench reads."""
     verdicts = verdicts_file.read_verdicts(path)
-    meta = pq.read_schema(path).metadata or {}
+    meta = formats.read_parquet_metadata(path, verdicts_file.VERDICTS)
     base, cand = verdicts_file.compared_runs(path)
     candidate = _run_or_name(cand, meta.get(b"nvbench.run_id", b"").decode())
     return Comparison(mode=meta.get(b"nvbench.mode", b"").decode(), candidate=candidate,

@@ -9,15 +9,28 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from harness.analysis.judge.verdict import CellVerdict, Comparison
 from harness.catalogue import col
 from harness.catalogue.verdicts import VERDICT_COLUMNS, VERDICTS_VERSION
-from harness.results import store
+from harness.results import formats
 from harness.results.schema import arrow_field
 
-VERSION_KEY = b"nvbench.verdicts_version"
+def _gate_flag(table: pa.Table) -> pa.Table:
+    """Version 13 -> 14: before the flag, a gate's words were set only when one broke (null where no work was
+    diffed); the other columns version 14 added read empty (from_row's defaults)."""
+    names = table.column_names
+    if col.work_gate_broken in names or col.work not in names or col.work_gate not in names:
+        return table
+    flags = [bool(gate) if work is not None else None
+             for work, gate in zip(table.column(col.work).to_pylist(), table.column(col.work_gate).to_pylist())]
+    return table.append_column(pa.field(col.work_gate_broken, pa.bool_()), pa.array(flags, type=pa.bool_()))
+
+
+VERDICTS = formats.Format(name="verdicts", key="nvbench.verdicts_version", current=VERDICTS_VERSION,
+                          steps={13: _gate_flag})
+"""verdicts.parquet as the one reader reads it: every version; a column a version added reads null (from_row)."""
+VERSION_KEY = VERDICTS.key.encode()
 
 CANDIDATE_KEY, BASELINE_KEY = b"nvbench.candidate_path", b"nvbench.baseline_path"
 """verdicts.parquet's metadata: the run folders the report compared (the baseline's empty where it had none), so a
@@ -47,10 +60,7 @@ def verdict_table(comparison: Comparison) -> pa.Table:
 def compared_runs(path: Path) -> tuple[str | None, str | None]:
     """(baseline run folder, candidate run folder) a verdicts.parquet compared; None where it did not record one
     (written before these keys, or no baseline)."""
-    try:
-        meta = pq.read_schema(path).metadata or {}
-    except (pa.ArrowException, OSError) as exc:
-        raise store.UnreadableFile(f"{path}: not a readable verdicts table ({type(exc).__name__})") from None
+    meta = formats.read_parquet_metadata(path, VERDICTS)
     base, cand = meta.get(BASELINE_KEY, b"").decode(), meta.get(CANDIDATE_KEY, b"").decode()
     return base or None, cand or None
 
@@ -58,7 +68,7 @@ def compared_runs(path: Path) -> tuple[str | None, str | None]:
 def read_thresholds(path: Path, *, nested: bool = False) -> dict[str, Any]:
     """The settings of the comparison a verdicts.parquet holds: its scalars (level, floor, repeats, seed ...), and
     with `nested` its lists too (work_gates, floor_overrides) as the JSON holds them."""
-    meta = pq.read_schema(path).metadata or {}
+    meta = formats.read_parquet_metadata(path, VERDICTS)
     raw = json.loads(meta.get(b"nvbench.thresholds", b"{}"))
     return {k: v for k, v in raw.items() if nested or isinstance(v, (int, float, bool, str)) or v is None}
 
@@ -67,19 +77,6 @@ def read_verdicts(path: Path) -> list[CellVerdict]:
     """verdicts.parquet back as CellVerdicts. Older versions lack the speed-adjustment (2), fast-step (3),
     compile (4), repeats_needed (5), phase (6), model (7), per-metric verdict (8), energy (9),
     floor_source (10), work (11), busy (12), operators (13) and reasons-as-data (14) columns: they read as null
-    (texts: empty; work_gate_broken: whether work_gate holds words). store.UnreadableFile,
-    naming the file, when it is no verdicts table."""
-    try:
-        table = pq.read_table(path)
-    except (pa.ArrowException, OSError) as exc:
-        raise store.UnreadableFile(f"{path}: not a readable verdicts table ({type(exc).__name__})") from None
-    version = int((table.schema.metadata or {}).get(VERSION_KEY, b"0"))
-    if not 1 <= version <= VERDICTS_VERSION:
-        why = "no nvbench.verdicts_version in its metadata" if version < 1 else \
-            f"version {version} is newer than this nvbench's {VERDICTS_VERSION}; upgrade nvbench"
-        raise store.UnreadableFile(f"{path}: not a verdicts table this nvbench reads ({why})")
-    rows = table.to_pylist()
-    if version < 14:  # before the flag, a gate's words were set only when it broke
-        rows = [r | {col.work_gate_broken: bool(r.get(col.work_gate)) if r.get(col.work) is not None else None}
-                for r in rows]
-    return [CellVerdict.from_row(row) for row in rows]
+    (texts: empty; work_gate_broken: whether work_gate holds words, VERDICTS' step 13). UnreadableFile when it is
+    not one this nvbench reads."""
+    return [CellVerdict.from_row(row) for row in formats.read_parquet(path, VERDICTS).to_pylist()]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,7 +17,7 @@ from harness.analysis.nights.alarms import ACKNOWLEDGED, FIXED, Ack, Event, Metr
 from harness.analysis.judge.repeats import by_cell, drill_pct, env_difference, ok_rows
 from harness.analysis.load.runs import RunInputError, load_run, resolve_pointer
 from harness.analysis.judge.run import RunData
-from harness.results import store
+from harness.results import formats, store
 from harness.results.schema import SUPERSEDED
 from harness.catalogue import col
 from harness.results.env import short_commit
@@ -31,7 +31,7 @@ fixed; harness.analysis.nights.alarms.Event), and an open alarm records the ackn
 3: an open alarm records the run folder of its night (`run`) and the cell's counted work against the baseline that
 night (`work`: state, items with both sides' per-step values); an event its `cause` (gone: work or time), the work
 and the direct comparison with the alarm's night (`since_opening`). Version 2 entries read with those empty.
-An older file is migrated on reading (migrate_alarms)."""
+An older file is migrated on reading (ALARMS)."""
 MAX_EVENTS = 1000
 """The alarms' history keeps this many events, newest first."""
 MIN_PROMOTE_REPEATS = 5
@@ -59,34 +59,30 @@ def alarms_path(reports: Path) -> Path:
     return Path(reports) / "alarms.json"
 
 
-def _read(path: Path, key: str, version: int = RECORDS_VERSION,
-          migrate: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> list[dict[str, Any]]:
-    """The list under `key` of one of these files (an older version migrated by `migrate`); [] when the file does
-    not exist. RunInputError (one line) when it is not one this nvbench reads."""
-    if not path.is_file():
-        return []
-    try:
-        data = store.read_json(path)
-    except store.UnreadableFile as exc:
-        raise RunInputError([str(exc)]) from None
-    if isinstance(data, dict) and migrate is not None:
-        data = migrate(data)
-    if not isinstance(data, dict) or not isinstance(data.get(key), list):
-        raise RunInputError([f"{path}: not an nvbench {key} file (a JSON object with a `{key}` list)"])
-    if not isinstance(data.get("version"), int) or data["version"] > version:
-        raise RunInputError([f"{path}: version {data.get('version')!r}: this nvbench reads {version}"])
-    return data[key]
-
-
-def migrate_alarms(data: dict[str, Any]) -> dict[str, Any]:
-    """An alarms.json of any earlier version as ALARMS_VERSION's: version 1's closed alarms become `fixed` events
-    (the only way version 1 closed one) of their `closed_by` night."""
-    if data.get("version") != 1:
-        return data
+def _closed_as_events(data: dict[str, Any]) -> dict[str, Any]:
+    """alarms.json 1 -> 2: version 1's closed alarms become `fixed` events (the only way version 1 closed one) of
+    their `closed_by` night."""
     events = [{"kind": FIXED, "night": c.get("closed_by", ""), "change": c.get("change"), "since": c.get("since", ""),
                "nights": c.get("nights", 1)} for c in data.get("closed") or [] if isinstance(c, dict)]
-    rest = {k: v for k, v in data.items() if k != "closed"}
-    return rest | {"version": ALARMS_VERSION, "events": events}
+    return {k: v for k, v in data.items() if k != "closed"} | {"events": events}
+
+
+ACKS = formats.Format(name="nvbench acks", kind="file", key="version", current=RECORDS_VERSION)
+PROMOTIONS = formats.Format(name="nvbench promotions", kind="file", key="version", current=RECORDS_VERSION)
+ALARMS = formats.Format(name="nvbench alarms", kind="file", key="version", current=ALARMS_VERSION, steps={1: _closed_as_events})
+"""The JSON records as the one reader reads them (harness.results.formats): alarms.json's version 2 entries read with
+version 3's fields empty (their defaults)."""
+
+
+def _read(path: Path, fmt: formats.Format, key: str) -> list[dict[str, Any]]:
+    """The list under `key` of one of these files (an older version migrated); [] when the file does not exist.
+    UnreadableFile (one line) when it is not one this nvbench reads."""
+    if not path.is_file():
+        return []
+    data = formats.read_json(path, fmt)
+    if not isinstance(data.get(key), list):
+        raise fmt.not_one(path, f"a JSON object with a `{key}` list", found=data[fmt.key])
+    return data[key]
 
 
 def _write(path: Path, key: str, items: Sequence[Any]) -> None:
@@ -94,21 +90,20 @@ def _write(path: Path, key: str, items: Sequence[Any]) -> None:
     store.write_bytes(path, text.encode())
 
 
-def _records(path: Path, key: str, cls: type, version: int = RECORDS_VERSION,
-             migrate: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> list[Any]:
+def _records(path: Path, fmt: formats.Format, key: str, cls: type) -> list[Any]:
     try:
-        return [from_record(cls, r) for r in _read(path, key, version, migrate)]
+        return [from_record(cls, r) for r in _read(path, fmt, key)]
     except (KeyError, TypeError, AttributeError) as exc:
-        raise RunInputError([f"{path}: an entry of `{key}` is not one this nvbench wrote ({exc})"]) from None
+        raise fmt.unreadable(path, f"an entry of `{key}` is not one this nvbench wrote: {exc}") from None
 
 
 def read_open(reports: Path) -> list[OpenAlarm]:
-    return _records(alarms_path(reports), "open", OpenAlarm, ALARMS_VERSION, migrate_alarms)
+    return _records(alarms_path(reports), ALARMS, "open", OpenAlarm)
 
 
 def read_events(reports: Path) -> list[Event]:
     """The alarms' history, newest first."""
-    return _records(alarms_path(reports), "events", Event, ALARMS_VERSION, migrate_alarms)
+    return _records(alarms_path(reports), ALARMS, "events", Event)
 
 
 def alarms_bytes(reports: Path, alarms: Sequence[OpenAlarm], events: Sequence[Event]) -> bytes:
@@ -124,16 +119,16 @@ def write_open(reports: Path, alarms: Sequence[OpenAlarm], events: Sequence[Even
 
 
 def read_acks(reports: Path) -> list[Ack]:
-    return _records(acks_path(reports), "acks", Ack)
+    return _records(acks_path(reports), ACKS, "acks", Ack)
 
 
 def add_acks(reports: Path, acks: Sequence[Ack]) -> None:
     """Append acknowledgements (a newer one of the same cell and metric is listed first, so it is the one used)."""
-    _write(acks_path(reports), "acks", [as_record(a) for a in acks] + _read(acks_path(reports), "acks"))
+    _write(acks_path(reports), "acks", [as_record(a) for a in acks] + _read(acks_path(reports), ACKS, "acks"))
 
 
 def read_promotions(reports: Path) -> list[dict[str, Any]]:
-    return _read(promotions_path(reports), "promotions")
+    return _read(promotions_path(reports), PROMOTIONS, "promotions")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -33,7 +33,7 @@ from harness.catalogue.changes import CHANGE_COLUMNS as CATALOGUE_CHANGE_COLUMNS
 CHANGES_VERSION = 3
 """Version of changes.parquet (schema metadata nvbench.changes_version). 1: first release. 2: p_floor, the
 smallest p the test could report; confirmation and confirmation_note, what the nightly's A/B of the change's
-commits said (trend.read_changes migrates 1: all three null). 3: the model axis (`model`, after cell_id;
+commits said (load.changes_file.CHANGES migrates 1: all three null). 3: the model axis (`model`, after cell_id;
 read as null from 1 and 2)."""
 
 CONFIRMED, NOT_CONFIRMED, COULD_NOT_CONFIRM = "confirmed", "not confirmed", "could not confirm"

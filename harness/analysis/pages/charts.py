@@ -8,16 +8,14 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
-import pyarrow.compute as pc
 
 from harness.analysis.judge.verdict import Comparison, MetricVerdict
 from harness.analysis.pages.render import Markup, macro
 from harness.analysis.pages.wording import cell_means, change_text, sorted_verdicts
-from harness.results import store
+from harness.analysis.load.step_times import StepSeries
 from harness.matrix.cells import cell_label as label
 from harness.matrix.sections import AXES
 from harness.catalogue import col
@@ -242,43 +240,8 @@ def bar_chart(comparison: Comparison, column: str, caption: str, x_label: str, n
 # step times of each cell (steps/*.parquet)
 
 
-@dataclass(frozen=True, slots=True)
-class StepSeries:
-    """Rank 0's optimizer steps of one (cell, repeat), in order."""
-
-    repeat: int
-    step: np.ndarray
-    time_s: np.ndarray
-    is_warmup: np.ndarray
-    is_epoch_start: np.ndarray
-
-
 MAX_REPEATS_PLOTTED, MAX_POINTS = 5, 400
 """A cell's step-time plot draws at most this many repeats, each with at most this many points."""
-
-
-def load_steps(run_dir: Path) -> dict[str, list[StepSeries]]:
-    """Every (cell, repeat) of a run folder's steps (one file a job, or folded: store.read_steps; a superseded
-    attempt's left out), rank 0, by cell id; {} when the folder has none."""
-    if not (Path(run_dir) / "steps").is_dir():
-        return {}
-    table = store.read_steps(Path(run_dir))
-    table = table.filter(pc.equal(table.column("rank"), 0))
-    if not table.num_rows:
-        return {}
-    table = table.sort_by([(col.cell_id, "ascending"), ("repeat", "ascending"), ("step", "ascending")])
-    keys = list(zip(table.column(col.cell_id).to_pylist(), table.column("repeat").to_pylist()))
-    out: dict[str, list[StepSeries]] = {}
-    start = 0
-    for end in [i for i in range(1, len(keys)) if keys[i] != keys[i - 1]] + [len(keys)]:
-        part = table.slice(start, end - start)
-        out.setdefault(keys[start][0], []).append(StepSeries(
-            repeat=int(keys[start][1]), step=part.column("step").to_numpy(),
-            time_s=part.column(col.step_time_s).to_numpy(),
-            is_warmup=part.column(col.is_warmup).fill_null(False).to_numpy(),
-            is_epoch_start=part.column(col.is_epoch_start).fill_null(False).to_numpy()))
-        start = end
-    return out
 
 
 def _thin(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -36,12 +36,11 @@ from harness.analysis.judge.verdict import (
     metric_change_text,
     with_judge,
 )
+from harness.analysis.load.step_times import StepSeries, load_steps
 from harness.analysis.pages.charts import (
-    StepSeries,
     accuracy_chart,
     bar_chart,
     change_chart,
-    load_steps,
     step_details,
     throughput_charts,
 )

@@ -6,31 +6,24 @@ page's autoescaping, wording.esc in its fragments, wording.esc_md for Markdown) 
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-
-from harness.analysis.load.columns import change_docs, described
-from harness.analysis.nights.history import CHANGE_COLUMNS, CHANGES_VERSION, METRICS, Change, History, Series
+from harness.analysis.load.changes_file import change_table, read_changes  # noqa: F401  (nightly reads it here)
+from harness.analysis.nights.history import METRICS, Change, History, Series
 from harness.analysis.pages.charts import COLOURS, Chart, figure, interval, slug, vline
-from harness.analysis.load.runs import RunInputError
 from harness.analysis.pages.wording import esc, esc_md
 from harness.results import store
 from harness.stats import changepoint
 from harness.catalogue import col
 from harness.analysis.pages.render import Markup, place_assets, render
 from harness.analysis.pages.report import page_values
-from harness.catalogue.cells import CELL_COLUMNS
-from harness.catalogue.changes import CHANGE_FIELDS
 
 HISTORY_FILES = ("history.html", "changes.md", "changes.parquet")
-VERSION_KEY = b"nvbench.changes_version"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -55,59 +48,6 @@ def write_history(history: History, out_dir: Path, marks: Sequence[Mark] = ()) -
     place_assets(Path(out_dir))
     store.write_all(dict(zip(files, contents)))
     return HistoryResult(out_dir=Path(out_dir), files=tuple(files), history=history)
-
-
-# ---------------------------------------------------------------------------------------------
-# changes.parquet
-
-
-def change_schema() -> pa.Schema:
-    """changes.parquet's columns, typed as harness.catalogue.changes declares them (the id and axes as the cells'),
-    in CHANGE_COLUMNS order."""
-    declared = {c.name: c.type for c in (*CELL_COLUMNS, *CHANGE_FIELDS)}
-    return pa.schema([pa.field(name, pa.type_for_alias(declared[name])) for name in CHANGE_COLUMNS])
-
-
-def change_table(history: History) -> pa.Table:
-    """One row per change point or drift; the metadata carries the version, the nights and the settings, each
-    field its unit and meaning (harness.analysis.load.columns)."""
-    schema = described(change_schema(), change_docs()).with_metadata({
-        VERSION_KEY: str(CHANGES_VERSION).encode(), b"nvbench.table": b"changes",
-        b"nvbench.history": history.folder.encode(),
-        b"nvbench.nights": json.dumps([n.run_id for n in history.nights]).encode(),
-        b"nvbench.settings": json.dumps(asdict(history.settings), sort_keys=True).encode()})
-    rows = [asdict(c) for c in history.changes]
-    return pa.Table.from_arrays([pa.array([r[f.name] for r in rows], type=f.type) for f in schema], schema=schema)
-
-
-_ADDED_IN_2 = ("p_floor", "confirmation", "confirmation_note")
-
-
-def migrate_changes(table: pa.Table, version: int) -> pa.Table:
-    """A changes table of an older version as the current one: version 1 had no p_floor and no confirmation
-    (null: not known, not asked), versions 1 and 2 no model (null: the model was not an axis)."""
-    added = (_ADDED_IN_2 if version < 2 else ()) + (("model",) if version < 3 else ())
-    for name in (n for n in added if n not in table.column_names):
-        field = change_schema().field(name)
-        table = table.append_column(field, pa.nulls(table.num_rows, field.type))
-    return table.select(list(CHANGE_COLUMNS))
-
-
-def read_changes(path: Path) -> list[Change]:
-    """The changes of a changes.parquet this nvbench or an older one wrote. RunInputError (one line) when it
-    is unreadable, no changes table, or of a newer nvbench."""
-    import pyarrow.parquet as pq
-
-    try:
-        table = pq.read_table(path)
-    except (OSError, pa.ArrowException) as exc:
-        raise RunInputError([f"{path}: not a readable changes table ({exc})".splitlines()[0]]) from None
-    raw = (table.schema.metadata or {}).get(VERSION_KEY)
-    if raw is None or not raw.isdigit():
-        raise RunInputError([f"{path}: not a changes table (no {VERSION_KEY.decode()} in its metadata)"])
-    if int(raw) > CHANGES_VERSION:
-        raise RunInputError([f"{path}: written by a newer nvbench (changes version {int(raw)} > {CHANGES_VERSION})"])
-    return [Change(**row) for row in migrate_changes(table, int(raw)).to_pylist()]
 
 
 # ---------------------------------------------------------------------------------------------
