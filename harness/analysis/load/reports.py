@@ -13,6 +13,7 @@ from harness.analysis.load import verdicts_file
 from harness.analysis.load.runs import RunInputError, load_run
 from harness.matrix.judge import FloorOverride, WorkGate
 from harness.results import formats
+from harness.catalogue import col
 
 
 def thresholds_of(path: Path) -> Thresholds:
@@ -23,7 +24,7 @@ def thresholds_of(path: Path) -> Thresholds:
     given: dict[str, Any] = {k: v for k, v in raw.items() if k in known}
     given["work_gates"] = tuple(WorkGate(counter=g["counter"], rule=g["rule"]) for g in raw.get("work_gates") or ())
     given["floor_overrides"] = tuple(
-        FloorOverride(match=tuple((axis, tuple(values)) for axis, values in o["match"]), floor_pct=o["floor_pct"],
+        FloorOverride(match=tuple((axis, tuple(values)) for axis, values in o["match"]), floor_pct=o[col.floor_pct],
                       index=o.get("index", 0))
         for o in raw.get("floor_overrides") or ())
     return Thresholds(**given)
