@@ -24,7 +24,7 @@ from harness.matrix.sections import (
     from_plain,
     to_plain,
 )
-from harness.matrix.parse import MatrixError, parse_axis_value
+from harness.matrix.parse import MatrixError, axis_filter_value, split_axis_filter
 
 # Knobs that change how a cell is run or kept, not what it measures: left out of the cell id so that
 # ids stay comparable across runs, machines and timeouts.
@@ -120,17 +120,15 @@ def parse_only(filters: Iterable[str], source: str) -> dict[str, set[Any]]:
     """`--only axis=value` strings -> {axis: allowed values}; repeated axes widen, distinct axes narrow."""
     problems, allowed = [], {}
     for text in filters:
-        axis, sep, value = text.partition("=")
-        axis, value = axis.strip(), value.strip()
-        if not sep or not axis or not value:
+        pair = split_axis_filter(text)
+        if pair is None:
             problems.append(f"--only {text!r}: expected axis=value, e.g. backend=synthetic")
             continue
+        axis = pair[0]
         if axis not in AXIS_CHOICES:
             problems.append(f"--only {text!r}: unknown axis{suggest(axis, AXES)}")
             continue
-        if AXIS_CHOICES[axis] is None:
-            value = _as_int(value)
-        conv, problem = parse_axis_value(axis, value)
+        conv, problem = axis_filter_value(*pair)
         if problem:
             problems.append(f"--only {axis}: {problem}")
         else:
@@ -138,11 +136,6 @@ def parse_only(filters: Iterable[str], source: str) -> dict[str, set[Any]]:
     if problems:
         raise MatrixError([f"{source}: {p}" for p in problems])
     return allowed
-
-
-def _as_int(text: str) -> int | str:
-    """`text` as an integer when it is one in plain ASCII digits, else unchanged (the axis check says why)."""
-    return int(text) if text.isascii() and text.isdigit() else text
 
 
 def expand(matrix: Matrix, *, smoke: bool = False, only: Iterable[str] = ()) -> list[Cell]:

@@ -68,6 +68,20 @@ def _parse_section(raw: Any, cls: type, where: str, problems: list[str]) -> Any:
     return cls(**kwargs)
 
 
+def split_axis_filter(text: str) -> tuple[str, str] | None:
+    """`axis=value` (a --only filter, a smoke.only entry, a part of `nvbench ack`'s cell filter) -> (axis, value as
+    text), both stripped; None where it is not of that form (no `=`, or an empty side). The one parser of the form:
+    which axes and values it may name is each caller's to say (axis_filter_value)."""
+    axis, sep, value = (part.strip() for part in text.partition("="))
+    return (axis, value) if sep and axis and value else None
+
+
+def axis_filter_value(axis: str, text: str) -> tuple[Any, str | None]:
+    """A filter's value as the axis holds it (an integer axis's from plain ASCII digits), or the problem with it."""
+    value = int(text) if AXIS_CHOICES[axis] is None and text.isascii() and text.isdigit() else text
+    return parse_axis_value(axis, value)
+
+
 def parse_axis_value(axis: str, value: Any) -> tuple[Any, str | None]:
     if axis == "model":  # a registry name or the user's import path: more than a list of choices
         problem = model_problem(value)
@@ -196,14 +210,14 @@ def _smoke_only_problems(filters: tuple[str, ...], axes: Axes) -> list[str]:
     """smoke.only's filters: `axis=value`, each value on its axis (or no smoke run would keep a cell of it)."""
     problems = []
     for text in filters:
-        axis, sep, value = (part.strip() for part in text.partition("="))
-        if not sep or axis not in AXIS_CHOICES or not value:
-            hint = suggest(axis, AXES) if sep and axis not in AXIS_CHOICES else ""
+        pair = split_axis_filter(text)
+        if pair is None or pair[0] not in AXIS_CHOICES:
+            hint = suggest(pair[0], AXES) if pair is not None else ""
             problems.append(f"smoke.only: {text!r}: expected axis=value with one of the axes ({', '.join(AXES)})"
                             f"{hint}")
             continue
-        conv, problem = parse_axis_value(axis, int(value) if AXIS_CHOICES[axis] is None and value.isdigit()
-                                         else value)
+        axis = pair[0]
+        conv, problem = axis_filter_value(*pair)
         if problem:
             problems.append(f"smoke.only: {text!r}: {problem}")
         elif conv not in getattr(axes, axis):

@@ -27,6 +27,7 @@ from harness.analysis.nights.alarm_work import BACK, PARTLY, STAYS, AlarmWork, C
 from harness.catalogue.judged import BY_NAME
 from harness.analysis.judge.verdict import (
     ACCURACY_BELOW, IMPROVEMENT, REGRESSION, THROUGHPUT, UNCHANGED, CellVerdict)
+from harness.matrix.parse import split_axis_filter
 from harness.matrix.sections import AXES
 
 NEW, WORSE, OPEN, ACKNOWLEDGED = "new", "worse", "open", "acknowledged"
@@ -480,19 +481,19 @@ def matches(change: MetricChange, cell_filter: str) -> bool:
     """A cell filter (`nvbench ack`): the cell's id, or `axis=value[,axis=value...]` all of which it has."""
     if cell_filter == change.cell_id:
         return True
-    pairs = [p.partition("=") for p in cell_filter.split(",")]
-    if not all(sep and axis.strip() in AXES for axis, sep, _ in pairs):
+    pairs = [split_axis_filter(p) for p in cell_filter.split(",")]
+    if not all(pair is not None and pair[0] in AXES for pair in pairs):
         return False
     values = {a: str(v) for a, v in change.axes}
-    return all(values.get(axis.strip()) == value.strip() for axis, _, value in pairs)
+    return all(values.get(axis) == value for axis, value in pairs)
 
 
 def filter_problem(cell_filter: str) -> str | None:
     """Why a cell filter can match nothing (a misspelt axis), or None."""
     if "=" not in cell_filter:
         return None  # a cell id
-    for axis, sep, value in (p.partition("=") for p in cell_filter.split(",")):
-        if not sep or axis.strip() not in AXES or not value.strip():
+    for pair in map(split_axis_filter, cell_filter.split(",")):
+        if pair is None or pair[0] not in AXES:
             return (f"{cell_filter!r}: expected a cell id or axis=value[,axis=value...] with axes from "
                     f"{', '.join(AXES)}")
     return None

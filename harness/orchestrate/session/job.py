@@ -28,6 +28,7 @@ from harness.orchestrate.placement.slots import Grant
 from harness.results import store
 from harness.results.schema import CELL_SCHEMA
 from harness.matrix.cells import Cell, job_key
+from harness.matrix.parse import split_axis_filter
 from harness.matrix.job import FAULT_ENV, LAUNCHED_AT_ENV, PARENT_PID_ENV
 from harness.catalogue import col
 from harness.exits import EXIT_CELL_NO_SPACE
@@ -38,9 +39,9 @@ def fault_for(cell: Cell, spec: str | None, **job: Any) -> str | None:
     adds names a rule may match beside the axes (prepare_job: `repeat` and `run`, the run's id)."""
     for rule in filter(None, (spec or "").split(";")):
         matcher, _, kind = rule.rpartition(":")
-        conds = [c.partition("=") for c in matcher.split("&") if c and c != "*"]
+        conds = [split_axis_filter(c) for c in matcher.split("&") if c and c != "*"]
         names = {**cell.axes, **job}
-        if all(str(names.get(axis.strip())) == value.strip() for axis, _, value in conds):
+        if all(c is not None and str(names.get(c[0])) == c[1] for c in conds):
             return kind.strip()
     return None
 
