@@ -6,11 +6,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from harness.catalogue import work
+
 COUNTED_STEP_PHASES = ("data", "h2d", "forward", "backward", "optimizer", "other")
 """Where a counted step's work falls, in the order a step runs them (the timed phases of harness.catalogue.steps, but
 all-reduce inside backward, whose hooks launch it, and `other` for work outside every range): a counter of one of
 these is per counted step."""
-PROCESS, WINDOW = "process", "window"
+PROCESS, WINDOW = work.PROCESS_PHASE, work.WINDOW_PHASE
 """Whole-process counters (graph breaks, recompilations, graphs) and counted-window counters (recompilations
 during the counted steps, device mallocs, allocator retries): their value is a count, not a rate."""
 WORK_PHASES = (*COUNTED_STEP_PHASES, PROCESS, WINDOW)
@@ -32,23 +34,26 @@ class WorkCounter:
     """The key says what moved in a word of its own (a copy's direction: "+1 h2d copy")."""
 
 
-COUNTERS: tuple[WorkCounter, ...] = (
-    WorkCounter(name="op_calls", one="", many=""),
-    WorkCounter(name="host_syncs", one="host sync", many="host syncs"),
-    WorkCounter(name="allocations", one="allocation", many="allocations"),
-    WorkCounter(name="allocated_bytes", one="", many="", bytes_of="allocations"),
-    WorkCounter(name="copies", one="copy", many="copies", key_is_noun=True),
-    WorkCounter(name="copied_bytes", one="", many="", bytes_of="copies"),
-    WorkCounter(name="kernel_launches", one="kernel launch", many="kernel launches"),
-    WorkCounter(name="collectives", one="collective", many="collectives"),
-    WorkCounter(name="collective_bytes", one="", many="", bytes_of="collectives"),
-    WorkCounter(name="graph_breaks", one="graph break", many="graph breaks"),
-    WorkCounter(name="recompilations", one="recompilation", many="recompilations"),
-    WorkCounter(name="graphs", one="graph", many="graphs"),
-    WorkCounter(name="device_mallocs", one="device malloc", many="device mallocs"),
-    WorkCounter(name="alloc_retries", one="allocator retry", many="allocator retries"),
-)
-"""Every counter work.parquet holds, in the order the diff lists them within a phase."""
+_WORDS: dict[str, dict[str, object]] = {
+    work.OP_CALLS: {"one": "", "many": ""},
+    work.HOST_SYNCS: {"one": "host sync", "many": "host syncs"},
+    work.ALLOCATIONS: {"one": "allocation", "many": "allocations"},
+    work.ALLOCATED_BYTES: {"one": "", "many": "", "bytes_of": work.ALLOCATIONS},
+    work.COPIES: {"one": "copy", "many": "copies", "key_is_noun": True},
+    work.COPIED_BYTES: {"one": "", "many": "", "bytes_of": work.COPIES},
+    work.KERNEL_LAUNCHES: {"one": "kernel launch", "many": "kernel launches"},
+    work.COLLECTIVES: {"one": "collective", "many": "collectives"},
+    work.COLLECTIVE_BYTES: {"one": "", "many": "", "bytes_of": work.COLLECTIVES},
+    work.GRAPH_BREAKS: {"one": "graph break", "many": "graph breaks"},
+    work.RECOMPILATIONS: {"one": "recompilation", "many": "recompilations"},
+    work.GRAPHS: {"one": "graph", "many": "graphs"},
+    work.DEVICE_MALLOCS: {"one": "device malloc", "many": "device mallocs"},
+    work.ALLOC_RETRIES: {"one": "allocator retry", "many": "allocator retries"},
+}
+"""Each counter's words, keyed by the name harness.catalogue.work declares (the one closed set)."""
+COUNTERS: tuple[WorkCounter, ...] = tuple(WorkCounter(name=name, **_WORDS[name]) for name in work.COUNTERS)
+"""Every counter work.parquet holds, in the order the diff lists them within a phase (work.COUNTERS'): a counter
+without words is a KeyError at import, never a silent gap."""
 COUNTER_BY_NAME = {c.name: c for c in COUNTERS}
 BYTES_FOR = {c.bytes_of: c.name for c in COUNTERS if c.bytes_of}
 """A counted thing -> the counter of its bytes (allocations -> allocated_bytes)."""

@@ -214,5 +214,7 @@ def test_the_diffs_counters_and_phases_are_the_tables():
     (catalogue.work, which the counting writes by)."""
     from harness.catalogue import work, work_gates
 
-    assert {c.name for c in work_gates.COUNTERS} == set(work.COUNTERS)
+    assert tuple(c.name for c in work_gates.COUNTERS) == work.COUNTERS  # built from the one declaration
     assert (work_gates.PROCESS, work_gates.WINDOW) == (work.PROCESS_PHASE, work.WINDOW_PHASE)
+    assert {c.name for c in work_gates.COUNTERS if c.one} | {c.name for c in work_gates.COUNTERS if c.bytes_of} \
+        | {work.OP_CALLS} == set(work.COUNTERS)  # every counter has its words
