@@ -134,7 +134,7 @@ def print_report(result, fail_on_regression: bool) -> int:
     from harness.analysis.judge.repeats import num_superseded
     from harness.analysis.pages.ci_formats import verdict_lines
     from harness.analysis.judge.verdict import FAILED, INCONCLUSIVE, WARNING
-    from harness.analysis.pages.wording import headline_words
+    from harness.analysis.pages.wording import gate_line, headline_words
     from harness.fit import wrap
 
     comparison, width = result.comparison, shutil.get_terminal_size().columns
@@ -155,7 +155,7 @@ def print_report(result, fail_on_regression: bool) -> int:
     for line in verdict_lines(comparison, width):  # grouped, fitted: as `run` does
         print(line)
     for v in comparison.broken_gates:  # a gate fails its cell whatever the timing: said last, on its own line
-        print(f"WORK GATE BROKEN: {v.cell_id}: {v.work_gate}")
+        print(gate_line(v))
     failed = [v for v in comparison.verdicts if v.verdict == FAILED]
     open_ = [v for v in comparison.verdicts if v.verdict == INCONCLUSIVE and not v.is_regression]
     if not fail_on_regression:

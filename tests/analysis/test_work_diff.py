@@ -9,7 +9,8 @@ import pytest
 from harness.analysis.judge.run import RunData
 from harness.analysis.judge.verdict import CellVerdict, Comparison, Thresholds
 from harness.analysis.judge.work_diff import check_gates, diff_cell
-from harness.analysis.pages.work_report import attach, diff_tables, gate_lines, render_sections
+from harness.analysis.pages.wording import gate_line
+from harness.analysis.pages.work_report import attach, diff_tables, render_sections
 from harness.matrix.judge import WorkGate
 
 CELL = "resnet18-synthetic-nchw-fp32-ws1-ga1-eager"
@@ -192,7 +193,7 @@ def test_the_words_join_the_verdict_line_and_fill_the_work_fields():
     assert v.work_gate == f'work gate host_syncs = "no-rise" broken: optimizer +1 host sync per step ({SYNC})'
     assert (other.work, other.work_changed, other.work_gate) == (
         "work: no work counted (no counted process on A or B)", None, None)
-    assert c.broken_gates == (v,) and gate_lines(c) == [f"{CELL}: {v.work_gate}"]
+    assert c.broken_gates == (v,) and [gate_line(g) for g in c.broken_gates] == [f"WORK GATE BROKEN: {CELL}: {v.work_gate}"]
     page = render_sections(c)
     assert f'id="work-{CELL}"' in page and "<td>optimizer</td><td>host_syncs</td>" in page and 'id="work-other"' \
         not in page

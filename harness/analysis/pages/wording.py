@@ -211,3 +211,9 @@ def coverage_line(c: Any, tail: str = "") -> str:
         out.append(f"{_n(c.num_unreadable, 'run folder')} unreadable, skipped")
     said = f"{_n(c.num_nights, 'night')}, {_n(c.num_windows, 'window')}: " + (", ".join(out) or "nothing left out")
     return said + (": nothing to judge" if c.nothing_to_judge else f"; {c.num_series} series{tail}")
+
+
+def gate_line(v: CellVerdict) -> str:
+    """`WORK GATE BROKEN: <cell>: work gate host_syncs = "no-rise" broken: <where>`: a broken gate's one line, as
+    `nvbench report`, `nvbench ab` and the nightly print it."""
+    return f"WORK GATE BROKEN: {v.cell_id}: {v.work_gate}"

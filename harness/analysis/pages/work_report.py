@@ -54,11 +54,6 @@ def with_work(comparison: Comparison, base_dir: Path, cand_dir: Path) -> Compari
     return attach(comparison, diff_runs(comparison, base_dir, cand_dir))
 
 
-def gate_lines(comparison: Comparison) -> list[str]:
-    """`<cell>: work gate host_syncs = "no-rise" broken: optimizer +1 host sync per step (...)`, one per cell."""
-    return [f"{v.cell_id}: {v.work_gate}" for v in comparison.broken_gates]
-
-
 def render_sections(comparison: Comparison) -> str:
     """report.html: one section per cell whose work changed, its changed items with A's and B's per step."""
     out = []
