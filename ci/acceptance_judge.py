@@ -296,8 +296,8 @@ def judge_gpu_shared(rows: Sequence[Mapping[str, Any]], foreign_pid: int) -> Jud
         return Judgement(status="fail", detail="no ok row", figures=figures)
     if not all(r.get("gpu_shared") for r in ok):
         return Judgement(status="fail", detail="gpu_shared false beside a process holding the GPU", figures=figures)
-    pids = {p for r in ok for p in str(r.get("gpu_foreign_pids") or "").split(",") if p}
-    named = "its pid named" if str(foreign_pid) in pids else f"pids {sorted(pids) or 'not named'} (NVML's view)"
+    pids = {p for r in ok for p in r.get("gpu_foreign_pids") or ()}
+    named = "its pid named" if foreign_pid in pids else f"pids {sorted(pids) or 'not named'} (NVML's view)"
     return Judgement(status="pass", detail=f"gpu_shared true beside pid {foreign_pid}; {named}", figures=figures)
 
 

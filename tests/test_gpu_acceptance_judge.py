@@ -203,6 +203,19 @@ def test_every_check_states_its_claim_in_the_report():
     assert set(acceptance.REPORT_ORDER) | {"mission-slice-smoke"} <= set(acceptance.claims.CLAIMS)
 
 
+def test_the_shared_gpu_check_finds_the_foreign_pid_among_the_rows_typed_pids():
+    rows = [{"status": "ok", "gpu_shared": True, "gpu_foreign_pids": [17, 4242]},
+            {"status": "failed", "gpu_shared": None, "gpu_foreign_pids": None}]
+    named = judge.judge_gpu_shared(rows, 4242)
+    assert (named.status, named.detail) == ("pass", "gpu_shared true beside pid 4242; its pid named")
+    other = judge.judge_gpu_shared(rows, 424)  # a pid that is a part of one named is not it
+    assert other.detail == "gpu_shared true beside pid 424; pids [17, 4242] (NVML's view)"
+    hidden = judge.judge_gpu_shared([{"status": "ok", "gpu_shared": True, "gpu_foreign_pids": []}], 4242)
+    assert hidden.detail.endswith("pids not named (NVML's view)")
+    alone = judge.judge_gpu_shared([{"status": "ok", "gpu_shared": False, "gpu_foreign_pids": []}], 4242)
+    assert alone.status == "fail"
+
+
 def _kernel_rows(device: str, phases=("forward", "backward", "optimizer")) -> list[dict]:
     rows = [{"device": device, "phase": ph, "operator": "aten::conv2d", "kernel": f"sm90_xmma_{ph}", "graph_replay": False}
             for ph in phases]
