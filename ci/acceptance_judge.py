@@ -394,6 +394,19 @@ def judge_kernels(sides: Mapping[str, Sequence[Mapping[str, Any]]], line: str | 
     return Judgement(status="pass", detail=f"device kernels under every phase on both sides; {line}", figures=figures)
 
 
+def judge_overhead(code: int | None, figures: Mapping[str, Any] | None, target: float, timeout: float) -> Judgement:
+    """benchmarks/overhead.py's run (`code`: its exit, None when it timed out) from the figures its `--json` wrote
+    (None: no file): the median of its rounds' ratios harness / bare must reach `target`."""
+    median = (figures or {}).get("median_ratio")
+    told = {"rounds": list((figures or {}).get("rounds") or ()), "median_ratio": median, "target": target}
+    if code is None:
+        return Judgement(status="fail", detail=f"timed out after {timeout:.0f} s", figures=told)
+    said = f"harness / bare {'?' if median is None else f'{median:.3f}'} (target >= {target})"
+    if code != 0 or median is None:
+        return Judgement(status="fail", detail=said if code == 0 else f"exit {code}; {said}", figures=told)
+    return Judgement(status="pass" if median >= target else "fail", detail=said, figures=told)
+
+
 def failures_text(rows: list[dict[str, Any]]) -> str:
     """Failed cells grouped by what they said, most common first: one cause that failed 16 cells reads once."""
     by_reason: dict[str, list[str]] = {}

@@ -4,6 +4,7 @@ is skipped with the reason; docs/gpu-validation.md's Pending claims are each a c
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -214,6 +215,43 @@ def test_the_shared_gpu_check_finds_the_foreign_pid_among_the_rows_typed_pids():
     assert hidden.detail.endswith("pids not named (NVML's view)")
     alone = judge.judge_gpu_shared([{"status": "ok", "gpu_shared": False, "gpu_foreign_pids": []}], 4242)
     assert alone.status == "fail"
+
+
+def test_the_overhead_check_reads_the_benchmarks_json_never_its_log(tmp_path, monkeypatch):
+    rounds = [{"round": 0, "harness_img_per_s": 2970.0, "bare_img_per_s": 3000.0, "ratio": 0.99,
+               "order": ["bare", "harness"]},
+              {"round": 1, "harness_img_per_s": 2997.0, "bare_img_per_s": 3000.0, "ratio": 0.999,
+               "order": ["harness", "bare"]}]
+
+    def fake_run(argv, *, log, timeout, env=None, cores=None):
+        # the log's words say otherwise: only the JSON decides
+        log.write_text("round 0: ratio 0.500\nharness / bare: median 0.500, mean 0.500\n")
+        if (tmp_path / "figures.json").is_file():  # the benchmark's figures, where its --json says
+            (tmp_path / "figures.json").replace(argv[argv.index("--json") + 1])
+        return 0
+
+    monkeypatch.setattr(acceptance, "run", fake_run)
+    (tmp_path / "figures.json").write_text(json.dumps({"rounds": rounds, "median_ratio": 0.9945}))
+    check = acceptance.Check("overhead")
+    acceptance.overhead_check(tmp_path)(check, 100.0)
+    assert (check.status, check.detail) == ("pass", "harness / bare 0.995 (target >= 0.99)")
+    assert check.figures["rounds"] == rounds and check.figures["median_ratio"] == 0.9945
+    acceptance.write_report(tmp_path, {}, [check], "now", 1.0, 10.0)
+    md = (tmp_path / "gpu-acceptance.md").read_text()
+    assert "| 0 | 2970.0 | 3000.0 | 0.990 | bare then harness |" in md  # the rounds, worded by the report
+    again = acceptance.Check("overhead")
+    acceptance.overhead_check(tmp_path)(again, 100.0)  # no JSON this time: the last run's figures are gone
+    assert (again.status, again.detail) == ("fail", "harness / bare ? (target >= 0.99)")
+
+
+def test_the_overhead_judgement_wants_the_median_ratio_at_the_target():
+    low = {"rounds": [], "median_ratio": 0.97}
+    assert judge.judge_overhead(0, low, 0.99, 60).detail == "harness / bare 0.970 (target >= 0.99)"
+    assert judge.judge_overhead(0, low, 0.99, 60).status == "fail"
+    assert judge.judge_overhead(0, {"median_ratio": 0.99}, 0.99, 60).status == "pass"
+    assert judge.judge_overhead(1, {"median_ratio": 1.0}, 0.99, 60).detail == "exit 1; harness / bare 1.000 " \
+        "(target >= 0.99)"
+    assert judge.judge_overhead(None, None, 0.99, 60).detail == "timed out after 60 s"
 
 
 def _kernel_rows(device: str, phases=("forward", "backward", "optimizer")) -> list[dict]:
