@@ -234,11 +234,11 @@ def acceptance_matrix(out: Path, *, device: str | None = None, window: dict[str,
     return path
 
 
-CELL_FIGURES = ("status", "reason", "throughput_img_per_s", "throughput_ci_low_img_per_s",
-                "throughput_ci_high_img_per_s", "loader_efficiency", "exposed_data_wait_frac", "host_data_wait_frac",
-                "mfu_pct", "power_avg_w", "img_per_joule", "top1", "train_loss", "lr_final", "loss_scale",
-                "duration_s", "window_s", "startup_s", "build_s", "autotune_s", "compile_s", "warmup_window_s",
-                "warmup_steps_used", "val_s")
+CELL_FIGURES = ("backend", "memory_format", "precision", "grad_accum", "status", "reason", "throughput_img_per_s",
+                "throughput_ci_low_img_per_s", "throughput_ci_high_img_per_s", "loader_efficiency",
+                "exposed_data_wait_frac", "host_data_wait_frac", "mfu_pct", "power_avg_w", "img_per_joule", "top1",
+                "train_loss", "lr_final", "loss_scale", "duration_s", "window_s", "startup_s", "build_s", "autotune_s",
+                "compile_s", "warmup_window_s", "warmup_steps_used", "val_s")
 
 
 def slice_rows(run_dir: Path) -> list[dict[str, Any]]:

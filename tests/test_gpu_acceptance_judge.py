@@ -129,8 +129,11 @@ def test_the_compile_cache_passes_when_every_repeat_compiles_in_under_a_tenth_of
 def test_dali_cells_skip_with_the_reason_where_dali_does_not_import():
     assert judge.judge_dali_cells([], "needs nvidia.dali, which does not import here") == judge.Judgement(
         status="skip", detail="needs nvidia.dali, which does not import here")
-    ok = {"cell": "dali-gpu/nhwc/fp16/ga1", "status": "ok", "throughput_img_per_s": 4555.0}
+    ok = {"cell": "dali-gpu/nhwc/fp16/ga1", "backend": "dali-gpu", "status": "ok", "throughput_img_per_s": 4555.0}
     assert judge.judge_dali_cells([ok], None).status == "pass"
+    other = {"cell": "dali-looking label", "backend": "pytorch", "status": "failed", "reason": "x"}
+    assert judge.judge_dali_cells([ok, other], None).figures["cells"] == [  # the backend decides, not the label
+        {"cell": "dali-gpu/nhwc/fp16/ga1", "status": "ok", "throughput_img_per_s": 4555.0, "loader_efficiency": None}]
     assert judge.judge_dali_cells([], None).status == "fail"  # DALI imports, yet none ran
     assert judge.judge_dali_cells([dict(ok, status="failed", reason="x")], None).status == "fail"
 
@@ -257,20 +260,56 @@ def test_the_overhead_judgement_wants_the_median_ratio_at_the_target():
 def _kernel_rows(device: str, phases=("forward", "backward", "optimizer")) -> list[dict]:
     rows = [{"device": device, "phase": ph, "operator": "aten::conv2d", "kernel": f"sm90_xmma_{ph}", "graph_replay": False}
             for ph in phases]
-    return rows + [{"device": device, "phase": "forward", "operator": "aten::conv2d", "kernel": "aten::cudnn_convolution",
-                    "graph_replay": False}]
+    return rows + [{"device": device, "phase": "forward", "operator": "(CUDA graph replay)",  # no device kernel
+                    "kernel": "(CUDA graph replay)", "graph_replay": True}]
+
+
+DRILL = {"cell": "c", "phase": "optimizer", "operator": "(outside aten ops)", "verdict": "regression",
+         "change_s": 0.00119}
 
 
 def test_the_kernels_check_wants_cuda_kernels_in_every_phase_and_the_drill_named():
-    line = "kernels c: optimizer +1.2 ms: (outside aten ops) +1.19 ms [+1.1, +1.3]; explained +1.2 of +1.3 ms"
-    good = judge.judge_kernels({"a": _kernel_rows("cuda"), "b": _kernel_rows("cuda")}, line)
+    good = judge.judge_kernels({"a": _kernel_rows("cuda"), "b": _kernel_rows("cuda")}, [DRILL])
     assert good.status == "pass" and good.figures["b"]["kernels"]["optimizer"] == ["sm90_xmma_optimizer"]
-    cpu = judge.judge_kernels({"a": _kernel_rows("cpu"), "b": _kernel_rows("cpu")}, line)
+    assert good.figures["b"]["kernels"]["forward"] == ["sm90_xmma_forward"] and good.figures["b"]["graph_replays"] == 1
+    assert good.detail.endswith("called changed: optimizer (outside aten ops) +1.19 ms (regression)")
+    cpu = judge.judge_kernels({"a": _kernel_rows("cpu"), "b": _kernel_rows("cpu")}, [DRILL])
     assert (cpu.status, cpu.detail) == ("fail", "side a: rows of device ['cpu'], not cuda")
-    thin = judge.judge_kernels({"a": _kernel_rows("cuda"), "b": _kernel_rows("cuda", ("forward",))}, line)
+    thin = judge.judge_kernels({"a": _kernel_rows("cuda"), "b": _kernel_rows("cuda", ("forward",))}, [DRILL])
     assert thin.status == "fail" and thin.detail == "side b: no device kernel under backward, optimizer"
-    unnamed = judge.judge_kernels({"a": _kernel_rows("cuda"), "b": _kernel_rows("cuda")},
-                                  "kernels c: no operator called changed; explained +0.0 of +1.3 ms")
-    assert unnamed.status == "fail" and unnamed.detail.startswith("the drill's device work not called changed")
-    assert judge.judge_kernels({"a": [], "b": _kernel_rows("cuda")}, line).detail == "side a: no kernels.parquet rows"
+    graphed = [dict(r, graph_replay=True) if r["phase"] == "backward" else r for r in _kernel_rows("cuda")]
+    assert judge.judge_kernels({"a": graphed, "b": _kernel_rows("cuda")}, [DRILL]).detail == \
+        "side a: no device kernel under backward"  # a graph's replay is no kernel of a phase
+    unnamed = judge.judge_kernels({"a": _kernel_rows("cuda"), "b": _kernel_rows("cuda")}, [])
+    assert (unnamed.status, unnamed.detail) == ("fail", "the drill's device work not called changed: no optimizer "
+                                                        "operator called a regression (no operator called changed)")
+    elsewhere = judge.judge_kernels({"a": _kernel_rows("cuda"), "b": _kernel_rows("cuda")},
+                                    [dict(DRILL, phase="forward", operator="aten::conv2d")])
+    assert elsewhere.status == "fail" and "(forward aten::conv2d +1.19 ms (regression))" in elsewhere.detail
+    faster = judge.judge_kernels({"a": _kernel_rows("cuda"), "b": _kernel_rows("cuda")},
+                                 [dict(DRILL, verdict="improvement", change_s=-0.00119)])
+    assert faster.status == "fail"
+    empty = judge.judge_kernels({"a": [], "b": _kernel_rows("cuda")}, [DRILL])
+    assert empty.detail == "side a: no kernels.parquet rows"
 
+
+def test_the_kernel_changes_are_the_kernel_diffs_called_operators_as_data():
+    import numpy as np
+
+    from harness.results.kernels import kernels_table
+
+    rng = np.random.default_rng(5)
+
+    def table(drill_s: float):
+        items = {("forward", "aten::conv2d", "k_conv"): 0.02, ("backward", "aten::conv2d", "k_wgrad"): 0.04,
+                 ("optimizer", "(outside aten ops)", "k_sleep"): 0.005 + drill_s}
+        return kernels_table([{"cell_id": "c", "repeat": r, "rank": 0, "device": "cuda", "phase": ph, "operator": op,
+                               "kernel": k, "graph_replay": False, "calls_per_step": 1.0,
+                               "time_per_step_s": s + rng.normal(0, 1e-5), "profiled_steps": 10, "step_time_s": 0.07}
+                              for (ph, op, k), s in items.items() for r in range(5)])
+
+    (called,) = acceptance.extra.kernel_changes(table(0.0), table(0.004))  # the drill: +4 ms in the optimizer
+    assert (called["cell"], called["phase"], called["operator"], called["verdict"]) == (
+        "c", "optimizer", "(outside aten ops)", "regression")
+    assert called["change_s"] == pytest.approx(0.004, abs=5e-5)
+    assert acceptance.extra.kernel_changes(table(0.0), table(0.0)) == []  # an A/A: nothing called
