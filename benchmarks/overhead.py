@@ -1,6 +1,7 @@
 """Harness overhead: nvbench's reported throughput vs a bare loop doing the same work on synthetic data. Both
 sides run one cell parsed from the same matrix text, in fresh processes, alternating in a seeded random order
-so machine drift hits both alike. Prints each round and the ratio harness / bare with its spread.
+so machine drift hits both alike. Prints each round and the ratio harness / bare with its spread; `--json PATH`
+also writes those figures as data (what ci/gpu_acceptance.py reads).
 
     python benchmarks/overhead.py --rounds 6                         # CPU defaults: resnet18, 32 px, batch 32
     python benchmarks/overhead.py --model resnet50 --image-size 224 --batch-size 256 --precision fp16 \
@@ -126,7 +127,7 @@ def harness_run(args: argparse.Namespace, workdir: Path, index: int) -> float:
 
 
 def bare_run(args: argparse.Namespace) -> float:
-    flags = [(k.replace("_", "-"), v) for k, v in vars(args).items() if k not in ("bare", "rounds", "seed")]
+    flags = [(k.replace("_", "-"), v) for k, v in vars(args).items() if k not in ("bare", "rounds", "seed", "json")]
     argv = [sys.executable, __file__, "--bare"] + [
         (f"--{k}" if v else f"--no-{k}") if isinstance(v, bool) else f"--{k}={v}" for k, v in flags]
     from harness.orchestrate.session.job import with_stable_malloc
@@ -137,6 +138,17 @@ def bare_run(args: argparse.Namespace) -> float:
     if proc.returncode != 0:
         raise SystemExit(f"bare loop failed:\n{proc.stderr[-2000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])["img_per_s"]
+
+
+def figures(rounds: list[dict]) -> dict:
+    """The run's figures as data: each round ({round, harness_img_per_s, bare_img_per_s, ratio, order}) and the
+    ratios' median, mean, sd (null under two rounds), min and max (null without a round)."""
+    ratios = [r["ratio"] for r in rounds]
+    if not ratios:
+        return {"rounds": [], **dict.fromkeys(("median_ratio", "mean_ratio", "sd_ratio", "min_ratio", "max_ratio"))}
+    return {"rounds": rounds, "median_ratio": statistics.median(ratios), "mean_ratio": statistics.mean(ratios),
+            "sd_ratio": statistics.stdev(ratios) if len(ratios) > 1 else None, "min_ratio": min(ratios),
+            "max_ratio": max(ratios)}
 
 
 def main() -> None:
@@ -155,24 +167,31 @@ def main() -> None:
                    help="run.phase_timing of the harness side (per-phase step timing; default on, as in nvbench)")
     p.add_argument("--rounds", type=int, default=6)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", type=Path, default=None,
+                   help="also write the rounds and the ratio's figures to this JSON file (default: none)")
     p.add_argument("--bare", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.bare:
         print(json.dumps({"img_per_s": bare_loop(args)}))
         return
     rng = random.Random(args.seed)
-    ratios = []
+    ratios, rounds = [], []
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(args.rounds):
             order = ["harness", "bare"]
             rng.shuffle(order)
             got = {side: (harness_run(args, Path(tmp), i) if side == "harness" else bare_run(args)) for side in order}
             ratios.append(got["harness"] / got["bare"])
+            rounds.append({"round": i, "harness_img_per_s": got["harness"], "bare_img_per_s": got["bare"],
+                           "ratio": ratios[-1], "order": order})
             print(f"round {i}: harness {got['harness']:9.1f} img/s   bare {got['bare']:9.1f} img/s   "
                   f"ratio {ratios[-1]:.3f}   (order: {' then '.join(order)})", flush=True)
     spread = statistics.stdev(ratios) if len(ratios) > 1 else float("nan")
     print(f"harness / bare: median {statistics.median(ratios):.3f}, mean {statistics.mean(ratios):.3f} "
           f"± {spread:.3f} (sd), min {min(ratios):.3f}, max {max(ratios):.3f} over {len(ratios)} rounds")
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(figures(rounds), indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -138,6 +138,21 @@ def nsys_reports(out: Path) -> Callable[[], list[Path]]:
     return required(lambda: sorted((out / "nsys").rglob("*.nsys-rep")) if (out / "nsys").is_dir() else [])
 
 
+def kernel_changes(base, cand) -> list[dict[str, Any]]:
+    """The operators the kernel diff calls changed in each cell profiled on both sides (two kernels.parquet tables),
+    as data: the diff `nvbench ab --kernels` makes at its default floor and false discovery rate (the check passes
+    neither flag), by the same pure judge (harness.analysis.judge.kernel_diff)."""
+    from harness.analysis.judge.kernel_diff import diff_cell
+    from harness.catalogue import col
+
+    out = []
+    for cell in sorted(set(base.column(col.cell_id).to_pylist()) & set(cand.column(col.cell_id).to_pylist())):
+        diff = diff_cell(base, cand, cell)
+        out += [{"cell": cell, "phase": op.phase, "operator": op.operator, "verdict": op.verdict,
+                 "change_s": op.change_s} for op in (diff.changed() if diff is not None else ())]
+    return out
+
+
 def kernels_check(out: Path, run: Callable, *, nvtx: bool) -> Callable:
     """`nvbench ab --kernels` of the A/A's cell with side B drilled (a device sleep each step, issue 49's
     slowdown of known size): the profiled repeats' CUDA kernels by phase, and the diff naming the drill."""
@@ -148,13 +163,13 @@ def kernels_check(out: Path, run: Callable, *, nvtx: bool) -> Callable:
         argv = claims.nvbench("ab", str(matrix), "--repeats", "3", "--fire-drill", "20", "--kernels",
                               "--kernel-repeats", "3", "--out", str(out / "kernels"))
         code = run(argv, log=out / "kernels.log", timeout=timeout)
-        sides = {s: kernels.read_kernels(path).to_pylist() if (path := out / "kernels" / s / kernels.KERNELS_FILE)
-                 .is_file() else [] for s in ("a", "b")}
-        log = out / "kernels.log"
-        text = log.read_text(errors="replace") if log.is_file() else ""
-        line = next((x for x in text.splitlines() if x.startswith("kernels ")), None)
+        tables = {s: kernels.read_kernels(path) if (path := out / "kernels" / s / kernels.KERNELS_FILE).is_file()
+                  else None for s in ("a", "b")}
+        sides = {s: t.to_pylist() if t is not None else [] for s, t in tables.items()}
+        changed = kernel_changes(tables["a"], tables["b"]) if None not in tables.values() else []
         # 3 pairs may leave the timed verdict inconclusive (exit 3): the profiled repeats are what is checked
-        claims.apply(check, judge.judge_kernels(sides, line), 0 if code in (0, 3) else code, timeout, log)
+        claims.apply(check, judge.judge_kernels(sides, changed), 0 if code in (0, 3) else code, timeout,
+                     out / "kernels.log")
         check.figures["command"] = " ".join(argv[1:])
     return body
 

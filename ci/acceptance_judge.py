@@ -202,11 +202,17 @@ def judge_slice_cost(manifest: Mapping[str, Any], largest_cut: Callable[[Any], t
     return figures | {"text": text}
 
 
+DALI_BACKENDS = ("dali-gpu", "dali-cpu")
+"""The data backends that read through DALI (harness/data/registry.py)."""
+TWIN_AXES = ("memory_format", "precision", "grad_accum")
+"""What a slice row's synthetic twin shares with it (gpu_acceptance.slice_rows keeps these axes beside its label)."""
+
+
 def judge_dali_cells(rows: Sequence[Mapping[str, Any]], dali_missing: str | None) -> Judgement:
     """DALI's cells of the slice: skipped with the reason where DALI does not import; else each one that ran ok."""
     if dali_missing:
         return Judgement(status="skip", detail=dali_missing)
-    dali = [r for r in rows if str(r.get("cell", "")).startswith("dali")]
+    dali = [r for r in rows if r.get("backend") in DALI_BACKENDS]
     figures = {"cells": [{k: r.get(k) for k in ("cell", "status", "throughput_img_per_s", "loader_efficiency")}
                          for r in dali]}
     if not dali:
@@ -296,8 +302,8 @@ def judge_gpu_shared(rows: Sequence[Mapping[str, Any]], foreign_pid: int) -> Jud
         return Judgement(status="fail", detail="no ok row", figures=figures)
     if not all(r.get("gpu_shared") for r in ok):
         return Judgement(status="fail", detail="gpu_shared false beside a process holding the GPU", figures=figures)
-    pids = {p for r in ok for p in str(r.get("gpu_foreign_pids") or "").split(",") if p}
-    named = "its pid named" if str(foreign_pid) in pids else f"pids {sorted(pids) or 'not named'} (NVML's view)"
+    pids = {p for r in ok for p in r.get("gpu_foreign_pids") or ()}
+    named = "its pid named" if foreign_pid in pids else f"pids {sorted(pids) or 'not named'} (NVML's view)"
     return Judgement(status="pass", detail=f"gpu_shared true beside pid {foreign_pid}; {named}", figures=figures)
 
 
@@ -369,17 +375,18 @@ def junit_counts(path: Path, only: str | None = None) -> dict[str, int]:
 KERNEL_PHASES = ("forward", "backward", "optimizer")
 
 
-def judge_kernels(sides: Mapping[str, Sequence[Mapping[str, Any]]], line: str | None) -> Judgement:
+def judge_kernels(sides: Mapping[str, Sequence[Mapping[str, Any]]], changed: Sequence[Mapping[str, Any]]) -> Judgement:
     """`nvbench ab --kernels` of a cell whose side B runs a fire drill (device sleep each step): both sides'
-    kernels.parquet hold CUDA rows, with device kernels (not aten ops, not a phase's own time) under the forward,
-    the backward and the optimizer; and the kernel diff's line calls something changed, the drill's work."""
-    figures: dict[str, Any] = {"line": line}
+    kernels.parquet hold CUDA rows, with device kernels (not a graph's replay) under the forward, the backward and
+    the optimizer; and the kernel diff of those rows (`changed`: its operators called changed, as data: cell,
+    phase, operator, verdict, change_s) calls an operator of the drilled phase a regression: the drill's work."""
+    figures: dict[str, Any] = {"changed": [dict(c) for c in changed]}
     for side in ("a", "b"):
         rows = list(sides.get(side) or ())
         if not rows:
             return Judgement(status="fail", detail=f"side {side}: no kernels.parquet rows", figures=figures)
         devices = sorted({str(r.get("device")) for r in rows})
-        kernels = [r for r in rows if not str(r.get("kernel") or "").startswith(("aten::", "(")) and r.get("kernel")]
+        kernels = [r for r in rows if r.get("device") == "cuda" and r.get("kernel") and not r.get("graph_replay")]
         by_phase = {ph: sorted({r["kernel"] for r in kernels if r.get("phase") == ph}) for ph in KERNEL_PHASES}
         figures[side] = {"rows": len(rows), "devices": devices, "kernels": {ph: k[:5] for ph, k in by_phase.items()},
                          "graph_replays": sum(1 for r in rows if r.get("graph_replay"))}
@@ -388,10 +395,27 @@ def judge_kernels(sides: Mapping[str, Sequence[Mapping[str, Any]]], line: str | 
         if missing := [ph for ph, k in by_phase.items() if not k]:
             return Judgement(status="fail", detail=f"side {side}: no device kernel under {', '.join(missing)}",
                              figures=figures)
-    if not line or "no operator called changed" in line:
-        return Judgement(status="fail", detail=f"the drill's device work not called changed: {line or 'no line'}",
+    called = [f"{c['phase']} {c['operator']} {1e3 * c['change_s']:+.2f} ms ({c['verdict']})" for c in changed]
+    drill = [c for c in changed if c["phase"] == DRILLED_PHASE and c["verdict"] == "regression"]
+    if not drill:
+        return Judgement(status="fail", detail=f"the drill's device work not called changed: no {DRILLED_PHASE} "
+                         f"operator called a regression ({'; '.join(called) or 'no operator called changed'})",
                          figures=figures)
-    return Judgement(status="pass", detail=f"device kernels under every phase on both sides; {line}", figures=figures)
+    return Judgement(status="pass", detail=f"device kernels under every phase on both sides; called changed: "
+                     f"{'; '.join(called)}", figures=figures)
+
+
+def judge_overhead(code: int | None, figures: Mapping[str, Any] | None, target: float, timeout: float) -> Judgement:
+    """benchmarks/overhead.py's run (`code`: its exit, None when it timed out) from the figures its `--json` wrote
+    (None: no file): the median of its rounds' ratios harness / bare must reach `target`."""
+    median = (figures or {}).get("median_ratio")
+    told = {"rounds": list((figures or {}).get("rounds") or ()), "median_ratio": median, "target": target}
+    if code is None:
+        return Judgement(status="fail", detail=f"timed out after {timeout:.0f} s", figures=told)
+    said = f"harness / bare {'?' if median is None else f'{median:.3f}'} (target >= {target})"
+    if code != 0 or median is None:
+        return Judgement(status="fail", detail=said if code == 0 else f"exit {code}; {said}", figures=told)
+    return Judgement(status="pass" if median >= target else "fail", detail=said, figures=told)
 
 
 def failures_text(rows: list[dict[str, Any]]) -> str:
@@ -421,12 +445,12 @@ def judge_agreement(cells_: Sequence[Mapping[str, Any]], tolerance: float) -> Ju
     throughput intervals, relative half-widths added in quadrature): a difference just past the tolerance
     with an uncertainty as large says "measure again", not "the two figures disagree". The verdict is the
     tolerance's alone."""
-    cells = {r["cell"]: r for r in cells_}
+    twins = {tuple(r.get(k) for k in TWIN_AXES): r for r in cells_ if r.get("backend") == "synthetic"}
     pairs = []
-    for r in cells.values():
+    for r in cells_:
         if r["status"] == "ok" and r["loader_efficiency"] is not None:
             gap = r["exposed_data_wait_frac"] - (1 - r["loader_efficiency"])
-            twin = cells.get("synthetic/" + r["cell"].split("/", 1)[1])
+            twin = twins.get(tuple(r.get(k) for k in TWIN_AXES))
             widths = [_relative_half_width(r), _relative_half_width(twin)]
             spread = None if None in widths else r["loader_efficiency"] * math.hypot(*widths)
             pairs.append({"cell": r["cell"], "exposed_frac": r["exposed_data_wait_frac"],

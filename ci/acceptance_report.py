@@ -50,7 +50,10 @@ def write_report(out: Path, env: dict[str, Any], checks: list, started: str, wal
             lines += _time_table(c.figures)
     for c in checks:
         if c.name == "overhead" and c.figures.get("rounds"):
-            lines += ["", "## overhead", "", f"`python {c.figures['command']}`", "", "```", *c.figures["rounds"], "```"]
+            lines += ["", "## overhead", "", f"`python {c.figures['command']}`", "",
+                      "| round | harness img/s | bare img/s | harness / bare | order |", "|---|---|---|---|---|"]
+            lines += [f"| {r['round']} | {r['harness_img_per_s']:.1f} | {r['bare_img_per_s']:.1f} | {r['ratio']:.3f} | "
+                      f"{' then '.join(r['order'])} |" for r in c.figures["rounds"]]
     (out / "gpu-acceptance.md").write_text("\n".join(lines) + "\n")
 
 

@@ -4,6 +4,7 @@ is skipped with the reason; docs/gpu-validation.md's Pending claims are each a c
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -128,8 +129,11 @@ def test_the_compile_cache_passes_when_every_repeat_compiles_in_under_a_tenth_of
 def test_dali_cells_skip_with_the_reason_where_dali_does_not_import():
     assert judge.judge_dali_cells([], "needs nvidia.dali, which does not import here") == judge.Judgement(
         status="skip", detail="needs nvidia.dali, which does not import here")
-    ok = {"cell": "dali-gpu/nhwc/fp16/ga1", "status": "ok", "throughput_img_per_s": 4555.0}
+    ok = {"cell": "dali-gpu/nhwc/fp16/ga1", "backend": "dali-gpu", "status": "ok", "throughput_img_per_s": 4555.0}
     assert judge.judge_dali_cells([ok], None).status == "pass"
+    other = {"cell": "dali-looking label", "backend": "pytorch", "status": "failed", "reason": "x"}
+    assert judge.judge_dali_cells([ok, other], None).figures["cells"] == [  # the backend decides, not the label
+        {"cell": "dali-gpu/nhwc/fp16/ga1", "status": "ok", "throughput_img_per_s": 4555.0, "loader_efficiency": None}]
     assert judge.judge_dali_cells([], None).status == "fail"  # DALI imports, yet none ran
     assert judge.judge_dali_cells([dict(ok, status="failed", reason="x")], None).status == "fail"
 
@@ -203,23 +207,109 @@ def test_every_check_states_its_claim_in_the_report():
     assert set(acceptance.REPORT_ORDER) | {"mission-slice-smoke"} <= set(acceptance.claims.CLAIMS)
 
 
+def test_the_shared_gpu_check_finds_the_foreign_pid_among_the_rows_typed_pids():
+    rows = [{"status": "ok", "gpu_shared": True, "gpu_foreign_pids": [17, 4242]},
+            {"status": "failed", "gpu_shared": None, "gpu_foreign_pids": None}]
+    named = judge.judge_gpu_shared(rows, 4242)
+    assert (named.status, named.detail) == ("pass", "gpu_shared true beside pid 4242; its pid named")
+    other = judge.judge_gpu_shared(rows, 424)  # a pid that is a part of one named is not it
+    assert other.detail == "gpu_shared true beside pid 424; pids [17, 4242] (NVML's view)"
+    hidden = judge.judge_gpu_shared([{"status": "ok", "gpu_shared": True, "gpu_foreign_pids": []}], 4242)
+    assert hidden.detail.endswith("pids not named (NVML's view)")
+    alone = judge.judge_gpu_shared([{"status": "ok", "gpu_shared": False, "gpu_foreign_pids": []}], 4242)
+    assert alone.status == "fail"
+
+
+def test_the_overhead_check_reads_the_benchmarks_json_never_its_log(tmp_path, monkeypatch):
+    rounds = [{"round": 0, "harness_img_per_s": 2970.0, "bare_img_per_s": 3000.0, "ratio": 0.99,
+               "order": ["bare", "harness"]},
+              {"round": 1, "harness_img_per_s": 2997.0, "bare_img_per_s": 3000.0, "ratio": 0.999,
+               "order": ["harness", "bare"]}]
+
+    def fake_run(argv, *, log, timeout, env=None, cores=None):
+        # the log's words say otherwise: only the JSON decides
+        log.write_text("round 0: ratio 0.500\nharness / bare: median 0.500, mean 0.500\n")
+        if (tmp_path / "figures.json").is_file():  # the benchmark's figures, where its --json says
+            (tmp_path / "figures.json").replace(argv[argv.index("--json") + 1])
+        return 0
+
+    monkeypatch.setattr(acceptance, "run", fake_run)
+    (tmp_path / "figures.json").write_text(json.dumps({"rounds": rounds, "median_ratio": 0.9945}))
+    check = acceptance.Check("overhead")
+    acceptance.overhead_check(tmp_path)(check, 100.0)
+    assert (check.status, check.detail) == ("pass", "harness / bare 0.995 (target >= 0.99)")
+    assert check.figures["rounds"] == rounds and check.figures["median_ratio"] == 0.9945
+    acceptance.write_report(tmp_path, {}, [check], "now", 1.0, 10.0)
+    md = (tmp_path / "gpu-acceptance.md").read_text()
+    assert "| 0 | 2970.0 | 3000.0 | 0.990 | bare then harness |" in md  # the rounds, worded by the report
+    again = acceptance.Check("overhead")
+    acceptance.overhead_check(tmp_path)(again, 100.0)  # no JSON this time: the last run's figures are gone
+    assert (again.status, again.detail) == ("fail", "harness / bare ? (target >= 0.99)")
+
+
+def test_the_overhead_judgement_wants_the_median_ratio_at_the_target():
+    low = {"rounds": [], "median_ratio": 0.97}
+    assert judge.judge_overhead(0, low, 0.99, 60).detail == "harness / bare 0.970 (target >= 0.99)"
+    assert judge.judge_overhead(0, low, 0.99, 60).status == "fail"
+    assert judge.judge_overhead(0, {"median_ratio": 0.99}, 0.99, 60).status == "pass"
+    assert judge.judge_overhead(1, {"median_ratio": 1.0}, 0.99, 60).detail == "exit 1; harness / bare 1.000 " \
+        "(target >= 0.99)"
+    assert judge.judge_overhead(None, None, 0.99, 60).detail == "timed out after 60 s"
+
+
 def _kernel_rows(device: str, phases=("forward", "backward", "optimizer")) -> list[dict]:
     rows = [{"device": device, "phase": ph, "operator": "aten::conv2d", "kernel": f"sm90_xmma_{ph}", "graph_replay": False}
             for ph in phases]
-    return rows + [{"device": device, "phase": "forward", "operator": "aten::conv2d", "kernel": "aten::cudnn_convolution",
-                    "graph_replay": False}]
+    return rows + [{"device": device, "phase": "forward", "operator": "(CUDA graph replay)",  # no device kernel
+                    "kernel": "(CUDA graph replay)", "graph_replay": True}]
+
+
+DRILL = {"cell": "c", "phase": "optimizer", "operator": "(outside aten ops)", "verdict": "regression",
+         "change_s": 0.00119}
 
 
 def test_the_kernels_check_wants_cuda_kernels_in_every_phase_and_the_drill_named():
-    line = "kernels c: optimizer +1.2 ms: (outside aten ops) +1.19 ms [+1.1, +1.3]; explained +1.2 of +1.3 ms"
-    good = judge.judge_kernels({"a": _kernel_rows("cuda"), "b": _kernel_rows("cuda")}, line)
+    good = judge.judge_kernels({"a": _kernel_rows("cuda"), "b": _kernel_rows("cuda")}, [DRILL])
     assert good.status == "pass" and good.figures["b"]["kernels"]["optimizer"] == ["sm90_xmma_optimizer"]
-    cpu = judge.judge_kernels({"a": _kernel_rows("cpu"), "b": _kernel_rows("cpu")}, line)
+    assert good.figures["b"]["kernels"]["forward"] == ["sm90_xmma_forward"] and good.figures["b"]["graph_replays"] == 1
+    assert good.detail.endswith("called changed: optimizer (outside aten ops) +1.19 ms (regression)")
+    cpu = judge.judge_kernels({"a": _kernel_rows("cpu"), "b": _kernel_rows("cpu")}, [DRILL])
     assert (cpu.status, cpu.detail) == ("fail", "side a: rows of device ['cpu'], not cuda")
-    thin = judge.judge_kernels({"a": _kernel_rows("cuda"), "b": _kernel_rows("cuda", ("forward",))}, line)
+    thin = judge.judge_kernels({"a": _kernel_rows("cuda"), "b": _kernel_rows("cuda", ("forward",))}, [DRILL])
     assert thin.status == "fail" and thin.detail == "side b: no device kernel under backward, optimizer"
-    unnamed = judge.judge_kernels({"a": _kernel_rows("cuda"), "b": _kernel_rows("cuda")},
-                                  "kernels c: no operator called changed; explained +0.0 of +1.3 ms")
-    assert unnamed.status == "fail" and unnamed.detail.startswith("the drill's device work not called changed")
-    assert judge.judge_kernels({"a": [], "b": _kernel_rows("cuda")}, line).detail == "side a: no kernels.parquet rows"
+    graphed = [dict(r, graph_replay=True) if r["phase"] == "backward" else r for r in _kernel_rows("cuda")]
+    assert judge.judge_kernels({"a": graphed, "b": _kernel_rows("cuda")}, [DRILL]).detail == \
+        "side a: no device kernel under backward"  # a graph's replay is no kernel of a phase
+    unnamed = judge.judge_kernels({"a": _kernel_rows("cuda"), "b": _kernel_rows("cuda")}, [])
+    assert (unnamed.status, unnamed.detail) == ("fail", "the drill's device work not called changed: no optimizer "
+                                                        "operator called a regression (no operator called changed)")
+    elsewhere = judge.judge_kernels({"a": _kernel_rows("cuda"), "b": _kernel_rows("cuda")},
+                                    [dict(DRILL, phase="forward", operator="aten::conv2d")])
+    assert elsewhere.status == "fail" and "(forward aten::conv2d +1.19 ms (regression))" in elsewhere.detail
+    faster = judge.judge_kernels({"a": _kernel_rows("cuda"), "b": _kernel_rows("cuda")},
+                                 [dict(DRILL, verdict="improvement", change_s=-0.00119)])
+    assert faster.status == "fail"
+    empty = judge.judge_kernels({"a": [], "b": _kernel_rows("cuda")}, [DRILL])
+    assert empty.detail == "side a: no kernels.parquet rows"
 
+
+def test_the_kernel_changes_are_the_kernel_diffs_called_operators_as_data():
+    import numpy as np
+
+    from harness.results.kernels import kernels_table
+
+    rng = np.random.default_rng(5)
+
+    def table(drill_s: float):
+        items = {("forward", "aten::conv2d", "k_conv"): 0.02, ("backward", "aten::conv2d", "k_wgrad"): 0.04,
+                 ("optimizer", "(outside aten ops)", "k_sleep"): 0.005 + drill_s}
+        return kernels_table([{"cell_id": "c", "repeat": r, "rank": 0, "device": "cuda", "phase": ph, "operator": op,
+                               "kernel": k, "graph_replay": False, "calls_per_step": 1.0,
+                               "time_per_step_s": s + rng.normal(0, 1e-5), "profiled_steps": 10, "step_time_s": 0.07}
+                              for (ph, op, k), s in items.items() for r in range(5)])
+
+    (called,) = acceptance.extra.kernel_changes(table(0.0), table(0.004))  # the drill: +4 ms in the optimizer
+    assert (called["cell"], called["phase"], called["operator"], called["verdict"]) == (
+        "c", "optimizer", "(outside aten ops)", "regression")
+    assert called["change_s"] == pytest.approx(0.004, abs=5e-5)
+    assert acceptance.extra.kernel_changes(table(0.0), table(0.0)) == []  # an A/A: nothing called

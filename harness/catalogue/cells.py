@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from harness.catalogue.axes import AXES_RECORD
-from harness.catalogue.columns import B, F, I, S, TS, Column, per_repeat
+from harness.catalogue.columns import B, F, I, LI, S, TS, Column, per_repeat
 
 MIN_INTERFERENCE_S = 0.05
 """Least CPU time (foreign_cpu_s, steal_s) taken from a window for it to be taken under interference: five of the
@@ -365,7 +365,8 @@ CELL_COLUMNS: tuple[Column, ...] = (
         "A process of no rank of this job held a context on one of its GPUs during the "
         "measured window (NVML compute processes): its numbers may carry that process's load. Null without NVML.",
     ),
-    per_repeat("gpu_foreign_pids", S, "", "The pids of those processes, comma-separated (as NVML reports them)."),
+    per_repeat("gpu_foreign_pids", LI, "", "The pids of those processes, ascending (as NVML reports them); empty: "
+               "none, null without NVML. A comma-separated text before schema version 8."),
     per_repeat(
         "cudnn_benchmark",
         B,

@@ -8,7 +8,9 @@ from typing import Literal
 
 S, F, I, B, TS = "string", "float64", "int64", "bool", "timestamp[us, UTC]"
 """The column types: a text, a float, an integer, a flag, a UTC time."""
-TYPES = (S, F, I, B, TS)
+LI = "list<int64>"
+"""A list of integers (pids): typed, so no reader splits a joined text; writers join it where they show it."""
+TYPES = (S, F, I, B, TS, LI)
 Grain = Literal["step", "repeat", "cell", "kernel", "work", "change"]
 
 

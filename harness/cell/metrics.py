@@ -101,7 +101,7 @@ def telemetry_columns(ctx: Context, summary: TelemetrySummary, images: int,
         col.throttle_reasons: ",".join(ordered) if reasons is not None else None,
         col.num_telemetry_samples: min(r[col.num_telemetry_samples] for r in ranks),
         col.gpu_shared: bool(foreign_all) if foreign_by_rank is not None else None,
-        col.gpu_foreign_pids: ",".join(map(str, foreign_all)) if foreign_by_rank is not None else None,
+        col.gpu_foreign_pids: foreign_all if foreign_by_rank is not None else None,
     }
 
 

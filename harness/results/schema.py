@@ -38,6 +38,8 @@ Schema history (bump RESULT_SCHEMA_VERSION, and give store.RESULTS a step when a
      and `start_transient_high_x` (its fastest and slowest step over the window's median: what the superseded
      row's reason is worded from). Migrating version 6: the new columns read null (a superseded row of version 6
      is classed by its interference columns).
+  8 (0.2.0): typed, never joined: cells `gpu_foreign_pids` a list of integers (was the pids comma-joined in a
+     string). Migrating version 7: the joined text split into its pids (empty text: no pid; null stays null).
 """
 
 from __future__ import annotations
@@ -47,10 +49,10 @@ from typing import Any, Iterable
 import pyarrow as pa
 
 from harness.catalogue.cells import CELL_COLUMNS
-from harness.catalogue.columns import B, F, I, S, TS, Column
+from harness.catalogue.columns import B, F, I, LI, S, TS, Column
 from harness.catalogue.steps import STEP_COLUMNS
 
-RESULT_SCHEMA_VERSION = 7
+RESULT_SCHEMA_VERSION = 8
 METADATA_VERSION_KEY = b"nvbench.schema_version"
 METADATA_KIND_KEY = b"nvbench.table"
 
@@ -63,7 +65,8 @@ SUPERSEDED_STEPS = "steps-superseded"
 that a query over `steps/*.parquet` counts each repeat's measured steps once: those of the attempt kept."""
 
 
-ARROW_TYPES = {S: pa.string(), F: pa.float64(), I: pa.int64(), B: pa.bool_(), TS: pa.timestamp("us", tz="UTC")}
+ARROW_TYPES = {S: pa.string(), F: pa.float64(), I: pa.int64(), B: pa.bool_(), TS: pa.timestamp("us", tz="UTC"),
+               LI: pa.list_(pa.int64())}
 """The catalogue's named column types as Arrow types."""
 
 

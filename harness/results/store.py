@@ -200,9 +200,22 @@ def _from_version_1(table: pa.Table) -> pa.Table:
     return table
 
 
+def _pids_as_list(table: pa.Table) -> pa.Table:
+    """Version 7 joined a row's foreign pids with commas: each text split into its integers (an empty text: none;
+    null stays null: no NVML)."""
+    name = col.gpu_foreign_pids
+    if name not in table.column_names:
+        return table
+    texts = table.column(name).to_pylist()
+    pids = [None if t is None else [int(p) for p in str(t).split(",") if p.strip()] for t in texts]
+    at = table.column_names.index(name)
+    return table.set_column(at, pa.field(name, pa.list_(pa.int64())), pa.array(pids, pa.list_(pa.int64())))
+
+
 RESULTS = formats.Format(name="nvbench result", key=METADATA_VERSION_KEY.decode(), current=RESULT_SCHEMA_VERSION,
-                         oldest=1, steps={1: _from_version_1, 2: _nodes_from_hostname})
-"""cells/ and steps/ files (schema.py has the history): version 1 renamed, 2 given `nodes`, later columns null."""
+                         oldest=1, steps={1: _from_version_1, 2: _nodes_from_hostname, 7: _pids_as_list})
+"""cells/ and steps/ files (schema.py has the history): version 1 renamed, 2 given `nodes`, 7's foreign pids split
+into a list, later columns null."""
 
 
 def read_table(path: Path, target: pa.Schema, columns: list[str] | None = None) -> pa.Table:

@@ -51,7 +51,7 @@ def test_one_moved_cell_keeps_its_backend_solo():
 
 def test_the_report_names_rows_that_shared_their_gpu_or_ran_packed_uncalibrated():
     cand = rows(SOLO)
-    cand[2] |= {"gpu_shared": True, "gpu_foreign_pids": "4242"}
+    cand[2] |= {"gpu_shared": True, "gpu_foreign_pids": [4242, 4243]}
     cand[3] |= {"packing": "uncalibrated"}
     comparison = compare.compare_runs(run(cand), run(rows(SOLO), run_id="base"), NO_ADJUST)
     shared, packed = comparison.notes[-2:]
@@ -59,7 +59,7 @@ def test_the_report_names_rows_that_shared_their_gpu_or_ran_packed_uncalibrated(
                                                                             "uncalibrated")
     shared, packed = str(shared), str(packed)
     assert shared.startswith("warning: 1 row(s) shared their GPU")
-    assert "synthetic_nchw_fp32_ws1_ga1 r2 (pid 4242)" in shared
+    assert "synthetic_nchw_fp32_ws1_ga1 r2 (pid 4242, 4243)" in shared  # the typed pids, joined where shown
     assert packed.startswith("warning: 1 row(s) ran packed beside other jobs with no slot calibration")
     assert "pid 4242" in render_markdown(comparison)
     alone = compare.describe_only(run(cand))

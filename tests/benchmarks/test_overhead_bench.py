@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 from pathlib import Path
 
 import pytest
@@ -80,3 +81,35 @@ def test_the_bare_loop_runs_and_reports_a_rate(overhead, one_torch_thread):
     rate = overhead.bare_loop(_args(precision="bf16", steps=2))
     torch.set_num_threads(1)
     assert rate > 0
+
+
+def test_json_holds_the_printed_figures_as_data(overhead, tmp_path, monkeypatch, capsys):
+    rates = iter([100.0, 99.0, 100.0, 97.0, 100.0, 101.0])  # each round's bare rate, then harness's
+    monkeypatch.setattr(overhead, "bare_run", lambda args: next(rates))
+    monkeypatch.setattr(overhead, "harness_run", lambda args, workdir, index: next(rates))
+    monkeypatch.setattr(overhead.random, "Random", lambda seed: type("R", (), {"shuffle": lambda self, x: x.reverse()})())
+    path = tmp_path / "out" / "overhead.json"
+    monkeypatch.setattr("sys.argv", ["overhead.py", "--rounds", "3", "--json", str(path)])
+    overhead.main()
+    got = json.loads(path.read_text())
+    assert [r["ratio"] for r in got["rounds"]] == pytest.approx([0.99, 0.97, 1.01])
+    assert got["rounds"][0] == {"round": 0, "harness_img_per_s": 99.0, "bare_img_per_s": 100.0,
+                                "ratio": pytest.approx(0.99), "order": ["bare", "harness"]}
+    assert (got["median_ratio"], got["min_ratio"], got["max_ratio"]) == pytest.approx((0.99, 0.97, 1.01))
+    assert got["sd_ratio"] == pytest.approx(0.02)
+    out = capsys.readouterr().out  # the lines for people stay as they were
+    assert "round 0: harness      99.0 img/s   bare     100.0 img/s   ratio 0.990   (order: bare then harness)" in out
+    assert "harness / bare: median 0.990, mean 0.990 ± 0.020 (sd), min 0.970, max 1.010 over 3 rounds" in out
+    assert overhead.figures([])["median_ratio"] is None
+
+
+def test_the_bare_side_is_never_handed_the_json_flag(overhead, monkeypatch, tmp_path):
+    seen = {}
+
+    def fake_run(argv, **kwargs):
+        seen["argv"] = argv
+        return type("P", (), {"returncode": 0, "stdout": json.dumps({"img_per_s": 5.0}), "stderr": ""})()
+
+    monkeypatch.setattr(overhead.subprocess, "run", fake_run)
+    assert overhead.bare_run(_args(bare=False, json=tmp_path / "x.json")) == 5.0
+    assert not any(a.startswith("--json") for a in seen["argv"])  # the bare child writes no figures file

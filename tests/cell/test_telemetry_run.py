@@ -48,5 +48,9 @@ def test_a_summary_becomes_the_row_columns():
         "is_throttled": True, "throttle_reasons": "gpu_idle,sw_power_cap", "num_telemetry_samples": 2,
         "gpu_shared": None, "gpu_foreign_pids": None,  # no foreign-process watch in this summary
     }
+    watched = telemetry_columns(ctx, summarize(samples, energy_j=130.0), images=2600, foreign=(4243, 4242))
+    assert (watched["gpu_shared"], watched["gpu_foreign_pids"]) == (True, [4242, 4243])  # integers, never joined
+    alone = telemetry_columns(ctx, summarize(samples, energy_j=130.0), images=2600, foreign=())
+    assert (alone["gpu_shared"], alone["gpu_foreign_pids"]) == (False, [])
     nothing = telemetry_columns(ctx, summarize([], energy_j=None), images=2600)
     assert nothing == dict.fromkeys(cols) | {"num_telemetry_samples": 0}

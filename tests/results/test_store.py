@@ -44,7 +44,7 @@ def test_a_version_4_row_reads_its_start_unchecked(tmp_path):
     (tmp_path / "cells").mkdir()
     pq.write_table(old, tmp_path / "cells" / "a-r0.parquet")
     (row,) = store.read_cells(tmp_path).to_pylist()
-    assert RESULT_SCHEMA_VERSION == 7
+    assert RESULT_SCHEMA_VERSION == 8
     assert row["start_transient_steps"] is None and row["is_steady"] is True  # never checked, not "settled"
 
 
@@ -56,6 +56,19 @@ def test_a_version_6_superseded_row_reads_no_cause_and_no_transient_size(tmp_pat
     (row,) = store.read_cells(tmp_path).to_pylist()
     assert (row["rerun_cause"], row["start_transient_low_x"], row["start_transient_high_x"]) == (None, None, None)
     assert row["start_transient_steps"] == 3
+
+
+def test_a_version_7_row_reads_its_joined_foreign_pids_as_a_list_of_integers(tmp_path):
+    old = pa.table({"run_id": ["r"] * 3, "cell_id": ["a", "b", "c"], "repeat": [0, 0, 0], "status": ["ok"] * 3,
+                    "gpu_shared": [True, False, None], "gpu_foreign_pids": ["4242,17", "", None]})
+    (tmp_path / "cells").mkdir()
+    pq.write_table(old.replace_schema_metadata({METADATA_VERSION_KEY: b"7"}), tmp_path / "cells" / "a-r0.parquet")
+    table = store.read_cells(tmp_path)
+    assert table.schema.field("gpu_foreign_pids").type == pa.list_(pa.int64())
+    assert table.column("gpu_foreign_pids").to_pylist() == [[4242, 17], [], None]  # none named; no NVML
+    current = cell_table([{"run_id": "r", "cell_id": "d", "repeat": 0, "status": "ok", "gpu_foreign_pids": [9, 11]}])
+    store.write_table(tmp_path / "cells" / "d-r0.parquet", current)
+    assert store.read_cells(tmp_path).column("gpu_foreign_pids").to_pylist()[-1] == [9, 11]
 
 
 def test_newer_or_foreign_files_are_refused(tmp_path):

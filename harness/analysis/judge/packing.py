@@ -51,13 +51,18 @@ UNCALIBRATED_NOTE = "ran packed beside other jobs with no slot calibration of th
 """The words of the note on uncalibrated rows (a calibration's own packed side leaves it out: it is the point)."""
 
 
+def _joined(pids: Sequence[int] | None) -> str:
+    """A row's foreign pids as its note shows them: `4242, 4243`; `?` where NVML named none."""
+    return ", ".join(map(str, pids)) if pids else "?"
+
+
 def packing_notes(rows: Sequence[Mapping[str, Any]]) -> tuple[Note, ...]:
     """Warnings naming the rows whose numbers packing may carry: a foreign process on their GPU (gpu_shared),
     or packed with no calibration of the machine clearing their backend (packing = uncalibrated)."""
     notes = []
     shared = [r for r in rows if r.get(col.gpu_shared)]
     if shared:
-        names = "; ".join(f"{cell_label(r[col.cell_id])} r{r['repeat']} (pid {r.get(col.gpu_foreign_pids) or '?'})"
+        names = "; ".join(f"{cell_label(r[col.cell_id])} r{r['repeat']} (pid {_joined(r.get(col.gpu_foreign_pids))})"
                           for r in shared)
         notes.append(Note(f"{len(shared)} row(s) shared their GPU with a process of no job of the run during "
                           f"their window (gpu_shared), so their numbers may carry its load: {names}", WARNING,
