@@ -18,9 +18,9 @@ from rich.text import Text
 from harness.fit import shorten, wrap
 from harness.results.accuracy import MIN_VAL_IMAGES, chance_text, too_few_images, top1_text, with_top1
 from harness.results.schema import STATUSES, SUPERSEDED
-from harness.matrix.cells import cell_label
 from harness.stats.inference import mean_interval
 from harness.catalogue import col
+from harness.catalogue.cells import row_label
 from harness.results.interference import row_interference
 
 STATUS_STYLE = {"ok": "green", "skipped": "dim", "failed": "red", "timeout": "red", "crashed": "red", "cancelled": "red",
@@ -135,7 +135,7 @@ def ran_table(cells: Mapping[str, Sequence[Mapping[str, Any]]]) -> Table:
     for cid, rows in cells.items():
         ok = [r for r in rows if r["status"] == "ok"]
         status = "ok" if len(ok) == len(rows) else f"ok {len(ok)}/{len(rows)}"
-        table.add_row(cell_label(cid), _fmt(_mean(r.get(col.throughput_img_per_s) for r in ok), ".1f"),
+        table.add_row(row_label(rows[0]), _fmt(_mean(r.get(col.throughput_img_per_s) for r in ok), ".1f"),
                       _plus_minus(throughput_interval_pct(ok)),
                       top1_text(ok, short=True),
                       _fmt(_mean(r.get(col.exposed_data_wait_frac) for r in ok), ".1%"),
@@ -166,7 +166,7 @@ def _failure_lines(cells: Mapping[str, Sequence[Mapping[str, Any]]], width: int)
     for cid, rows in cells.items():
         bad = [r for r in rows if r["status"] in BAD_STATUSES]
         which = f"r{bad[0]['repeat']}" if len(bad) == 1 else f"{len(bad)} of {len(rows)} repeats"
-        head, status = f"  {cell_label(cid)}  ", f"{which} {bad[0]['status']}"
+        head, status = f"  {row_label(rows[0])}  ", f"{which} {bad[0]['status']}"
         wrapped = [Text(line) for line in wrap(f"{status}: {_first_line(bad[0]['reason'])}", width, first=head,
                                                indent="    ")]
         wrapped[0].stylize("red", len(head), len(head) + len(status))
@@ -263,7 +263,7 @@ def slot_lines(rows: list[dict[str, Any]]) -> list[Text]:
                           + (f"; {unproven} packed uncalibrated (packing = uncalibrated)" if unproven else "")))
     shared = [r for r in rows if r.get(col.gpu_shared)]
     if shared:
-        names = ", ".join(f"{cell_label(r[col.cell_id])} r{r['repeat']}" for r in shared[:4])
+        names = ", ".join(f"{row_label(r)} r{r['repeat']}" for r in shared[:4])
         lines.append(Text(f"warning: {len(shared)} job(s) shared their GPU with a foreign process (gpu_shared): "
                           f"{names}{' ...' if len(shared) > 4 else ''}", style="yellow"))
     return lines

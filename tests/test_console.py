@@ -29,7 +29,8 @@ def smoke_like_rows() -> list[dict]:
         elif ws > 2:
             status, reason = "skipped", (f"world_size {ws} exceeds the 2 CPU cores of this machine (without CUDA "
                                          "each rank is a gloo process on its own core)")
-        rows.append({"cell_id": f"{backend}_{fmt}_{precision}_ws{ws}_ga1_0123456789", "repeat": 0, "status": status,
+        rows.append({"cell_id": f"{backend}_{fmt}_{precision}_ws{ws}_ga1_0123456789",
+                     "cell_label": f"{backend}_{fmt}_{precision}_ws{ws}_ga1", "repeat": 0, "status": status,
                      "reason": reason, "throughput_img_per_s": 250.0 if status == "ok" else None,
                      "throughput_ci_low_img_per_s": 240.0, "throughput_ci_high_img_per_s": 260.0,
                      "top1": None if backend == "synthetic" else 0.125, "num_val_images": 4,  # one smoke batch
@@ -91,7 +92,8 @@ def test_skips_are_grouped_by_reason_and_failures_give_their_first_line():
 
 def test_a_reason_wraps_at_words_and_a_path_longer_than_the_line_stays_whole():
     path = "/very/long/" + "x" * 90 + "/cell.log"
-    rows = [{"cell_id": "pytorch_nchw_fp32_ws1_ga1_0123456789", "repeat": 0, "status": "failed",
+    rows = [{"cell_id": "pytorch_nchw_fp32_ws1_ga1_0123456789", "cell_label": "pytorch_nchw_fp32_ws1_ga1", "repeat": 0,
+             "status": "failed",
              "reason": f"exit code 1: RuntimeError: the loader could not open {path} (see the log)",
              "throughput_img_per_s": None}]
     lines = summary(rows)
@@ -138,7 +140,7 @@ def test_the_summary_names_the_largest_part_that_was_not_measuring_and_the_estim
 
 
 def test_several_repeats_show_their_mean_with_the_t_interval_and_a_partial_cell_both_ways():
-    base = {"cell_id": "pytorch_nchw_fp32_ws1_ga1_0123456789", "reason": "", "top1": 0.5, "num_val_images": 500,
+    base = {"cell_id": "pytorch_nchw_fp32_ws1_ga1_0123456789", "cell_label": "pytorch_nchw_fp32_ws1_ga1", "reason": "", "top1": 0.5, "num_val_images": 500,
             "exposed_data_wait_frac": 0.1}
     rows = [base | {"repeat": i, "status": "ok", "throughput_img_per_s": x} for i, x in enumerate((98.0, 100.0, 102.0))]
     rows.append(base | {"repeat": 3, "status": "crashed", "reason": "killed by SIGKILL", "throughput_img_per_s": None})
@@ -150,7 +152,8 @@ def test_several_repeats_show_their_mean_with_the_t_interval_and_a_partial_cell_
 
 
 def test_a_long_label_is_cut_and_the_numbers_stay_whole():
-    row = {"cell_id": "synthetic_channels_last_bfloat16_ws1_ga1_compile-max-autotune_0123456789", "repeat": 0,
+    row = {"cell_id": "synthetic_channels_last_bfloat16_ws1_ga1_compile-max-autotune_0123456789",
+           "cell_label": "synthetic_channels_last_bfloat16_ws1_ga1_compile-max-autotune", "repeat": 0,
            "status": "ok", "reason": "", "throughput_img_per_s": 4899.1, "throughput_ci_low_img_per_s": 4890.0,
            "throughput_ci_high_img_per_s": 4910.0, "top1": None, "exposed_data_wait_frac": 0.0}
     lines = summary([row])

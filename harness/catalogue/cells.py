@@ -18,9 +18,30 @@ RERUN_INTERFERENCE, RERUN_TRANSIENT = "interference", "start transient"
 """The values of `rerun_cause`: a superseded row was run again because its window was taken under interference
 or because it opened in a start transient (each spends a re-run budget of its own)."""
 
+ID_HASH_LEN = 10
+"""Hex digits of the hash that ends a cell id (harness.matrix.cells.Cell.cell_id), after its label and `_`."""
+
+
+def label_from_id(cell_id: str) -> str:
+    """The label of a cell written before its label was data (a row before schema version 9, a verdict before
+    version 15, a night summary before cache version 7): its id, the hash dropped. Only those migrations call
+    this; everything else reads the label where it was written (Cell.label, the `cell_label` columns)."""
+    head, tail = cell_id[:-ID_HASH_LEN - 1], cell_id[-ID_HASH_LEN:]
+    is_hash = len(cell_id) > ID_HASH_LEN + 1 and cell_id[-ID_HASH_LEN - 1] == "_" \
+        and all(c in "0123456789abcdef" for c in tail)
+    return head if is_hash else cell_id
+
+
+def row_label(row) -> str:
+    """What a row's cell is called: its `cell_label`, or its id where the row recorded none (made in memory)."""
+    return row.get("cell_label") or row["cell_id"]
+
+
 CELL_COLUMNS: tuple[Column, ...] = (
     per_repeat("run_id", S, "", "Run this row belongs to (the reports/<run_id> folder)."),
     per_repeat("cell_id", S, "", "Stable id: axis values + hash of every knob that affects the measurement."),
+    per_repeat("cell_label", S, "", "The cell's readable axis part (its id without the hash): what reports, pages and "
+               "the console name the cell by. Before schema version 9: the id's part before its hash."),
     per_repeat("repeat", I, "", "Repeat index, 0-based."),
     per_repeat(
         "status",

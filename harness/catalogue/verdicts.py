@@ -7,7 +7,7 @@ from harness.catalogue.axes import AXES_RECORD
 from harness.catalogue.columns import B, F, I, S, Column, per_cell
 from harness.catalogue.judged import JUDGED, METRIC_FIELDS, Judged
 
-VERDICTS_VERSION = 14
+VERDICTS_VERSION = 15
 """Version of verdicts.parquet (schema metadata nvbench.verdicts_version). 1: first release. 2: the
 speed-adjustment columns unadjusted_effect_pct, speed_probe_change_pct and speed_slope. 3: the fast-step
 rate (decided_by, throughput_p_value, fast_effect_pct, fast_ci_low_pct, fast_ci_high_pct, fast_p_value,
@@ -28,7 +28,8 @@ kernel diff's line of a changed cell as a column of its own (its reason still en
 read from an older file or where the cell was not profiled). 14: the reasons as data: reason_code (why, as a code of
 harness.catalogue.reasons), reason_figure (the cell's figures that lead its reason), floor_kind (which kind of rule set
 the floor) and work_gate_broken (a gate broke: the flag the exit status reads); empty or null when read from an older
-file, except work_gate_broken, which reads as whether work_gate holds words."""
+file, except work_gate_broken, which reads as whether work_gate holds words. 15: cell_label, the cell's readable axis
+part as its rows recorded it (before: the id without its hash)."""
 
 
 CELL_LEVEL: tuple[Column, ...] = (
@@ -136,6 +137,8 @@ CELL_LEVEL: tuple[Column, ...] = (
         "the closure (`forward +3.1 ms: aten::mm +2.9 ms [+2.7, +3.1]; ...`); null: not profiled, or not changed. "
         "Null before version 13.",
     ),
+    per_cell("cell_label", S, "", "The cell's readable axis part (cells' cell_label): what every format names it by; "
+             "before version 15 its id without the hash."),
     per_cell("reason_code", S, "", "Why, as a code: one of harness.catalogue.reasons (docs/results.md lists them); "
              "empty before version 14."),
     per_cell("reason_figure", S, "", "The cell's own figures that lead its reason (its change with its interval, "

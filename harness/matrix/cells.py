@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from harness.models.user import is_import_path, model_token
+from harness.catalogue.cells import ID_HASH_LEN, label_from_id
 from harness.matrix.knobs import suggest
 from harness.matrix.sections import (
     AXES,
@@ -38,6 +39,7 @@ _ID_EXCLUDED = {"benchmark": {"name", "timeout_s"}, "data": {"cache_dir"},
                 # Where a node sits in its rendezvous, not what the group measures: all nodes share one id.
                 "launch": {"node_rank", "rdzv_endpoint", "rdzv_id", "rdzv_backend"}}
 _ID_EXCLUDED_FIELDS = ("id_names_model", "model_search_dirs")
+
 """The cell's own fields left out of the hash: how its id reads and where its model is found."""
 
 
@@ -73,20 +75,24 @@ class Cell:
         return {axis: getattr(self, axis) for axis in AXES}
 
     @property
+    def label(self) -> str:
+        """The readable axis part of the cell's id: unique within one matrix; what reports name the cell by."""
+        a = self
+        model = f"{model_token(a.model)}_" if a.id_names_model or is_import_path(a.model) else ""
+        mode = "" if a.compile == "eager" else f"_{a.compile}"
+        return f"{model}{a.backend}_{a.memory_format}_{a.precision}_ws{a.world_size}_ga{a.grad_accum}{mode}"
+
+    @property
     def cell_id(self) -> str:
-        """Readable axis prefix + hash of every knob that affects the measurement."""
+        """Readable axis prefix (label) + hash of every knob that affects the measurement."""
         plain = self.to_plain()
         for name in _ID_EXCLUDED_FIELDS:
             plain.pop(name)
         for section, names in _ID_EXCLUDED.items():
             for name in names:
                 plain[section].pop(name, None)
-        digest = hashlib.sha256(json.dumps(plain, sort_keys=True).encode()).hexdigest()[:10]
-        a = self
-        model = f"{model_token(a.model)}_" if a.id_names_model or is_import_path(a.model) else ""
-        mode = "" if a.compile == "eager" else f"_{a.compile}"
-        return (f"{model}{a.backend}_{a.memory_format}_{a.precision}_ws{a.world_size}_ga{a.grad_accum}{mode}_"
-                f"{digest}")
+        digest = hashlib.sha256(json.dumps(plain, sort_keys=True).encode()).hexdigest()[:ID_HASH_LEN]
+        return f"{self.label}_{digest}"
 
     @property
     def images_per_step(self) -> int:
@@ -177,8 +183,4 @@ def job_key(cell_id: str, repeat: int) -> str:
     return f"{cell_id}-r{repeat}"
 
 
-def cell_label(cell_id: str) -> str:
-    """The readable axis part of a cell id, its hash dropped: unique within one matrix."""
-    head, _, tail = cell_id.rpartition("_")
-    is_hash = len(tail) >= 6 and all(c in "0123456789abcdef" for c in tail)
-    return head if head and is_hash else cell_id
+cell_label = label_from_id  # the pages' names until they read the labels their data carries (issue 69)

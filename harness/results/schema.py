@@ -40,6 +40,8 @@ Schema history (bump RESULT_SCHEMA_VERSION, and give store.RESULTS a step when a
      is classed by its interference columns).
   8 (0.2.0): typed, never joined: cells `gpu_foreign_pids` a list of integers (was the pids comma-joined in a
      string). Migrating version 7: the joined text split into its pids (empty text: no pid; null stays null).
+  9 (0.2.0): cells `cell_label`, the cell's readable axis part as data (what every report and page names it by).
+     Migrating version 8: an older row's label is its id without the id's hash (the one place that reads it so).
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ from harness.catalogue.cells import CELL_COLUMNS
 from harness.catalogue.columns import B, F, I, LI, S, TS, Column
 from harness.catalogue.steps import STEP_COLUMNS
 
-RESULT_SCHEMA_VERSION = 8
+RESULT_SCHEMA_VERSION = 9
 METADATA_VERSION_KEY = b"nvbench.schema_version"
 METADATA_KIND_KEY = b"nvbench.table"
 

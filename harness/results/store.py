@@ -19,6 +19,7 @@ from harness.results import formats
 from harness.results.formats import UnreadableFile  # noqa: F401  (store.UnreadableFile: what its callers catch)
 from harness.results.schema import CELL_SCHEMA, METADATA_VERSION_KEY, RESULT_SCHEMA_VERSION, STEP_SCHEMA, SUPERSEDED
 from harness.catalogue import col
+from harness.catalogue.cells import label_from_id
 
 
 def _file_mode() -> int:
@@ -212,10 +213,20 @@ def _pids_as_list(table: pa.Table) -> pa.Table:
     return table.set_column(at, pa.field(name, pa.list_(pa.int64())), pa.array(pids, pa.list_(pa.int64())))
 
 
+def _labels_from_ids(table: pa.Table) -> pa.Table:
+    """Version 8 had no `cell_label`: an older row's label is its id without the hash (catalogue.cells.label_from_id)."""
+    if col.cell_label in table.column_names or col.cell_id not in table.column_names:
+        return table
+    labels = [None if cid is None else label_from_id(str(cid)) for cid in table.column(col.cell_id).to_pylist()]
+    at = table.column_names.index(col.cell_id) + 1
+    return table.add_column(at, pa.field(col.cell_label, pa.string()), pa.array(labels, pa.string()))
+
+
 RESULTS = formats.Format(name="nvbench result", key=METADATA_VERSION_KEY.decode(), current=RESULT_SCHEMA_VERSION,
-                         oldest=1, steps={1: _from_version_1, 2: _nodes_from_hostname, 7: _pids_as_list})
+                         oldest=1, steps={1: _from_version_1, 2: _nodes_from_hostname, 7: _pids_as_list,
+                                                 8: _labels_from_ids})
 """cells/ and steps/ files (schema.py has the history): version 1 renamed, 2 given `nodes`, 7's foreign pids split
-into a list, later columns null."""
+into a list, 8's labels taken from the ids, later columns null."""
 
 
 def read_table(path: Path, target: pa.Schema, columns: list[str] | None = None) -> pa.Table:

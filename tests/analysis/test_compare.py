@@ -15,6 +15,7 @@ from harness.analysis.judge.repeats import noise_label
 from harness.analysis.load.runs import RunInputError, load_run, resolve_pointer
 from harness.analysis.judge.run import RunData
 from harness.analysis.judge.screen import screen_history
+from harness.catalogue.cells import label_from_id
 from harness.analysis.judge.verdict import (
     DEFAULT_FLOOR_PCT,
     Note,
@@ -42,7 +43,8 @@ def rows(values, *, cell=CELL, env_key="k1", status="ok", reason="", is_smoke=Fa
          top1=None, num_val=None, backend="synthetic"):
     out = []
     for i, value in enumerate(values):
-        out.append({"cell_id": cell, "repeat": i, "status": status, "reason": reason, "backend": backend,
+        out.append({"cell_id": cell, "cell_label": label_from_id(cell), "repeat": i, "status": status, "reason": reason,
+                    "backend": backend,
                     "memory_format": "nchw", "precision": "fp32", "world_size": 1, "grad_accum": 1,
                     "throughput_img_per_s": value if status == "ok" else None, "env_key": env_key,
                     "is_smoke": is_smoke, "is_steady": steady, "fire_drill_pct": drill, "top1": top1,

@@ -140,7 +140,7 @@ def test_history_counts_past_runs_that_differ_only_in_fields_the_cell_does_not_u
     assert by["dali-gpu"].verdict == NOT_COMPARABLE and "dali_version" in by["dali-gpu"].reason
 
 
-def test_a_verdict_holds_one_metric_verdict_per_metric_and_its_row_keeps_the_version_14_columns():
+def test_a_verdict_holds_one_metric_verdict_per_metric_and_its_row_keeps_the_version_15_columns():
     rng = np.random.default_rng(1)
     (pc, yc), (pb, yb) = _machine(rng, 8, 0.0), _machine(rng, 8, 0.0)
     cand, base = with_fast(probed(yc * 0.95, pc), yc * 1.2), with_fast(probed(yb, pb), yb * 1.2)
@@ -148,7 +148,7 @@ def test_a_verdict_holds_one_metric_verdict_per_metric_and_its_row_keeps_the_ver
     assert v.fast_step is not None and v.throughput.speed_slope is not None  # both metrics, speed-adjusted
     assert v.metric(FAST_STEPS) is v.fast_step and v.metric(THROUGHPUT) is v.throughput
     row = v.to_row()
-    assert tuple(row) == VERDICT_COLUMNS and len(row) == 82 and row["busy"] is False and row["operators"] is None
+    assert tuple(row) == VERDICT_COLUMNS and len(row) == 83 and row["busy"] is False and row["operators"] is None
     # version 14: why, as data (the change figure leads the words exactly), and the floor's kind
     assert row["reason_code"] == "beyond_floor" and row["floor_kind"] == "default"
     assert row["reason"] == f"{row['reason_figure']}: {v.cause}" and "beyond the 3% floor" in v.cause

@@ -38,7 +38,8 @@ def run_folder(root: Path, run_id: str, side: int) -> Path:
     for cell_id, values in CELLS.items():
         backend, memory_format = cell_id.split("_")[:2]
         for repeat, value in enumerate(values[side]):
-            rows.append({"run_id": run_id, "cell_id": cell_id, "repeat": repeat, "status": "ok", "reason": "",
+            rows.append({"run_id": run_id, "cell_id": cell_id, "cell_label": cell_id[:-11], "repeat": repeat,
+                         "status": "ok", "reason": "",
                          "backend": backend, "memory_format": memory_format, "precision": "fp32", "world_size": 1,
                          "grad_accum": 1, "compile": "eager", "model": "resnet18", "device": "cpu",
                          "throughput_img_per_s": value, "env_key": "k1", "is_smoke": False, "is_steady": True,

@@ -133,6 +133,11 @@ def test_ids_are_stable_and_follow_what_is_measured():
     assert [c.cell_id for c in slower] != first
     longer_timeout = expand(matrix_of(raw | {"benchmark": {"timeout_s": 99.0}}, "a.toml"))
     assert [c.cell_id for c in longer_timeout] == first
+    # the label is data of the cell, and the id is the label and the hash: the label is never read back from it
+    cells = expand(matrix_of(raw | {"axes": {"backend": ["synthetic"], "model": ["resnet18", "resnet50"]}}, "a.toml"))
+    from harness.catalogue.cells import ID_HASH_LEN, label_from_id
+    assert [c.label for c in cells] == ["resnet18_synthetic_nchw_fp32_ws1_ga1", "resnet50_synthetic_nchw_fp32_ws1_ga1"]
+    assert all(c.cell_id[:-ID_HASH_LEN - 1] == c.label and label_from_id(c.cell_id) == c.label for c in cells)
 
 
 def test_cell_round_trips_through_json():

@@ -18,6 +18,7 @@ import pytest
 from conftest import ROOT, nvbench
 
 from harness.cell.instruments import probe
+from harness.matrix.cells import Cell
 from harness.orchestrate.session import job
 from harness.results import store
 from harness.results.schema import RESULT_SCHEMA_VERSION
@@ -54,6 +55,7 @@ def test_end_to_end_run_reads_back_with_pyarrow_and_duckdb(tiny_matrix, tmp_path
         assert row["throughput_ci_low_img_per_s"] <= row["throughput_img_per_s"] <= row["throughput_ci_high_img_per_s"]
         assert row["images_measured"] == 3 * 4
         assert json.loads(row["config_json"])["backend"] == row["backend"]
+        assert row["cell_label"] == Cell.from_plain(json.loads(row["config_json"])).label  # the label, as data
         assert (row["top1"] is None) == (row["backend"] == "synthetic")
         assert 0 <= row["exposed_data_wait_frac"] < 1
         assert row["exposed_data_wait_s"] == row["host_data_wait_s"]  # on CPU, one measurement

@@ -44,7 +44,7 @@ def test_a_version_4_row_reads_its_start_unchecked(tmp_path):
     (tmp_path / "cells").mkdir()
     pq.write_table(old, tmp_path / "cells" / "a-r0.parquet")
     (row,) = store.read_cells(tmp_path).to_pylist()
-    assert RESULT_SCHEMA_VERSION == 8
+    assert RESULT_SCHEMA_VERSION == 9
     assert row["start_transient_steps"] is None and row["is_steady"] is True  # never checked, not "settled"
 
 
@@ -69,6 +69,18 @@ def test_a_version_7_row_reads_its_joined_foreign_pids_as_a_list_of_integers(tmp
     current = cell_table([{"run_id": "r", "cell_id": "d", "repeat": 0, "status": "ok", "gpu_foreign_pids": [9, 11]}])
     store.write_table(tmp_path / "cells" / "d-r0.parquet", current)
     assert store.read_cells(tmp_path).column("gpu_foreign_pids").to_pylist()[-1] == [9, 11]
+
+
+def test_a_version_8_row_reads_its_label_from_its_id_and_a_current_row_carries_its_own(tmp_path):
+    old = pa.table({"run_id": ["r"] * 2, "cell_id": ["synthetic_nchw_fp32_ws1_ga1_0123456789", "plain"],
+                    "repeat": [0, 0], "status": ["ok"] * 2})
+    (tmp_path / "cells").mkdir()
+    pq.write_table(old.replace_schema_metadata({METADATA_VERSION_KEY: b"8"}), tmp_path / "cells" / "a-r0.parquet")
+    assert store.read_cells(tmp_path).column("cell_label").to_pylist() == ["synthetic_nchw_fp32_ws1_ga1", "plain"]
+    current = cell_table([{"run_id": "r", "cell_id": "x_0123456789", "cell_label": "written", "repeat": 0,
+                           "status": "ok"}])
+    store.write_table(tmp_path / "cells" / "x-r0.parquet", current)
+    assert store.read_cells(tmp_path).column("cell_label").to_pylist()[-1] == "written"  # never taken from the id
 
 
 def test_newer_or_foreign_files_are_refused(tmp_path):

@@ -23,7 +23,7 @@ from harness.analysis.judge.evidence import MetricSamples, PendingCell, tested_v
 from harness.analysis.judge.findings import accuracy_check, node_notes, phase_attribution
 from harness.analysis.judge.packing import packing_notes
 from harness.analysis.judge.repeats import (
-    axes_of, by_cell, cv_of, drill_pct, env_difference, failure_verdict, interference_words, noise_label, ok_rows,
+    axes_of, by_cell, cv_of, drill_pct, env_difference, failure_verdict, interference_words, label_of, noise_label, ok_rows,
     rerun_words, throughputs, usable_rows)
 from harness.analysis.judge.run import RunData
 from harness.analysis.judge.verdict import (
@@ -94,7 +94,7 @@ def _prepare(cid: str, cand_rows: list, base_rows: list | None, candidate: RunDa
     """Common verdict fields, and the samples when the cell can be tested (else a final verdict). A cell
     that cannot be judged still carries both sides' figures."""
     th = th.for_cell(axes_of(cand_rows))  # the cell's own floor ([judge] overrides)
-    common = {col.cell_id: cid, **axes_of(cand_rows), col.floor_pct: th.floor_pct, col.floor_source: th.floor_origin,
+    common = {col.cell_id: cid, col.cell_label: label_of(cand_rows), **axes_of(cand_rows), col.floor_pct: th.floor_pct, col.floor_source: th.floor_origin,
               col.floor_kind: th.floor_kind,
               col.fdr_q: th.fdr_q, col.accuracy_tolerance: th.accuracy_tolerance,
               col.fire_drill_pct: max(map(drill_pct, cand_rows)), col.is_smoke: bool(cand_rows[0].get(col.is_smoke)),
@@ -244,7 +244,7 @@ def describe_only(candidate: RunData, thresholds: Thresholds | None = None) -> C
             "verdict": NO_BASELINE, "reason": "no baseline given", col.reason_code: reasons.NO_BASELINE_GIVEN}
         own = th.for_cell(axes_of(rows))
         verdicts.append(CellVerdict(
-            cell_id=cid, **axes_of(rows), **said, floor_pct=own.floor_pct,
+            cell_id=cid, cell_label=label_of(rows), **axes_of(rows), **said, floor_pct=own.floor_pct,
             floor_source=own.floor_origin, floor_kind=own.floor_kind,
             fdr_q=th.fdr_q,
             accuracy_tolerance=th.accuracy_tolerance, num_candidate=len(ok),

@@ -12,7 +12,7 @@ import numpy as np
 from harness.analysis.judge.verdict import (
     IMPROVEMENT, INCONCLUSIVE, NOTE_GPU_SHARED, NOTE_UNCALIBRATED, REGRESSION, UNCHANGED, WARNING, CellVerdict, Note,
     metric_change_text)
-from harness.matrix.cells import cell_label
+from harness.catalogue.cells import row_label
 from harness.catalogue import col
 
 
@@ -62,7 +62,7 @@ def packing_notes(rows: Sequence[Mapping[str, Any]]) -> tuple[Note, ...]:
     notes = []
     shared = [r for r in rows if r.get(col.gpu_shared)]
     if shared:
-        names = "; ".join(f"{cell_label(r[col.cell_id])} r{r['repeat']} (pid {_joined(r.get(col.gpu_foreign_pids))})"
+        names = "; ".join(f"{row_label(r)} r{r['repeat']} (pid {_joined(r.get(col.gpu_foreign_pids))})"
                           for r in shared)
         notes.append(Note(f"{len(shared)} row(s) shared their GPU with a process of no job of the run during "
                           f"their window (gpu_shared), so their numbers may carry its load: {names}", WARNING,

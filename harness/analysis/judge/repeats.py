@@ -99,6 +99,11 @@ def axes_of(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return {axis: rows[0].get(axis) for axis in AXES}
 
 
+def label_of(rows: Sequence[Mapping[str, Any]]) -> str:
+    """The cell's label as its rows recorded it (empty where they did not: rows made in memory without one)."""
+    return rows[0].get(col.cell_label) or ""
+
+
 def failure_verdict(rows: Sequence[Mapping[str, Any]]) -> dict[str, str]:
     """The verdict, reason and reason code of a cell without a usable repeat in the candidate."""
     bad = [r for r in rows if r["status"] in BAD_STATUSES]

@@ -8,7 +8,8 @@ import math
 from typing import Any, Sequence, Mapping
 
 from harness.analysis.judge.repeats import (
-    axes_of, by_cell, cv_of, drill_pct, env_difference, failure_verdict, format_diff, noise_label, ok_rows, throughputs,
+    axes_of, by_cell, cv_of, drill_pct, env_difference, failure_verdict, format_diff, label_of, noise_label, ok_rows,
+    throughputs,
     usable_rows)
 from harness.analysis.judge.run import RunData
 from harness.analysis.judge.verdict import (
@@ -52,7 +53,7 @@ def screen_history(candidate: RunData, history: Sequence[RunData], thresholds: T
     grouped = [(run, by_cell(run.rows)) for run in history]  # once per run, not once per cell and run
     for cid, rows in sorted(by_cell(candidate.rows).items()):
         th = base_th.for_cell(axes_of(rows))  # the cell's own floor ([judge] overrides)
-        common = {col.cell_id: cid, **axes_of(rows), col.floor_pct: th.floor_pct, col.floor_source: th.floor_origin,
+        common = {col.cell_id: cid, col.cell_label: label_of(rows), **axes_of(rows), col.floor_pct: th.floor_pct, col.floor_source: th.floor_origin,
                   col.floor_kind: th.floor_kind,
                   col.fdr_q: th.fdr_q,
                   col.accuracy_tolerance: th.accuracy_tolerance, col.fire_drill_pct: max(map(drill_pct, rows)),

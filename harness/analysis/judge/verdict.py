@@ -231,6 +231,8 @@ class CellVerdict(AxisValues):
     """The broken gates in words (GateCheck.words; null: none broke)."""
     busy: bool | None = None
     operators: str | None = None
+    cell_label: str = ""
+    """The cell's readable axis part, as its rows recorded it (empty: rows that did not record it)."""
     reason_code: str = ""
     """Why, as a code (harness.catalogue.reasons): what groups and decisions read, never `reason`'s words."""
     reason_figure: str = ""
@@ -268,6 +270,11 @@ class CellVerdict(AxisValues):
         """The change of the metric the verdict rests on."""
         metric = self.metric(self.decided_by) if self.decided_by in judged.BY_NAME else self.throughput
         return metric.effect_pct if metric is not None else None
+
+    @property
+    def label(self) -> str:
+        """What every format names the cell by: its label, or its id where none was recorded."""
+        return self.cell_label or self.cell_id
 
     @property
     def cause(self) -> str:

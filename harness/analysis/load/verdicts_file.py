@@ -12,6 +12,7 @@ import pyarrow as pa
 
 from harness.analysis.judge.verdict import CellVerdict, Comparison
 from harness.catalogue import col
+from harness.catalogue.cells import label_from_id
 from harness.catalogue.verdicts import VERDICT_COLUMNS, VERDICTS_VERSION
 from harness.results import formats
 from harness.results.schema import arrow_field
@@ -27,8 +28,16 @@ def _gate_flag(table: pa.Table) -> pa.Table:
     return table.append_column(pa.field(col.work_gate_broken, pa.bool_()), pa.array(flags, type=pa.bool_()))
 
 
+def _labels(table: pa.Table) -> pa.Table:
+    """Version 14 -> 15: the label, before it was data, was the id without its hash."""
+    if col.cell_label in table.column_names:
+        return table
+    labels = [label_from_id(str(cid)) for cid in table.column(col.cell_id).to_pylist()]
+    return table.append_column(pa.field(col.cell_label, pa.string()), pa.array(labels, pa.string()))
+
+
 VERDICTS = formats.Format(name="verdicts", key="nvbench.verdicts_version", current=VERDICTS_VERSION,
-                          steps={13: _gate_flag})
+                          steps={13: _gate_flag, 14: _labels})
 """verdicts.parquet as the one reader reads it: every version; a column a version added reads null (from_row)."""
 VERSION_KEY = VERDICTS.key.encode()
 

@@ -97,7 +97,7 @@ def generated_dataset(cell: Cell, notify: Callable[[str], None] = print) -> Path
 
 def base_row(cell: Cell, repeat: int, ctx: JobContext, fault: str | None) -> dict[str, Any]:
     return {
-        col.run_id: ctx.run_id, col.cell_id: cell.cell_id, "repeat": repeat, **cell.axes,
+        col.run_id: ctx.run_id, col.cell_id: cell.cell_id, col.cell_label: cell.label, "repeat": repeat, **cell.axes,
         "nnodes": cell.launch.nnodes, "model": cell.benchmark.model, col.batch_size: cell.benchmark.batch_size,
         col.image_size: cell.benchmark.image_size, col.num_classes: cell.benchmark.num_classes,
         col.images_per_step: cell.images_per_step, "device": ctx.caps.device, col.device_name: ctx.caps.device_name,
