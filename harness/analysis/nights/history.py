@@ -151,6 +151,8 @@ class Point:
 class Series:
     cell_id: str
     axes: Mapping[str, Any]
+    label: str = ""
+    """The cell's label as its newest night's rows recorded it (empty: none did)."""
     metric: str
     points: tuple[Point, ...]
 
@@ -274,14 +276,16 @@ def load_nights(folder: Path | str, cache: Cache | None = None) -> tuple[list[Ni
 def build_series(nights: Sequence[Night]) -> list[Series]:
     """One series per (cell, metric) with at least one point: the mean over the night's ok repeats."""
     axes: dict[str, Mapping[str, Any]] = {}
+    labels: dict[str, str] = {}
     points: dict[tuple[str, str], list[Point]] = {}
     for i, night in enumerate(nights):  # one pass over every night's cells, oldest first
         for cid, cell in night.cells.items():
             axes.setdefault(cid, cell["axes"])
+            labels[cid] = cell.get("label") or labels.get(cid, "")
             for column, p in cell.get("points", {}).items():
                 points.setdefault((cid, column), []).append(
                     Point(night=i, value=p[0], low=p[1], high=p[2], num_repeats=p[3], repeats=tuple(p[4])))
-    return [Series(cell_id=cid, axes=axes[cid], metric=metric.name, points=tuple(found))
+    return [Series(cell_id=cid, axes=axes[cid], label=labels[cid], metric=metric.name, points=tuple(found))
             for cid in sorted(axes) for metric in METRICS if (found := points.get((cid, metric.column)))]
 
 
@@ -436,7 +440,7 @@ def analyse(folder: str, nights: Sequence[Night], skipped: Sequence[Skipped],
         found = _changes_of(s, nights, settings, cache)
         newest = len(nights) - 1
         if found and s.points[-1].night == newest and len(s.points) > 1:
-            cut = Series(cell_id=s.cell_id, axes=s.axes, metric=s.metric, points=s.points[:-1])
+            cut = Series(cell_id=s.cell_id, axes=s.axes, label=s.label, metric=s.metric, points=s.points[:-1])
             earlier = _changes_of(cut, nights, settings, cache)
             found = [c if _is_known(c, earlier) else replace(c, is_new=True) for c in found]
         changes += found

@@ -26,12 +26,12 @@ from harness.results.env import short_commit
 
 CACHE_DIR = ".nvbench-cache"
 """Beside the run folders (history skips names starting with '.')."""
-CACHE_VERSION = 6
+CACHE_VERSION = 7
 """Bump when a summary's or a detection's content changes meaning: every entry of another version is dropped.
 4: a night's summary holds its counted work (work.parquet), and its key the file's size and time. 5: windows taken
 under interference are left out of a night's points, and a cell with too few clean ones is busy that night. 6: a
 night's summary counts its rows, its windows and those taken under interference (what history's line says it left
-out)."""
+out). 7: each cell's label, as its rows recorded it."""
 NIGHTS_DIR, DETECT_FILE = "nights", "detections.json"
 OLD_NIGHTS_FILE = "nights.json"
 """Where cache version 2 kept every night's summary in one file (removed when a newer history saves)."""
@@ -44,7 +44,7 @@ CONFIDENCE = 0.95
 """Level of a night's interval (inference.mean_interval's default, as history has always drawn it)."""
 INTERFERENCE_COLUMNS = (col.foreign_cpu_frac, col.steal_frac, col.foreign_cpu_s, col.steal_s)
 """What tells a window taken under interference (harness.results.interference.row_interference)."""
-COLUMNS = [col.cell_id, "repeat", "status", *AXES, *METRIC_COLUMNS, col.throughput_ci_low_img_per_s,
+COLUMNS = [col.cell_id, col.cell_label, "repeat", "status", *AXES, *METRIC_COLUMNS, col.throughput_ci_low_img_per_s,
            col.throughput_ci_high_img_per_s, col.fire_drill_pct, *INTERFERENCE_COLUMNS]
 """The only columns history reads of a run."""
 
@@ -127,7 +127,8 @@ def summarise(run_dir: Path, manifest: Mapping[str, Any], rows: list[Mapping[str
             "created_at": str(manifest.get("created_at") or ""),
             "environment": manifest.get("environment") or {},
             col.fire_drill_pct: max((float(r.get(col.fire_drill_pct) or 0.0) for r in rows), default=0.0),
-            "cells": {cid: {"axes": {a: rs[0].get(a) for a in AXES}, "points": points.get(cid, {})}
+            "cells": {cid: {"axes": {a: rs[0].get(a) for a in AXES}, "label": rs[0].get(col.cell_label) or "",
+                            "points": points.get(cid, {})}
                       for cid, rs in cells.items()}, "work": work_summary(work_rows), "busy": busy,
             "counts": counts}
 
