@@ -29,7 +29,8 @@ class Knob:
     keep_empty: bool = False
     """An empty value means something (no flag passed on) instead of the default (a shell's ${X-d}, not ${X:-d})."""
     kind: str = "text"
-    """How a value is checked: text, words (split at whitespace), choice, count (>= 1), count0 (>= 0), slots, seconds."""
+    """How a value is checked: text, words (split at whitespace), choice, count (>= 1), count0 (>= 0), slots,
+    seconds."""
     choices: tuple[str, ...] = ()
 
     @property
@@ -62,7 +63,8 @@ KNOBS = (
          "count"),
     Knob("kernel_repeats", "", "profiled processes a side when the A/B calls a change; empty: nvbench ab's default; "
          "0: none", kind="count0"),
-    Knob("work_repeats", "1", "counted processes per cell after the timed jobs (work.parquet); 0 or empty: none",
+    Knob("work_repeats", "1", "counted processes per cell after the timed jobs (work.parquet); 0: none; empty: "
+         "nvbench run's default (none)",
          True, "count0"),
     Knob(col.run_id, "nightly-{now}", "tonight's run folder, under REPORTS"),
     Knob("bisect", "work", "name the commit of an alarm opened tonight: off, work (by counted work) or auto (by "
@@ -71,7 +73,8 @@ KNOBS = (
 )
 
 
-def resolve(given: dict[str, str | None], environ: dict[str, str], now: datetime) -> tuple[dict[str, object], str | None]:
+def resolve(given: dict[str, str | None], environ: dict[str, str],
+            now: datetime) -> tuple[dict[str, object], str | None]:
     """Each knob's value (flag, then variable, then default) and the first bad one's line, or None."""
     values: dict[str, object] = {}
     for knob in KNOBS:
@@ -93,8 +96,9 @@ def _problem(knob: Knob, value: str) -> str | None:
         return f"must be {', '.join(knob.choices[:-1])} or {knob.choices[-1]}"
     if knob.kind == "slots" and value != "auto" and not (value.isdigit() and int(value) >= 1):
         return "must be a number of slots (1 or more) or auto"
-    if knob.kind in ("count", "count0") and value != "" and not (value.isdigit() and int(value) >= (knob.kind == "count")):
-        return f"must be a whole number of at least {int(knob.kind == 'count')}" + (", or empty" if knob.keep_empty else "")
+    least = int(knob.kind == "count")
+    if knob.kind in ("count", "count0") and value != "" and not (value.isdigit() and int(value) >= least):
+        return f"must be a whole number of at least {least}" + (", or empty" if knob.keep_empty else "")
     if knob.kind == "seconds":
         try:
             if float(value) > 0:
@@ -121,8 +125,8 @@ def cmd_nightly(args: argparse.Namespace) -> int:
     return nightly.run_night(settings)
 
 
-EPILOG = """Judging, first that applies: a baseline (NVBENCH_BASELINE exists): nvbench report --baseline, its regressions
-and loose slowdowns confirmed; else a history (NVBENCH_HISTORY holds past runs): each cell screened against its
+EPILOG = """Judging, first that applies: a baseline (NVBENCH_BASELINE exists): nvbench report --baseline, its
+regressions and loose slowdowns confirmed; else a history (NVBENCH_HISTORY holds past runs): each cell screened against its
 history, suspects confirmed against the newest past run; else the run is only described. Then the work gates, the
 alarms (a regression alarms once), the culprit of a new alarm (NVBENCH_BISECT), the history and its trend (tonight
 joins it; fire drills never do) and the dashboard. The whole story: ci/README.md and ci/nightly.sh's header.
@@ -145,5 +149,6 @@ def add_parser(subparsers) -> None:
     for knob in KNOBS:
         default = knob.default.replace("{reports}", "REPORTS").replace("{now}", "YYYYMMDD-HHMMSS, UTC")
         shown = f"; default: {default or 'empty'}"
-        n.add_argument(knob.flag, dest=knob.name, metavar=knob.name.upper(), help=f"{knob.words} ({knob.variable}{shown})")
+        n.add_argument(knob.flag, dest=knob.name, metavar=knob.name.upper(),
+                       help=f"{knob.words} ({knob.variable}{shown})")
     n.set_defaults(func=cmd_nightly)

@@ -1,9 +1,9 @@
-"""The nightly end to end with real cells, through ci/nightly.sh (a wrapper now) and `nvbench nightly` alike: a first night on the script's own defaults, and a night without a
-baseline, only describe and join the history; a night stopped by a signal leaves no process and a resumable
+"""The nightly end to end with real cells, through ci/nightly.sh (a wrapper now) and `nvbench nightly` alike: a
+first night on the script's own defaults, and a night without a baseline, only describe and join the history; a night stopped by a signal leaves no process and a resumable
 run; a fire drill against a promoted baseline fails the job with a confirmed regression and stays
 out of the history, confirmed sequentially and by an interleaved A/B against a worktree of the
 baseline's commit (on a screen's targets, or on every cell); plus harness.orchestrate.workflows.nightly, the helper that
-picks the targets and the baseline's code, and `nvbench nightly`'s knobs."""
+picks the targets and the baseline's code (the knobs: test_nightly_knobs.py)."""
 
 from __future__ import annotations
 
@@ -32,7 +32,8 @@ from harness.orchestrate.session import runfolder
 from harness.results import store
 
 
-NIGHTLY = {"script": lambda root: ["bash", str(root / "ci" / "nightly.sh")], "command": lambda root: ["nvbench", "nightly"]}
+NIGHTLY = {"script": lambda root: ["bash", str(root / "ci" / "nightly.sh")],
+           "command": lambda root: ["nvbench", "nightly"]}
 """The two ways a night starts: the script cron and CI call, and the command it execs."""
 
 

@@ -22,7 +22,8 @@ from harness.results.schema import cell_table
 
 GOLDEN = Path(__file__).parent / "golden" / "nightly"
 SHA = "0123456789abcdef0123456789abcdef01234567"
-CELLS = {"synthetic": "resnet18-synthetic-nchw-fp32-ws1-ga1-eager", "pytorch": "resnet18-pytorch-nchw-fp32-ws1-ga1-eager"}
+CELLS = {"synthetic": "resnet18-synthetic-nchw-fp32-ws1-ga1-eager",
+         "pytorch": "resnet18-pytorch-nchw-fp32-ws1-ga1-eager"}
 STUB = """#!/usr/bin/env bash
 if [ "$1" = run ]; then
   prev=""

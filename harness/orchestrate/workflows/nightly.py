@@ -68,8 +68,7 @@ class Settings:
     @property
     def job_args(self) -> list[str]:
         """The flags the run, its rerun and its A/B share: slots, repeats, then NVBENCH_RUN_ARGS."""
-        return [*(("--slots", self.slots) if self.slots else ()), *(("--repeats", self.repeats) if self.repeats else ()),
-                *self.run_args]
+        return [*_flag("--slots", self.slots), *_flag("--repeats", self.repeats), *self.run_args]
 
 
 SCREEN_P = 0.2
@@ -304,7 +303,8 @@ class _Night:
             return NO_AB
         head = recorded_code(None) or ""
         if s.confirm == "auto" and sha == head:
-            log(f"tonight runs the baseline's code ({sha}): no A/B confirmation (NVBENCH_CONFIRM=interleaved forces one)")
+            log(f"tonight runs the baseline's code ({sha}): no A/B confirmation "
+                "(NVBENCH_CONFIRM=interleaved forces one)")
             return NO_AB
         src = f"{out}-baseline-src"
         self.worktree = src
