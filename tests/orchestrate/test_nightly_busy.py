@@ -1,10 +1,10 @@
-"""A nightly beside a neighbour that stays (issue 58, its nightly acceptance), end to end (ci/nightly.sh and
-`nvbench nightly`, real cells, a busy loop on the cells' own cores for the whole night): night 1 is the baseline, night 2 a +300 % drill that opens
-an alarm, acknowledged; night 3, undrilled, would end that alarm on a quiet machine (fixed), but runs beside the
-neighbour: every window is taken under interference, so the cell is not judged, the night ends by itself with exit 3
-and says why, and the alarms and acknowledgements are as they were before it. The run itself never waits for a
-neighbour (its spoiled windows are kept, flagged), so a night is bounded by its cells; nvbench ab's wait budget is
-tests/orchestrate/test_busy_ab.py's."""
+"""A nightly beside a neighbour that stays (issue 58, its nightly acceptance), end to end (ci/nightly.sh and `nvbench
+nightly`, real cells, a busy loop on the cells' own cores for the whole night): night 1 is the baseline, night 2 a
++300 % drill that opens an alarm, acknowledged; night 3, undrilled, would end that alarm on a quiet machine (fixed),
+but runs beside the neighbour: every window is taken under interference, so the cell is not judged, the night ends by
+itself with exit 3 and says why, and the alarms and acknowledgements are as they were before it. The run itself never
+waits for a neighbour (its spoiled windows are kept, flagged), so a night is bounded by its cells; nvbench ab's wait
+budget is tests/orchestrate/test_busy_ab.py's."""
 
 from __future__ import annotations
 
