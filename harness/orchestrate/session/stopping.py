@@ -114,13 +114,14 @@ class OneChild:
     def __init__(self) -> None:
         self.proc: subprocess.Popen | None = None
 
-    def run(self, argv: Sequence[str], *, capture: bool = False) -> tuple[int, str]:
+    def run(self, argv: Sequence[str], *, capture: bool = False, quiet: bool = False) -> tuple[int, str]:
         """argv's exit status (127 where it cannot start, said on stderr as a shell says it) and, with `capture`,
-        its stdout and stderr together."""
+        its stdout and stderr together; `quiet` drops its stdout (its stderr is still said)."""
         sys.stdout.flush()
         sys.stderr.flush()
         try:
-            self.proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE if capture else None, text=True,
+            out = subprocess.PIPE if capture else subprocess.DEVNULL if quiet else None
+            self.proc = subprocess.Popen(list(argv), stdout=out, text=True,
                                          stderr=subprocess.STDOUT if capture else None,
                                          preexec_fn=die_with_me())  # noqa: PLW1509 (no threads here)
         except OSError as exc:

@@ -145,6 +145,8 @@ def run_night(settings: Settings) -> int:
 
 
 class _Night:
+    """One night's state between its steps: the child running, the A/B's worktree, the decisive report."""
+
     def __init__(self, s: Settings):
         self.s = s
         self.children = stopping.OneChild()  # the night's one running child
@@ -167,8 +169,8 @@ class _Night:
         log(f"stopped by {signal.Signals(signum).name}; finish the run with: nvbench run --resume {self.s.run}")
         return EXIT_INTERRUPTED
 
-    def child(self, *argv: str, capture: bool = False) -> tuple[int, str]:
-        return self.children.run(argv, capture=capture)
+    def child(self, *argv: str, capture: bool = False, quiet: bool = False) -> tuple[int, str]:
+        return self.children.run(argv, capture=capture, quiet=quiet)
 
     def step(self, function, *args, **kwargs) -> int:
         """An in-process step (alarms, culprits, history): its exit status; a stop signal stops the night; a
@@ -230,6 +232,7 @@ class _Night:
 
     def report(self, *args: str) -> int:
         return self.child("nvbench", "report", *args)[0]
+
     def judge(self) -> int:
         """The baseline's verdicts, confirmed; else the history's screen, its suspects confirmed; else a description.
         The decisive report's exit status."""
@@ -389,9 +392,9 @@ class _Night:
             return EXIT_OK
         Path(s.history).mkdir(parents=True, exist_ok=True)
         link = Path(s.history, s.run_id)
-        if link.is_symlink() or link.exists():
+        if link.is_symlink() or link.is_file():
             link.unlink()
-        link.symlink_to(Path(s.run).resolve())
+        link.symlink_to(os.path.abspath(s.run))
         rc = self.step(history_step, Path(s.history), Path(s.run, "history"), matrix=Path(s.matrix), repo=s.root,
                        reports=Path(s.reports), summaries=[Path(x) for x in (f"{s.run}/report/summary.md",
                                                                              s.step_summary) if x],
@@ -409,7 +412,7 @@ class _Night:
             log(f"the history step failed (exit {rc}): no trend page tonight")
         # The dashboard over every night and the alarms open: REPORTS/dashboard, a static site to publish.
         dash_rc, _ = self.child("nvbench", "dashboard", s.reports, "--history", s.history, "--out",
-                                f"{s.reports}/dashboard", capture=True)
+                                f"{s.reports}/dashboard", quiet=True)
         if dash_rc not in (0, 3):  # 3: written, with nothing in the history to judge (the history's line says why)
             log(f"the dashboard could not be written (exit {dash_rc}): the night's verdict stands")
         return EXIT_FAILURES if rc == EXIT_FAILURES else EXIT_OK
@@ -489,8 +492,5 @@ def _finished(run: str) -> bool:
 def _took(run: str) -> str:  # the run's 'took Y; estimated X' line
     from harness.orchestrate.cost.pricing import took_line
 
-    try:
-        return took_line(store.read_json(Path(run, "manifest.json"))) or f"{run}: no estimate recorded"
-    except (OSError, store.UnreadableFile) as exc:
-        print(f"nightly: {exc}".splitlines()[0], file=sys.stderr)
-        return ""
+    line = _read(lambda p: [took_line(store.read_json(p / "manifest.json"))], run)
+    return line[0] or f"{run}: no estimate recorded" if line else ""
