@@ -7,11 +7,12 @@ import sys
 
 from harness import __version__
 from harness.exits import EXIT_FAILURES
-from harness.commands import (ab, baseline, bisect, calibrate, columns, data, env, history, profile, report, run,
+from harness.commands import (ab, baseline, bisect, calibrate, data, env, history, nightly, profile, report, run,
                                validate)
 
-_COMMANDS = (validate, run, calibrate, profile, report, ab, bisect, env, data, history, columns, baseline)
-"""The command modules in the order `nvbench --help` lists them (history also adds export, baseline adds ack)."""
+_COMMANDS = (validate, run, calibrate, profile, report, ab, bisect, env, data, history, baseline, nightly)
+"""The command modules in the order `nvbench --help` lists them (env also adds columns, history adds export,
+baseline adds ack)."""
 
 
 def build_parser() -> argparse.ArgumentParser:

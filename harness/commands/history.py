@@ -17,24 +17,16 @@ def cmd_history(args: argparse.Namespace) -> int:
     """Change points and drifts of every cell over a folder of nightly runs: history.html, changes.md,
     changes.parquet (harness.analysis.nights.history)."""
     from harness.analysis.nights import history
-    from harness.analysis.pages import trend
     from harness.analysis.load.runs import RunInputError
+    from harness.orchestrate.workflows.confirm import new_lines, write_trend
 
     folder = Path(args.history_dir)
     out = Path(args.out) if args.out else folder / "trend"
     given = {name: getattr(args, name) for name in (col.floor_pct, "min_segment", "alpha", "drift_nights")
              if getattr(args, name) is not None}
     try:
-        from harness.analysis.nights.baselines import event_marks
-
-        marks = event_marks(Path(args.reports)) if args.reports else []
-        loaded = history.load_history(folder, history.HistorySettings(**given), use_cache=not args.no_cache)
-        result = trend.write_history(loaded, out, marks)
-        for summary in map(Path, args.summary):
-            from harness.results import store
-
-            before = summary.read_text(encoding="utf-8") if summary.is_file() else ""
-            store.write_bytes(summary, (before + trend.new_changes_markdown(result.history)).encode())
+        result = write_trend(folder, out, settings=history.HistorySettings(**given), use_cache=not args.no_cache,
+                             reports=Path(args.reports) if args.reports else None, summaries=args.summary)
     except RunInputError as exc:
         return bad_input(exc.problems)
     except ValueError as exc:
@@ -49,13 +41,8 @@ def cmd_history(args: argparse.Namespace) -> int:
         print(path)
     h = result.history
     print(coverage_line(h.coverage, f": {len(h.changes)} change(s), {sum(c.is_new for c in h.changes)} new tonight"))
-    for c in h.changes:
-        if c.is_new:
-            print(f"new {c.kind}: {c.cell_id} {c.metric} {trend.change_text(c)} at night {c.night} ({c.run_id}), "
-                  f"commits {trend.commit_range(c)}", file=sys.stderr)
-    for w in h.work_steps:
-        if w.is_new:
-            print(f"new: {w.text()}, commits {w.commit_from}..{w.commit_to}", file=sys.stderr)
+    for line in new_lines(h):
+        print(line, file=sys.stderr)
     return EXIT_INCONCLUSIVE if h.coverage.nothing_to_judge else EXIT_OK
 
 

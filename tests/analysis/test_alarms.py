@@ -131,7 +131,7 @@ def test_junit_fails_only_the_new_and_the_worse_and_skips_the_open_saying_so():
 
 def test_the_nightly_alarm_step_exits_1_once_then_0_and_refuses_a_corrupt_acks_file_in_one_line(tmp_path, capsys):
     from harness.analysis.load import verdicts_file
-    from harness.orchestrate.workflows import nightly
+    from harness.orchestrate.workflows.alarm_step import alarm_step
     from harness.results import store
 
     report, reports = tmp_path / "night" / "report", tmp_path / "reports"
@@ -140,13 +140,13 @@ def test_the_nightly_alarm_step_exits_1_once_then_0_and_refuses_a_corrupt_acks_f
                             thresholds=Thresholds(), verdicts=(verdict("regression"),))
     store.write_table(report / "verdicts.parquet", verdicts_file.verdict_table(comparison))
     store.write_bytes(report / "junit.xml", render_junit(comparison))
-    argv = ["alarms", str(report), "--reports", str(reports)]
-    assert nightly.main([*argv, "--night", "night2"]) == 1
-    assert nightly.main([*argv, "--night", "night3"]) == 0
+    argv = [str(report), "--reports", str(reports)]
+    assert alarm_step([*argv, "--night", "night2"]) == 1
+    assert alarm_step([*argv, "--night", "night3"]) == 0
     assert "OPEN: " in capsys.readouterr().err and "open since night2, 2 nights" in (report / "summary.md").read_text()
     assert ET.parse(report / "junit.xml").getroot().get("failures") == "0"
     store.write_bytes(reports / "baselines" / "acks.json", b"[1, 2]")
-    assert nightly.main([*argv, "--night", "night4"]) == 2
+    assert alarm_step([*argv, "--night", "night4"]) == 2
     assert capsys.readouterr().err.splitlines() == [
         f"nightly alarms: {reports / 'baselines' / 'acks.json'}: not an nvbench acks file (a JSON object); version "
         "unknown, this nvbench reads 1"]
@@ -327,13 +327,13 @@ def test_the_issues_four_nights_through_the_nightly_alarm_step(tmp_path, capsys)
     """Night 0 is the baseline (nothing judged); nights 1 and 2 drilled +25 % (new, then open); night 3 undrilled,
     in three versions: its interval clears the regression's (gone), reads between it and the baseline's level
     (kept open, saying so) or is unchanged (fixed). Night 3 never exits 1 and never says no alarm is open."""
-    from harness.orchestrate.workflows import nightly
+    from harness.orchestrate.workflows.alarm_step import alarm_step
 
     reports = tmp_path / "reports"
 
     def run(name, v, folder=reports):
         write_night_report(folder.parent / name / "report", [v], name)
-        rc = nightly.main(["alarms", str(folder.parent / name / "report"), "--reports", str(folder), "--night", name])
+        rc = alarm_step([str(folder.parent / name / "report"), "--reports", str(folder), "--night", name])
         return rc, capsys.readouterr().err, (folder.parent / name / "report")
 
     rc, err, _ = run("night1", verdict("regression", **DRILL))

@@ -80,7 +80,7 @@ def test_a_busy_night_neither_ends_an_open_alarm_nor_opens_one():
 
 
 def test_summary_and_console_list_busy_cells_apart_and_the_alarm_step_keeps_its_alarms(tmp_path, capsys):
-    from harness.orchestrate.workflows import nightly
+    from harness.orchestrate.workflows.alarm_step import alarm_step
 
     th = Thresholds(min_repeats=3)
     comparison = compare.compare_runs(run(spoiled(rows(QUIET), range(8))), run(rows(BASE), run_id="base"), th)
@@ -94,14 +94,14 @@ def test_summary_and_console_list_busy_cells_apart_and_the_alarm_step_keeps_its_
     reports.mkdir()
     first = tmp_path / "night1"
     write_night_report(first, [alarm_verdict("regression", drill=0)], "night1")
-    assert nightly.main(["alarms", str(first), "--reports", str(reports), "--night", "night1"]) == 1
+    assert alarm_step([str(first), "--reports", str(reports), "--night", "night1"]) == 1
     before = json.loads(baselines.alarms_path(reports).read_text())["open"]
     second = tmp_path / "night2"
     from dataclasses import replace
     write_night_report(second, [replace(alarm_verdict("inconclusive", 5.4, low=-5.8, high=17.3, drill=0),
                                         busy=True)], "night2")
     capsys.readouterr()
-    assert nightly.main(["alarms", str(second), "--reports", str(reports), "--night", "night2"]) == 3
+    assert alarm_step([str(second), "--reports", str(reports), "--night", "night2"]) == 3
     err = capsys.readouterr().err
     assert f"OPEN: {ALARM_CELL}: open since night1" in err and "the machine was busy tonight" in err
     assert json.loads(baselines.alarms_path(reports).read_text())["open"] == before

@@ -4,11 +4,13 @@ busy, or no ok window anywhere) it says `nothing to judge` and exits 3, never a 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from test_history import CELL, MATRIX, write_night
 from test_history_busy import write_busy_night
 
 from harness import cli
-from harness.orchestrate.workflows import nightly
+from harness.orchestrate.workflows import confirm
 from harness.results import store
 from harness.results.schema import cell_table
 
@@ -31,7 +33,7 @@ def test_a_year_of_busy_nights_is_named_left_out_and_exits_3(tmp_path, capsys):
     # the dashboard over the same nights says the same, and so does the nightly's history step
     assert cli.main(["dashboard", str(tmp_path / "reports"), "--out", str(tmp_path / "dash")]) == 3
     assert capsys.readouterr().out.splitlines()[-1].endswith("all taken under interference, left out: nothing to judge")
-    code = nightly.history_step([str(folder), str(tmp_path / "nightly"), "--matrix", "m.toml", "--no-ab", "test"])
+    code = confirm.history_step(folder, tmp_path / "nightly", matrix=Path("m.toml"), no_ab="test")
     assert code == 3
     assert capsys.readouterr().out.splitlines()[-1].startswith(
         f"{NIGHTS} nights, {5 * NIGHTS} windows: all taken under interference, left out: nothing to judge; trend in ")

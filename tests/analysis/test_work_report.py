@@ -121,7 +121,7 @@ def test_a_nightly_fails_on_a_broken_gate_from_one_counted_process_and_passes_an
     b = folder(tmp_path / "b", tmp_path, judge=GATE, work=step(0, **{f"optimizer|host_syncs|{SYNC}": 1}))
     proc = night(tmp_path / "n1", a, b)
     assert proc.returncode == 1, proc.stderr
-    assert f"WORK GATE BROKEN {CELL}: {BROKEN}" in proc.stderr and "a work gate is broken" in proc.stderr
+    assert f"WORK GATE BROKEN: {CELL}: {BROKEN}" in proc.stderr and "a work gate is broken" in proc.stderr
     same = folder(tmp_path / "same", tmp_path, judge=GATE, work=step(0))
     proc = night(tmp_path / "n2", a, same)
     assert proc.returncode == 0, proc.stderr

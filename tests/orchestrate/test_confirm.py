@@ -7,11 +7,13 @@ the A/Bs run for real."""
 
 from __future__ import annotations
 
+import io
 import math
 import os
 import subprocess
-import sys
+from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -68,15 +70,16 @@ def write_nights(folder: Path, matrix: Path, nights: list[tuple[str, float]], *,
             "environment": {"nvbench_git_sha": sha, "nvbench_git_dirty": dirty, "hostname": "ci"}})
 
 
-def history_step(folder: Path, out: Path, matrix: Path, repo: Path, *extra: str, max_repeats: int = 10,
+def history_step(folder: Path, out: Path, matrix: Path, repo: Path, *, no_ab: str | None = None, max_repeats: int = 10,
                  ab: tuple[str, ...] = (), env: dict | None = None) -> subprocess.CompletedProcess:
     """The nightly's own call (ci/nightly.sh), an A/B of 5 pairs, `max_repeats` while a cell is inconclusive (at
     q 0.05: at 0.01 split over two looks, 5 + 5 pairs could never decide and the A/B would start at 10)."""
-    argv = [sys.executable, "-m", "harness.orchestrate.workflows.nightly", "history", str(folder), str(out), "--matrix",
-            str(matrix), "--repo", str(repo), *extra, "--", "--repeats", "5", "--max-repeats", str(max_repeats),
-            "--fdr", "0.05", "--work-repeats", "0", *ab]  # no counted process: the timing's confirmation is tested
-    return subprocess.run(argv, capture_output=True, text=True, timeout=1200, check=False,
-                          env=dict(os.environ, **(env or {})))
+    ab_args = ["--repeats", "5", "--max-repeats", str(max_repeats), "--fdr", "0.05", "--work-repeats", "0",
+               *ab]  # no counted process: the timing's confirmation is tested
+    said, err = io.StringIO(), io.StringIO()
+    with mock.patch.dict(os.environ, env or {}), redirect_stdout(said), redirect_stderr(err):
+        code = confirm.history_step(folder, out, matrix=matrix, repo=repo, no_ab=no_ab, ab_args=ab_args)
+    return subprocess.CompletedProcess([], code, said.getvalue(), err.getvalue())
 
 
 def throughput_step(out: Path) -> history.Change:
@@ -156,11 +159,9 @@ def test_commits_that_cannot_be_checked_out_could_not_confirm_and_say_why(reposi
         step = throughput_step(tmp_path / name / "out")
         assert step.confirmation == history.COULD_NOT_CONFIRM and step.confirmation_note.startswith(why), step
         assert f"could not confirm ({why}" in (tmp_path / name / "out" / "changes.md").read_text().replace("\\_", "_")
-    proc = history_step(tmp_path / "same", tmp_path / "off", matrix, repo, "--no-ab", "NVBENCH_CONFIRM=sequential")
+    proc = history_step(tmp_path / "same", tmp_path / "off", matrix, repo, no_ab="NVBENCH_CONFIRM=sequential")
     assert proc.returncode == 0 and throughput_step(tmp_path / "off").confirmation_note == "NVBENCH_CONFIRM=sequential"
-    assert subprocess.run([sys.executable, "-m", "harness.orchestrate.workflows.nightly", "history", str(tmp_path / "none"),
-                           str(tmp_path / "x"), "--matrix", str(matrix)], capture_output=True, text=True,
-                          check=False).returncode == 2
+    assert confirm.history_step(tmp_path / "none", tmp_path / "x", matrix=matrix) == 2
 
 
 def test_an_ab_verdict_confirms_only_a_change_the_same_way():

@@ -14,8 +14,7 @@ from harness.analysis.judge.verdict import CellVerdict, MetricVerdict
 from harness.analysis.judge.work_diff import SideWork, diff_sides
 from harness.analysis.nights import baselines
 from harness.analysis.nights.alarms import judge_night
-from harness.orchestrate.workflows import nightly
-from harness.orchestrate.workflows.culprit_step import culprit_lines, only_flags
+from harness.orchestrate.workflows.culprit_step import culprit_lines, culprit_step, only_flags
 from harness.results import store
 from harness.results.schema import cell_table
 
@@ -73,7 +72,7 @@ def _nights(tmp_path: Path, base_sha: str, head_sha: str, *, work: bool = True) 
 
 
 def _step(reports: Path, base: Path, head: Path, repo: Path, *extra: str) -> int:
-    return nightly.main(["culprits", "--reports", str(reports), "--night", "night02", "--run", str(head),
+    return culprit_step(["--reports", str(reports), "--night", "night02", "--run", str(head),
                          "--baseline", str(base), "--matrix", "m.toml", "--repo", str(repo),
                          "--summary", str(head / "report" / "summary.md"), *extra])
 
@@ -92,9 +91,6 @@ def test_a_one_commit_range_names_that_commit_in_the_record_the_summary_and_the_
     (line,) = culprit_lines(head)
     assert line == (f"NEW: {CELL} throughput -20.0% [-22.0, -18.0]: first bad commit {shas[1][:12]} commit 2: "
                     "work changed: forward +16 aten::mm per step (the range is this one commit)")
-    capsys.readouterr()
-    assert nightly.main(["culprit-lines", str(head)]) == 0
-    assert capsys.readouterr().out.strip() == line
 
 
 def test_a_budget_too_small_says_what_it_would_need_and_names_the_range_still_open(tmp_path, capsys):

@@ -1,12 +1,13 @@
-"""ci/nightly.sh end to end with real cells: a first night on the script's own defaults, and a night without a
-baseline, only describe and join the history; a night stopped by a signal leaves no process and a resumable
+"""The nightly end to end with real cells, through ci/nightly.sh (a wrapper now) and `nvbench nightly` alike: a
+first night on the script's own defaults, and a night without a baseline, only describe and join the history; a night stopped by a signal leaves no process and a resumable
 run; a fire drill against a promoted baseline fails the job with a confirmed regression and stays
 out of the history, confirmed sequentially and by an interleaved A/B against a worktree of the
 baseline's commit (on a screen's targets, or on every cell); plus harness.orchestrate.workflows.nightly, the helper that
-picks the targets and the baseline's code."""
+picks the targets and the baseline's code (the knobs: test_nightly_knobs.py)."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -27,14 +28,21 @@ from harness.analysis.load import verdicts_file
 from harness.analysis.judge.run import RunData
 from harness.analysis.judge.verdict import CellVerdict, Comparison, MetricVerdict, Thresholds
 from harness.orchestrate.workflows import nightly
+from harness.results.formats import UnreadableFile
 from harness.orchestrate.session import runfolder
 from harness.results import store
 
 
-def night(matrix: Path, reports: Path, run_id: str, cores: set[int] | None = None, root: Path = ROOT,
-          **extra: str) -> subprocess.CompletedProcess:
-    """ci/nightly.sh of the checkout at `root` (its harness runs every command and cell: the checkout's own folder
-    is the working directory, and PYTHONPATH for the `nvbench` on PATH where `root` is another checkout)."""
+NIGHTLY = {"script": lambda root: ["bash", str(root / "ci" / "nightly.sh")],
+           "command": lambda root: ["nvbench", "nightly"]}
+"""The two ways a night starts: the script cron and CI call, and the command it execs."""
+
+
+def night(matrix: Path, reports: Path, run_id: str, cores: set[int] | None = None, root: Path = ROOT, *,
+          via: str = "script", **extra: str) -> subprocess.CompletedProcess:
+    """ci/nightly.sh (or `nvbench nightly`, via="command") of the checkout at `root` (its harness runs every
+    command and cell: the checkout's own folder is the working directory, and PYTHONPATH for the `nvbench` on PATH
+    where `root` is another checkout)."""
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
                NVBENCH_MATRIX=str(matrix), NVBENCH_REPORTS=str(reports), NVBENCH_RUN_ID=run_id,
                # 3 + 3 repeats keep the test short; an exact permutation test of 3 + 3 can reach p = 0.1
@@ -52,13 +60,15 @@ def night(matrix: Path, reports: Path, run_id: str, cores: set[int] | None = Non
         env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(root), env.get("PYTHONPATH"))))
     env.pop("GITHUB_STEP_SUMMARY", None)
     env.pop("GITHUB_OUTPUT", None)
-    return subprocess.run(["bash", str(root / "ci" / "nightly.sh")], capture_output=True, text=True, env=env,
+    return subprocess.run(NIGHTLY[via](root), capture_output=True, text=True, env=env,
                           cwd=root, timeout=600, preexec_fn=pinned(cores))
 
 
 @pytest.mark.slow
-def test_nightly_describes_then_fails_on_a_fire_drill(tmp_path, tiny_matrix):
+@pytest.mark.parametrize("via", NIGHTLY)
+def test_nightly_describes_then_fails_on_a_fire_drill(tmp_path, tiny_matrix, via):
     matrix, reports = tiny_matrix(), tmp_path / "reports"
+    tonight = functools.partial(night, via=via)  # the script, or the command it execs
     # 5 repeats a night: at 3 + 3 the test's p can only just reach 0.1, so one window the machine spoiled (left out)
     # left the drill undecided, exit 3 (once in 8 runs, 2026-11-29); 4 + 5 still reach 0.016
     five = {"NVBENCH_REPEATS": "5"}
@@ -67,7 +77,7 @@ def test_nightly_describes_then_fails_on_a_fire_drill(tmp_path, tiny_matrix):
     cores = own_cores(2)
     one = cores and cores[0]
 
-    first = night(matrix, reports, "night1", one, **five)
+    first = tonight(matrix, reports, "night1", one, **five)
     assert first.returncode == 0, first.stderr
     assert "describing the run only" in first.stderr
     assert (reports / "night1" / "report" / "report.html").is_file()
@@ -78,7 +88,7 @@ def test_nightly_describes_then_fails_on_a_fire_drill(tmp_path, tiny_matrix):
 
     (reports / "baselines").mkdir()
     (reports / "baselines" / "current").write_text("# promoted by the test\n../night1\n")
-    drill = night(matrix, reports, "night2", one, NVBENCH_RUN_ARGS="--fire-drill 200", **five)
+    drill = tonight(matrix, reports, "night2", one, NVBENCH_RUN_ARGS="--fire-drill 200", **five)
     assert drill.returncode == 1, drill.stdout + drill.stderr
     assert "confirmed regression" in drill.stderr
     summary = (reports / "night2" / "report" / "summary.md").read_text()
@@ -95,7 +105,7 @@ def test_nightly_describes_then_fails_on_a_fire_drill(tmp_path, tiny_matrix):
     assert verdict["verdict"] == "regression" and verdict["decided_by"] == "throughput"
     assert verdict["fast_effect_pct"] is None  # across nights the fast-step rate is not asked
 
-    bad = night(matrix, reports, "night3", NVBENCH_CONFIRM="sometimes")
+    bad = tonight(matrix, reports, "night3", NVBENCH_CONFIRM="sometimes")
     assert bad.returncode == 2 and "NVBENCH_CONFIRM=sometimes: must be auto, interleaved, every" in bad.stderr
     assert not (reports / "night3").exists()
     if same_code is None:
@@ -110,11 +120,11 @@ def test_nightly_describes_then_fails_on_a_fire_drill(tmp_path, tiny_matrix):
     (reports / "alarms.json").unlink()  # night2's drill alarm is open (no quiet night closed it): night4's is new again
     # side by side on a core each (never sharing one: that is interference), else in turn
     with ThreadPoolExecutor(2 if cores else 1) as pool:
-        fourth = pool.submit(night, matrix, reports, "night4", cores and cores[0], **five,
+        fourth = pool.submit(tonight, matrix, reports, "night4", cores and cores[0], **five,
                              NVBENCH_RUN_ARGS="--fire-drill 200",
                              NVBENCH_CONFIRM="interleaved", NVBENCH_CONFIRM_REPEATS="5",
                              NVBENCH_CONFIRM_MAX_REPEATS="5")
-        fifth = pool.submit(night, matrix, reports, "night5", cores and cores[1], NVBENCH_CONFIRM="every",
+        fifth = pool.submit(tonight, matrix, reports, "night5", cores and cores[1], NVBENCH_CONFIRM="every",
                             NVBENCH_REPORT_ARGS="",
                             NVBENCH_REPEATS="1", NVBENCH_CONFIRM_REPEATS="", NVBENCH_CONFIRM_MAX_REPEATS="")
         drill, quiet = fourth.result(), fifth.result()
@@ -152,15 +162,21 @@ def _user_env(matrix: Path, **extra: str) -> dict:
 
 
 @pytest.mark.slow
-@pytest.mark.documented("NVBENCH_MATRIX=matrices/resnet50.toml bash ci/nightly.sh", bound_s=900)
-def test_a_first_night_on_the_nightlys_own_defaults(tiny_matrix, tmp_path):
+@pytest.mark.documented("NVBENCH_MATRIX=matrices/resnet50.toml bash ci/nightly.sh",
+                        "nvbench nightly --matrix matrices/resnet50.toml", bound_s=900)
+@pytest.mark.parametrize("via", NIGHTLY)
+def test_a_first_night_on_the_nightlys_own_defaults(tiny_matrix, tmp_path, via):
     """As a user first runs it: only the matrix set (10 repeats, no baseline, no history yet): the night
     describes the run, joins the history and draws its trend, exit 0."""
+    matrix = tiny_matrix()
+    env, argv = _user_env(matrix), NIGHTLY[via](ROOT)
+    if via == "command":  # as README types it: the matrix a flag
+        env.pop("NVBENCH_MATRIX")
+        argv += ["--matrix", str(matrix)]
     try:
-        proc = subprocess.run(["bash", str(ROOT / "ci" / "nightly.sh")], capture_output=True, text=True,
-                              env=_user_env(tiny_matrix()), cwd=tmp_path, timeout=900)
+        proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=900)
     except subprocess.TimeoutExpired:
-        pytest.fail("`NVBENCH_MATRIX=... bash ci/nightly.sh` did not finish within 900 s")
+        pytest.fail(f"the night through {' '.join(argv[:2])} did not finish within 900 s")
     assert proc.returncode == 0, proc.stderr
     (run,) = [p for p in (tmp_path / "reports").iterdir() if p.name.startswith("nightly-")]
     assert pq.read_table(run / "cells").num_rows == 10 and "describing the run only" in proc.stderr
@@ -171,14 +187,15 @@ def test_a_first_night_on_the_nightlys_own_defaults(tiny_matrix, tmp_path):
     assert {r["process"] for r in pq.read_table(run / "work.parquet").to_pylist()} == {0}
 
 
-def test_a_stopped_night_leaves_no_process_and_its_run_resumes(tiny_matrix, tmp_path, tagged):
+@pytest.mark.parametrize("via", NIGHTLY)
+def test_a_stopped_night_leaves_no_process_and_its_run_resumes(tiny_matrix, tmp_path, tagged, via):
     """Stopped 0-3 s after its first cell starts: four repeats, so the night is still running then (with one,
     a 2.7 s cell was over 1.6 s after it was seen; with two, a fresh-clone suite's whole night, report and
     history included, was done 1.6 s after its first cell was seen)."""
     sig, moment = kill_plan("ci/nightly.sh")
     env = _user_env(tiny_matrix(), NVBENCH_REPORTS=str(tmp_path / "reports"), NVBENCH_RUN_ID="night1",
                     NVBENCH_REPEATS="4")
-    proc, tag = tagged(["bash", str(ROOT / "ci" / "nightly.sh")], env=env, cwd=tmp_path)
+    proc, tag = tagged(NIGHTLY[via](ROOT), env=env, cwd=tmp_path)
     wait_for("the night's first cell", lambda: first_cell(tag), timeout_s=60, proc=proc)
     time.sleep(moment)
     code, err = stop_and_check(proc, tag, sig)
@@ -191,12 +208,13 @@ def test_a_stopped_night_leaves_no_process_and_its_run_resumes(tiny_matrix, tmp_
     assert sorted(r["repeat"] for r in pq.read_table(run / "cells").to_pylist()) == [0, 1, 2, 3]
 
 
-def test_a_sigkilled_night_takes_its_commands_with_it(tiny_matrix, tmp_path, tagged):
-    """The script cannot clean up after SIGKILL; each command it started asked for SIGTERM at its death
-    (setpriv --pdeathsig) and stops as on Ctrl-C."""
+@pytest.mark.parametrize("via", NIGHTLY)
+def test_a_sigkilled_night_takes_its_commands_with_it(tiny_matrix, tmp_path, tagged, via):
+    """The night cannot clean up after SIGKILL; each command it started asked for SIGTERM at its death
+    (PR_SET_PDEATHSIG) and stops as on Ctrl-C."""
     env = _user_env(tiny_matrix(), NVBENCH_REPORTS=str(tmp_path / "reports"), NVBENCH_RUN_ID="night1",
                     NVBENCH_REPEATS="1", NVBENCH_FAULT="*:hang")  # the cell hangs: the run would outlive 10 s
-    proc, tag = tagged(["bash", str(ROOT / "ci" / "nightly.sh")], env=env, cwd=tmp_path)
+    proc, tag = tagged(NIGHTLY[via](ROOT), env=env, cwd=tmp_path)
     wait_for("the night's first cell", lambda: first_cell(tag), timeout_s=60, proc=proc)
     code, _ = stop_and_check(proc, tag, signal.SIGKILL)
     assert code == -signal.SIGKILL
@@ -255,12 +273,12 @@ def test_the_loose_screen_reads_the_change_of_the_metric_the_verdict_rests_on(tm
     assert "backend=synthetic" not in nightly.targets(tmp_path)
 
 
-def test_targets_of_a_file_that_is_no_verdicts_table_is_one_line_and_exit_2(tmp_path, capsys):
+def test_targets_of_a_file_that_is_no_verdicts_table_is_an_error_naming_it(tmp_path):
     pq.write_table(pa.table({"verdict": ["regression"]}), tmp_path / "verdicts.parquet")  # no version metadata
-    assert nightly.main(["targets", str(tmp_path)]) == 2
-    assert capsys.readouterr().err == (f"harness.orchestrate.workflows.nightly: {tmp_path / 'verdicts.parquet'}: not a verdicts "
-                                       f"table (no nvbench.verdicts_version in its metadata); version unknown, this "
-                                       f"nvbench reads 1-{verdicts_file.VERDICTS_VERSION}\n")
+    with pytest.raises(UnreadableFile) as caught:
+        nightly.targets(tmp_path)
+    assert str(caught.value) == (f"{tmp_path / 'verdicts.parquet'}: not a verdicts table (no nvbench.verdicts_version "
+                                 f"in its metadata); version unknown, this nvbench reads 1-{verdicts_file.VERDICTS_VERSION}")
 
 
 def test_code_is_the_recorded_commit_only_when_clean_and_ran_needs_an_ok_repeat_per_cell_and_side(tmp_path):
@@ -276,11 +294,10 @@ def test_code_is_the_recorded_commit_only_when_clean_and_ran_needs_an_ok_repeat_
     _run_folder(tmp_path / "ab" / "a", {}, [ok, crashed, skipped])
     _run_folder(tmp_path / "ab" / "b", {}, [crashed, crashed, skipped])
     assert nightly.unusable_side(tmp_path / "ab").endswith("no ok repeat of c1 (see its logs/)")
-    assert nightly.main(["ran", str(tmp_path / "ab")]) == 1
     runfolder.write_row(tmp_path / "ab" / "b", "row9", ok)
-    assert nightly.unusable_side(tmp_path / "ab") is None and nightly.main(["ran", str(tmp_path / "ab")]) == 0
-    assert nightly.main(["code", str(tmp_path / "nowhere")]) == 2
-    assert nightly.main(["sideways"]) == 2
+    assert nightly.unusable_side(tmp_path / "ab") is None
+    with pytest.raises(ValueError, match="nowhere"):
+        nightly.recorded_code(tmp_path / "nowhere")
 
 
 def test_a_version_3_verdicts_table_reads_with_no_compile_axis_and_targets_name_none(tmp_path):

@@ -16,11 +16,14 @@ from __future__ import annotations
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import pytest
 from test_nightly import night
 
 from harness.analysis.nights import baselines
+from harness.orchestrate.workflows.alarm_step import alarm_step
+from harness.orchestrate.workflows.confirm import history_step
 
 KNOBS = {"NVBENCH_CONFIRM": "sequential", "NVBENCH_SLOTS": "1",  # test_nightly's night: 3 repeats, in turn
          # 3 + 3 repeats at --fdr 0.1 can decide; others' jobs on this machine moved the speed probe by +96 % in
@@ -44,7 +47,7 @@ def junit_counts(reports, run_id):
 
 
 @pytest.mark.slow
-def test_a_regression_alarms_once_is_acknowledged_and_a_promoted_baseline_ends_it(tmp_path, tiny_matrix):
+def test_a_regression_alarms_once_is_acknowledged_and_a_promoted_baseline_ends_it(tmp_path, tiny_matrix, capsys):
     matrix, reports = tiny_matrix(), tmp_path / "reports"
     first = night(matrix, reports, "night1", **KNOBS)
     assert first.returncode == 0, first.stderr
@@ -78,10 +81,10 @@ def test_a_regression_alarms_once_is_acknowledged_and_a_promoted_baseline_ends_i
     ack = nvbench("ack", "backend=synthetic", "--reason", "rehearsal: accepted", "--reports", reports)
     assert ack.returncode == 0, ack.stderr
     for report in ("night2", "night3"):  # the nightly's own alarm step on each drill's verdicts, as night 5
-        step = subprocess.run([sys.executable, "-m", "harness.orchestrate.workflows.nightly", "alarms", reports / report /
-                               "report", "--reports", reports, "--night", "night5"], capture_output=True, text=True)
-        assert step.returncode == 0 and f"ACKNOWLEDGED: {CELL}" in step.stderr, step.stderr
-        assert "rehearsal: accepted" in step.stderr
+        code = alarm_step([str(reports / report / "report"), "--reports", str(reports), "--night", "night5"])
+        err = capsys.readouterr().err
+        assert code == 0 and f"ACKNOWLEDGED: {CELL}" in err, err
+        assert "rehearsal: accepted" in err
         assert "**Acknowledged" in (reports / report / "report" / "summary.md").read_text()
     assert [e.night for e in baselines.read_events(reports) if e.kind == "acknowledged"] == ["night5"]  # once
 
@@ -96,9 +99,8 @@ def test_a_regression_alarms_once_is_acknowledged_and_a_promoted_baseline_ends_i
     assert judged.returncode in (0, 1, 3) and "vs run night3" in judged.stdout, judged.stdout + judged.stderr
 
     page = tmp_path / "trend"
-    step = subprocess.run([sys.executable, "-m", "harness.orchestrate.workflows.nightly", "history", reports / "history", page,
-                           "--matrix", matrix, "--reports", reports, "--no-ab", "test"], capture_output=True, text=True)
-    assert step.returncode == 0, step.stderr
+    code = history_step(reports / "history", page, matrix=Path(matrix), reports=reports, no_ab="test")
+    assert code == 0, capsys.readouterr().err
     html = (page / "history.html").read_text()
     assert 'class="mark promotion"' in html and 'class="mark ack"' in html and "baseline promoted: night3" in html
     assert 'class="mark alarm opened"' in html and "alarm night2 opened: " in html

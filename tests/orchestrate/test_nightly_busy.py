@@ -1,10 +1,10 @@
-"""A nightly beside a neighbour that stays (issue 58, its nightly acceptance), end to end (ci/nightly.sh, real cells,
-a busy loop on the cells' own cores for the whole night): night 1 is the baseline, night 2 a +300 % drill that opens
-an alarm, acknowledged; night 3, undrilled, would end that alarm on a quiet machine (fixed), but runs beside the
-neighbour: every window is taken under interference, so the cell is not judged, the night ends by itself with exit 3
-and says why, and the alarms and acknowledgements are as they were before it. The run itself never waits for a
-neighbour (its spoiled windows are kept, flagged), so a night is bounded by its cells; nvbench ab's wait budget is
-tests/orchestrate/test_busy_ab.py's."""
+"""A nightly beside a neighbour that stays (issue 58, its nightly acceptance), end to end (ci/nightly.sh and `nvbench
+nightly`, real cells, a busy loop on the cells' own cores for the whole night): night 1 is the baseline, night 2 a
++300 % drill that opens an alarm, acknowledged; night 3, undrilled, would end that alarm on a quiet machine (fixed),
+but runs beside the neighbour: every window is taken under interference, so the cell is not judged, the night ends by
+itself with exit 3 and says why, and the alarms and acknowledgements are as they were before it. The run itself never
+waits for a neighbour (its spoiled windows are kept, flagged), so a night is bounded by its cells; nvbench ab's wait
+budget is tests/orchestrate/test_busy_ab.py's."""
 
 from __future__ import annotations
 
@@ -14,19 +14,20 @@ import sys
 
 import pyarrow.parquet as pq
 import pytest
-from test_nightly import night
+from test_nightly import NIGHTLY, night
 from test_nightly_alarms import KNOBS, drilled, nvbench
 
 from harness.analysis.nights import baselines
 
 
 @pytest.mark.slow
-def test_a_night_beside_a_neighbour_that_stays_ends_undecided_and_moves_no_alarm(tmp_path, tiny_matrix):
+@pytest.mark.parametrize("via", NIGHTLY)
+def test_a_night_beside_a_neighbour_that_stays_ends_undecided_and_moves_no_alarm(tmp_path, tiny_matrix, via):
     matrix, reports = tiny_matrix(), tmp_path / "reports"
-    assert night(matrix, reports, "night1", **KNOBS).returncode == 0
+    assert night(matrix, reports, "night1", via=via, **KNOBS).returncode == 0
     (reports / "baselines").mkdir()
     (reports / "baselines" / "current").write_text("../night1\n")
-    second = drilled(matrix, reports, "night2", 300)
+    second = drilled(matrix, reports, "night2", 300, via=via)
     assert second.returncode == 1, second.stderr  # the alarm opens
     ack = nvbench("ack", "backend=synthetic", "--reason", "rehearsal", "--reports", reports)
     assert ack.returncode == 0, ack.stderr
@@ -36,7 +37,7 @@ def test_a_night_beside_a_neighbour_that_stays_ends_undecided_and_moves_no_alarm
     # a busy loop on this test's cores (the night's cells inherit them): every window shares them
     neighbour = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
-        third = night(matrix, reports, "night3", **KNOBS)
+        third = night(matrix, reports, "night3", via=via, **KNOBS)
     finally:
         neighbour.kill()
         neighbour.wait()

@@ -129,3 +129,11 @@ def compile_cache_dir(run_dir: Path) -> Path:
 
 def write_row(run_dir: Path, key: str, row: dict[str, Any]) -> None:
     store.write_table(run_dir / "cells" / f"{key}.parquet", cell_table([row]))
+
+
+def unfinished(run_dir: Path) -> tuple[int, int] | None:
+    """(jobs without a row, jobs planned) of a run that stopped before its end (a full disk, a crash of nvbench
+    itself: a failed cell still has its row), or None when every job has one."""
+    _, jobs, _ = load_plan(run_dir)
+    left = pending(run_dir, jobs)
+    return (len(left), len(jobs)) if left else None

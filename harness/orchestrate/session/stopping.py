@@ -105,3 +105,34 @@ def stop_child(proc: subprocess.Popen, grace_s: float = CHILD_GRACE_S) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.communicate()
+
+
+class OneChild:
+    """A command's children one at a time (a script's foreground commands): each dies with this process, and
+    stop() ends the one running as Ctrl-C ends nvbench (SIGTERM, then its own orderly stop, however long)."""
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen | None = None
+
+    def run(self, argv: Sequence[str], *, capture: bool = False, quiet: bool = False) -> tuple[int, str]:
+        """argv's exit status (127 where it cannot start, said on stderr as a shell says it) and, with `capture`,
+        its stdout and stderr together; `quiet` drops its stdout (its stderr is still said)."""
+        sys.stdout.flush()
+        sys.stderr.flush()
+        try:
+            out = subprocess.PIPE if capture else subprocess.DEVNULL if quiet else None
+            self.proc = subprocess.Popen(list(argv), stdout=out, text=True,
+                                         stderr=subprocess.STDOUT if capture else None,
+                                         preexec_fn=die_with_me())  # noqa: PLW1509 (no threads here)
+        except OSError as exc:
+            print(f"{argv[0]}: {exc.strerror}", file=sys.stderr, flush=True)
+            return 127, ""
+        out = self.proc.communicate()[0] if capture else ""
+        rc, self.proc = self.proc.wait(), None
+        return rc, out or ""
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait()
+        self.proc = None

@@ -1,4 +1,4 @@
-"""The nightly's alarm step (`python -m harness.orchestrate.workflows.nightly alarms`): the decisive report's regressions
+"""The nightly's alarm step (alarm_step, called by `nvbench nightly`): the decisive report's regressions
 judged against the alarms open from earlier nights and the acknowledged changes (harness.analysis.nights.alarms), every
 other open alarm ended (gone, fixed) or kept with tonight's reading, the alarms state and its history written
 for the next night, junit.xml, summary.md and the console told which regressions are new, worse, open or
@@ -81,7 +81,7 @@ def alarm_step(argv: list[str]) -> int:
     from harness.analysis.judge.verdict import FAILED, INCONCLUSIVE
     from harness.results import store
 
-    p = argparse.ArgumentParser(prog="python -m harness.orchestrate.workflows.nightly alarms")
+    p = argparse.ArgumentParser(prog="nvbench nightly: alarm step")
     p.add_argument("report_dir")
     p.add_argument("--reports", required=True, help="the reports folder: alarms.json, baselines/acks.json")
     p.add_argument("--night", required=True, help="tonight's run id")

@@ -24,6 +24,7 @@ from harness.orchestrate.session import stopping
 from harness.matrix.sections import AXES
 from harness.catalogue import col
 from harness.catalogue.kernels import OPERATORS_NOTE
+from harness.exits import EXIT_BAD_INPUT, EXIT_FAILURES, EXIT_INCONCLUSIVE, EXIT_INTERRUPTED, EXIT_OK
 from harness.results.env import short_commit
 
 Confirmation = tuple[str, str]
@@ -212,3 +213,112 @@ def carried(history: History, earlier: Sequence[Change]) -> dict[int, Confirmati
 def fails_the_night(change: Change) -> bool:
     """A confirmed change for the worse: a rate that fell (only rates are confirmed)."""
     return change.confirmation == CONFIRMED and change.metric in RATES and change.change < 0
+
+
+Answer = Callable[[History], Mapping[int, Confirmation]]
+"""What a trend asks of its history before the page is drawn: the confirmations of its changes, by index."""
+
+
+def write_trend(history_dir: Path, out: Path, *, settings=None, use_cache: bool = True, reports: Path | None = None,
+                summaries: Sequence[Path] = (), answer: Answer | None = None):
+    """The one history conductor (`nvbench history` and the nightly's history step): the nights of HISTORY_DIR
+    analysed, the changes confirmed as `answer` says (None: none asked), the trend page written into OUT with the
+    promotions and acknowledgements of `reports` marked, and tonight's new change points appended to each summary.
+    trend.write_history's result."""
+    from harness.analysis.nights import baselines, history
+    from harness.analysis.pages import trend
+    from harness.results import store
+
+    loaded = history.load_history(history_dir, settings, use_cache=use_cache)
+    if answer is not None:
+        loaded = history.with_confirmations(loaded, answer(loaded))
+    marks = baselines.event_marks(Path(reports)) if reports else []
+    result = trend.write_history(loaded, out, marks)
+    for summary in map(Path, summaries):
+        before = summary.read_text(encoding="utf-8") if summary.is_file() else ""
+        store.write_bytes(summary, (before + trend.new_changes_markdown(result.history)).encode())
+    return result
+
+
+def new_lines(h: History) -> list[str]:
+    """One line per change and per work step new tonight (stderr's words of both callers of write_trend)."""
+    from harness.analysis.pages import trend
+
+    lines = [f"new {c.kind}: {c.cell_id} {c.metric} {trend.change_text(c)} at night {c.night} ({c.run_id}), "
+             f"commits {trend.commit_range(c)}" + (f": {trend.confirmation_text(c)}" if c.confirmation else "")
+             for c in h.changes if c.is_new]
+    return lines + [f"new: {w.text()}, commits {w.commit_from}..{w.commit_to}" for w in h.work_steps if w.is_new]
+
+
+def nightly_answer(out: Path, *, matrix: Path, repo: Path | None = None, ab_args: Sequence[str] = (),
+                   no_ab: str | None = None) -> Answer:
+    """The nightly's answers: the earlier nights' confirmations carried from the night before's page (its
+    RUN/history), tonight's new steps confirmed by A/B of their commits (each `could not confirm (NO_AB)` when
+    no A/B may run)."""
+    from harness.analysis.nights.history import COULD_NOT_CONFIRM as CANNOT
+    from harness.orchestrate.workflows import ab
+
+    def answer(h: History) -> dict[int, Confirmation]:
+        answers = {i: a for i, a in carried(h, _earlier(h)).items() if not h.changes[i].is_new}
+        wanted = [i for i, c in enumerate(h.changes) if c.is_new and c.kind == "step"]
+        if no_ab:
+            return answers | {i: (CANNOT, no_ab) for i in wanted}
+        if wanted:
+            answers |= Confirmer(repo=repo or ab.checkout_root(), matrix=matrix, out=out, ab_args=ab_args,
+                                 notify=lambda line: print(line, file=sys.stderr)).run(h, wanted)
+        return answers
+
+    return answer
+
+
+def _earlier(h: History) -> list[Change]:
+    """The changes the night before's page showed (its RUN/history/changes.parquet), or none."""
+    from harness.analysis.pages import trend
+
+    if len(h.nights) < 2:
+        return []
+    path = Path(h.nights[-2].run.path) / "history" / "changes.parquet"
+    try:
+        return trend.read_changes(path) if path.is_file() else []
+    except ValueError as exc:  # an unreadable page of the night before: tonight's stands without its words
+        print(f"nightly history: {exc} (its confirmations are not carried)".splitlines()[0], file=sys.stderr)
+        return []
+
+
+def history_step(history_dir: Path, out: Path, *, matrix: Path, repo: Path | None = None,
+                 summaries: Sequence[Path] = (), no_ab: str | None = None, reports: Path | None = None,
+                 ab_args: Sequence[str] = ()) -> int:
+    """The nightly's history step: the trend of HISTORY_DIR into OUT (RUN/history), its new steps confirmed
+    (nightly_answer). Exit 1 when a new step is a confirmed slowdown, 3 when the history had nothing to judge, 2
+    when it could not be read or written, 130 interrupted (the A/B's worktrees removed again), 0 otherwise."""
+    from harness.analysis.load.runs import RunInputError
+    from harness.analysis.pages.wording import coverage_line
+    from harness.results.formats import UnreadableFile
+    from harness.results.store import CannotWrite
+
+    answer = nightly_answer(out, matrix=matrix, repo=repo, ab_args=ab_args, no_ab=no_ab)
+    try:
+        result = write_trend(history_dir, out, reports=reports, summaries=summaries, answer=answer)
+    except RunInputError as exc:
+        print(f"nightly history: {exc.problems[0]}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except UnreadableFile as exc:  # an alarms, acks or promotions file it cannot read: its one line
+        print(f"nightly history: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except CannotWrite as exc:  # a step's failure, not the night's verdict: the night says the step failed
+        print(f"nightly: {exc.line()}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except OSError as exc:
+        print(f"nightly history: {exc.filename or out}: cannot write the history: {exc.strerror}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:  # the worktrees are gone again (Confirmer.run's finally); no page half-written
+        print("nightly history: interrupted during the A/B confirmation", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    h = result.history
+    print(coverage_line(h.coverage, f": {len(h.changes)} change(s), {sum(c.is_new for c in h.changes)} new tonight")
+          + f"; trend in {out}")
+    for line in new_lines(h):
+        print(line, file=sys.stderr)
+    if any(c.is_new and fails_the_night(c) for c in h.changes):
+        return EXIT_FAILURES
+    return EXIT_INCONCLUSIVE if h.coverage.nothing_to_judge else EXIT_OK

@@ -1,4 +1,4 @@
-"""The nightly's culprit step (`python -m harness.orchestrate.workflows.nightly culprits`, issue 70): the alarms that
+"""The nightly's culprit step (culprit_step, called by `nvbench nightly`, issue 70): the alarms that
 opened tonight (new or worse) whose cell's counted work changed against the baseline, and the cells whose work gate
 broke tonight, are bisected by work between the baseline's commit and tonight's (`nvbench bisect --by work`;
 NVBENCH_BISECT=auto also bisects the other alarms by time), within a budget whose estimate is said first; each
@@ -90,7 +90,7 @@ def culprit_step(argv: list[str]) -> int:
     from harness.analysis.load.runs import RunInputError
     from harness.results.store import UnreadableFile
 
-    p = argparse.ArgumentParser(prog="python -m harness.orchestrate.workflows.nightly culprits")
+    p = argparse.ArgumentParser(prog="nvbench nightly: culprit step")
     p.add_argument("--reports", required=True)
     p.add_argument("--night", required=True, help="tonight's run id")
     p.add_argument("--run", required=True, help="tonight's run folder")
