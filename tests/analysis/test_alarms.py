@@ -158,7 +158,7 @@ def test_the_alarm_steps_junit_is_made_from_the_verdicts_and_the_alarms_with_the
     from harness.analysis.load import verdicts_file
     from harness.analysis.load.reports import read_comparison
     from harness.matrix.judge import FloorOverride, WorkGate
-    from harness.orchestrate.workflows import nightly
+    from harness.orchestrate.workflows.alarm_step import alarm_step
     from harness.results import store
 
     report, reports = tmp_path / "night" / "report", tmp_path / "reports"
@@ -173,9 +173,9 @@ def test_the_alarm_steps_junit_is_made_from_the_verdicts_and_the_alarms_with_the
     store.write_bytes(report / "junit.xml", written)
     assert read_comparison(report / "verdicts.parquet").thresholds == th
     assert render_junit(read_comparison(report / "verdicts.parquet")) == written  # the round trip is exact
-    argv = ["alarms", str(report), "--reports", str(reports)]
-    assert nightly.main([*argv, "--night", "night2"]) == 1
-    assert nightly.main([*argv, "--night", "night3"]) == 0  # open since night2: skipped, named
+    argv = [str(report), "--reports", str(reports)]
+    assert alarm_step([*argv, "--night", "night2"]) == 1
+    assert alarm_step([*argv, "--night", "night3"]) == 0  # open since night2: skipped, named
     root = ET.parse(report / "junit.xml").getroot()
     props = {p.get("name"): p.get("value") for p in root.iter("property")}
     assert props == {p.get("name"): p.get("value") for p in ET.fromstring(written).iter("property")}
