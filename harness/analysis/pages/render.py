@@ -7,6 +7,7 @@ package, is copied once into each folder a page is written to, so a page needs n
 from __future__ import annotations
 
 import functools
+import html
 import importlib.util
 import os
 import shutil
@@ -24,10 +25,20 @@ PLOTLY_JS = "plotly.min.js"
 
 @functools.cache
 def environment() -> Environment:
-    """The one Jinja2 environment: templates/ of this package, autoescaping every .html, no undefined value."""
-    return Environment(loader=PackageLoader("harness.analysis.pages", "templates"),
-                       autoescape=select_autoescape(["html"], default_for_string=True, default=True),
-                       undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
+    """The one Jinja2 environment: templates/ of this package, autoescaping every .html, no undefined value; the
+    `esc` filter escapes as the pages always have (html.escape: `&#x27;`, `&quot;`)."""
+    env = Environment(loader=PackageLoader("harness.analysis.pages", "templates"),
+                      autoescape=select_autoescape(["html"], default_for_string=True, default=True),
+                      undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
+    env.filters["esc"] = esc
+    return env
+
+
+def esc(value: Any) -> Markup:
+    """A value escaped as html.escape spells it (None: nothing); Markup passes as it is."""
+    if isinstance(value, Markup):
+        return value
+    return Markup(html.escape("" if value is None else str(value), quote=True))
 
 
 def render(name: str, **values: Any) -> str:
@@ -36,8 +47,10 @@ def render(name: str, **values: Any) -> str:
 
 
 def macro(name: str, *args: Any, **kwargs: Any) -> Markup:
-    """One macro of templates/macros.html, called from Python: a fragment as escaped as a whole page."""
-    return Markup(getattr(environment().get_template("macros.html").module, name)(*args, **kwargs))
+    """One macro of templates/macros.html (`name`) or of another template (`file.html:name`), called from Python:
+    a fragment as escaped as a whole page."""
+    source, _, name = name.rpartition(":")
+    return Markup(getattr(environment().get_template(source or "macros.html").module, name)(*args, **kwargs))
 
 
 def text(name: str) -> str:
