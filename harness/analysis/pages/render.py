@@ -1,8 +1,10 @@
 """Every page is rendered here: Jinja2 templates (templates/*.html) with autoescaping on, so a value from results
 or a matrix reaches a page escaped whether or not its caller thought of it; only fragments this package built
-(through the same templates, or wording.esc) pass as Markup. Charts are plotly.js figures (pages.charts): their
-data travels as JSON inside the page and templates/charts.js draws them; plotly.min.js, shipped inside the plotly
-package, is copied once into each folder a page is written to, so a page needs no network and no server."""
+(through the same templates, `macro`) pass as Markup. All markup lives in templates/: Python hands them plain
+values, and a page's sections are macros (templates/macros.html for the pieces pages share). Charts are plotly.js
+figures (pages.charts): their data travels as JSON inside the page and templates/charts.js draws them;
+plotly.min.js, shipped inside the plotly package, is copied once into each folder a page is written to, so a page
+needs no network and no server."""
 
 from __future__ import annotations
 
