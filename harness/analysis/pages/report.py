@@ -220,7 +220,7 @@ def _environment(comparison: Comparison) -> Markup:
 
 def _repeat(r: Mapping[str, Any], **more: Any) -> dict[str, Any]:
     """A row of a repeat that did not count, as the failures' tables show it."""
-    return {"cell_id": r[col.cell_id], "label": label(r[col.cell_id]), "repeat": r["repeat"],
+    return {col.cell_id: r[col.cell_id], "label": label(r[col.cell_id]), "repeat": r["repeat"],
             "reason": r.get("reason"), **more}
 
 

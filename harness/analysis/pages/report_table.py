@@ -117,10 +117,10 @@ def _row(v: CellVerdict, comparison: Comparison, extra: Mapping[str, tuple[dict,
     sort = {"cell": label(v.cell_id), "verdict": VERDICTS.index(v.verdict),
             "change": heatmap.shown_metric(v).effect_pct, "rate": t.candidate_value, "mdc": v.mdc_pct,
             "floor": v.floor_pct, "top1": v.candidate_top1, "repeats": v.num_candidate}
-    return {"cell_id": v.cell_id, "label": label(v.cell_id), "drill_tag": f"drill +{v.fire_drill_pct:g}%" if drill
+    return {col.cell_id: v.cell_id, "label": label(v.cell_id), "drill_tag": f"drill +{v.fire_drill_pct:g}%" if drill
             else "", "verdict": v.verdict, "verdict_css": css_class(v.verdict), "change": _short_change(v),
             "rate": _pair(t.candidate_value, t.baseline_value, ".1f"), "mdc": mdc_text(v, comparison.mode),
-            "floor": f"{v.floor_pct:g}", "floor_source": v.floor_source,
+            "floor": f"{v.floor_pct:g}", col.floor_source: v.floor_source,
             "floor_override": v.floor_source.startswith("judge.override"),
             "top1": _top1_cell(v, ok_rows.get(v.cell_id, [])), "repeats": f"{v.num_candidate} / {others}",
             "sort": {name: _sort_key(value) for name, value in sort.items()}, "facts": _facts(v, extra)}

@@ -284,9 +284,9 @@ def _levels(series: Series, steps: Sequence[Change]) -> list[tuple[int, int, flo
 
 
 def legend(changes: Sequence[Change]) -> list[dict[str, Any]]:
-    """The plot's changes in words (templates/history.html's change_legend): kind, night, change with its interval,
+    """The plot's changes in words (templates/macros.html's change_legend): kind, night, change with its interval,
     commit range, significance, the A/B's word; numbered in this order."""
-    return [{"direction": "down" if c.change < 0 else "up", "kind": c.kind, "night": c.night, "run_id": c.run_id,
+    return [{"direction": "down" if c.change < 0 else "up", "kind": c.kind, "night": c.night, col.run_id: c.run_id,
              "change": change_text(c), "commits": commit_range(c), "significance": significance_text(c),
              "confirmation": confirmation_text(c) if c.confirmation else ""} for c in changes]
 
@@ -303,7 +303,7 @@ def _changes_table(history: History) -> Markup:
     for c in history.changes:
         tone = "bad" if c.change < 0 and c.metric != "data wait" or c.change > 0 and c.metric == "data wait" else "good"
         rows.append({
-            "night": c.night, "run_id": c.run_id, "cell_id": c.cell_id, "metric": c.metric, "kind": c.kind,
+            "night": c.night, col.run_id: c.run_id, col.cell_id: c.cell_id, "metric": c.metric, "kind": c.kind,
             "tone": tone, "change": change_text(c), "level": f"{c.before:.4g} -> {c.after:.4g}",
             "significance": significance_text(c), "commits": commit_range(c), "is_new": c.is_new,
             "drill": f"FIRE DRILL +{c.fire_drill_pct:g}%" if c.fire_drill_pct else "",
@@ -316,7 +316,7 @@ def _changes_table(history: History) -> Markup:
 def _work_section(history: History) -> Markup:
     """The nights a cell's counted work changed (exact: no statistics), newest first; nothing without work."""
     return macro("history.html:work_section", [
-        {"night": w.night, "run_id": w.run_id, "cell_id": w.cell_id, "words": w.words, "is_new": w.is_new,
+        {"night": w.night, col.run_id: w.run_id, col.cell_id: w.cell_id, "words": w.words, "is_new": w.is_new,
          "drill": "", "commits": f"{w.commit_from}..{w.commit_to}"} for w in history.work_steps])
 
 
@@ -331,7 +331,7 @@ def _cell_figures(history: History, marks: Sequence[Mark] = ()) -> Markup:
         mine = cell_marks(marks, cid)
         rel, pts = _cell_magnitude(history, cid)
         note = f"largest change {rel:.1f}%" if rel else (f"largest change {pts:.1f} pt" if pts else "no change")
-        cells.append({"cell_id": cid, "note": note, "marks": mark_items(mine),
+        cells.append({col.cell_id: cid, "note": note, "marks": mark_items(mine),
                       "plots": [(trend_chart(history, s, mine), legend(plot_changes(history, s))) for s in shown]})
     return macro("history.html:cell_trends", cells)
 
@@ -346,7 +346,7 @@ def _nights_table(history: History) -> Markup:
         return "; ".join(x for x in said if x)
 
     return macro("history.html:nights_table", [
-        {"busy": bool(n.busy), "run_id": n.run_id, "created_at": n.run.created_at, "commit": n.commit,
+        {"busy": bool(n.busy), col.run_id: n.run_id, "created_at": n.run.created_at, "commit": n.commit,
          "notes": notes(n)} for n in history.nights])
 
 

@@ -12,6 +12,7 @@ from harness.analysis.judge.verdict import Comparison
 from harness.analysis.load.runs import read_work_table
 from harness.analysis.judge.work_diff import WorkDiff, check_gates, diff_cell, item_text
 from harness.analysis.pages.render import Markup, macro
+from harness.catalogue import col
 from harness.catalogue.work_gates import WORK_NOTE
 
 
@@ -68,6 +69,6 @@ def render_sections(comparison: Comparison) -> Markup:
             continue
         rows = [{"phase": c.phase, "counter": c.counter, "key": c.key or "-", "a": f"{c.a:g}", "b": f"{c.b:g}",
                  "change": item_text(c.phase, c.counter, c.key, c.change)} for c in diff.changed]
-        sections.append({"cell_id": v.cell_id, "words": diff.words(), "gate": v.work_gate, "rows": rows,
+        sections.append({col.cell_id: v.cell_id, "words": diff.words(), "gate": v.work_gate, "rows": rows,
                          "processes_a": diff.a.processes, "processes_b": diff.b.processes})
     return macro("work.html:work_sections", sections)
