@@ -158,7 +158,7 @@ def _cards(comparison: Comparison) -> Markup:
     itself = self_comparison_note(comparison)
     regressed = [v.cell_id for v in comparison.verdicts if v.verdict in (REGRESSION, SUSPECT_REGRESSION)]
     chart = change_chart(comparison, regressed, chart_id="chart-regressed",
-                         caption="What regressed, with intervals").html() if regressed else None
+                         caption="What regressed, with intervals") if regressed else None
     return macro("report_sections.html:headline", {
         "cards": cards, "sides": list(comparison.sides), "baseline_label": comparison.baseline_label,
         "notes": [*comparison.notes, *([itself] if itself else [])], "chart": chart})
@@ -197,7 +197,8 @@ def _setup(comparison: Comparison) -> Markup:
         base = comparison.baseline
         sides.append(("baseline", comparison.baseline_environment, base.matrix_efficiency if base else None))
     values = [[_setup_value(env, name, field_) for _, env, _ in sides] for name, field_ in SETUP_ROWS]
-    efficiency = cuts = []
+    efficiency: list[str] = []
+    cuts: list[str] = []
     if any(eff is not None for _, _, eff in sides):
         efficiency = [num_text(eff, ".2f") for _, _, eff in sides]
         runs = [comparison.candidate] + ([comparison.baseline] if len(sides) > 1 else [])
