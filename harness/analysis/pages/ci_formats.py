@@ -17,6 +17,7 @@ from harness.analysis.judge.verdict import (ACCURACY_BELOW, FAILED, IMPROVEMENT,
                                              NO_BASELINE, NOT_COMPARABLE, REGRESSION, SKIPPED, SUSPECT_IMPROVEMENT,
                                              SUSPECT_REGRESSION, UNCHANGED, VERDICTS, CellVerdict, Comparison)
 from harness.analysis.nights.alarms import Alarm, NightAlarms, Reading
+from harness.analysis.pages.render import Markup, macro
 from harness.analysis.pages.wording import (
     cell_means,
     change_text,
@@ -81,8 +82,8 @@ def render_markdown(comparison: Comparison) -> str:
         lines += ["", f"**Inconclusive: {len(open_)} cell(s) neither shown changed nor shown inside the "
                       f"{comparison.thresholds.floor_pct:g}% floor** (more repeats would likely decide them):", "",
                   head, *(_md_row(v) for v in open_)]
-    lines += ["", f"<details><summary>All {len(comparison.verdicts)} cells</summary>", "", head,
-              *(_md_row(v) for v in sorted_verdicts(comparison)), "", "</details>"]
+    every = "\n".join([head, *(_md_row(v) for v in sorted_verdicts(comparison))])
+    lines += ["", macro("summary.md:all_cells", len(comparison.verdicts), Markup(every))]
     bad = [r for r in cand.rows if r["status"] not in ("ok", SUPERSEDED)]
     if bad:
         lines += ["", "**Failed and skipped:**", ""]
@@ -96,7 +97,7 @@ def render_markdown(comparison: Comparison) -> str:
                   for name, a, b in comparison.environment_diff]
     if comparison.suspects:
         lines += ["", "**Suspects for a confirmation rerun:** " + ", ".join(esc_md(s) for s in comparison.suspects)]
-    lines += ["", f"<sub>{esc_md(method_text(comparison))}</sub>", ""]
+    lines += ["", macro("summary.md:small", Markup(esc_md(method_text(comparison)))), ""]
     return "\n".join(lines)
 
 

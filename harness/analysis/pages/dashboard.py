@@ -19,7 +19,7 @@ from harness.analysis.nights.history import Change, History, Series
 from harness.analysis.pages.charts import Chart, slug
 from harness.analysis.pages.render import place_assets, macro, render
 from harness.analysis.pages.report import page_values
-from harness.analysis.pages.trend import Mark, cell_marks, change_text, legend, mark_letter, plot_changes, trend_chart
+from harness.analysis.pages.trend import Mark, cell_marks, change_text, legend, mark_items, plot_changes, trend_chart
 from harness.catalogue.axes import AXES
 from harness.matrix.cells import cell_label
 from harness.results import store
@@ -135,8 +135,7 @@ def _trends(d: Dashboard) -> list[dict[str, Any]]:
                                            height=220) for s in shown]
         out.append({"cell": c, "id": trend_id(c.cell_id), "label": cell_label(c.cell_id),
                     "charts": [(chart, legend(plot_changes(d.history, s))) for chart, s in zip(charts, shown)],
-                    "marks": [{"letter": mark_letter(m), "when": str(m.get("when") or "")[:16], "text": m.get("text")}
-                              for m in mine]})
+                    "marks": mark_items(mine)})
     return out
 
 

@@ -2,13 +2,13 @@
 the axes that vary (the first as rows, the next one or two as columns, the rest as panels), each tile the
 cell's img/s and, against a baseline, its change in % on the colour of its verdict, with the verdict's
 symbol beside the number so that no colour is the only carrier of meaning. A tile links to the cell's row of
-the table (skipped cells: to their reason's group). Plain HTML and CSS; nothing reaches the network.
+the table (skipped cells: to their reason's group). Plain HTML and CSS (templates/heatmap.html); nothing reaches
+the network.
 
 No statistics here: every figure is the comparison's (harness.analysis.judge.compare)."""
 
 from __future__ import annotations
 
-import html
 import itertools
 import math
 from dataclasses import dataclass
@@ -18,6 +18,7 @@ from harness.catalogue.judged import BY_NAME
 from harness.analysis.judge.verdict import (
     FAILED, IMPROVEMENT, INCONCLUSIVE, INSUFFICIENT, NO_BASELINE, NOT_COMPARABLE, REGRESSION,
     SKIPPED, SUSPECT_IMPROVEMENT, SUSPECT_REGRESSION, UNCHANGED, CellVerdict, Comparison, MetricVerdict)
+from harness.analysis.pages.render import Markup, macro
 from harness.matrix.sections import AXES, AXIS_CHOICES
 from harness.catalogue import col
 
@@ -56,10 +57,6 @@ def shown_metric(v: CellVerdict) -> MetricVerdict:
         if m is not None and m.effect_pct is not None:
             return m
     return v.throughput
-
-
-def _e(value: Any) -> str:
-    return html.escape("" if value is None else str(value), quote=True)
 
 
 def rate_text(img_per_s: float | None) -> str:
@@ -112,9 +109,23 @@ def _key_text(axes: Sequence[str], values: Sequence[Any]) -> str:
     return " ".join(f"{short[a]}{v}" if a in short else str(v) for a, v in zip(axes, values))
 
 
-def _tile(v: CellVerdict, rate: float | None, href: str, change: Callable[[CellVerdict], str]) -> str:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Tile:
+    """One cell's tile: its colour class, whether a fire drill ran, where it links, its tooltip and its two lines."""
+
+    kind: str
+    drill: bool
+    href: str
+    cell_id: str
+    verdict: str
+    tip: str
+    figure: str
+    second: str
+
+
+def _tile(v: CellVerdict, rate: float | None, href: str, change: Callable[[CellVerdict], str]) -> Tile:
     kind = tile_kind(v.verdict)
-    drill = " drill" if v.fire_drill_pct or v.baseline_fire_drill_pct else ""
+    drill = bool(v.fire_drill_pct or v.baseline_fire_drill_pct)
     effect = shown_metric(v).effect_pct
     if kind == "skipped":
         figure, second = "skipped", ""
@@ -126,19 +137,18 @@ def _tile(v: CellVerdict, rate: float | None, href: str, change: Callable[[CellV
     tip = f"{v.cell_id}\n{v.verdict}" + (f": {change(v)}" if effect is not None else "") + \
         (f"\n{rate:.1f} img/s" if rate is not None else "") + (f"\n{v.reason}" if v.reason else "") + \
         ("\nFIRE DRILL: not a result" if drill else "")
-    return (f'<a class="tile hm-{kind}{drill}" href="{_e(href)}" data-cell="{_e(v.cell_id)}" '
-            f'data-verdict="{_e(v.verdict)}" title="{_e(tip)}"><span class="rate">{_e(figure)}</span>'
-            f'<span class="chg">{_e(second)}</span></a>')
+    return Tile(kind=kind, drill=drill, href=href, cell_id=v.cell_id, verdict=v.verdict, tip=tip, figure=figure,
+                second=second)
 
 
 def render(comparison: Comparison, *, rates: Mapping[str, float], row_anchor: Callable[[CellVerdict], str],
-           change: Callable[[CellVerdict], str]) -> str:
-    """The heatmap's HTML: a legend, then one panel per combination of the panel axes. `rates`: each cell's
-    mean img/s over its usable repeats; `row_anchor(v)`: the fragment a tile links to; `change(v)`: the
+           change: Callable[[CellVerdict], str]) -> Markup:
+    """The heatmap (templates/heatmap.html): a legend, then one panel per combination of the panel axes. `rates`:
+    each cell's mean img/s over its usable repeats; `row_anchor(v)`: the fragment a tile links to; `change(v)`: the
     words of a cell's change for the tile's tooltip."""
     verdicts = list(comparison.verdicts)
     if not verdicts:
-        return "<p>No cells.</p>"
+        return macro("heatmap.html:heatmap", None)
     lay = layout(verdicts)
     by_key = {tuple(getattr(v, a) for a in AXES): v for v in verdicts}
     values = {a: _axis_values(verdicts, a) for a in AXES}
@@ -147,33 +157,22 @@ def render(comparison: Comparison, *, rates: Mapping[str, float], row_anchor: Ca
     col_keys = list(itertools.product(*(values[a] for a in lay.columns))) or [()]
     panel_keys = list(itertools.product(*(values[a] for a in lay.panels))) or [()]
 
-    def cell(row: tuple, key: tuple, panel: tuple) -> CellVerdict | None:
+    def tile(row: tuple, key: tuple, panel: tuple) -> Tile | None:
         chosen = fixed | dict(zip(lay.rows, row)) | dict(zip(lay.columns, key)) | dict(zip(lay.panels, panel))
-        return by_key.get(tuple(chosen.get(a) for a in AXES))
+        v = by_key.get(tuple(chosen.get(a) for a in AXES))
+        return None if v is None else _tile(v, rates.get(v.cell_id), row_anchor(v), change)
 
-    panels = []
-    for panel in panel_keys:
-        head = "".join(f'<th scope="key">{_e(_key_text(lay.columns, key))}</th>' for key in col_keys)
-        body = []
-        for row in row_keys:
-            tiles = []
-            for key in col_keys:
-                v = cell(row, key, panel)
-                tiles.append("<td>" + (_tile(v, rates.get(v.cell_id), row_anchor(v), change) if v is not None
-                                       else '<span class="tile hm-none" title="not in the matrix">\u00b7</span>')
-                             + "</td>")
-            body.append(f'<tr><th scope="row">{_e(_key_text(lay.rows, row))}</th>{"".join(tiles)}</tr>')
-        caption = _key_text(lay.panels, panel) if lay.panels else ""
-        panels.append(f'<table class="hm-grid">' + (f"<caption>{_e(caption)}</caption>" if caption else "")
-                      + f'<thead><tr><th></th>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>')
+    panels = [{"caption": _key_text(lay.panels, panel) if lay.panels else "",
+               "columns": [_key_text(lay.columns, key) for key in col_keys],
+               "rows": [{"key": _key_text(lay.rows, row), "tiles": [tile(row, key, panel) for key in col_keys]}
+                        for row in row_keys]}
+              for panel in panel_keys]
     shown = {tile_kind(v.verdict) for v in verdicts}
-    legend = "".join(f'<li><span class="swatch hm-{kind}">{_e(symbol)}</span>{_e(words)}</li>'
-                     for kind, symbol, words in TILE_KINDS if kind != "ran" or "ran" in shown)
+    legend = [(kind, symbol, words) for kind, symbol, words in TILE_KINDS if kind != "ran" or "ran" in shown]
     axes_words = (" \u00b7 ".join(filter(None, [f"rows: {', '.join(lay.rows)}" if lay.rows else "",
                                                   f"columns: {', '.join(lay.columns)}" if lay.columns else "",
                                                   f"panels: {', '.join(lay.panels)}" if lay.panels else ""])))
     what = "img/s of this run and the change of the metric its verdict rests on" \
         if comparison.baseline is not None or comparison.mode == "history" else "img/s of this run"
-    return (f'<div class="heatmap"><p class="hint">Each tile: {_e(what)}. {_e(axes_words)}. Hover a tile for its '
-            f'cell; click it for its row.</p><ul class="legend">{legend}</ul>'
-            f'<div class="hm-panels">{"".join(panels)}</div></div>')
+    return macro("heatmap.html:heatmap", {"what": what, "axes_words": axes_words, "legend": legend,
+                                          "panels": panels})

@@ -1,12 +1,15 @@
 """Every page is rendered here: Jinja2 templates (templates/*.html) with autoescaping on, so a value from results
 or a matrix reaches a page escaped whether or not its caller thought of it; only fragments this package built
-(through the same templates, or wording.esc) pass as Markup. Charts are plotly.js figures (pages.charts): their
-data travels as JSON inside the page and templates/charts.js draws them; plotly.min.js, shipped inside the plotly
-package, is copied once into each folder a page is written to, so a page needs no network and no server."""
+(through the same templates, `macro`) pass as Markup. All markup lives in templates/: Python hands them plain
+values, and a page's sections are macros (templates/macros.html for the pieces pages share). Charts are plotly.js
+figures (pages.charts): their data travels as JSON inside the page and templates/charts.js draws them;
+plotly.min.js, shipped inside the plotly package, is copied once into each folder a page is written to, so a page
+needs no network and no server."""
 
 from __future__ import annotations
 
 import functools
+import html
 import importlib.util
 import os
 import shutil
@@ -24,10 +27,20 @@ PLOTLY_JS = "plotly.min.js"
 
 @functools.cache
 def environment() -> Environment:
-    """The one Jinja2 environment: templates/ of this package, autoescaping every .html, no undefined value."""
-    return Environment(loader=PackageLoader("harness.analysis.pages", "templates"),
-                       autoescape=select_autoescape(["html"], default_for_string=True, default=True),
-                       undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
+    """The one Jinja2 environment: templates/ of this package, autoescaping every .html, no undefined value; the
+    `esc` filter escapes as the pages always have (html.escape: `&#x27;`, `&quot;`)."""
+    env = Environment(loader=PackageLoader("harness.analysis.pages", "templates"),
+                      autoescape=select_autoescape(["html"], default_for_string=True, default=True),
+                      undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
+    env.filters["esc"] = esc
+    return env
+
+
+def esc(value: Any) -> Markup:
+    """A value escaped as html.escape spells it (None: nothing); Markup passes as it is."""
+    if isinstance(value, Markup):
+        return value
+    return Markup(html.escape("" if value is None else str(value), quote=True))
 
 
 def render(name: str, **values: Any) -> str:
@@ -36,8 +49,10 @@ def render(name: str, **values: Any) -> str:
 
 
 def macro(name: str, *args: Any, **kwargs: Any) -> Markup:
-    """One macro of templates/macros.html, called from Python: a fragment as escaped as a whole page."""
-    return Markup(getattr(environment().get_template("macros.html").module, name)(*args, **kwargs))
+    """One macro of templates/macros.html (`name`) or of another template (`file.html:name`), called from Python:
+    a fragment as escaped as a whole page."""
+    source, _, name = name.rpartition(":")
+    return Markup(getattr(environment().get_template(source or "macros.html").module, name)(*args, **kwargs))
 
 
 def text(name: str) -> str:

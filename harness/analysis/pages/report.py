@@ -1,10 +1,11 @@
-"""A comparison (harness.analysis.judge.compare) rendered and written as report.html (templates/report.html; its
-charts plotly.js figures drawn by the plotly.min.js written beside it: no network, no server), summary.md, junit.xml
-and verdicts.parquet; this module loads and compares the runs, assembles the page from its sections and writes every
-file together. No statistics here: every number comes from compare or the rows.
+"""A comparison (harness.analysis.judge.compare) rendered and written as report.html (templates/page.html with its
+sections from templates/report_sections.html, cells.html, heatmap.html and work.html; its charts plotly.js figures
+drawn by the plotly.min.js written beside it: no network, no server), summary.md, junit.xml and verdicts.parquet; this
+module loads and compares the runs, hands each section its data and writes every file together. No statistics here:
+every number comes from compare or the rows; no markup here: the templates hold it.
 
-Every string that comes from results or matrices is escaped before it is written: by the page's autoescaping
-(pages.render), wording.esc in the fragments built here, ElementTree for XML and wording.esc_md for Markdown.
+Every string that comes from results or matrices is escaped before it is written: by the templates' autoescaping and
+their `esc` filter (pages.render), ElementTree for XML and wording.esc_md for Markdown.
 """
 
 from __future__ import annotations
@@ -49,7 +50,6 @@ from harness.analysis.pages.report_table import render_table, row_anchors
 from harness.analysis.pages.wording import (
     cell_means,
     drill_banner,
-    esc,
     field_scope,
     human_time,
     method_text,
@@ -147,22 +147,20 @@ def suspects(comparison: Comparison) -> list[dict[str, Any]]:
 # the HTML page
 
 
-def _cards(comparison: Comparison) -> str:
+def _cards(comparison: Comparison) -> Markup:
     kinds = {REGRESSION: "bad", FAILED: "bad", SUSPECT_REGRESSION: "bad", IMPROVEMENT: "good",
              SUSPECT_IMPROVEMENT: "good", NOT_COMPARABLE: "warn", INSUFFICIENT: "warn", INCONCLUSIVE: "warn"}
-    cards = [f'<div class="card {kinds.get(name, "")}"><span class="n">{n}</span>{esc(name)}</div>'
-             for name, n in comparison.counts().items()]
+    cards = [(kinds.get(name, ""), n, name) for name, n in comparison.counts().items()]
     acc = sum(v.accuracy_verdict == ACCURACY_BELOW for v in comparison.verdicts)
     if acc:
-        cards.append(f'<div class="card bad"><span class="n">{acc}</span>accuracy below band</div>')
+        cards.append(("bad", acc, "accuracy below band"))
     itself = self_comparison_note(comparison)
-    notes = "".join(f"<p>{esc(str(n))}</p>" for n in (*comparison.notes, *([itself] if itself else [])))
-    compared = ("<p>" + "<br>".join(esc(side) for side in comparison.sides) + "</p>" if comparison.sides
-                else f"<p>Compared with {esc(comparison.baseline_label)}.</p>")
     regressed = [v.cell_id for v in comparison.verdicts if v.verdict in (REGRESSION, SUSPECT_REGRESSION)]
     chart = change_chart(comparison, regressed, chart_id="chart-regressed",
-                         caption="What regressed, with intervals").html() if regressed else ""
-    return f'<div class="cards">{"".join(cards)}</div>{compared}{notes}{chart}'
+                         caption="What regressed, with intervals") if regressed else None
+    return macro("report_sections.html:headline", {
+        "cards": cards, "sides": list(comparison.sides), "baseline_label": comparison.baseline_label,
+        "notes": [*comparison.notes, *([itself] if itself else [])], "chart": chart})
 
 
 SETUP_ROWS = (("device", None), ("driver", "driver_version"), ("CUDA", "cuda_runtime"), ("cuDNN", "cudnn_version"),
@@ -190,88 +188,58 @@ def _setup_value(env: Mapping[str, Any] | None, name: str, field_: str | None) -
     return "-" if env.get(field_) is None else str(env[field_])
 
 
-def _setup(comparison: Comparison) -> str:
+def _setup(comparison: Comparison) -> Markup:
     """Both sides' device, driver, CUDA, cuDNN, torch, DALI and git revision, and the matrix efficiency where
     the run's manifest records it: a table folded under one line (the page's first screen is the verdicts)."""
     sides = [("this run", comparison.candidate.environment, comparison.candidate.matrix_efficiency)]
     if comparison.baseline_environment is not None:
         base = comparison.baseline
         sides.append(("baseline", comparison.baseline_environment, base.matrix_efficiency if base else None))
-    head = "".join(f"<th>{esc(name)}</th>" for name, _, _ in sides)
     values = [[_setup_value(env, name, field_) for _, env, _ in sides] for name, field_ in SETUP_ROWS]
-    rows = [f"<tr><th>{esc(name)}</th>" + "".join(f"<td>{esc(value)}</td>" for value in row) + "</tr>"
-            for (name, _), row in zip(SETUP_ROWS, values)]
+    efficiency: list[str] = []
+    cuts: list[str] = []
     if any(eff is not None for _, _, eff in sides):
-        rows.append('<tr><th title="measured window seconds / run wall seconds">matrix efficiency</th>'
-                    + "".join(f"<td>{esc(num_text(eff, '.2f'))}</td>" for _, _, eff in sides) + "</tr>")
+        efficiency = [num_text(eff, ".2f") for _, _, eff in sides]
         runs = [comparison.candidate] + ([comparison.baseline] if len(sides) > 1 else [])
-        rows.append('<tr><th title="the largest part of the run\'s wall time that was not measuring: the next cut">'
-                    "largest other part</th>" + "".join(f"<td>{esc((run.cut_text() if run else None) or '-')}</td>"
-                                                      for run in runs) + "</tr>")
-    table = f'<table class="setup"><thead><tr><th></th>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
+        cuts = [(run.cut_text() if run else None) or "-" for run in runs]
     # folded under the heatmap: one line says where this run ran and whether the baseline ran alike
     same = "" if len(sides) == 1 else "; the baseline the same" if all(len(set(row)) == 1 for row in values) \
         else "; the baseline differs"
     this = {name: row[0] for (name, _), row in zip(SETUP_ROWS, values)}
-    where = f"{this['device']} \u00b7 torch {this['torch']}"
-    return f"<details><summary>Ran on: {esc(where + same)} (open for driver, CUDA, cuDNN, DALI, git)</summary>" \
-        f"{table}</details>"
+    return macro("report_sections.html:setup", {
+        "where": f"{this['device']} \u00b7 torch {this['torch']}{same}", "sides": [name for name, _, _ in sides],
+        "rows": [(name, row) for (name, _), row in zip(SETUP_ROWS, values)], "efficiency": efficiency, "cuts": cuts})
 
 
-def _environment(comparison: Comparison) -> str:
-    env = comparison.candidate.environment
-    parts = []
-    if comparison.baseline_environment is None:
-        parts.append("<p>No second side to compare with.</p>")
-    elif comparison.environment_diff:
-        rows = "".join(f"<tr><td><code>{esc(name)}</code></td><td>{esc(field_scope(name))}</td>"
-                       f"<td>{esc(a)}</td><td>{esc(b)}</td></tr>" for name, a, b in comparison.environment_diff)
-        parts.append("<table><thead><tr><th>field</th><th>must match for</th><th>baseline</th><th>this run</th>"
-                     f"</tr></thead><tbody>{rows}</tbody></table>")
-    else:
-        parts.append("<p>None: both sides ran in the same recorded environment.</p>")
-    full = "".join(f"<tr><td><code>{esc(k)}</code></td><td>{esc(v)}</td></tr>" for k, v in env.items())
-    parts.append(f"<details><summary>This run's environment</summary><table><tbody>{full}</tbody></table></details>")
-    return "".join(parts)
+def _environment(comparison: Comparison) -> Markup:
+    return macro("report_sections.html:environment", {
+        "has_baseline": comparison.baseline_environment is not None,
+        "diff": [(name, field_scope(name), a, b) for name, a, b in comparison.environment_diff],
+        "fields": list(comparison.candidate.environment.items())})
 
 
-def _failures(comparison: Comparison) -> str:
+def _repeat(r: Mapping[str, Any], **more: Any) -> dict[str, Any]:
+    """A row of a repeat that did not count, as the failures' tables show it."""
+    return {col.cell_id: r[col.cell_id], "label": label(r[col.cell_id]), "repeat": r["repeat"],
+            "reason": r.get("reason"), **more}
+
+
+def _failures(comparison: Comparison) -> Markup:
     """Every repeat that did not finish, with its reason and log; skipped cells are counted here and listed by
-    reason under the cell table."""
-    rows = comparison.candidate.rows
-    bad = sorted((r for r in rows if r["status"] not in ("ok", "skipped", SUPERSEDED)),
+    reason under the cell table; the repeats an A/B ran again because their window opened in a start transient
+    (kept, never compared)."""
+    bad = sorted((r for r in comparison.candidate.rows if r["status"] not in ("ok", "skipped", SUPERSEDED)),
                  key=lambda r: (r[col.cell_id], r["repeat"]))
-    skipped = sum(v.verdict == SKIPPED for v in comparison.verdicts)
-    out = []
-    if bad:
-        body = "".join(f'<tr><td><code title="{esc(r[col.cell_id])}">{esc(label(r[col.cell_id]))}</code></td>'
-                       f'<td class="num">{r["repeat"]}</td><td><span class="v v-failed">{esc(r["status"])}</span></td>'
-                       f'<td class="reason">{esc(r.get("reason"))}</td><td><code>{esc(r.get(col.log_path) or "-")}</code>'
-                       "</td></tr>" for r in bad)
-        out.append("<table class=\"failures\"><thead><tr><th>cell</th><th>repeat</th><th>status</th><th>reason</th>"
-                   f"<th>log</th></tr></thead><tbody>{body}</tbody></table>")
-    else:
-        out.append("<p>No failed repeat.</p>")
-    if skipped:
-        out.append(f'<p>{skipped} cell(s) skipped: listed by reason under <a href="#cells">the cell table</a>.</p>')
-    return "".join(out) + _superseded(comparison)
-
-
-def _superseded(comparison: Comparison) -> str:
-    """The repeats an A/B ran again because their window opened in a start transient: kept, never compared."""
     runs = [("B" if comparison.mode == "ab" else "candidate", comparison.candidate)]
     if comparison.baseline is not None:
         runs.append(("A" if comparison.mode == "ab" else "baseline", comparison.baseline))
-    body = "".join(f'<tr><td>{side}</td><td><code title="{esc(r[col.cell_id])}">{esc(label(r[col.cell_id]))}</code></td>'
-                   f'<td class="num">{r["repeat"]}</td><td class="reason">{esc(r.get("reason"))}</td></tr>'
-                   for side, run in runs for r in run.rows if r["status"] == SUPERSEDED)
-    if not body:
-        return ""
-    return ("<p>Run again after a start transient (kept, not compared):</p><table class=\"failures\"><thead><tr>"
-            f"<th>side</th><th>cell</th><th>repeat</th><th>reason</th></tr></thead><tbody>{body}</tbody></table>")
+    return macro("report_sections.html:failures", {
+        "failed": [_repeat(r, status=r["status"], log=r.get(col.log_path) or "-") for r in bad],
+        "skipped": sum(v.verdict == SKIPPED for v in comparison.verdicts),
+        "superseded": [_repeat(r, side=side) for side, run in runs for r in run.rows if r["status"] == SUPERSEDED]})
 
 
-def _heatmap(comparison: Comparison) -> str:
+def _heatmap(comparison: Comparison) -> Markup:
     rates = {v.cell_id: v.throughput.candidate_value for v in comparison.verdicts
              if v.throughput.candidate_value is not None}
     rates = cell_means(comparison.candidate.rows, col.throughput_img_per_s) | rates
@@ -309,13 +277,13 @@ def render_html(comparison: Comparison, steps: Mapping[str, Sequence[StepSeries]
         f"nvbench report: {cand.run_id}", subtitle,
         f"{method_text(comparison)} Written {human_time(datetime.now(timezone.utc).isoformat())}.",
         scripts=("report.js",)), banner=banner, sections=[
-        ("headline", "Headline", Markup(_cards(comparison))),
-        ("", "", Markup(work_report.render_sections(comparison))),
+        ("headline", "Headline", _cards(comparison)),
+        ("", "", work_report.render_sections(comparison)),
         ("", "", Markup(kernels_html)),
-        ("matrix", "The matrix at a glance", Markup(_heatmap(comparison))),
-        ("setup", "", Markup(_setup(comparison))),
-        ("cells", "Cells, sorted by effect", Markup(render_table(comparison))),
+        ("matrix", "The matrix at a glance", _heatmap(comparison)),
+        ("setup", "", _setup(comparison)),
+        ("cells", "Cells, sorted by effect", render_table(comparison)),
         ("plots", "Plots", macro("plots", charts)),
         ("steps", "Step times, cell by cell", step_details(steps or {})),
-        ("environment", "Environment differences", Markup(_environment(comparison))),
-        ("failures", "Failed and skipped cells", Markup(_failures(comparison)))])
+        ("environment", "Environment differences", _environment(comparison)),
+        ("failures", "Failed and skipped cells", _failures(comparison))])

@@ -9,7 +9,8 @@ from typing import Any, Callable, Mapping, Sequence
 from harness.analysis.pages import heatmap
 from harness.analysis.judge.verdict import (
     ACCURACY_BELOW, FAILED, FLOOR_OVERRIDE, INSUFFICIENT, NO_BASELINE, NOT_COMPARABLE, SKIPPED, VERDICTS, CellVerdict, Comparison)
-from harness.analysis.pages.wording import cell_means, change_text, css_class, esc, num_text, sorted_verdicts
+from harness.analysis.pages.render import Markup, macro
+from harness.analysis.pages.wording import cell_means, change_text, css_class, num_text, sorted_verdicts
 from harness.results.accuracy import chance_text, top1_text
 from harness.matrix.cells import cell_label as label
 from harness.catalogue import col
@@ -34,11 +35,9 @@ TABLE_HEAD = (("cell", "the cell's axis values; its full id in the detail row"),
 cell (its reason, the full change, noise, MFU, power, img/J, data wait) is in its detail row."""
 
 
-def _td(content: str, *, sort: float | str | None = None, num: bool = False) -> str:
-    """A table cell; `sort` is what the page's column sort orders by (numbers as numbers, '' last)."""
-    key = "" if sort is None or (isinstance(sort, float) and not math.isfinite(sort)) else sort
-    css = ' class="num"' if num else ""
-    return f'<td{css} data-sort="{esc(key)}">{content}</td>'
+def _sort_key(value: float | str | None) -> float | str:
+    """What the page's column sort orders by: numbers as numbers, '' (last) where there is none."""
+    return "" if value is None or (isinstance(value, float) and not math.isfinite(value)) else value
 
 
 def _pair(this: float | None, base: float | None, spec: str) -> str:
@@ -93,27 +92,43 @@ def mdc_text(v: CellVerdict, mode: str) -> str:
     return f"n/a: {fewest} repeat{'s' if fewest != 1 else ''}" if fewest < 2 else "n/a: no spread"
 
 
-def _detail(v: CellVerdict, extra: Mapping[str, tuple[dict, dict]]) -> str:
-    """A cell's detail row: everything the one line leaves out."""
-    facts = [("cell id", f"<code>{esc(v.cell_id)}</code>"), ("reason", esc(v.reason or "-")),
-             ("change", f'<span class="mono">{esc(change_text(v))}</span>'), ("noise", esc(v.noise or "-"))]
+def _facts(v: CellVerdict, extra: Mapping[str, tuple[dict, dict]]) -> list[tuple[str, str, str]]:
+    """A cell's detail row: everything the one line leaves out, as (name, words, style: code, mono or plain)."""
+    facts = [("cell id", v.cell_id, "code"), ("reason", v.reason or "-", ""), ("change", change_text(v), "mono"),
+             ("noise", v.noise or "-", "")]
     if v.repeats_needed is not None:
-        facts.append(("repeats to decide", esc(f"~{v.repeats_needed} per side")))
+        facts.append(("repeats to decide", f"~{v.repeats_needed} per side", ""))
     if v.accuracy_verdict and v.candidate_top1 is not None:
-        facts.append(("top-1 check", esc(f"{v.accuracy_verdict}" + (
+        facts.append(("top-1 check", f"{v.accuracy_verdict}" + (
             f": {v.top1_change:+.4f} [{v.top1_ci_low:+.4f}, {v.top1_ci_high:+.4f}]" if v.top1_change is not None
-            else ""))))
+            else ""), ""))
     for column, name, spec in EXTRA_COLUMNS:
         this, base = extra[column][0].get(v.cell_id), extra[column][1].get(v.cell_id)
-        facts.append((name + (" (this / baseline)" if base is not None else ""), esc(_pair(this, base, spec))))
-    items = "".join(f"<dt>{name}</dt><dd>{value}</dd>" for name, value in facts)
-    return f'<tr class="detail" hidden><td colspan="{len(TABLE_HEAD)}"><dl>{items}</dl></td></tr>'
+        facts.append((name + (" (this / baseline)" if base is not None else ""), _pair(this, base, spec), ""))
+    return facts
 
 
-def render_table(comparison: Comparison) -> str:
+def _row(v: CellVerdict, comparison: Comparison, extra: Mapping[str, tuple[dict, dict]],
+         ok_rows: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[str, Any]:
+    """One judged cell's line and detail row, as the words and sort keys templates/cells.html shows."""
+    drill = v.fire_drill_pct or v.baseline_fire_drill_pct
+    t = v.throughput
+    others = v.num_baseline if comparison.mode != "history" else v.num_history_runs
+    sort = {"cell": label(v.cell_id), "verdict": VERDICTS.index(v.verdict),
+            "change": heatmap.shown_metric(v).effect_pct, "rate": t.candidate_value, "mdc": v.mdc_pct,
+            "floor": v.floor_pct, "top1": v.candidate_top1, "repeats": v.num_candidate}
+    return {col.cell_id: v.cell_id, "label": label(v.cell_id), "drill_tag": f"drill +{v.fire_drill_pct:g}%" if drill
+            else "", "verdict": v.verdict, "verdict_css": css_class(v.verdict), "change": _short_change(v),
+            "rate": _pair(t.candidate_value, t.baseline_value, ".1f"), "mdc": mdc_text(v, comparison.mode),
+            "floor": f"{v.floor_pct:g}", col.floor_source: v.floor_source,
+            "floor_override": v.floor_kind == FLOOR_OVERRIDE,
+            "top1": _top1_cell(v, ok_rows.get(v.cell_id, [])), "repeats": f"{v.num_candidate} / {others}",
+            "sort": {name: _sort_key(value) for name, value in sort.items()}, "facts": _facts(v, extra)}
+
+
+def render_table(comparison: Comparison) -> Markup:
     """The judged cells, one line each (sorted by verdict group, then effect), each with a detail row a click
-    opens; skipped cells grouped by reason below it."""
-    order = {name: i for i, name in enumerate(VERDICTS)}
+    opens; skipped cells grouped by reason below it (templates/cells.html)."""
     extra = {column: (cell_means(comparison.candidate.rows, column),
                       cell_means(comparison.baseline.rows if comparison.baseline else (), column))
              for column, _, _ in EXTRA_COLUMNS}
@@ -121,43 +136,8 @@ def render_table(comparison: Comparison) -> str:
     for r in comparison.candidate.rows:
         if r["status"] == "ok":
             ok_rows.setdefault(r[col.cell_id], []).append(r)
-    head = "".join(f'<th title="{esc(words)}; click to sort">{esc(name)}</th>' for name, words in TABLE_HEAD)
-    out = [f'<table class="cells sortable"><thead><tr>{head}</tr></thead>']
-    for v in sorted_verdicts(comparison):
-        if v.verdict == SKIPPED:
-            continue
-        drill = v.fire_drill_pct or v.baseline_fire_drill_pct
-        tag = f' <span class="tag">drill +{v.fire_drill_pct:g}%</span>' if drill else ""
-        t = v.throughput
-        others = v.num_baseline if comparison.mode != "history" else v.num_history_runs
-        cells = [
-            _td(f'<button class="more" type="button" aria-expanded="false" title="details">\u25b8</button>'
-                f'<code title="{esc(v.cell_id)}">{esc(label(v.cell_id))}</code>{tag}', sort=label(v.cell_id)),
-            _td(f'<span class="v v-{esc(css_class(v.verdict))}">{esc(v.verdict)}</span>', sort=order[v.verdict]),
-            _td(f'<span class="mono">{esc(_short_change(v))}</span>', sort=heatmap.shown_metric(v).effect_pct,
-                num=True),
-            _td(esc(_pair(t.candidate_value, t.baseline_value, ".1f")), sort=t.candidate_value, num=True),
-            _td(esc(mdc_text(v, comparison.mode)), sort=v.mdc_pct, num=True),
-            _td(f'<span title="{esc(v.floor_source)}">{esc(f"{v.floor_pct:g}")}</span>'
-                + (f' <span class="reason">{esc(v.floor_source)}</span>' if v.floor_kind == FLOOR_OVERRIDE
-                   else ""), sort=v.floor_pct, num=True),
-            _td(esc(_top1_cell(v, ok_rows.get(v.cell_id, []))), sort=v.candidate_top1, num=True),
-            _td(f"{v.num_candidate} / {others}", sort=v.num_candidate, num=True),
-        ]
-        css = "cell drill" if drill else "cell"
-        out.append(f'<tbody class="{css}" id="cell-{esc(v.cell_id)}"><tr class="main">{"".join(cells)}</tr>'
-                   f"{_detail(v, extra)}</tbody>")
-    out.append("</table>")
-    out.append('<p class="hint">Click a row for its reason and the rest of its figures (MFU, power, img/J, data '
-               "wait), a heading to sort. * : the fast-step rate decided (the detail row shows both metrics).</p>")
-    groups = skip_groups(comparison)
-    if groups:
-        total = sum(len(m) for _, m in groups)
-        items = "".join(f'<details id="skip-{i}"><summary><b>{len(members)}</b> {esc(reason)}</summary>'
-                        f'<p class="mono">{esc(", ".join(sorted(label(v.cell_id) for v in members)))}</p></details>'
-                        for i, (reason, members) in enumerate(groups))
-        out.append(f'<div class="skips"><h3>Skipped: {total} cell(s), by reason</h3>{items}</div>')
-    if comparison.mode == "history" and comparison.suspects:
-        codes = ", ".join(f"<code>{esc(s)}</code>" for s in comparison.suspects)
-        out.append(f"<p>Suspects for a confirmation rerun: {codes} (also in suspects.json).</p>")
-    return "".join(out)
+    rows = [_row(v, comparison, extra, ok_rows) for v in sorted_verdicts(comparison) if v.verdict != SKIPPED]
+    skips = [{"count": len(members), "reason": reason, "labels": ", ".join(sorted(label(v.cell_id) for v in members))}
+             for reason, members in skip_groups(comparison)]
+    suspects = list(comparison.suspects) if comparison.mode == "history" else []
+    return macro("cells.html:cell_table", {"head": TABLE_HEAD, "rows": rows, "skips": skips, "suspects": suspects})

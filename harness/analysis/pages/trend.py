@@ -1,7 +1,8 @@
 """Rendering of a history (harness.analysis.nights.history) into history.html (templates/history.html: its trends
 plotly.js charts drawn by the plotly.min.js written beside it; no network, no server), changes.md and
-changes.parquet. No statistics here: every number comes from history. Every string from results is escaped (the
-page's autoescaping, wording.esc in its fragments, wording.esc_md for Markdown) before it is written.
+changes.parquet. No statistics here: every number comes from history; no markup here: templates/history.html holds
+it. Every string from results is escaped (the templates' autoescaping and `esc` filter, wording.esc_md for Markdown)
+before it is written.
 """
 
 from __future__ import annotations
@@ -13,14 +14,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from harness.analysis.load.changes_file import change_table, read_changes  # noqa: F401  (nightly reads it here)
+from harness.analysis.load.changes_file import change_table
 from harness.analysis.nights.history import METRICS, Change, History, Series
 from harness.analysis.pages.charts import COLOURS, Chart, figure, interval, slug, vline
-from harness.analysis.pages.wording import esc, esc_md
+from harness.analysis.pages.wording import esc_md
 from harness.results import store
 from harness.stats import changepoint
 from harness.catalogue import col
-from harness.analysis.pages.render import Markup, place_assets, render
+from harness.analysis.pages.render import Markup, macro, place_assets, render
 from harness.analysis.pages.report import page_values
 
 HISTORY_FILES = ("history.html", "changes.md", "changes.parquet")
@@ -132,10 +133,9 @@ def cell_marks(marks: Sequence[Mark], cell_id: str) -> list[Mark]:
     return sorted((m for m in marks if m.get(col.cell_id) in (None, cell_id)), key=lambda m: m.get("when") or "")
 
 
-def marks_legend(marks: Sequence[Mark]) -> str:
-    items = "".join(f'<li>{mark_letter(m)}: {esc(str(m.get("when") or "")[:16])} '
-                    f'{esc(m.get("text"))}</li>' for m in marks)
-    return f'<ul class="marks">{items}</ul>' if items else ""
+def mark_items(marks: Sequence[Mark]) -> list[dict[str, str]]:
+    """A cell's marks as its legend lists them: letter, when (to the minute) and words."""
+    return [{"letter": mark_letter(m), "when": str(m.get("when") or "")[:16], "text": m.get("text")} for m in marks]
 
 
 _TONE = {"opened": "bad", "worse": "bad", "gone": "good", "fixed": "good"}
@@ -223,109 +223,75 @@ def _levels(series: Series, steps: Sequence[Change]) -> list[tuple[int, int, flo
     return out
 
 
-def legend(changes: Sequence[Change]) -> str:
-    """The plot's changes in words: number, kind, night, change with its interval, commit range, significance."""
-    items = "".join(f'<li class="{"down" if c.change < 0 else "up"}">{k}: {esc(c.kind)} at night {c.night} '
-                    f'(<code>{esc(c.run_id)}</code>): <b>{esc(change_text(c))}</b>, commits <code>{esc(commit_range(c))}'
-                    f'</code>, {esc(significance_text(c))}'
-                    + (f"; A/B: {esc(confirmation_text(c))}" if c.confirmation else "") + "</li>"
-                    for k, c in enumerate(changes, start=1))
-    return f'<ol class="legend">{items}</ol>' if items else ""
+def legend(changes: Sequence[Change]) -> list[dict[str, Any]]:
+    """The plot's changes in words (templates/macros.html's change_legend): kind, night, change with its interval,
+    commit range, significance, the A/B's word; numbered in this order."""
+    return [{"direction": "down" if c.change < 0 else "up", "kind": c.kind, "night": c.night, col.run_id: c.run_id,
+             "change": change_text(c), "commits": commit_range(c), "significance": significance_text(c),
+             "confirmation": confirmation_text(c) if c.confirmation else ""} for c in changes]
 
 
 # ---------------------------------------------------------------------------------------------
 # the page
 
 
-def _changes_table(history: History) -> str:
-    if not history.changes:
-        return "<p>No change point and no drift in any series.</p>"
-    rows = []
-    for c in history.changes:
-        css = "bad" if c.change < 0 and c.metric != "data wait" or c.change > 0 and c.metric == "data wait" else "good"
-        tags = "".join([' <span class="tag">new tonight</span>' if c.is_new else "",
-                        f' <span class="tag">FIRE DRILL +{c.fire_drill_pct:g}%</span>' if c.fire_drill_pct else ""])
-        rows.append(
-            f'<tr><td class="num">{c.night}</td><td><code>{esc(c.run_id)}</code>{tags}</td>'
-            f'<td><a href="#cell-{esc(c.cell_id)}"><code>{esc(c.cell_id)}</code></a></td><td>{esc(c.metric)}</td>'
-            f'<td>{esc(c.kind)}</td><td class="num {css}">{esc(change_text(c))}</td>'
-            f'<td class="num">{esc(f"{c.before:.4g} -> {c.after:.4g}")}</td><td>{esc(significance_text(c))}</td>'
-            f'<td><code>{esc(commit_range(c))}</code></td>{_confirmation_cell(c, css)}</tr>')
-    return ('<table id="changes-table"><thead><tr><th>night</th><th>run</th><th>cell</th><th>metric</th><th>kind</th>'
-            f'<th>change [{history.settings.confidence:.0%}]</th><th>level</th><th>significance</th><th>commits</th>'
-            f"<th>A/B of the commits</th></tr></thead><tbody>{''.join(rows)}</tbody></table>")
-
-
-def _work_section(history: History) -> str:
-    """The nights a cell's counted work changed (exact: no statistics), newest first; nothing without work."""
-    if not history.work_steps:
-        return ""
-    rows = []
-    for w in history.work_steps:
-        tag = ' <span class="tag">new tonight</span>' if w.is_new else ""
-        commits = f"{w.commit_from}..{w.commit_to}"
-        rows.append(f'<tr><td class="num">{w.night}</td><td><code>{esc(w.run_id)}</code>{tag}</td>'
-                    f'<td><a href="#cell-{esc(w.cell_id)}"><code>{esc(w.cell_id)}</code></a></td>'
-                    f"<td>{esc(w.words)}</td><td><code>{esc(commits)}</code></td></tr>")
-    return ('<section id="work"><h2>Work changed, newest first (counted exactly, night against night)</h2>'
-            '<table id="work-table"><thead><tr><th>night</th><th>run</th><th>cell</th><th>work changed</th>'
-            f"<th>commits</th></tr></thead><tbody>{''.join(rows)}</tbody></table></section>")
-
-
 _CONFIRMATION_CSS = {"confirmed": "confirmed", "not confirmed": "unconfirmed", "could not confirm": "unknown"}
 
 
-def _confirmation_cell(c: Change, direction: str) -> str:
-    """The A/B's word in bold (a confirmed change in the colour of its direction), its note under it."""
-    if c.confirmation is None:
-        return f'<td class="confirmation">{"" if c.kind == "drift" else "not asked"}</td>'
-    note = f'<br><span class="reason">{esc(c.confirmation_note)}</span>' if c.confirmation_note else ""
-    css = _CONFIRMATION_CSS.get(c.confirmation, "") + (f" {direction}" if c.confirmation == "confirmed" else "")
-    return f'<td class="confirmation {css}"><b>{esc(c.confirmation)}</b>{note}</td>'
+def _changes_table(history: History) -> Markup:
+    rows = []
+    for c in history.changes:
+        tone = "bad" if c.change < 0 and c.metric != "data wait" or c.change > 0 and c.metric == "data wait" else "good"
+        rows.append({
+            "night": c.night, col.run_id: c.run_id, col.cell_id: c.cell_id, "metric": c.metric, "kind": c.kind,
+            "tone": tone, "change": change_text(c), "level": f"{c.before:.4g} -> {c.after:.4g}",
+            "significance": significance_text(c), "commits": commit_range(c), "is_new": c.is_new,
+            "drill": f"FIRE DRILL +{c.fire_drill_pct:g}%" if c.fire_drill_pct else "",
+            "confirmation": c.confirmation, "confirmation_note": c.confirmation_note,
+            "confirmation_css": _CONFIRMATION_CSS.get(c.confirmation or "", "")
+            + (f" {tone}" if c.confirmation == "confirmed" else "")})
+    return macro("history.html:changes_table", {"confidence": f"{history.settings.confidence:.0%}", "rows": rows})
 
 
-def _cell_figures(history: History, marks: Sequence[Mark] = ()) -> str:
+def _work_section(history: History) -> Markup:
+    """The nights a cell's counted work changed (exact: no statistics), newest first; nothing without work."""
+    return macro("history.html:work_section", [
+        {"night": w.night, col.run_id: w.run_id, col.cell_id: w.cell_id, "words": w.words, "is_new": w.is_new,
+         "drill": "", "commits": f"{w.commit_from}..{w.commit_to}"} for w in history.work_steps])
+
+
+def _cell_figures(history: History, marks: Sequence[Mark] = ()) -> Markup:
     by_cell: dict[str, list[Series]] = {}
     for s in history.series:
         by_cell.setdefault(s.cell_id, []).append(s)
-    figures = []
+    cells = []
     for cid in sorted_cells(history):
         changed = {c.metric for c in history.changes if c.cell_id == cid}
         shown = [s for s in by_cell[cid] if s.metric == "throughput" or s.metric in changed]
         mine = cell_marks(marks, cid)
-        plots = "".join(f'<div class="metric">{trend_chart(history, s, mine).html()}'
-                        f'{legend(plot_changes(history, s))}</div>' for s in shown)
-        plots += marks_legend(mine)
         rel, pts = _cell_magnitude(history, cid)
         note = f"largest change {rel:.1f}%" if rel else (f"largest change {pts:.1f} pt" if pts else "no change")
-        figures.append(f'<article class="cell" id="cell-{esc(cid)}"><h3><code>{esc(cid)}</code> '
-                       f'<span class="reason">{esc(note)}</span></h3><div class="metrics">{plots}</div></article>')
-    return "\n".join(figures) or "<p>No cell has an ok night.</p>"
+        cells.append({col.cell_id: cid, "note": note, "marks": mark_items(mine),
+                      "plots": [(trend_chart(history, s, mine), legend(plot_changes(history, s))) for s in shown]})
+    return macro("history.html:cell_trends", cells)
 
 
 def _unit(series: Series) -> str:
     return next(m.unit for m in METRICS if m.name == series.metric)
 
 
-BUSY_ROW = ' class="busy"'
-
-
-def _nights_table(history: History) -> str:
+def _nights_table(history: History) -> Markup:
     def notes(n) -> str:
         said = [f"+{n.fire_drill_pct:g}% fire drill" if n.fire_drill_pct else "", n.busy_text()]
         return "; ".join(x for x in said if x)
 
-    rows = "".join(f'<tr{BUSY_ROW if n.busy else ""}><td class="num">{i + 1}</td><td><code>{esc(n.run_id)}</code>'
-                   f'</td><td>{esc(n.run.created_at)}</td><td><code>{esc(n.commit)}</code></td><td>{esc(notes(n))}</td></tr>'
-                   for i, n in enumerate(history.nights))
-    return ('<table><thead><tr><th>night</th><th>run</th><th>created</th><th>commit</th><th></th></tr></thead>'
-            f"<tbody>{rows}</tbody></table>")
+    return macro("history.html:nights_table", [
+        {"busy": bool(n.busy), col.run_id: n.run_id, "created_at": n.run.created_at, "commit": n.commit,
+         "notes": notes(n)} for n in history.nights])
 
 
-def _skipped(history: History) -> str:
-    if not history.skipped:
-        return "<p>None: every run folder was read.</p>"
-    return "<ul>" + "".join(f"<li><code>{esc(path)}</code>: {esc(why)}</li>" for path, why, _ in history.skipped) + "</ul>"
+def _skipped(history: History) -> Markup:
+    return macro("history.html:skipped", [(path, why) for path, why, _ in history.skipped])
 
 
 def method_text(history: History) -> str:
@@ -359,11 +325,11 @@ def render_html(history: History, marks: Sequence[Mark] = ()) -> str:
     return render("page.html", **page_values(
         "nvbench history", subtitle, f"{method_text(history)} Written {datetime.now(UTC).isoformat(timespec='seconds')}.",
         css=("report.css", "history.css")), banner="", sections=[
-        ("changes", "Change points and drifts, newest first", Markup(_changes_table(history))),
-        ("", "", Markup(_work_section(history))),
-        ("cells", "Cells, what changed most first", Markup(f'<div class="trends">{_cell_figures(history, marks)}</div>')),
-        ("nights", "Nights", Markup(_nights_table(history))),
-        ("skipped", "Skipped runs", Markup(_skipped(history)))])
+        ("changes", "Change points and drifts, newest first", _changes_table(history)),
+        ("", "", _work_section(history)),
+        ("cells", "Cells, what changed most first", _cell_figures(history, marks)),
+        ("nights", "Nights", _nights_table(history)),
+        ("skipped", "Skipped runs", _skipped(history))])
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
-"""What every report format says the same way: escaping for HTML and Markdown, the number format, a cell's
-change, the headline, the fire-drill banner, the method paragraph, and each cell's mean of a row column."""
+"""What every report format says the same way: escaping for Markdown (HTML is escaped by the templates,
+pages.render), the number format, a cell's change, the headline, the fire-drill banner, the method paragraph, and
+each cell's mean of a row column."""
 
 from __future__ import annotations
 
@@ -39,10 +40,6 @@ def human_time(iso: str | None) -> str:
         return iso
     when = when.astimezone(timezone.utc) if when.tzinfo else when.replace(tzinfo=timezone.utc)
     return when.strftime("%Y-%m-%d %H:%M UTC")
-
-
-def esc(value: Any) -> str:
-    return html.escape("" if value is None else str(value), quote=True)
 
 
 def num_text(value: float | None, spec: str = ".1f", suffix: str = "") -> str:

@@ -5,13 +5,14 @@ work gates checked, and report.html's section per cell whose work changed."""
 from __future__ import annotations
 
 import dataclasses
-import html
 from pathlib import Path
 from typing import Mapping, Sequence
 
 from harness.analysis.judge.verdict import Comparison
 from harness.analysis.load.runs import read_work_table
 from harness.analysis.judge.work_diff import WorkDiff, check_gates, diff_cell, item_text
+from harness.analysis.pages.render import Markup, macro
+from harness.catalogue import col
 from harness.catalogue.work_gates import WORK_NOTE
 
 
@@ -54,24 +55,16 @@ def with_work(comparison: Comparison, base_dir: Path, cand_dir: Path) -> Compari
     return attach(comparison, diff_runs(comparison, base_dir, cand_dir))
 
 
-def render_sections(comparison: Comparison) -> str:
-    """report.html: one section per cell whose work changed, its changed items with A's and B's per step."""
-    out = []
+def render_sections(comparison: Comparison) -> Markup:
+    """report.html: one section per cell whose work changed, its changed items with A's and B's per step
+    (templates/work.html)."""
+    sections = []
     for v in comparison.verdicts:
         diff = comparison.work_diffs.get(v.cell_id)
         if diff is None or not diff.is_changed:
             continue
-        cid = html.escape(v.cell_id)
-        rows = "".join(f"<tr><td>{html.escape(c.phase)}</td><td>{html.escape(c.counter)}</td>"
-                       f"<td>{html.escape(c.key or '-')}</td><td class=\"num\">{c.a:g}</td>"
-                       f"<td class=\"num\">{c.b:g}</td>"
-                       f"<td>{html.escape(item_text(c.phase, c.counter, c.key, c.change))}</td></tr>"
-                       for c in diff.changed)
-        gate = f'<p class="bad"><b>{html.escape(v.work_gate)}</b></p>' if v.work_gate else ""
-        out.append(f'<section class="work" id="work-{cid}"><h2>Work: {cid}</h2><p><b>{html.escape(diff.words())}'
-                   f"</b></p>{gate}<table><thead><tr><th>phase</th><th>counter</th><th>key</th><th>A per step</th>"
-                   f"<th>B per step</th><th>change</th></tr></thead><tbody>{rows}</tbody></table>"
-                   f"<p><small>{diff.a.processes} + {diff.b.processes} counted processes; an item is diffed only "
-                   "where every counted process of both sides agrees on it (process and window rows: counts, not "
-                   "per step)</small></p></section>")
-    return "\n".join(out)
+        rows = [{"phase": c.phase, "counter": c.counter, "key": c.key or "-", "a": f"{c.a:g}", "b": f"{c.b:g}",
+                 "change": item_text(c.phase, c.counter, c.key, c.change)} for c in diff.changed]
+        sections.append({col.cell_id: v.cell_id, "words": diff.words(), "gate": v.work_gate, "rows": rows,
+                         "processes_a": diff.a.processes, "processes_b": diff.b.processes})
+    return macro("work.html:work_sections", sections)

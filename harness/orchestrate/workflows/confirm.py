@@ -273,13 +273,13 @@ def nightly_answer(out: Path, *, matrix: Path, repo: Path | None = None, ab_args
 
 def _earlier(h: History) -> list[Change]:
     """The changes the night before's page showed (its RUN/history/changes.parquet), or none."""
-    from harness.analysis.pages import trend
+    from harness.analysis.load.changes_file import read_changes
 
     if len(h.nights) < 2:
         return []
     path = Path(h.nights[-2].run.path) / "history" / "changes.parquet"
     try:
-        return trend.read_changes(path) if path.is_file() else []
+        return read_changes(path) if path.is_file() else []
     except ValueError as exc:  # an unreadable page of the night before: tonight's stands without its words
         print(f"nightly history: {exc} (its confirmations are not carried)".splitlines()[0], file=sys.stderr)
         return []
