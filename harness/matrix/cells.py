@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from harness.models.user import is_import_path, model_token
-from harness.catalogue.cells import ID_HASH_LEN, label_from_id
+from harness.catalogue.cells import ID_HASH_LEN
 from harness.matrix.knobs import suggest
 from harness.matrix.sections import (
     AXES,
@@ -182,5 +182,3 @@ def job_key(cell_id: str, repeat: int) -> str:
     """File stem of a (cell, repeat): cells/<key>.parquet, steps/<key>.parquet, logs/<key>.log."""
     return f"{cell_id}-r{repeat}"
 
-
-cell_label = label_from_id  # the pages' names until they read the labels their data carries (issue 69)

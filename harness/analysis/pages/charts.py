@@ -14,9 +14,8 @@ import numpy as np
 
 from harness.analysis.judge.verdict import Comparison, MetricVerdict
 from harness.analysis.pages.render import Markup, macro
-from harness.analysis.pages.wording import cell_means, change_text, sorted_verdicts
+from harness.analysis.pages.wording import cell_labels, cell_means, change_text, sorted_verdicts
 from harness.analysis.load.step_times import StepSeries
-from harness.matrix.cells import cell_label as label
 from harness.matrix.sections import AXES
 from harness.catalogue import col
 
@@ -118,12 +117,12 @@ def change_chart(comparison: Comparison, cells: Iterable[str] | None = None, *, 
     if not rows:
         return Chart(id=chart_id, caption="Change vs baseline", figure=None, empty="no cell could be compared")
     floor = comparison.thresholds.floor_pct
-    labels = [label(v.cell_id) for v in rows]
+    labels = [v.label for v in rows]
     data = []
     for verdict in dict.fromkeys(v.verdict for v in rows):
         part = [v for v in rows if v.verdict == verdict]
         data.append({"type": "scatter", "mode": "markers", "name": verdict, "legendgroup": verdict,
-                     "x": [v.throughput.effect_pct for v in part], "y": [label(v.cell_id) for v in part],
+                     "x": [v.throughput.effect_pct for v in part], "y": [v.label for v in part],
                      "error_x": interval(*zip(*(_ends(v.throughput) for v in part))),
                      "customdata": [[v.cell_id, change_text(v)] for v in part],
                      "hovertemplate": "%{customdata[0]}<br>" + verdict + ": %{customdata[1]}<extra></extra>",
@@ -131,7 +130,7 @@ def change_chart(comparison: Comparison, cells: Iterable[str] | None = None, *, 
     fast = [v for v in rows if v.fast_step is not None and None not in _ends(v.fast_step)]
     if fast:
         data.append({"type": "scatter", "mode": "markers", "name": "fast-step rate",
-                     "x": [v.fast_step.effect_pct for v in fast], "y": [label(v.cell_id) for v in fast],
+                     "x": [v.fast_step.effect_pct for v in fast], "y": [v.label for v in fast],
                      "error_x": interval(*zip(*(_ends(v.fast_step) for v in fast))) | {"thickness": 1},
                      "customdata": [[v.cell_id] for v in fast],
                      "hovertemplate": "%{customdata[0]}<br>fast steps %{x:+.1f}%<extra></extra>",
@@ -192,29 +191,29 @@ def accuracy_chart(comparison: Comparison) -> Chart:
         if not means:
             return Chart(id="chart-accuracy", caption="Top-1 accuracy", figure=None,
                          empty="no accuracy measured (synthetic data has none)")
-        ids = sorted(means)
+        ids, names = sorted(means), cell_labels(comparison.candidate.rows)
         data = [{"type": "scatter", "mode": "markers", "name": "this run", "x": [means[c] for c in ids],
-                 "y": [label(c) for c in ids], "customdata": ids,
+                 "y": [names[c] for c in ids], "customdata": ids,
                  "hovertemplate": "%{customdata}: top-1 %{x:.3f}<extra></extra>",
                  "marker": {"size": 8, "color": COLOURS["info"]}}]
         return Chart(id="chart-accuracy", caption="Top-1 accuracy", height=rows_height(len(ids)),
-                     figure=figure(data, rows_layout([label(c) for c in ids], TOP1_LABEL) | {"xaxis": layout_x}),
+                     figure=figure(data, rows_layout([names[c] for c in ids], TOP1_LABEL) | {"xaxis": layout_x}),
                      note="Higher is better; the smoke and tiny recipes train too briefly to reach the reference's "
                           "accuracy.")
     tol = comparison.thresholds.accuracy_tolerance
     based = [v for v in rows if v.baseline_top1 is not None]
     data = [{"type": "scatter", "mode": "markers", "name": f"baseline +/- {tol:g}",
-             "x": [v.baseline_top1 for v in based], "y": [label(v.cell_id) for v in based],
+             "x": [v.baseline_top1 for v in based], "y": [v.label for v in based],
              "error_x": {"type": "constant", "value": tol, "thickness": 6, "width": 0, "color": "rgba(9,105,218,0.2)"},
              "customdata": [v.cell_id for v in based],
              "hovertemplate": "%{customdata} baseline: %{x:.3f}<extra></extra>",
              "marker": {"symbol": "circle-open", "size": 10, "color": COLOURS["info"]}}] if based else []
     data.append({"type": "scatter", "mode": "markers", "name": "this run", "x": [v.candidate_top1 for v in rows],
-                 "y": [label(v.cell_id) for v in rows], "customdata": [[v.cell_id, v.accuracy_verdict] for v in rows],
+                 "y": [v.label for v in rows], "customdata": [[v.cell_id, v.accuracy_verdict] for v in rows],
                  "hovertemplate": "%{customdata[0]}: %{x:.3f} (%{customdata[1]})<extra></extra>",
                  "marker": {"size": 8, "color": COLOURS["info"]}})
     return Chart(id="chart-accuracy", caption="Top-1 accuracy against the band", height=rows_height(len(rows)),
-                 figure=figure(data, rows_layout([label(v.cell_id) for v in rows], TOP1_LABEL) | {"xaxis": layout_x}),
+                 figure=figure(data, rows_layout([v.label for v in rows], TOP1_LABEL) | {"xaxis": layout_x}),
                  note=f"Band: baseline +/- {tol:g}; filled: this run. Higher is better; good: inside the band or "
                       "right of it.")
 
@@ -224,13 +223,13 @@ def bar_chart(comparison: Comparison, column: str, caption: str, x_label: str, n
     means = cell_means(comparison.candidate.rows, column)
     if not means:
         return Chart(id=f"chart-{slug(column)}", caption=caption, figure=None, empty=f"no {column} in this run")
-    ids = sorted(means, key=lambda c: (means[c], c))
+    ids, names = sorted(means, key=lambda c: (means[c], c)), cell_labels(comparison.candidate.rows)
     scale = 100.0 if percent else 1.0
     hi = max(at_least, max(means.values())) * scale
     data = [{"type": "bar", "orientation": "h", "name": caption, "x": [means[c] * scale for c in ids],
-             "y": [label(c) for c in ids], "customdata": ids, "marker": {"color": COLOURS["info"]},
+             "y": [names[c] for c in ids], "customdata": ids, "marker": {"color": COLOURS["info"]},
              "hovertemplate": "%{customdata}: %{x:.3g}<extra></extra>"}]
-    layout = rows_layout([label(c) for c in ids], x_label) | {"xaxis": {"title": {"text": x_label},
+    layout = rows_layout([names[c] for c in ids], x_label) | {"xaxis": {"title": {"text": x_label},
                                                                           "range": [0, hi * 1.04]}, "showlegend": False}
     return Chart(id=f"chart-{slug(column)}", caption=caption, figure=figure(data, layout), note=note,
                  height=rows_height(len(ids)))
@@ -255,7 +254,7 @@ def _thin(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return x[keep], y[keep]
 
 
-def step_chart(cid: str, series: Sequence[StepSeries]) -> Chart:
+def step_chart(cid: str, series: Sequence[StepSeries], name: str = "") -> Chart:
     """One cell's step times (ms per step against the step index), a WebGL line per repeat: the warmup shaded,
     each data epoch's first step dashed; the y range clipped above the slowest measured step (zoom shows more)."""
     drawn = series[:MAX_REPEATS_PLOTTED]
@@ -284,18 +283,19 @@ def step_chart(cid: str, series: Sequence[StepSeries]) -> Chart:
             "stalls (data, synchronisation, another process), a step up at a dashed line an epoch boundary, a slow "
             "climb throttling." + (f" Steps above {top:.3g} ms are above the view (slowest: {every.max():.4g} ms): "
                                    "zoom out to see them." if clipped else "") + more)
-    return Chart(id=f"chart-steps-{slug(cid)}", caption=f"Step times: {label(cid)}", figure=figure(data, layout),
+    return Chart(id=f"chart-steps-{slug(cid)}", caption=f"Step times: {name or cid}", figure=figure(data, layout),
                  note=note, height=260)
 
 
-def step_details(steps: Mapping[str, Sequence[StepSeries]]) -> Markup:
+def step_details(steps: Mapping[str, Sequence[StepSeries]], names: Mapping[str, str]) -> Markup:
     """One closed <details> per cell: a reader opens the cells whose step times they want to see (the chart is
     drawn when its box opens)."""
     cells = []
-    for cid in sorted(steps, key=label):
+    for cid in sorted(steps, key=lambda c: names.get(c, c)):
         series = steps[cid]
         measured = np.concatenate([s.time_s[~s.is_warmup] for s in series]) * 1e3
         median = f"median {np.median(measured):.3g} ms over {measured.size} measured steps" if measured.size else \
             "no measured step"
-        cells.append({"id": cid, "label": label(cid), "median": median, "chart": step_chart(cid, series)})
+        name = names.get(cid, cid)
+        cells.append({"id": cid, "label": name, "median": median, "chart": step_chart(cid, series, name)})
     return macro("step_details", cells)

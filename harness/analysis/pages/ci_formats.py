@@ -34,7 +34,6 @@ from harness.analysis.pages.wording import (
 from harness.fit import wrap
 from harness.results.env import ENV_KEY_FIELDS
 from harness.results.schema import SUPERSEDED
-from harness.matrix.cells import cell_label, cell_label as label
 from harness.catalogue import col, reasons
 
 
@@ -44,7 +43,7 @@ from harness.catalogue import col, reasons
 
 def _md_row(v: CellVerdict) -> str:
     drill = f" (fire drill +{v.fire_drill_pct:g}%)" if v.fire_drill_pct or v.baseline_fire_drill_pct else ""
-    return (f"| {esc_md(label(v.cell_id))}{esc_md(drill)} | **{esc_md(v.verdict)}** | {esc_md(change_text(v))} | "
+    return (f"| {esc_md(v.label)}{esc_md(drill)} | **{esc_md(v.verdict)}** | {esc_md(change_text(v))} | "
             f"{esc_md(num_text(v.mdc_pct, '.1f', '%'))} | {esc_md(floor_text(v))} | {esc_md(v.noise or '-')} | "
             f"{esc_md(v.reason)} |")
 
@@ -67,7 +66,7 @@ def render_markdown(comparison: Comparison) -> str:
         lines += ["", f"Time: {esc_md(cand.cost_text())} (matrix efficiency: measured window s / run wall s)."]
     if comparison.broken_gates:  # a broken gate fails the cell whatever the timing: said before the tables
         lines += ["", "**Work gates broken** (each fails its cell, whatever its timing):", ""]
-        lines += [f"- {esc_md(label(v.cell_id))}: {esc_md(v.work_gate)}" for v in comparison.broken_gates]
+        lines += [f"- {esc_md(v.label)}: {esc_md(v.work_gate)}" for v in comparison.broken_gates]
     attention = [v for v in sorted_verdicts(comparison)
                  if v.verdict not in (UNCHANGED, NO_BASELINE, INCONCLUSIVE) or v.is_regression or v.work_gate_broken]
     if attention:
@@ -253,7 +252,7 @@ def _cell_line(v: CellVerdict, width: int) -> list[str]:
     word = "regression" if v.is_regression else v.verdict
     word += ", work gate broken" if v.work_gate_broken else ""
     below = "; top-1 below its band" if v.accuracy_verdict == ACCURACY_BELOW else ""
-    return wrap(f"{v.reason or '-'}{below}", width, first=f"{word}: {cell_label(v.cell_id)}: ", indent="    ")
+    return wrap(f"{v.reason or '-'}{below}", width, first=f"{word}: {v.label}: ", indent="    ")
 
 
 def _group_lines(word: str, members: Sequence[CellVerdict], width: int) -> list[str]:

@@ -21,7 +21,6 @@ from harness.analysis.pages.render import place_assets, macro, render
 from harness.analysis.pages.report import page_values
 from harness.analysis.pages.trend import Mark, cell_marks, change_text, legend, mark_items, plot_changes, trend_chart
 from harness.catalogue.axes import AXES
-from harness.matrix.cells import cell_label
 from harness.results import store
 
 DASHBOARD_FILE = "index.html"
@@ -45,10 +44,8 @@ class CellState:
     why: str
     latest: float | None
     """The newest night's throughput (img/s), None where that night has no ok repeat."""
-
-    @property
-    def label(self) -> str:
-        return cell_label(self.cell_id)
+    label: str
+    """What the grid names it by: its label as the nights' rows recorded it (its id where none did)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -91,7 +88,7 @@ def cell_state(history: History, series: Series, alarms: Sequence[OpenAlarm], ha
         state, why = IMPROVED, f"throughput {change_text(recent)} at night {recent.night} ({recent.run_id})"
     else:
         state, why = OK, "no open alarm, no recent change"
-    return CellState(cell_id=cid, axes=dict(series.axes), state=state, why=why,
+    return CellState(cell_id=cid, axes=dict(series.axes), state=state, why=why, label=series.label or cid,
                      latest=point.value if point is not None else None)
 
 
@@ -117,6 +114,11 @@ def _filters(cells: Sequence[CellState]) -> list[dict[str, Any]]:
     return out + [{"name": "state", "values": states}] if len(states) > 1 else out
 
 
+def series_labels(history: History) -> dict[str, str]:
+    """cell id -> its label, as the nights' rows recorded it (history.Series.label)."""
+    return {s.cell_id: s.label or s.cell_id for s in history.series}
+
+
 def trend_id(cid: str) -> str:
     return f"trend-{slug(cid)}"
 
@@ -133,7 +135,7 @@ def _trends(d: Dashboard) -> list[dict[str, Any]]:
         mine = cell_marks(d.marks, c.cell_id)
         charts: list[Chart] = [trend_chart(d.history, s, mine, chart_id=f"{trend_id(c.cell_id)}-{slug(s.metric)}",
                                            height=220) for s in shown]
-        out.append({"cell": c, "id": trend_id(c.cell_id), "label": cell_label(c.cell_id),
+        out.append({"cell": c, "id": trend_id(c.cell_id), "label": c.label,
                     "charts": [(chart, legend(plot_changes(d.history, s))) for chart, s in zip(charts, shown)],
                     "marks": mark_items(mine)})
     return out
@@ -141,7 +143,8 @@ def _trends(d: Dashboard) -> list[dict[str, Any]]:
 
 def _alarm_rows(d: Dashboard) -> list[dict[str, Any]]:
     created = {n.run_id: n.run.created_at for n in d.history.nights}
-    return [{"cell": a.change.cell_id, "label": cell_label(a.change.cell_id), "href": f"#{trend_id(a.change.cell_id)}",
+    names = series_labels(d.history)
+    return [{"cell": a.change.cell_id, "label": names.get(a.change.cell_id, a.change.cell_id), "href": f"#{trend_id(a.change.cell_id)}",
              "change": a.change.text(), "since": a.since, "since_when": created.get(a.since, "")[:10],
              "nights": a.nights, "last": a.last or a.since, "acknowledged": a.acknowledged,
              "culprits": [c.text() for c in a.culprits]}
@@ -157,7 +160,7 @@ def render_html(d: Dashboard) -> str:
                 + ", ".join(f"{n} {s}" for s, n in counts.items() if n))
     open_alarms = [a for a in d.alarms if not a.acknowledged]
     focus = [trend_chart(h, s, cell_marks(d.marks, s.cell_id), chart_id=f"focus-{slug(s.cell_id)}", height=190,
-                         caption=f"{cell_label(s.cell_id)}: throughput (img/s) over every night")
+                         caption=f"{s.label or s.cell_id}: throughput (img/s) over every night")
              for s in h.series if s.metric == "throughput" and s.cell_id in {a.change.cell_id for a in open_alarms}]
     method = (f"Each tile is a cell's latest state: {REGRESSION} (an alarm in {d.reports or 'the reports folder'}'s "
               f"baselines/alarms.json not acknowledged), {SLOWER} (a throughput step down among the newest "

@@ -48,6 +48,7 @@ from harness.analysis.pages.charts import (
 from harness.analysis.pages.render import Markup, place_assets, macro, render, text
 from harness.analysis.pages.report_table import render_table, row_anchors
 from harness.analysis.pages.wording import (
+    cell_labels,
     cell_means,
     drill_banner,
     field_scope,
@@ -58,7 +59,7 @@ from harness.analysis.pages.wording import (
 )
 from harness.results import store
 from harness.results.schema import SUPERSEDED
-from harness.matrix.cells import cell_label as label
+from harness.catalogue.cells import row_label
 from harness.catalogue import col
 from harness.results.env import short_commit
 
@@ -220,7 +221,7 @@ def _environment(comparison: Comparison) -> Markup:
 
 def _repeat(r: Mapping[str, Any], **more: Any) -> dict[str, Any]:
     """A row of a repeat that did not count, as the failures' tables show it."""
-    return {col.cell_id: r[col.cell_id], "label": label(r[col.cell_id]), "repeat": r["repeat"],
+    return {col.cell_id: r[col.cell_id], "label": row_label(r), "repeat": r["repeat"],
             "reason": r.get("reason"), **more}
 
 
@@ -284,6 +285,6 @@ def render_html(comparison: Comparison, steps: Mapping[str, Sequence[StepSeries]
         ("setup", "", _setup(comparison)),
         ("cells", "Cells, sorted by effect", render_table(comparison)),
         ("plots", "Plots", macro("plots", charts)),
-        ("steps", "Step times, cell by cell", step_details(steps or {})),
+        ("steps", "Step times, cell by cell", step_details(steps or {}, cell_labels(comparison.candidate.rows))),
         ("environment", "Environment differences", _environment(comparison)),
         ("failures", "Failed and skipped cells", _failures(comparison))])

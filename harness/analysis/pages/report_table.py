@@ -12,7 +12,6 @@ from harness.analysis.judge.verdict import (
 from harness.analysis.pages.render import Markup, macro
 from harness.analysis.pages.wording import cell_means, change_text, css_class, num_text, sorted_verdicts
 from harness.results.accuracy import chance_text, top1_text
-from harness.matrix.cells import cell_label as label
 from harness.catalogue import col
 
 
@@ -114,10 +113,10 @@ def _row(v: CellVerdict, comparison: Comparison, extra: Mapping[str, tuple[dict,
     drill = v.fire_drill_pct or v.baseline_fire_drill_pct
     t = v.throughput
     others = v.num_baseline if comparison.mode != "history" else v.num_history_runs
-    sort = {"cell": label(v.cell_id), "verdict": VERDICTS.index(v.verdict),
+    sort = {"cell": v.label, "verdict": VERDICTS.index(v.verdict),
             "change": heatmap.shown_metric(v).effect_pct, "rate": t.candidate_value, "mdc": v.mdc_pct,
             "floor": v.floor_pct, "top1": v.candidate_top1, "repeats": v.num_candidate}
-    return {col.cell_id: v.cell_id, "label": label(v.cell_id), "drill_tag": f"drill +{v.fire_drill_pct:g}%" if drill
+    return {col.cell_id: v.cell_id, "label": v.label, "drill_tag": f"drill +{v.fire_drill_pct:g}%" if drill
             else "", "verdict": v.verdict, "verdict_css": css_class(v.verdict), "change": _short_change(v),
             "rate": _pair(t.candidate_value, t.baseline_value, ".1f"), "mdc": mdc_text(v, comparison.mode),
             "floor": f"{v.floor_pct:g}", col.floor_source: v.floor_source,
@@ -137,7 +136,7 @@ def render_table(comparison: Comparison) -> Markup:
         if r["status"] == "ok":
             ok_rows.setdefault(r[col.cell_id], []).append(r)
     rows = [_row(v, comparison, extra, ok_rows) for v in sorted_verdicts(comparison) if v.verdict != SKIPPED]
-    skips = [{"count": len(members), "reason": reason, "labels": ", ".join(sorted(label(v.cell_id) for v in members))}
+    skips = [{"count": len(members), "reason": reason, "labels": ", ".join(sorted(v.label for v in members))}
              for reason, members in skip_groups(comparison)]
     suspects = list(comparison.suspects) if comparison.mode == "history" else []
     return macro("cells.html:cell_table", {"head": TABLE_HEAD, "rows": rows, "skips": skips, "suspects": suspects})

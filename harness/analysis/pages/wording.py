@@ -25,6 +25,7 @@ from harness.analysis.judge.verdict import (
 )
 from harness.results import env as env_fields
 from harness.catalogue import col
+from harness.catalogue.cells import row_label
 
 
 def human_time(iso: str | None) -> str:
@@ -169,6 +170,11 @@ def field_scope(name: str) -> str:
     if name in env_fields.GPU_KEY_FIELDS:
         return "GPU cells"
     return "every cell" if name in env_fields.HOST_KEY_FIELDS else "-"
+
+
+def cell_labels(rows: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """cell id -> the label its rows recorded (catalogue.cells.row_label): what pages name a cell by."""
+    return {r[col.cell_id]: row_label(r) for r in rows}
 
 
 def cell_means(rows: Sequence[Mapping[str, Any]], column: str) -> dict[str, float]:
