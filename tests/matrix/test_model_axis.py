@@ -13,7 +13,7 @@ import pytest
 from conftest import ROOT
 
 from harness.models.registry import entry
-from harness.matrix.cells import cell_label, expand
+from harness.matrix.cells import expand
 from harness.matrix.sections import BenchmarkConfig, RecipeConfig
 from harness.matrix.model_axis import defaults_lines
 from harness.matrix.parse import MatrixError, load_matrix, parse_matrix
@@ -58,7 +58,7 @@ def test_several_models_name_the_model_first_in_every_id():
     m = matrix_of({"axes": {"model": ["resnet50", "se-resnext101-32x4d"], "precision": ["fp32", "fp16"]}})
     cells = expand(m)
     assert [c.model for c in cells] == ["resnet50"] * 2 + ["se-resnext101-32x4d"] * 2  # the first axis
-    assert [cell_label(c.cell_id) for c in cells] == [
+    assert [c.label for c in cells] == [
         "resnet50_synthetic_nchw_fp32_ws1_ga1", "resnet50_synthetic_nchw_fp16_ws1_ga1",
         "se-resnext101-32x4d_synthetic_nchw_fp32_ws1_ga1", "se-resnext101-32x4d_synthetic_nchw_fp16_ws1_ga1"]
     alone = expand(matrix_of({"axes": {"precision": ["fp32"]}}))[0]
@@ -135,7 +135,7 @@ def test_the_users_model_is_looked_for_beside_the_matrix_then_here_and_carries_i
     path.write_text('version = 1\n[benchmark]\nmodel = "mynets:build"\n')
     cell = expand(load_matrix(path))[0]
     assert cell.model_search_dirs == (str(tmp_path.resolve()), os.getcwd())
-    assert cell_label(cell.cell_id) == "mynets.build-2b46e979_synthetic_nchw_fp32_ws1_ga1"
+    assert cell.label == "mynets.build-2b46e979_synthetic_nchw_fp32_ws1_ga1"
     moved = dataclasses.replace(cell, model_search_dirs=("/elsewhere",))
     assert moved.cell_id == cell.cell_id  # where the module is found is not what is measured
     assert cell.recipe == RecipeConfig()  # the matrix's recipe: a user model has no registry defaults
@@ -143,7 +143,7 @@ def test_the_users_model_is_looked_for_beside_the_matrix_then_here_and_carries_i
 
 def test_the_docs_worked_example_is_a_matrix_beside_its_module():
     cells = expand(load_matrix(ROOT / "examples" / "mynets.toml"))
-    assert [cell_label(c.cell_id) for c in cells] == [
+    assert [c.label for c in cells] == [
         "resnet18_synthetic_nchw_fp32_ws1_ga1", "resnet18_pytorch_nchw_fp32_ws1_ga1",
         "mynets.build-2b46e979_synthetic_nchw_fp32_ws1_ga1", "mynets.build-2b46e979_pytorch_nchw_fp32_ws1_ga1"]
     assert cells[-1].model_search_dirs[0] == str((ROOT / "examples").resolve())
