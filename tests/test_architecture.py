@@ -263,7 +263,7 @@ def test_no_package_takes_a_name_reserved_for_tests():
 
 
 ORCHESTRATE_ROOMS = ("session", "placement", "cost", "workflows", "bisect")
-ANALYSIS_ROOMS = ("judge", "load", "nights", "pages")
+ANALYSIS_ROOMS = ("judge", "load", "nights", "pages", "product")
 MAX_ROOM_MODULES = 12
 """About a dozen modules: a room a reader holds in mind at once (orchestrate/'s and analysis/'s rooms)."""
 MAX_FOLDER_MODULES = 15

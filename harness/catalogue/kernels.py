@@ -11,7 +11,7 @@ processes per cell and side when an A/B calls a change (or is asked with --kerne
 DEFAULT_KERNEL_STEPS = 10
 """--kernel-steps' default: steps each profiled process records: a short window, its warm-up as a timed repeat's."""
 OPERATORS_NOTE = "; operators: "
-"""What joins a changed cell's verdict reason and its kernel diff's top line (analysis.pages.kernel_report.attach):
+"""What joins a changed cell's verdict reason and its kernel diff's top line (analysis.product.extras.attach_kernels):
 bisect reads the operators back from a comparison's verdicts.parquet after it."""
 DEFAULT_KERNEL_FLOOR_PCT = 1.0
 """The kernel diff's default floor (harness.analysis.judge.kernel_diff; --kernel-floor): below this share of the

@@ -65,7 +65,7 @@ WORK_CHANGED = "work changed: "
 SAME_WHERE_EXACT = "work: same where exact"
 NOT_COUNTED = "work: no work counted"
 WORK_NOTE = "; "
-"""What joins a cell's verdict reason and its work words (analysis.pages.work_report.attach), as the kernel diff's
+"""What joins a cell's verdict reason and its work words (analysis.product.extras.attach_work), as the kernel diff's
 operators are joined (catalogue.kernels.OPERATORS_NOTE)."""
 SHOWN_ITEMS = 6
 """Changed (or varying) items a verdict line names; the rest are counted: `and 3 more`."""

@@ -19,7 +19,7 @@ from harness.commands.common import (
     slot_packing,
     thresholds_from,
 )
-from harness.commands.kernel_flags import add_kernel_flags, kernel_settings_problem, with_kernels
+from harness.commands.kernel_flags import add_kernel_flags, kernel_extra, kernel_settings_problem
 from harness.commands.work_flags import DEFAULT_WORK_REPEATS, add_work_flags
 from harness.matrix.sections import RunConfig
 from harness.matrix.parse import MatrixError, load_matrix, with_repeats
@@ -50,7 +50,8 @@ def cmd_ab(args: argparse.Namespace) -> int:
 def _cmd_ab(args: argparse.Namespace) -> int:
     # the library, loaded when the command runs: its pyarrow and numpy would add ~1 s to every nvbench start
     from harness.analysis.judge import compare
-    from harness.analysis.pages import work_report
+    from harness.analysis.product import pipeline
+    from harness.analysis.product.extras import Work
     from harness.results.store import UnreadableFile
     from harness.analysis.load.runs import load_run
     from harness.analysis.judge.verdict import INCONCLUSIVE, Comparison, with_judge
@@ -175,13 +176,13 @@ def _cmd_ab(args: argparse.Namespace) -> int:
         print(f"stopped: {exc}; on a quiet machine finish the same pairs with: nvbench ab --resume {out}",
               file=sys.stderr)
         return EXIT_INCONCLUSIVE
-    # both sides' counted work diffed beside the timing (the counted processes, where asked, ran before this)
-    try:
-        comparison = work_report.with_work(comparison, out / "a", out / "b")
-    except UnreadableFile as exc:  # the timed verdict stands; the work diff is said missing, not guessed
-        print(f"warning: {exc}: no work diff", file=sys.stderr)
-    return print_report(with_kernels(comparison, out / "a", out / "b", out / "report", args),
-                        args.fail_on_regression)
+    # both sides' counted work diffed beside the timing (the counted processes, where asked, ran before this): a
+    # work file it cannot read leaves the timed verdict standing, the work diff said missing, never guessed
+    result = pipeline.write(pipeline.Compared(comparison=comparison, base_dir=out / "a", cand_dir=out / "b"),
+                            out / "report", (Work(optional=True), kernel_extra(args)))
+    for line in result.lines:
+        print(line, file=sys.stderr)
+    return print_report(result, args.fail_on_regression)
 
 
 RESUME_KEEPS = ("busy_wait_s",)
@@ -224,10 +225,10 @@ def _default_wait_s(cells, looks: list[int], caps, envs: dict, reports: Path) ->
 def _work_lines(out: Path, cell_ids: list[str]) -> list[str]:
     """`<cell>: work changed: optimizer +1 host sync per step (...)`, one per cell both sides counted: what an A/B
     the machine left undecided still says (none where no process was counted)."""
-    from harness.analysis.pages import work_report
+    from harness.analysis.load.runs import read_work_table
+    from harness.analysis.product.extras import diff_tables
 
-    diffs = work_report.diff_tables(cell_ids, work_report.read_work_table(out / "a"),
-                                    work_report.read_work_table(out / "b"))
+    diffs = diff_tables(cell_ids, read_work_table(out / "a"), read_work_table(out / "b"))
     return [f"{cid}: {diff.words()}" for cid, diff in diffs.items()]
 
 

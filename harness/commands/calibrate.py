@@ -79,7 +79,7 @@ def _judge(out: Path, args: argparse.Namespace, env: dict, key: str, slots: int,
     from harness.analysis.judge import compare
     from harness.analysis.judge.packing import backend_verdicts
     from harness.analysis.judge.verdict import NOTE_UNCALIBRATED
-    from harness.analysis.pages.report import write_report
+    from harness.analysis.product.pipeline import Compared, write
     from harness.analysis.load.runs import load_run
     from harness.orchestrate.workflows import calibrate
     from harness.orchestrate.placement import packing
@@ -92,7 +92,7 @@ def _judge(out: Path, args: argparse.Namespace, env: dict, key: str, slots: int,
                                       require_same_env=False, mode="ab",
                                       baseline_label="solo (alone on the same slot)")
     comparison = dataclasses.replace(comparison, notes=tuple(n for n in comparison.notes if n.kind != NOTE_UNCALIBRATED))
-    result = write_report(comparison, out / "report")
+    result = write(Compared(comparison=comparison), out / "report")
     backends = backend_verdicts(comparison.verdicts)
     record = store.read_json(out / calibrate.RECORD) | {"backends": backends, col.floor_pct: thresholds.floor_pct}
     store.write_json(out / calibrate.RECORD, record)

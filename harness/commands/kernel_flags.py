@@ -1,11 +1,9 @@
-"""The kernel diff's flags (`ab`, `report`) and the report step they share: diff two run folders' profiled
-repeats, name each changed cell's operators in its verdict line, write report/kernels.md and kernels.html."""
+"""The kernel diff's flags (`ab`, `report`) and the extra they set (analysis.product.extras.Kernels: diff two run
+folders' profiled repeats, name each changed cell's operators in its verdict line, report/kernels.md and .html)."""
 
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
 
 def add_kernel_flags(p: argparse.ArgumentParser, *, runs: bool = True) -> None:
@@ -43,19 +41,8 @@ def kernel_settings_problem(args: argparse.Namespace) -> str | None:
     return None
 
 
-def with_kernels(comparison, base_dir: Path, cand_dir: Path, out_dir: Path, args: argparse.Namespace):
-    """The report of `comparison` written to `out_dir`, its changed cells' verdict lines naming their operators
-    where both run folders hold profiled repeats; kernels.md and kernels.html beside it. Returns the
-    ReportResult for print_report."""
-    import dataclasses
+def kernel_extra(args: argparse.Namespace):
+    """The kernel diff as the report's pipeline plugs it in (analysis.product.extras.Kernels), at these flags."""
+    from harness.analysis.product.extras import Kernels
 
-    from harness.analysis.pages import kernel_report
-    from harness.analysis.pages.report import write_report
-
-    diffs = kernel_report.diff_runs(comparison, base_dir, cand_dir, floor_pct=args.kernel_floor, fdr_q=args.kernel_fdr)
-    sections = kernel_report.render_sections(diffs, kernel_report.changed_cells(comparison))
-    result = write_report(kernel_report.attach(comparison, diffs), out_dir, kernels_html=sections)
-    extra = kernel_report.write(out_dir, diffs)
-    for cid, diff in sorted(diffs.items()):
-        print(f"kernels {cid}: {kernel_report.top_line(diff)}", file=sys.stderr)
-    return dataclasses.replace(result, files=(*result.files, *extra))
+    return Kernels(floor_pct=args.kernel_floor, fdr_q=args.kernel_fdr)

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from harness.results.store import CannotWrite
 from harness.commands.common import add_threshold_flags, bad_input, print_report, thresholds_from
-from harness.commands.kernel_flags import add_kernel_flags, kernel_settings_problem, with_kernels
+from harness.commands.kernel_flags import add_kernel_flags, kernel_extra, kernel_settings_problem
 
 
 def cmd_report(args: argparse.Namespace) -> int:
     from harness.analysis.load.runs import RunInputError
-    from harness.analysis.pages.report import make_report
+    from harness.analysis.product.extras import Work
+    from harness.analysis.product.pipeline import make_report
     from harness.results.store import UnreadableFile
 
     from harness.analysis.judge.decide import reach_problem
@@ -25,10 +27,11 @@ def cmd_report(args: argparse.Namespace) -> int:
         run_dir, baseline = _sides(args)
         if args.kernels and (problem := _kernels_problem(baseline, run_dir, args)):
             raise ValueError(problem)  # before anything is written
+        extras = (Work(), kernel_extra(args)) if args.kernels else (Work(),)
         result = make_report(run_dir, baseline=baseline, history=Path(args.history) if args.history else None,
-                             out_dir=Path(args.out) if args.out else None, thresholds=thresholds)
-        if args.kernels:
-            result = with_kernels(result.comparison, baseline, run_dir, result.out_dir, args)
+                             out_dir=Path(args.out) if args.out else None, thresholds=thresholds, extras=extras)
+        for line in result.lines:
+            print(line, file=sys.stderr)
     except RunInputError as exc:
         return bad_input(exc.problems)
     except (ValueError, UnreadableFile) as exc:

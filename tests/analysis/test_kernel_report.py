@@ -15,7 +15,9 @@ from browser import Browser, chromium_path
 from conftest import nvbench
 from report_checks import charts
 from harness.analysis.pages import ci_formats, kernel_report
-from harness.analysis.pages.report import make_report, write_report
+from harness.analysis.pages.report import write_report
+from harness.analysis.product.extras import Kernels, attach_kernels, kernel_diffs
+from harness.analysis.product.pipeline import make_report
 from harness.analysis.judge.verdict import REGRESSION, CellVerdict
 from harness.results import kernels, store
 
@@ -58,8 +60,8 @@ def test_a_changed_cells_line_names_its_operators_everywhere_it_is_shown(shared_
     # the timed verdict of a run against its own copy is no change: call it one, to see where the line goes
     comparison = dataclasses.replace(comparison, verdicts=tuple(
         dataclasses.replace(v, verdict=REGRESSION) if v.cell_id == cell else v for v in comparison.verdicts))
-    diffs = kernel_report.diff_runs(comparison, a, b)
-    named = kernel_report.attach(comparison, diffs)
+    diffs = kernel_diffs(comparison, a, b)
+    named = attach_kernels(comparison, diffs)
     changed = next(v for v in named.verdicts if v.cell_id == cell)
     reason = changed.reason
     assert re.search(r"; operators: forward \+3\.0 ms: aten::linear \+(2\.9|3\.0)\d ms", reason)
@@ -71,7 +73,8 @@ def test_a_changed_cells_line_names_its_operators_everywhere_it_is_shown(shared_
     assert "operators: forward" in ci_formats.render_markdown(named)
     assert b"operators: forward" in ci_formats.render_junit(named)
     sections = kernel_report.render_sections(diffs, kernel_report.changed_cells(named))
-    page = (write_report(named, tmp_path / "rep", kernels_html=sections).out_dir / "report.html").read_text()
+    page = (write_report(named, tmp_path / "rep", sections={"kernels": sections}).out_dir / "report.html").read_text()
+    assert Kernels().sections(named, diffs) == sections  # the extra's sections, as the pipeline places them
     assert page.index(f'id="kernels-{cell}"') < page.index('id="cells"')  # under the headline, above the table
     section = page[page.index(f'id="kernels-{cell}"'):page.index('id="cells"')]
     chart = charts(section)[f"kernels-chart-{cell}"]  # the operators' changes as the chart draws them

@@ -14,7 +14,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from harness.analysis.pages.report import make_report
+from harness.analysis.product.pipeline import make_report
 from harness.results import store
 from harness.results.schema import cell_table
 

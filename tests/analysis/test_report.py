@@ -20,6 +20,7 @@ from report_checks import (
 
 from harness.analysis.judge import compare
 from harness.analysis.pages import report, wording
+from harness.analysis.product import pipeline
 from harness.analysis.load import verdicts_file
 from harness.analysis.load.runs import load_run
 from harness.analysis.judge.verdict import DEFAULT_FLOOR_PCT, Thresholds
@@ -141,7 +142,7 @@ def test_report_of_a_run_against_itself(runs, documented_run):
     assert "n/a: 4 images" in (out / "report.html").read_text()
     # The same real rows dealt into 6 repeats a side: enough to judge, and nothing changed.
     six = copy_run(a, root / "six", repeats=6)
-    result = report.make_report(six, baseline=six, out_dir=root / "six-report")
+    result = pipeline.make_report(six, baseline=six, out_dir=root / "six-report")
     assert {v.verdict for v in result.comparison.verdicts} == {"unchanged"}
     assert all(v.throughput.effect_pct == pytest.approx(0.0, abs=1e-9) for v in result.comparison.verdicts)
     assert all(v.fast_step.effect_pct == pytest.approx(0.0, abs=1e-9) for v in result.comparison.verdicts)
@@ -206,7 +207,7 @@ def test_every_string_from_results_is_escaped(runs):
     manifest = store.read_json(hostile / "manifest.json")
     manifest["environment"]["hostname"] = "<img src=x onerror=\"window.pwned = 'host'\">"
     store.write_json(hostile / "manifest.json", manifest)
-    result = report.make_report(hostile, baseline=a, out_dir=root / "hostile-report",
+    result = pipeline.make_report(hostile, baseline=a, out_dir=root / "hostile-report",
                                 thresholds=Thresholds(min_repeats=2))
     text = check_html(result.out_dir / "report.html")
     scripts = re.findall(r"<script[^>]*>", text)  # the page's own: plotly, its two scripts and each chart's data
@@ -239,7 +240,7 @@ def test_fire_drill_rows_are_flagged_and_the_report_says_so(runs):
     # 10x the work; generous for noise. (Not against the drill's own warmup: a first step's one-time set-up
     # made it as slow as 0.4 s on the shared box.)
     assert measured > 3 * plain.step_time_s.median()
-    result = report.make_report(d, baseline=a, out_dir=root / "drill-report")
+    result = pipeline.make_report(d, baseline=a, out_dir=root / "drill-report")
     text = check_html(result.out_dir / "report.html")
     assert 'class="banner">FIRE DRILL: 1 cell(s) ran with calibrated extra work (up to +900% per step' in text
     (v,) = result.comparison.verdicts
@@ -294,7 +295,7 @@ def test_the_report_names_both_sides_offers_the_gpu_columns_and_every_plot_has_u
     six = copy_run(a, root / "six-b", repeats=6)
     manifest = store.read_json(six / "manifest.json") | {"matrix_efficiency": 0.8312}
     store.write_json(six / "manifest.json", manifest)
-    text = check_html(report.make_report(six, baseline=a, out_dir=root / "six-b-report").out_dir / "report.html")
+    text = check_html(pipeline.make_report(six, baseline=a, out_dir=root / "six-b-report").out_dir / "report.html")
     env = manifest["environment"]
     start = text.index('<table class="setup">')
     setup = text[start:text.index("</table>", start)]
@@ -326,7 +327,7 @@ def test_the_report_names_both_sides_offers_the_gpu_columns_and_every_plot_has_u
 def test_the_report_renders_in_a_real_browser_without_a_console_error(runs, tmp_path):
     binary = chromium_or_skip()
     root, a, _ = runs
-    result = report.make_report(copy_run(a, tmp_path / "six", repeats=6), baseline=copy_run(a, tmp_path / "base",
+    result = pipeline.make_report(copy_run(a, tmp_path / "six", repeats=6), baseline=copy_run(a, tmp_path / "base",
                                 scale=1.1, repeats=6), out_dir=tmp_path / "report")
     page = result.out_dir / "report.html"
     # the change chart shows each cell's change as verdicts.parquet has it (read back from the page)
@@ -365,7 +366,7 @@ def test_the_report_shows_the_matrix_as_a_heatmap_above_a_table_that_fits_1280_p
     # 36 cells to reject)
     changes = {0: 0.6, 5: 1.4, 9: None}
     cand, _ = mission_smoke_like(a, tmp_path / "cand", repeats=10, factor=lambda i: changes.get(i, 1.0))
-    result = report.make_report(cand, baseline=base, out_dir=tmp_path / "report")
+    result = pipeline.make_report(cand, baseline=base, out_dir=tmp_path / "report")
     verdicts = {v.cell_id: v.verdict for v in result.comparison.verdicts}
     assert len(verdicts) == 96 and ran == 36
     assert sorted(verdicts.values()).count("skipped") == 60
@@ -420,7 +421,7 @@ def one_repeat_mission(runs):
     root, a, _ = runs
     base, ran = mission_smoke_like(a, root / "one-base", repeats=1, factor=lambda i: 1.0)
     cand, _ = mission_smoke_like(a, root / "one-cand", repeats=1, factor=lambda i: 1.02)
-    return report.make_report(cand, baseline=base, out_dir=root / "one-report"), ran
+    return pipeline.make_report(cand, baseline=base, out_dir=root / "one-report"), ran
 
 
 def test_the_report_console_groups_cells_by_verdict_and_fits_80_columns_without_cutting_a_word(

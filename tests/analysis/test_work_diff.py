@@ -10,7 +10,8 @@ from harness.analysis.judge.run import RunData
 from harness.analysis.judge.verdict import CellVerdict, Comparison, Thresholds
 from harness.analysis.judge.work_diff import check_gates, diff_cell
 from harness.analysis.pages.wording import gate_line
-from harness.analysis.pages.work_report import attach, diff_tables, render_sections
+from harness.analysis.pages.work_report import render_sections
+from harness.analysis.product.extras import attach_work as attach, diff_tables
 from harness.matrix.judge import WorkGate
 
 CELL = "resnet18-synthetic-nchw-fp32-ws1-ga1-eager"

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.analysis.pages import ci_formats, report
+from harness.analysis.pages import ci_formats, report  # noqa: F401  (report: the module other tests patch)
+from harness.analysis.product import pipeline
 from harness.cli import main
 from harness.orchestrate.session import runfolder
 from harness.results import folded, store
@@ -137,7 +138,7 @@ def test_a_report_that_fails_to_render_writes_nothing(run_folder, capsys, monkey
     assert main(["report", str(run_folder)]) == 0
     capsys.readouterr()
     last = _tree(run_folder / "report")
-    other = report.make_report(run_folder, out_dir=run_folder.parent / "other", thresholds=Thresholds(floor_pct=7))
+    other = pipeline.make_report(run_folder, out_dir=run_folder.parent / "other", thresholds=Thresholds(floor_pct=7))
     assert _tree(other.out_dir) != last  # what the failed attempt would have written is new content
 
     def broken(comparison):
@@ -145,7 +146,7 @@ def test_a_report_that_fails_to_render_writes_nothing(run_folder, capsys, monkey
 
     monkeypatch.setattr(ci_formats, "render_junit", broken)  # the last file rendered
     with pytest.raises(RuntimeError, match="rendering failed"):
-        report.make_report(run_folder, thresholds=Thresholds(floor_pct=7))
+        pipeline.make_report(run_folder, thresholds=Thresholds(floor_pct=7))
     assert _tree(run_folder / "report") == last
 
 

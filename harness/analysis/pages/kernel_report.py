@@ -1,73 +1,21 @@
-"""The kernel diff where a user looks: each compared cell's profiled repeats (kernels.parquet of both run
-folders) diffed (kernel_diff), its top operators added to the cell's verdict line (and so to summary.md,
-junit.xml, verdicts.parquet and report.html's table), and report/kernels.md and kernels.html written."""
+"""The kernel diff where a user looks (rendering only; the diff and its attaching: analysis.product.extras.Kernels):
+each changed cell's section of report.html, and report/kernels.md and kernels.html."""
 
 from __future__ import annotations
 
-import dataclasses
-import statistics
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from harness.analysis.judge.kernel_diff import REPLACED, ItemChange, KernelDiff, diff_cell, top_line
-from harness.catalogue.kernels import DEFAULT_KERNEL_FDR, DEFAULT_KERNEL_FLOOR_PCT, OPERATORS_NOTE
+from harness.analysis.judge.kernel_diff import REPLACED, ItemChange, KernelDiff, top_line
 
-__all__ = ["attach", "diff_runs", "has_kernels", "changed_cells", "render_html", "render_markdown", "render_sections",
-           "top_line", "write"]
 from harness.analysis.judge.verdict import IMPROVEMENT, REGRESSION, Comparison
 from harness.analysis.pages.charts import Chart, figure, interval, rows_height, rows_layout, slug, verdict_colour, vline
-from harness.analysis.pages.render import Markup, place_assets, macro, render
+from harness.analysis.pages.render import Markup, macro, render
 from harness.analysis.pages.report import page_values
-from harness.results import kernels
-from harness.catalogue import col
 
 KERNELS_MD, KERNELS_HTML = "kernels.md", "kernels.html"
 SHOWN = 12
 """Rows of a cell's table: its operators by the size of their change."""
-
-
-def _timed_step_s(rows: Sequence[Mapping], cell_id: str) -> float | None:
-    """The median timed step (images per step / throughput) of a cell's ok rows; None without one."""
-    steps = [r[col.images_per_step] / r[col.throughput_img_per_s] for r in rows
-             if r[col.cell_id] == cell_id and r["status"] == "ok" and r.get(col.profile_tool) is None
-             and r.get(col.throughput_img_per_s)]
-    return statistics.median(steps) if steps else None
-
-
-def has_kernels(run_dir: Path) -> bool:
-    return (Path(run_dir) / kernels.KERNELS_FILE).is_file()
-
-
-def diff_runs(comparison: Comparison, base_dir: Path, cand_dir: Path, *, floor_pct: float = DEFAULT_KERNEL_FLOOR_PCT,
-              fdr_q: float = DEFAULT_KERNEL_FDR) -> dict[str, KernelDiff]:
-    """The diff of every compared cell with profiled repeats on both sides, by cell id. UnreadableFile when a
-    kernels.parquet is not one; {} where a side has none."""
-    if not (has_kernels(base_dir) and has_kernels(cand_dir)):
-        return {}
-    base = kernels.read_kernels(Path(base_dir) / kernels.KERNELS_FILE)
-    cand = kernels.read_kernels(Path(cand_dir) / kernels.KERNELS_FILE)
-    out = {}
-    for v in comparison.verdicts:
-        a = _timed_step_s(comparison.baseline.rows if comparison.baseline else (), v.cell_id)
-        b = _timed_step_s(comparison.candidate.rows, v.cell_id)
-        diff = diff_cell(base, cand, v.cell_id, q=fdr_q, floor_pct=floor_pct,
-                         timed_step_change_s=b - a if a is not None and b is not None else None)
-        if diff is not None:
-            out[v.cell_id] = diff
-    return out
-
-
-def attach(comparison: Comparison, diffs: Mapping[str, KernelDiff]) -> Comparison:
-    """The comparison with each changed cell's operators' line in its own field (verdicts.parquet's `operators`), and
-    its reason ending in it for a reader."""
-    changed = set(changed_cells(comparison))
-
-    def with_line(v, line: str):
-        return dataclasses.replace(v, operators=line, reason=f"{v.reason}{OPERATORS_NOTE}{line}")
-
-    verdicts = tuple(with_line(v, top_line(diffs[v.cell_id])) if v.cell_id in diffs and v.cell_id in changed else v
-                     for v in comparison.verdicts)
-    return dataclasses.replace(comparison, verdicts=verdicts)
 
 
 def _rows(diff: KernelDiff) -> list[tuple[ItemChange, list[ItemChange]]]:
@@ -139,15 +87,10 @@ def changed_cells(comparison: Comparison) -> list[str]:
     return [v.cell_id for v in comparison.verdicts if v.verdict in (REGRESSION, IMPROVEMENT) or v.is_regression]
 
 
-def write(out_dir: Path, diffs: Mapping[str, KernelDiff]) -> list[Path]:
-    """report/kernels.md and report/kernels.html (nothing when there is no diff)."""
-    from harness.results import store
-
+def files(out_dir: Path, diffs: Mapping[str, KernelDiff]) -> dict[Path, bytes]:
+    """report/kernels.md and report/kernels.html, rendered (nothing when there is no diff): the report's pipeline
+    writes them with the report (analysis.product.pipeline)."""
     if not diffs:
-        return []
-    files = {Path(out_dir) / KERNELS_MD: render_markdown(diffs).encode(),
-             Path(out_dir) / KERNELS_HTML: render_html(diffs).encode()}
-    place_assets(Path(out_dir))
-    store.write_all(files)
-    return list(files)
-
+        return {}
+    return {Path(out_dir) / KERNELS_MD: render_markdown(diffs).encode(),
+            Path(out_dir) / KERNELS_HTML: render_html(diffs).encode()}

@@ -1,7 +1,8 @@
 """A comparison (harness.analysis.judge.compare) rendered and written as report.html (templates/page.html with its
 sections from templates/report_sections.html, cells.html, heatmap.html and work.html; its charts plotly.js figures
 drawn by the plotly.min.js written beside it: no network, no server), summary.md, junit.xml and verdicts.parquet; this
-module loads and compares the runs, hands each section its data and writes every file together. No statistics here:
+module hands each section its data and writes every file together (loading, comparing and the extras:
+analysis.product.pipeline). No statistics here:
 every number comes from compare or the rows; no markup here: the templates hold it.
 
 Every string that comes from results or matrices is escaped before it is written: by the templates' autoescaping and
@@ -16,11 +17,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from harness.analysis.pages import ci_formats, heatmap, work_report
-from harness.analysis.judge import compare, screen
+from harness.analysis.pages import ci_formats, heatmap
 from harness.analysis.load import verdicts_file
-from harness.analysis.load.runs import RunInputError, load_history, load_run
-from harness.analysis.judge.run import RunData
 from harness.analysis.judge.verdict import (
     ACCURACY_BELOW,
     FAILED,
@@ -33,9 +31,7 @@ from harness.analysis.judge.verdict import (
     SUSPECT_IMPROVEMENT,
     SUSPECT_REGRESSION,
     Comparison,
-    Thresholds,
     metric_change_text,
-    with_judge,
 )
 from harness.analysis.load.step_times import StepSeries, load_steps
 from harness.analysis.pages.charts import (
@@ -71,64 +67,34 @@ class ReportResult:
     out_dir: Path
     files: tuple[Path, ...]
     comparison: Comparison
+    lines: tuple[str, ...] = ()
+    """What the extras say on stderr (analysis.product.pipeline): their warnings and their top lines."""
 
 
 # ---------------------------------------------------------------------------------------------
-# entry point: load, compare, render, write
+# the writer: every file rendered, then written together
 
 
-def make_report(run_dir: Path, *, baseline: Path | None = None, history: Path | None = None,
-                out_dir: Path | None = None, thresholds: Thresholds | None = None) -> ReportResult:
-    """Compare `run_dir` with a baseline run, a history folder, or nothing, and write the four files."""
-    problems: list[str] = []
-
-    def attempt(load):
-        try:
-            return load()
-        except RunInputError as exc:
-            problems.extend(exc.problems)
-            return None
-
-    candidate = attempt(lambda: load_run(run_dir))
-    baseline_run = attempt(lambda: load_run(baseline)) if baseline else None
-    runs = attempt(lambda: load_history(history, exclude=run_dir)) if history else None
-    if problems:
-        raise RunInputError(problems)
-    th = run_thresholds(thresholds or Thresholds(), candidate)
-    if baseline_run is not None:  # both folders' counted work diffed beside the timing
-        comparison = work_report.with_work(compare.compare_runs(candidate, baseline_run, th),
-                                           Path(baseline_run.path), Path(candidate.path))
-    elif runs is not None:
-        comparison = screen.screen_history(candidate, runs, th, label=f"history: {len(runs)} run(s) in {history}")
-    else:
-        comparison = compare.describe_only(candidate, th)
-    return write_report(comparison, Path(out_dir) if out_dir else Path(run_dir) / "report")
+EXTRA_SLOTS = ("work", "kernels")
+"""Where the extras' sections go on report.html, in order, under the headline (analysis.product.extras)."""
 
 
-def run_thresholds(th: Thresholds, run: RunData) -> Thresholds:
-    """`th` with the floors of the [judge] section of the matrix `run` recorded. RunInputError when invalid."""
-    from harness.matrix.parse import judge_from_text
-
-    if not run.matrix_text:
-        return th
-    try:
-        return with_judge(th, judge_from_text(run.matrix_text, f"{run.path}/manifest.json matrix_text"))
-    except ValueError as exc:
-        raise RunInputError(str(exc).splitlines()) from None
-
-
-def write_report(comparison: Comparison, out_dir: Path, *, kernels_html: str = "") -> ReportResult:
-    """Render every file first, then write them together: a report is never half new, half old. `kernels_html`:
-    the kernel diff's sections (analysis.pages.kernel_report), placed under the headline."""
+def write_report(comparison: Comparison, out_dir: Path, *, sections: Mapping[str, Markup] | None = None,
+                 extra_files: Mapping[Path, bytes] | None = None) -> ReportResult:
+    """Render every file first, then write them together, the extras' files (kernels.md, ...) with them: a report is
+    never half new, half old. `sections`: each extra's sections of report.html by its name (EXTRA_SLOTS)."""
     steps = load_steps(Path(comparison.candidate.path)) if Path(comparison.candidate.path).is_dir() else {}
-    contents = [render_html(comparison, steps, kernels_html).encode(), ci_formats.render_markdown(comparison).encode(),
+    shown = [(sections or {}).get(name, Markup("")) for name in EXTRA_SLOTS]
+    contents = [render_html(comparison, steps, shown).encode(), ci_formats.render_markdown(comparison).encode(),
                 store.table_bytes(verdicts_file.verdict_table(comparison)), ci_formats.render_junit(comparison)]
     files = [out_dir / name for name in REPORT_FILES]
     if comparison.mode == "history":
         files.append(out_dir / "suspects.json")
         contents.append((json.dumps(suspects(comparison), indent=2, sort_keys=True, default=str) + "\n").encode())
+    written = dict(zip(files, contents)) | dict(extra_files or {})
+    files += [f for f in (extra_files or {}) if f not in files]
     place_assets(out_dir)
-    store.write_all(dict(zip(files, contents)))
+    store.write_all(written)
     if comparison.mode != "history":  # a history screen's suspects must not outlive it in this folder
         (out_dir / "suspects.json").unlink(missing_ok=True)
     return ReportResult(out_dir=out_dir, files=tuple(files), comparison=comparison)
@@ -257,8 +223,9 @@ def page_values(title: str, subtitle: str, method: str, *, css: Sequence[str] = 
 
 
 def render_html(comparison: Comparison, steps: Mapping[str, Sequence[StepSeries]] | None = None,
-                kernels_html: str = "") -> str:
-    """The report page; `steps` (load_steps of the candidate) gives each cell its step-time plot."""
+                extra_sections: Sequence[Markup] = (Markup(""), Markup(""))) -> str:
+    """The report page; `steps` (load_steps of the candidate) gives each cell its step-time plot; `extra_sections`
+    the extras' sections under the headline, one a slot of EXTRA_SLOTS."""
     cand = comparison.candidate
     banner = drill_banner(comparison)
     charts = [change_chart(comparison), *throughput_charts(comparison), accuracy_chart(comparison),
@@ -279,8 +246,7 @@ def render_html(comparison: Comparison, steps: Mapping[str, Sequence[StepSeries]
         f"{method_text(comparison)} Written {human_time(datetime.now(timezone.utc).isoformat())}.",
         scripts=("report.js",)), banner=banner, sections=[
         ("headline", "Headline", _cards(comparison)),
-        ("", "", work_report.render_sections(comparison)),
-        ("", "", Markup(kernels_html)),
+        *(("", "", section) for section in extra_sections),
         ("matrix", "The matrix at a glance", _heatmap(comparison)),
         ("setup", "", _setup(comparison)),
         ("cells", "Cells, sorted by effect", render_table(comparison)),

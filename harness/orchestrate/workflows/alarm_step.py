@@ -21,7 +21,7 @@ def tonight_work(verdicts, base: str | None, cand: str | None) -> dict:
     """Each judged cell's counted work tonight against the baseline (work_diff), from the two run folders the report
     compared; {} where either is unknown or neither counted work."""
     from harness.analysis.load.runs import read_work_table
-    from harness.analysis.pages.work_report import diff_tables
+    from harness.analysis.product.extras import diff_tables
 
     if not base or not cand or not Path(base).is_dir() or not Path(cand).is_dir():
         return {}
