@@ -55,7 +55,7 @@ def _sides(args: argparse.Namespace) -> tuple[Path, Path | None]:
 
 def _kernels_problem(baseline: Path | None, run_dir: Path, args: argparse.Namespace) -> str | None:
     """Why `report --kernels` cannot diff these folders (None: it can)."""
-    from harness.analysis.pages.kernel_report import has_kernels
+    from harness.analysis.product.extras import has_kernels
 
     if baseline is None:
         return "--kernels diffs two run folders: give a baseline (report A B --kernels)"
