@@ -280,18 +280,18 @@ def stop_and_check(proc: subprocess.Popen, tag: str, sig: int, *, within_s: floa
     return proc.returncode, err
 
 
-@pytest.fixture
-def quiet_machine(tmp_path):
-    """The environment of a command that must see this machine's cores quiet whatever else runs beside it (a shared
-    CI runner): NVBENCH_PROC_STAT names a constructed /proc/stat whose every core stays idle as time passes (100
-    ticks a second, as the kernel counts), rewritten whole every 50 ms while the test runs. The cells' meters and the
-    A/B's wait for quiet read it; their own processes' ticks still come from the real /proc. Exact: a window reads no
-    other process, so nothing is re-run or left out for interference."""
+@contextlib.contextmanager
+def constructed_quiet(folder: Path):
+    """The environment of commands that must see this machine's cores quiet whatever else runs beside them (a shared
+    CI runner): NVBENCH_PROC_STAT names a constructed /proc/stat in `folder` whose every core stays idle as time passes
+    (100 ticks a second, as the kernel counts), rewritten whole every 50 ms while the block runs. The cells' meters and
+    the A/B's wait for quiet read it; their own processes' ticks still come from the real /proc. Exact: a window reads
+    no other process, so nothing is re-run or left out for interference."""
     import threading
 
     from harness.host.procstat import PROC_STAT_ENV
 
-    path, stop = tmp_path / "proc-stat", threading.Event()
+    path, stop = Path(folder) / "proc-stat", threading.Event()
     cpus = os.cpu_count() or 1
 
     def write() -> None:
@@ -313,3 +313,10 @@ def quiet_machine(tmp_path):
     finally:
         stop.set()
         thread.join()
+
+
+@pytest.fixture
+def quiet_machine(tmp_path):
+    """constructed_quiet for one test: its commands see this machine's cores quiet."""
+    with constructed_quiet(tmp_path) as env:
+        yield env
