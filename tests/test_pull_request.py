@@ -82,6 +82,8 @@ def worktrees(repo: Path) -> list[str]:
     return _git(repo, "worktree", "list", "--porcelain").split("\n\n")
 
 
+@pytest.mark.documented("NVBENCH_MATRIX=matrices/resnet50.toml NVBENCH_ONLY=world_size=1 bash ci/pull-request.sh",
+                         bound_s=600)
 def test_a_pull_request_that_adds_a_host_sync_breaks_the_gate_and_says_so_first(tmp_path, quiet_machine):
     repo, base = repository(tmp_path, add_sync)
     out = tmp_path / "pr"
@@ -118,6 +120,7 @@ def test_a_pull_request_that_changes_a_comment_is_work_same_never_a_fail(tmp_pat
     assert len(worktrees(repo)) == 1
 
 
+@pytest.mark.documented("nvbench ab matrices/resnet50.toml --base main", bound_s=180)
 def test_ab_base_stopped_by_sigint_leaves_no_worktree(tmp_path, tagged, quiet_machine):
     repo, _ = repository(tmp_path, add_comment)
     out = tmp_path / "ab"

@@ -152,8 +152,8 @@ def add_parser(subparsers) -> None:
     d.add_argument("--no-cache", action="store_true",
                    help="neither read nor write the history's .nvbench-cache (default: off: reused, the same answer)")
     d.set_defaults(func=cmd_dashboard)
-    x = subparsers.add_parser("export", help="a run's cells in another tool's format (pytest-benchmark, "
-                              "github-action-benchmark or Bencher JSON)")
+    x = subparsers.add_parser("export", help="a run's cells in another tool's format (pytest-benchmark's or a CI "
+                              "dashboard's JSON)")
     x.add_argument("run_dir", metavar="RUN", help="the run folder to export")
     x.add_argument("--format", required=True, choices=EXPORT_FORMATS,
                    help="pytest-benchmark: one benchmark per cell (named and grouped by cell id), seconds per image "
