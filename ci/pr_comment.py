@@ -51,7 +51,7 @@ def work_line(cell: str, diff: WorkDiff, gates: Sequence[Any]) -> WorkLine:
     diff's own words (`work: same`, `work: no work counted (...)`); its broken gates named."""
     broken = [c.label for c in check_gates(diff, gates) if c.broken]
     vary = f"; varying: {varying_text(diff.varying)}" if diff.varying else ""
-    if diff.changed:
+    if diff.counted and diff.changed:
         text, rank = changes_text(diff.changed) + vary, 1
     else:
         text, rank = diff.words(), (4 if not diff.counted else 2 if diff.varying else 3)

@@ -8,6 +8,7 @@ that does not resolve or a checkout outside git is one line, exit 2."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
 import signal
@@ -19,10 +20,53 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, TINY, first_cell, nvbench, stop_and_check, wait_for
 
+from harness.analysis.judge.work_diff import SideWork, diff_sides
+from harness.analysis.pages.render import render
+from harness.matrix.judge import WorkGate
+from harness.results import store
+
+spec = importlib.util.spec_from_file_location("pr_comment", ROOT / "ci" / "pr_comment.py")
+pr_comment = importlib.util.module_from_spec(spec)
+sys.modules["pr_comment"] = pr_comment  # dataclasses look their module up
+spec.loader.exec_module(pr_comment)
+
 ENGINE = Path("harness/cell/engine.py")
 KEEP = "        loss = self.micro_step(images, labels, sync_grads=sync_grads)\n"
 READ = "            self.optimizer.zero_grad(set_to_none=True)\n"
 GATES = '\n[judge.work_gates]\nhost_syncs = "no-rise"\n'
+
+
+SYNC, MM = ("optimizer", "host_syncs", "aten::_local_scalar_dense"), ("forward", "op_calls", "aten::mm")
+
+
+def _side(values: dict, processes: int = 1) -> SideWork:
+    return SideWork(processes=processes, ranges={k: (v, v) for k, v in values.items()})
+
+
+def test_the_comment_leads_with_broken_gates_then_changed_work_and_the_job_fails_on_a_gate_whatever_the_timing(
+        tmp_path):
+    gates = (WorkGate(counter="host_syncs", rule="no-rise"),)
+    diffs = {"d-same": diff_sides("d", _side({MM: 40.0}), _side({MM: 40.0})),
+             "c-mm": diff_sides("c", _side({MM: 40.0}), _side({MM: 56.0})),
+             "b-none": diff_sides("b", _side({}, processes=0), _side({MM: 40.0})),
+             "a-sync": diff_sides("a", _side({MM: 40.0}), _side({MM: 40.0, SYNC: 1.0}))}
+    lines = {cid: pr_comment.work_line(cid, diff, gates) for cid, diff in diffs.items()}
+    assert [(w.cell, w.text, w.gate) for w in sorted(lines.values(), key=lambda w: (w.rank, w.cell))] == [
+        ("a-sync", "optimizer +1 host sync per step (aten::_local_scalar_dense)",
+         'work gate host_syncs = "no-rise" broken'),
+        ("c-mm", "forward +16 aten::mm per step", ""), ("d-same", "work: same", ""),
+        ("b-none", "work: no work counted (no counted process on A)", "")]
+    # a busy machine left the timing undecided (nvbench ab exit 3, no report): the counts still fail the job
+    assert pr_comment.job_exit(3, lines) == 1 and pr_comment.job_exit(0, lines) == 1
+    calm = {k: v for k, v in lines.items() if k != "a-sync"}
+    assert [pr_comment.job_exit(code, calm) for code in (0, 1, 3, 2, 130)] == [0, 1, 3, 2, 130]
+    assert pr_comment.job_exit(2, lines) == 2  # bad input stays bad input
+    store.write_json(tmp_path / "ab.json", {"stopped_busy": "the machine was busy", "base": {"rev": "main",
+                                                                                             "commit": "ab" * 20}})
+    text = render("pr_comment.md", **pr_comment.comment_values(tmp_path, None, lines, {"base": {"rev": "main"}}))
+    assert text.startswith("optimizer +1 host sync per step (aten::\\_local\\_scalar\\_dense) — a-sync — **work gate "
+                           'host\\_syncs = "no-rise" broken**\n\nforward +16 aten::mm per step — c-mm\n\n'), text
+    assert "No timed verdict: the machine was busy; on a quiet runner, nvbench ab --resume" in text
 
 
 def _git(repo: Path, *args: str) -> str:
