@@ -148,7 +148,6 @@ def test_a_pull_request_that_adds_a_host_sync_breaks_the_gate_and_says_so_first(
     assert not (out / "worktrees").exists() and len(worktrees(repo)) == 1, worktrees(repo)
 
 
-@pytest.mark.slow
 def test_a_pull_request_that_changes_a_comment_is_work_same_never_a_fail(tmp_path, quiet_machine):
     repo, _ = repository(tmp_path, add_comment)
     with (repo / ENGINE).open("a") as fh:  # one more, not committed: side B runs the checkout as it is, and says so
