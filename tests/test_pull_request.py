@@ -194,3 +194,34 @@ def test_a_base_that_does_not_resolve_or_a_checkout_outside_git_is_one_line_exit
     proc = nvbench("ab", str(tiny), "--base", "main", "--a-checkout", str(repo), "--out", str(tmp_path / "z"),
                    cwd=repo, env={"PYTHONPATH": str(repo)}, timeout=120)
     assert proc.returncode == 2 and "--base main with --a-checkout" in proc.stderr, proc.stderr
+
+
+def test_the_base_is_the_merge_base_of_head_and_rev_unless_exact_and_a_dirty_checkout_is_named(tmp_path):
+    from harness.orchestrate.workflows.ab import resolve_base
+
+    repo, forked = repository(tmp_path, add_comment)
+    _git(repo, "checkout", "-q", "main")
+    (repo / "NOTES").write_text("main moved on\n")
+    _git(repo, "add", "NOTES")
+    _git(repo, "commit", "-q", "-m", "main after the fork")
+    tip = _git(repo, "rev-parse", "HEAD")
+    _git(repo, "checkout", "-q", "pr")
+    base = resolve_base("main", exact=False, checkout=repo / "harness")
+    assert (base.repo, base.commit, base.merge_base, base.dirty) == (repo, forked, True, ())
+    assert resolve_base("main", exact=True, checkout=repo).commit == tip
+    assert resolve_base("main", exact=False, checkout=repo, recorded=tip).commit == tip  # a resumed A/B's own
+    (repo / ENGINE).write_text((repo / ENGINE).read_text() + "# uncommitted\n")
+    assert resolve_base("main", exact=False, checkout=repo).dirty == (str(ENGINE),)
+
+
+def test_the_pull_request_job_stopped_by_sigterm_exits_130_and_leaves_no_worktree(tmp_path, tagged, quiet_machine):
+    repo, _ = repository(tmp_path, add_comment)
+    out = tmp_path / "pr"
+    knobs = {"NVBENCH_MATRIX": str(matrix(tmp_path)), "NVBENCH_REPEATS": "5", "NVBENCH_MAX_REPEATS": "",
+             "NVBENCH_OUT": str(out), "PYTHON": sys.executable}
+    proc, tag = tagged(["bash", "ci/pull-request.sh"], cwd=repo, env={**quiet_machine, **knobs})
+    wait_for("a cell of the A/B", lambda: first_cell(tag), timeout_s=180, proc=proc)
+    code, err = stop_and_check(proc, tag, signal.SIGTERM)
+    assert code == 130 and "stopped by SIGTERM" in err, err
+    assert not (out / "worktrees").exists() and len(worktrees(repo)) == 1, worktrees(repo)
+    assert not (out / "pr-comment.md").exists()
