@@ -82,11 +82,14 @@ def comment_values(folder: Path, comparison: Comparison | None, lines: Mapping[s
              "pairs": v.num_candidate, "work": _md(short[lines[v.cell_id].rank] if v.cell_id in lines else "-")}
             for v in verdicts]
     busy = stopped_busy(folder)
+    broken = sum(bool(w.gate) for w in lines.values())
     return {
         "work": [{"text": _md(w.text), "cell": _md(w.cell), "gate": _md(w.gate)} for w in work],
         "head": _md(_side(meta, "b", checkout)), "base": _md(f"{base.get('rev', '?')} @ "
                                                              f"{short_commit(base.get('commit')) or '?'}"),
-        "headline": _md(headline_words(comparison) if comparison else "no timed verdict"), "rows": rows,
+        "headline": _md(", ".join(filter(None, [f"{broken} work gate(s) broken" if broken else "",
+                                                headline_words(comparison) if comparison else "no timed verdict"]))),
+        "rows": rows,
         "no_verdict": _md(f"{busy}; on a quiet runner, nvbench ab --resume {folder} finishes the same pairs" if busy
                           else "the A/B wrote no report (its log says why)"),
         "undecided": [{"cell": _md(labels[v.cell_id]), "text": _md(_undecided_text(v))}
