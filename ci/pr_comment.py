@@ -83,6 +83,7 @@ def comment_values(folder: Path, comparison: Comparison | None, lines: Mapping[s
             for v in verdicts]
     busy = stopped_busy(folder)
     broken = sum(bool(w.gate) for w in lines.values())
+    levels = {v.ci_level for v in verdicts if v.ci_level}
     return {
         "work": [{"text": _md(w.text), "cell": _md(w.cell), "gate": _md(w.gate)} for w in work],
         "head": _md(_side(meta, "b", checkout)), "base": _md(f"{base.get('rev', '?')} @ "
@@ -95,6 +96,7 @@ def comment_values(folder: Path, comparison: Comparison | None, lines: Mapping[s
         "undecided": [{"cell": _md(labels[v.cell_id]), "text": _md(_undecided_text(v))}
                       for v in verdicts if v.verdict == INCONCLUSIVE],
         "folder": _md(str(folder)),
+        "interval": f"{100 * levels.pop():g}% interval" if len(levels) == 1 else "interval",
     }
 
 
