@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from pathlib import Path
 
@@ -36,18 +37,19 @@ too short a warm-up, not bad luck, and re-running it more would only cost time."
 def cmd_ab(args: argparse.Namespace) -> int:
     """nvbench ab; a full disk stops it with the resume of its folder (the A/B whose ab.json holds the failed
     write), every pair written so far kept."""
-    try:
-        return _cmd_ab(args)
-    except CannotWrite as exc:
-        from harness.orchestrate.workflows import ab
+    with contextlib.ExitStack() as cleanup:  # --base's worktree, removed however the A/B ends (a stop included)
+        try:
+            return _cmd_ab(args, cleanup)
+        except CannotWrite as exc:
+            from harness.orchestrate.workflows import ab
 
-        folder = next((p for p in exc.path.parents if (p / ab.AB_FILE).is_file()), None)
-        if folder is not None:
-            exc.resume = f"nvbench ab --resume {folder}"
-        raise
+            folder = next((p for p in exc.path.parents if (p / ab.AB_FILE).is_file()), None)
+            if folder is not None:
+                exc.resume = f"nvbench ab --resume {folder}"
+            raise
 
 
-def _cmd_ab(args: argparse.Namespace) -> int:
+def _cmd_ab(args: argparse.Namespace, cleanup: contextlib.ExitStack) -> int:
     # the library, loaded when the command runs: its pyarrow and numpy would add ~1 s to every nvbench start
     from harness.analysis.judge import compare
     from harness.analysis.product import pipeline
@@ -74,7 +76,8 @@ def _cmd_ab(args: argparse.Namespace) -> int:
         return bad_input(["nvbench ab needs a MATRIX, or --resume DIR"])
     if args.busy_wait_s is not None and not args.busy_wait_s > 0:
         return bad_input([f"--busy-wait-s {args.busy_wait_s:g}: must be > 0 seconds"])
-    if warning := ab_sides.code_warning(Path.cwd(), ab.checkout_root(), {"a": args.a_checkout, "b": args.b_checkout}):
+    own = {"a": args.a_checkout or args.base, "b": args.b_checkout}  # --base: side A's code is a worktree of it
+    if warning := ab_sides.code_warning(Path.cwd(), ab.checkout_root(), own):
         print(warning, file=sys.stderr)  # before anything runs: the A/B the user meant may not be this one
     try:
         matrix = with_repeats(load_matrix(args.matrix), args.repeats)
@@ -100,12 +103,13 @@ def _cmd_ab(args: argparse.Namespace) -> int:
         pythons = {"a": ab.resolve_python(args.a), "b": ab.resolve_python(args.b)}
         checkouts = {name: ab.resolve_checkout(path) if path else None
                      for name, path in (("a", args.a_checkout), ("b", args.b_checkout))}
+        out = Path(args.resume) if args.resume else opening.fresh_out(args.out, reports=args.reports,
+                                                                       name=f"{matrix.benchmark.name}-ab")
+        base = _base_side(args, out, checkouts, cleanup) if args.base else None
         for name, checkout in checkouts.items():
             if checkout is not None:
                 ab.precompile(pythons[name], checkout)
         envs = {name: ab.collect_env_under(py, checkout=checkouts[name]) for name, py in pythons.items()}
-        out = Path(args.resume) if args.resume else opening.fresh_out(args.out, reports=args.reports,
-                                                                       name=f"{matrix.benchmark.name}-ab")
     except (MatrixError, ab.AbInputError, opening.OpeningError) as exc:
         return bad_input(exc.problems)
     except ValueError as exc:
@@ -124,7 +128,7 @@ def _cmd_ab(args: argparse.Namespace) -> int:
     if not args.resume:
         ab.create_ab(matrix, cells, out_dir=out, pythons=pythons, envs=envs, smoke=args.smoke, only=args.only,
                      seed=args.seed, checkouts=checkouts, fire_drill_pct=args.fire_drill or 0.0,
-                     max_reruns=args.max_reruns, labels=names, settings=_settings(args))
+                     max_reruns=args.max_reruns, labels=names, settings=_settings(args), base=base)
     waits = rerun.WaitBudget(args.busy_wait_s or _default_wait_s(cells, looks, caps, envs, Path(args.reports)))
     adaptive = f"; more pairs of inconclusive cells up to {looks[-1]} a side, looks at {looks}" if len(looks) > 1 else ""
     print(f"A/B folder: {out}  ({2 * len(cells) * matrix.run.repeats} jobs{adaptive}; a repeat whose window opens "
@@ -183,6 +187,35 @@ def _cmd_ab(args: argparse.Namespace) -> int:
     for line in result.lines:
         print(line, file=sys.stderr)
     return print_report(result, args.fail_on_regression)
+
+
+def _base_side(args: argparse.Namespace, out: Path, checkouts: dict, cleanup: contextlib.ExitStack) -> dict:
+    """--base REV: side A's code a worktree of REV's commit (the merge-base of HEAD and REV unless --base-exact; a
+    resumed A/B's own) under OUT/worktrees, removed when the command ends; side B this checkout as it is, its
+    uncommitted changes said. What ab.json records of it (ab.Base.record)."""
+    from harness.orchestrate.session import worktrees
+    from harness.orchestrate.workflows import ab
+    from harness.results import store
+
+    if args.a_checkout:
+        raise ab.AbInputError([f"--base {args.base} with --a-checkout {args.a_checkout}: both name side A's code; "
+                               "give one"])
+    recorded = store.read_json(out / ab.AB_FILE).get("base", {}).get("commit") if args.resume else None
+    b_code = checkouts["b"] or ab.checkout_root()
+    base = ab.resolve_base(args.base, exact=args.base_exact, checkout=b_code, recorded=recorded)
+    try:
+        checkouts["a"] = cleanup.enter_context(worktrees.checked_out(base.repo, base.commit,
+                                                                     out.absolute() / worktrees.FOLDER))
+    except worktrees.WorktreeError as exc:
+        raise ab.AbInputError([f"--base {args.base}: {exc}"]) from None
+    which = "the merge-base of HEAD and" if base.merge_base else "the commit"
+    print(f"A: {which} {args.base}, {base.commit[:12]}, checked out in {checkouts['a']} (removed when the A/B ends)",
+          file=sys.stderr)
+    if base.dirty:
+        shown = ", ".join(base.dirty[:5]) + (f" and {len(base.dirty) - 5} more" if len(base.dirty) > 5 else "")
+        print(f"B: {b_code} as it is, uncommitted changes included ({len(base.dirty)} file(s): {shown})",
+              file=sys.stderr)
+    return base.record(checkouts["a"])
 
 
 RESUME_KEEPS = ("busy_wait_s",)
@@ -279,6 +312,11 @@ def add_parser(subparsers) -> None:
     ab.add_argument("--a-checkout", metavar="DIR", help="checkout whose harness side A runs, e.g. a git worktree "
                     "of the baseline's commit (default: the code this nvbench imports; the A/B warns first when you "
                     "stand in another checkout)")
+    ab.add_argument("--base", metavar="REV", help="side A runs REV's code: a git worktree of the merge-base of HEAD "
+                    "and REV (a pull request's base), made under the A/B folder and removed when it ends; side B this "
+                    "checkout as it is (default: no --base; A is --a-checkout's code)")
+    ab.add_argument("--base-exact", action="store_true", help="with --base, side A runs REV itself, not its "
+                    "merge-base with HEAD (default: off)")
     ab.add_argument("--b-checkout", metavar="DIR", help="checkout whose harness side B runs (default: as --a-checkout)")
     ab.add_argument("--a-label", metavar="TEXT", help="what side A is, in the verdict's words (default: the "
                     "environment fields that differ between the sides, e.g. 'torch 2.12.1'; else 'baseline')")

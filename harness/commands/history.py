@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from harness.results.store import CannotWrite
+from harness.analysis.load.export import FORMATS as EXPORT_FORMATS
 from harness.analysis.pages.wording import coverage_line
 from harness.commands.common import EXIT_INCONCLUSIVE, EXIT_OK, bad_input, own_default
 from harness.catalogue import col
@@ -138,10 +139,14 @@ def add_parser(subparsers) -> None:
     d.add_argument("--no-cache", action="store_true",
                    help="neither read nor write the history's .nvbench-cache (default: off: reused, the same answer)")
     d.set_defaults(func=cmd_dashboard)
-    x = subparsers.add_parser("export", help="a run's cells in another tool's format (pytest-benchmark JSON)")
+    x = subparsers.add_parser("export", help="a run's cells in another tool's format (pytest-benchmark's or a CI "
+                              "dashboard's JSON)")
     x.add_argument("run_dir", metavar="RUN", help="the run folder to export")
-    x.add_argument("--format", required=True, choices=("pytest-benchmark",),
+    x.add_argument("--format", required=True, choices=EXPORT_FORMATS,
                    help="pytest-benchmark: one benchmark per cell (named and grouped by cell id), seconds per image "
-                        "of each measured step as its rounds, so ops (1 / mean) is img/s")
+                        "of each measured step as its rounds, so ops (1 / mean) is img/s; github-action-benchmark: "
+                        "its customBiggerIsBetter list, img/s per cell with its interval as range, the axes and commit "
+                        "as extra; bencher: Bencher Metric Format, per cell throughput with its interval, top1 and the "
+                        "counted work per step (host_syncs, op_calls, allocations) where the run counted it")
     x.add_argument("--out", required=True, metavar="FILE", help="the JSON file to write")
     x.set_defaults(func=cmd_export)

@@ -1,6 +1,9 @@
-"""A run's cells in formats other tools read. `pytest-benchmark`: its saved JSON (format version 5), one benchmark
-per cell named and grouped by cell id, seconds per image of each measured step as the rounds (so `ops`, 1 / mean,
-is images per second), over the repeats a verdict uses; `pytest-benchmark compare` reads it as its own files."""
+"""A run's cells in formats other tools read, each over the repeats a verdict uses. `pytest-benchmark`: its saved
+JSON (format version 5), one benchmark per cell named and grouped by cell id, seconds per image of each measured step
+as the rounds (so `ops`, 1 / mean, is images per second); `pytest-benchmark compare` reads it as its own files.
+`github-action-benchmark`: its `customBiggerIsBetter` JSON, one entry per cell: img/s, its interval as `range`, the
+cell's axes and commit as `extra`. `bencher`: Bencher Metric Format, per cell throughput with its interval, top-1,
+and the counted work per step (host_syncs, op_calls, allocations) where work.parquet counted the cell."""
 
 from __future__ import annotations
 
@@ -15,12 +18,15 @@ import numpy as np
 
 from harness import __version__
 from harness.analysis.judge.repeats import axes_of, by_cell, usable_rows
-from harness.analysis.load.runs import RunInputError, load_run
+from harness.analysis.load.runs import RunInputError, load_run, read_work_table
 from harness.analysis.judge.run import RunData
 from harness.analysis.judge.verdict import Thresholds
 from harness.catalogue import col
+from harness.catalogue.work import ALLOCATIONS, HOST_SYNCS, OP_CALLS
+from harness.catalogue.work_gates import COUNTED_STEP_PHASES
+from harness.stats.inference import mean_interval
 
-FORMATS = ("pytest-benchmark",)
+FORMATS = ("pytest-benchmark", "github-action-benchmark", "bencher")
 PYTEST_BENCHMARK_VERSION = "5.1.0"
 """The pytest-benchmark release whose file layout this writes (what its `version` field says)."""
 
@@ -137,14 +143,100 @@ def pytest_benchmark_json(run: RunData) -> dict[str, Any]:
     }
 
 
+# ---------------------------------------------------------------------------------------------
+# the formats of CI dashboards: github-action-benchmark, Bencher
+
+THROUGHPUT_UNIT = "img/s"
+WORK_MEASURES = (HOST_SYNCS, OP_CALLS, ALLOCATIONS)
+"""The counted work a Bencher export carries per cell, each summed over a step's phases."""
+
+
+def throughput_interval(rows: Sequence[Mapping[str, Any]]) -> tuple[float, float | None, float | None]:
+    """(mean img/s, low, high) of a cell's repeats: several, the 95 % t interval of their mean (what a rerun would
+    move); one, its window's own interval (batch means over its steps); None where there is none."""
+    values = [float(r[col.throughput_img_per_s]) for r in rows]
+    if len(values) > 1:
+        ci = mean_interval(values)
+        return ci.estimate, ci.low, ci.high
+    low, high = rows[0].get(col.throughput_ci_low_img_per_s), rows[0].get(col.throughput_ci_high_img_per_s)
+    finite = low is not None and high is not None and math.isfinite(low) and math.isfinite(high)
+    return values[0], (float(low) if finite else None), (float(high) if finite else None)
+
+
+def _commit(run: RunData) -> str:
+    sha = run.environment.get("nvbench_git_sha")
+    return (sha or "none") + (" (dirty)" if sha and run.environment.get("nvbench_git_dirty") else "")
+
+
+def github_action_benchmark_json(run: RunData) -> list[dict[str, Any]]:
+    """github-action-benchmark's `customBiggerIsBetter` input: per cell {name, unit, value, range, extra}, `range`
+    the interval's half-width ("± 12.3"; left out where there is none), `extra` the axes and the commit, a line
+    each (the tooltip of its chart)."""
+    out = []
+    for cid, rows in verdict_rows(run).items():
+        value, low, high = throughput_interval(rows)
+        extra = [f"{axis}={v}" for axis, v in axes_of(rows).items() if v is not None]
+        extra += [f"commit={_commit(run)}", f"repeats={len(rows)}", f"{col.run_id}={run.run_id}"]
+        entry = {"name": cid, "unit": THROUGHPUT_UNIT, "value": value}
+        if low is not None and high is not None:
+            entry["range"] = f"± {(high - low) / 2:.6g}"
+        out.append({**entry, "extra": "\n".join(extra)})
+    return out
+
+
+def _measure(value: float, low: float | None = None, high: float | None = None) -> dict[str, float]:
+    return {"value": value, **({"lower_value": low, "upper_value": high} if low is not None and high is not None
+                               else {})}
+
+
+def step_work(work_rows: Sequence[Mapping[str, Any]], cell_id: str, counter: str) -> list[float]:
+    """Per counted process of the cell, rank 0's `counter` per step, summed over a step's phases (COUNTED_STEP_PHASES;
+    a phase without a row counted zero); [] where no process of the cell was counted."""
+    totals: dict[int, float] = {}
+    for r in work_rows:
+        if r[col.cell_id] == cell_id and r[col.rank] == 0:
+            totals.setdefault(r[col.process], 0.0)
+            if r[col.counter] == counter and r[col.phase] in COUNTED_STEP_PHASES:
+                totals[r[col.process]] += float(r[col.per_step])
+    return [totals[p] for p in sorted(totals)]
+
+
+def bencher_json(run: RunData, work_rows: Sequence[Mapping[str, Any]] | None) -> dict[str, Any]:
+    """Bencher Metric Format: {cell id: {measure: {value, lower_value, upper_value}}}. Measures: `throughput` (img/s,
+    its interval as bounds), `top1` (the mean over the repeats, where validated), and where the cell's work was
+    counted host_syncs, op_calls and allocations per step (one counted process: its count; several: their mean,
+    bounded by the least and the most)."""
+    out: dict[str, Any] = {}
+    for cid, rows in verdict_rows(run).items():
+        measures = {"throughput": _measure(*throughput_interval(rows))}
+        top1 = [float(r["top1"]) for r in rows if r.get("top1") is not None]
+        if top1:
+            measures["top1"] = _measure(statistics.fmean(top1))
+        for counter in WORK_MEASURES:
+            if counted := step_work(work_rows or (), cid, counter):
+                measures[counter] = _measure(statistics.fmean(counted), min(counted), max(counted))
+        out[cid] = measures
+    return out
+
+
 def export_run(run_dir: Path, fmt: str, out: Path) -> int:
-    """Write `run_dir` in `fmt` to `out` (atomically); the number of benchmarks written."""
+    """Write `run_dir` in `fmt` to `out` (atomically); the number of benchmarks (cells) written."""
     from harness.results import store
 
     if fmt not in FORMATS:
         raise RunInputError([f"--format {fmt}: unknown (choose from {', '.join(FORMATS)})"])
-    doc = pytest_benchmark_json(load_run(run_dir))
-    if not doc["benchmarks"]:
+    run = load_run(run_dir)
+    if fmt == "github-action-benchmark":
+        doc: Any = github_action_benchmark_json(run)
+    elif fmt == "bencher":
+        try:
+            doc = bencher_json(run, read_work_table(Path(run_dir)))
+        except store.UnreadableFile as exc:
+            raise RunInputError([str(exc)]) from None
+    else:
+        doc = pytest_benchmark_json(run)
+    count = len(doc["benchmarks"] if fmt == "pytest-benchmark" else doc)
+    if not count:
         raise RunInputError([f"{run_dir}: no cell with a repeat a verdict uses (ok, steady): nothing to export"])
     store.write_bytes(out, (json.dumps(doc, indent=2, default=str) + "\n").encode())
-    return len(doc["benchmarks"])
+    return count

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from harness.orchestrate.bisect.search import BAD, GOOD, SKIPPED, BisectInputError, Search
-from harness.orchestrate.session import stopping
+from harness.orchestrate.session import stopping, worktrees
 from harness.orchestrate.workflows import ab
 from harness.catalogue import col
 from harness.exits import EXIT_INCONCLUSIVE, EXIT_OK
@@ -230,22 +230,14 @@ class Bisector:
         return [f"--{side}-checkout", str(self.worktree(index))]
 
     def worktree(self, index: int) -> Path:
-        path = self.out / "worktrees" / short_commit(self.points[index])
-        if not (path / "harness").is_dir():
-            shutil.rmtree(path, ignore_errors=True)
-            git(self.repo, "worktree", "add", "--detach", "--force", str(path), self.points[index])
-        return path
+        try:
+            return worktrees.add(self.repo, self.points[index], self.out / worktrees.FOLDER)
+        except worktrees.WorktreeError as exc:
+            raise BisectInputError(str(exc)) from None
 
     def cleanup(self) -> None:
         """Remove the worktrees this bisect made (a resumed one makes them again)."""
-        folder = self.out / "worktrees"
-        if self.repo is None or not folder.exists():
-            return
-        for path in folder.iterdir():
-            subprocess.run(["git", "-C", str(self.repo), "worktree", "remove", "--force", str(path)],
-                           capture_output=True)
-        shutil.rmtree(folder, ignore_errors=True)
-        subprocess.run(["git", "-C", str(self.repo), "worktree", "prune"], capture_output=True)
+        worktrees.remove_all(self.repo, self.out / worktrees.FOLDER)
 
     def cannot_run(self, index: int) -> str:
         """Why point `index`'s code cannot run a cell ("" when it can): its harness must import."""

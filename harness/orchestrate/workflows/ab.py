@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import harness
-from harness.orchestrate.session import capabilities, compile_cache, derive, job, runfolder
+from harness.orchestrate.session import capabilities, compile_cache, derive, job, runfolder, worktrees
 from harness.orchestrate.placement import lanes
 from harness.orchestrate.workflows import rerun
 from harness.orchestrate.placement.machine import probe_machine
@@ -98,6 +98,42 @@ def precompile(python: str, root: Path) -> None:
     0.7 s of each process's start here. A file that does not compile is left to fail in its cell, as before."""
     subprocess.run([python, "-m", "compileall", "-q", str(root / "harness")], capture_output=True, check=False,
                    timeout=300)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Base:
+    """`nvbench ab --base REV`'s side A: the commit whose code it runs (a worktree made under the A/B folder) and
+    side B's checkout, the repository both come from, as ab.json records them."""
+
+    repo: Path
+    rev: str
+    commit: str
+    merge_base: bool
+    """The commit is the merge-base of HEAD and REV (the default), not REV itself (--base-exact)."""
+    dirty: tuple[str, ...]
+    """Side B's tracked files with uncommitted changes: B runs them as they are."""
+
+    def record(self, worktree: Path) -> dict[str, Any]:
+        return {"rev": self.rev, "commit": self.commit, "merge_base": self.merge_base, "worktree": str(worktree),
+                "repository": str(self.repo), "b_dirty": list(self.dirty)}
+
+
+def resolve_base(rev: str, *, exact: bool, checkout: Path, recorded: str | None = None) -> Base:
+    """Side A's commit for `--base REV` in the repository of `checkout` (side B's code): the merge-base of HEAD and
+    REV, or REV itself when `exact`; `recorded` (a resumed A/B's commit) stands for either. AbInputError, one line,
+    where the checkout is in no git repository or REV names no commit there."""
+    repo = worktrees.repository(checkout)
+    if repo is None:
+        raise AbInputError([f"--base {rev}: {checkout} is not in a git repository (side A's code is a commit of it)"])
+    sha = recorded or worktrees.commit_of(repo, rev)
+    if sha is None:
+        raise AbInputError([f"--base {rev}: no such commit in {repo}"])
+    if not (exact or recorded):
+        sha = worktrees.merge_base(repo, "HEAD", sha)
+        if sha is None:
+            raise AbInputError([f"--base {rev}: no common ancestor with HEAD in {repo} (--base-exact runs {rev} "
+                                "itself)"])
+    return Base(repo=repo, rev=rev, commit=sha, merge_base=not exact, dirty=tuple(worktrees.changed_files(repo)))
 
 
 def resolve_python(python: str) -> str:
@@ -206,12 +242,14 @@ def _close_session(side: Side, session: dict[str, Any]) -> None:
 def create_ab(matrix: Matrix, cells: list[Cell], *, out_dir: Path, pythons: dict[str, str],
               envs: dict[str, dict[str, Any]], smoke: bool, only: list[str], seed: int,
               checkouts: dict[str, Path | None] | None = None, fire_drill_pct: float = 0.0, max_reruns: int = 0,
-              labels: dict[str, str] | None = None, settings: dict[str, Any] | None = None) -> dict[str, Path]:
+              labels: dict[str, str] | None = None, settings: dict[str, Any] | None = None,
+              base: dict[str, Any] | None = None) -> dict[str, Path]:
     """OUT/a and OUT/b with the same plan (same cells, same job order) and OUT/ab.json; nothing runs yet.
 
     A fire drill (nvbench ab --fire-drill) slows side B only: B is the candidate, and the drill proves that
     a confirmation by A/B still rings. ab.json keeps `max_reruns` (re-runs of a start transient per cell and
-    side, harness.orchestrate.workflows.rerun) for every session of the A/B, and the sides' `labels`."""
+    side, harness.orchestrate.workflows.rerun) for every session of the A/B, and the sides' `labels`; with `--base`,
+    `base` (Base.record: side A's commit, its worktree, what of B was uncommitted)."""
     checkouts = checkouts or {}
     if (out_dir / AB_FILE).exists():
         raise AbInputError([f"{out_dir}: already holds an A/B run"])
@@ -224,7 +262,7 @@ def create_ab(matrix: Matrix, cells: list[Cell], *, out_dir: Path, pythons: dict
         "created_at": datetime.now(timezone.utc).isoformat(), "matrix_source": matrix.source, "seed": seed,
         "python": pythons, "checkout": {n: str(checkouts[n]) if checkouts.get(n) else None for n in SIDES},
         col.env_key: {n: envs[n][col.env_key] for n in SIDES}, "order": [], "max_reruns": max_reruns,
-        "labels": labels or {}, "settings": settings or {}})
+        "labels": labels or {}, "settings": settings or {}, **({"base": base} if base else {})})
     return dirs
 
 
