@@ -20,7 +20,7 @@ from harness.analysis.judge.verdict import INCONCLUSIVE, CellVerdict, Comparison
 from harness.analysis.judge.work_diff import WorkDiff, changes_text, check_gates, varying_text
 from harness.analysis.load.reports import read_comparison
 from harness.analysis.load.runs import read_work_table
-from harness.analysis.pages import work_report
+from harness.analysis.product.extras import diff_tables
 from harness.analysis.pages.render import render
 from harness.analysis.pages.wording import change_text, esc_md, headline_words
 from harness.exits import EXIT_BAD_INPUT, EXIT_FAILURES, EXIT_INCONCLUSIVE, EXIT_INTERRUPTED, EXIT_OK
@@ -114,7 +114,7 @@ def read_folder(folder: Path) -> tuple[Comparison | None, dict[str, WorkLine], d
     else:
         cells = {cid: c.label for cid, c in runfolder.load_plan(folder / "b")[2].items()}
         gates = load_matrix(meta["matrix_source"]).judge.work_gates
-    diffs = work_report.diff_tables(sorted(cells), read_work_table(folder / "a"), read_work_table(folder / "b"))
+    diffs = diff_tables(sorted(cells), read_work_table(folder / "a"), read_work_table(folder / "b"))
     return comparison, {cid: work_line(cells[cid], diff, gates) for cid, diff in diffs.items()}, meta
 
 

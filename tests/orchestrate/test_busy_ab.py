@@ -31,7 +31,10 @@ def test_an_ab_beside_a_neighbour_that_stays_ends_undecided_and_resumes_on_the_q
     assert busy.returncode == 3, busy.stdout + busy.stderr
     (line,) = [ln for ln in busy.stdout.splitlines() if ln.startswith("the machine was busy: ")]
     assert line.endswith("; undecided") and " windows taken under interference (other processes " in line, line
-    assert f"(pid {neighbour.pid})" in busy.stderr  # who holds the cores, said while waiting
+    # who holds the cores, said while waiting: the neighbour, unless three processes of others (a shared runner's
+    # other jobs) used more than it over that half second, as /proc counted
+    (waiting,) = [ln for ln in busy.stderr.splitlines() if "waiting for the neighbour to leave" in ln]
+    assert f"(pid {neighbour.pid})" in waiting or waiting.count("(pid ") == 3, waiting
     assert f"nvbench ab --resume {out}" in busy.stderr
     assert not (out / "report").exists()  # nothing called a regression, an improvement or anything else
     assert ab.stopped_busy(out) == line  # as data, where bisect reads it
