@@ -20,7 +20,7 @@ import harness
 from harness import __version__
 from harness.orchestrate.session.capabilities import Capabilities, skip_reason
 from harness.orchestrate.session.classify import classify, where_killed
-from harness.orchestrate.placement.executors import Ended, Launch
+from harness.orchestrate.placement.executors import Ended, Executor, Launch
 from harness.orchestrate.placement.launch import launcher_for
 from harness.orchestrate.placement.local import LocalExecutor
 from harness.orchestrate.session.runfolder import compile_cache_dir, write_row
@@ -109,12 +109,14 @@ def base_row(cell: Cell, repeat: int, ctx: JobContext, fault: str | None) -> dic
     }
 
 
-def run_job(cell: Cell, repeat: int, ctx: JobContext, placed: Placement | None = None) -> dict[str, Any]:
-    """Run one (cell, repeat) on this machine to its terminal row, whatever the cell's processes do."""
-    prepared = prepare_job(cell, repeat, ctx, placed=placed)
+def run_job(cell: Cell, repeat: int, ctx: JobContext, placed: Placement | None = None,
+            executor: Executor | None = None) -> dict[str, Any]:
+    """Run one (cell, repeat) to its terminal row, whatever the cell's processes do: on this machine, or through
+    `executor` (the run's SLURM, where a cell wider than one node can only run)."""
+    executor = executor or LocalExecutor()
+    prepared = prepare_job(cell, repeat, ctx, placed=placed, executor=executor.kind)
     if isinstance(prepared, dict):
         return prepared
-    executor = LocalExecutor()
     handle = executor.submit(prepared.launch)
     try:
         ended = executor.wait([handle])[handle]
