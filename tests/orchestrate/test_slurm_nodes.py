@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import TINY, nvbench
+from conftest import ROOT, TINY, nvbench
 from slurm_cluster import SlurmCluster, unavailable_reason
 
 pytestmark = [pytest.mark.skipif(unavailable_reason(2) is not None, reason=unavailable_reason(2) or ""),
@@ -83,3 +85,91 @@ def test_a_cell_across_two_nodes_trains_as_one_group_and_counts_its_all_reduces(
     grads = sum(p.numel() for p in build_model("resnet18", num_classes=10).parameters() if p.requires_grad)
     reduced = sum(r["count"] for r in work if r["counter"] == "collective_bytes" and "all_reduce" in r["key"])
     assert reduced == calls[0]["steps"] * 4 * grads, (reduced, calls[0]["steps"], grads)
+
+
+def start_run(*args: str, env: dict) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "harness", "run", *args, "--no-progress"], cwd=ROOT,
+                            env=os.environ | env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def wait_for(predicate, timeout_s: float, what: str):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.3)
+    raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
+
+
+def ranks_in_hang(cluster: SlurmCluster, node: str) -> list[int]:
+    """The cell's ranks on `node` (processes of its namespace), when every one sleeps in the injected hang: the
+    window has opened, past every collective of the set-up and the warm-up (harness/cell/faults.py)."""
+    ranks = []
+    for pid in cluster.network.pids(node):
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            wchan = Path(f"/proc/{pid}/wchan").read_text()
+        except OSError:
+            continue
+        if b"harness.cell" in argv and b"torch.distributed.run" not in argv:
+            if wchan != "hrtimer_nanosleep":
+                return []
+            ranks.append(pid)
+    return ranks
+
+
+@pytest.fixture(scope="module")
+def node_lost(cluster, tmp_path_factory):
+    """A run of two two-node cells; the first hangs in its window and its second node dies there (slurmd and
+    every process on it killed). The node comes back once the first cell's row is written, so the second cell
+    runs; then `nvbench run --resume`. Returns (run, first exit status, first output, resumed process, the
+    first row as it was before the resume)."""
+    root = tmp_path_factory.mktemp("node-lost")
+    m = matrix(root, "grad_accum = [1, 2]", executor=TWO_NODES.replace("max_parallel = 4", "max_parallel = 1"))
+    run = root / "run"  # one job in flight at a time: the node is lost under the first cell only
+    proc = start_run(str(m), "--out", str(run), env=cluster.env | {"NVBENCH_FAULT": "grad_accum=1:hang"})
+    try:
+        wait_for(lambda: ranks_in_hang(cluster, "node1") and ranks_in_hang(cluster, "node2"), 180,
+                 "both ranks of the first cell to hang in its window")
+        cluster.kill_node("node2")
+        wait_for(lambda: any("_ga1_" in r["cell_id"] for r in rows(run)), 120, "the first cell's row")
+        first = next(r for r in rows(run) if "_ga1_" in r["cell_id"])
+        cluster.start_slurmd("node2")
+        out, _ = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    cluster.wait_idle(60)
+    resumed = nvbench("run", "--resume", str(run), "--no-progress", env=cluster.env, timeout=300)
+    return run, proc.returncode, out, resumed, first
+
+
+def test_a_node_lost_mid_cell_is_its_rows_node_fail_naming_the_node_and_the_run_goes_on(node_lost):
+    run, code, out, _, first = node_lost
+    assert first["status"] == "crashed", (first["reason"], out)
+    job = first["slurm_job_id"]
+    assert first["reason"].startswith(f"SLURM job {job} NODE_FAIL"), first["reason"]
+    assert "node2" in first["reason"] and "node1" not in first["reason"], first["reason"]
+    assert first["nodes"] == "node1,node2"
+    assert code == 1, out  # the matrix completed, with a failure
+    second = next(r for r in rows(run) if "_ga2_" in r["cell_id"])
+    assert second["status"] == "ok" and second["nodes"] == "node1,node2", second["reason"]
+
+
+def test_resume_runs_again_only_the_job_whose_node_was_lost(node_lost):
+    run, _, _, resumed, first = node_lost
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "(1 of 2 jobs to run)" in resumed.stderr
+    got = rows(run)
+    assert len(got) == 3, [(r["cell_id"], r["status"]) for r in got]
+    kept = next(r for r in got if r["status"] == "superseded")
+    again = next(r for r in got if "_ga1_" in r["cell_id"] and r["status"] != "superseded")
+    ga2 = next(r for r in got if "_ga2_" in r["cell_id"])
+    assert (kept["cell_id"], kept["rerun_cause"], kept["slurm_job_id"], kept["reason"]) == (
+        first["cell_id"], "node lost", first["slurm_job_id"], first["reason"])
+    assert (run / "cells" / f"{first['cell_id']}-r0-superseded-lost1.parquet").exists()
+    assert again["status"] == "ok" and again["nodes"] == "node1,node2", again["reason"]
+    assert int(again["slurm_job_id"]) > int(ga2["slurm_job_id"])  # the only job the resume submitted
+    ga1 = f"{first['cell_id']}-r0"
+    assert f"{ga1}: its SLURM node was lost" in resumed.stdout + resumed.stderr
+    assert not (run / "lost-nodes.json").exists()

@@ -50,6 +50,9 @@ class Ended:
     """The node(s) the job ran on, comma-separated."""
     job_id: str | None = None
     """The scheduler's job id (SLURM); None for local processes."""
+    lost_nodes: tuple[str, ...] = ()
+    """The job's nodes the scheduler found down when it ended the job for them (SLURM's NODE_FAIL): not the cell's
+    failure, so `nvbench run --resume` runs the job again."""
 
 
 class Executor(Protocol):

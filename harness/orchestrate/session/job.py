@@ -23,7 +23,7 @@ from harness.orchestrate.session.classify import classify, where_killed
 from harness.orchestrate.placement.executors import Ended, Executor, Launch
 from harness.orchestrate.placement.launch import launcher_for
 from harness.orchestrate.placement.local import LocalExecutor
-from harness.orchestrate.session.runfolder import compile_cache_dir, write_row
+from harness.orchestrate.session.runfolder import compile_cache_dir, mark_lost, write_row
 from harness.orchestrate.placement.slots import Grant
 from harness.results import store
 from harness.results.schema import CELL_SCHEMA
@@ -239,6 +239,8 @@ def finish_job(prepared: PreparedJob, ended: Ended, ctx: JobContext) -> dict[str
         result = store.read_json(launch.work / "result.json")
         row |= {k: v for k, v in result.items() if k in CELL_SCHEMA.names}
     _collect_steps(launch.work, ctx.run_dir / "steps" / f"{launch.key}.parquet")
+    if ended.lost_nodes:  # the node failed, not the cell: `nvbench run --resume` runs it again
+        mark_lost(ctx.run_dir, launch.key, ended.lost_nodes)
     write_row(ctx.run_dir, launch.key, row)  # last: the row's existence marks the job done
     shutil.rmtree(launch.work, ignore_errors=True)
     return row
