@@ -173,3 +173,38 @@ def test_resume_runs_again_only_the_job_whose_node_was_lost(node_lost):
     ga1 = f"{first['cell_id']}-r0"
     assert f"{ga1}: its SLURM node was lost" in resumed.stdout + resumed.stderr
     assert not (run / "lost-nodes.json").exists()
+
+
+ONE_NODE_JOBS = """
+[executor]
+kind = "slurm"
+max_parallel = 2
+poll_s = 0.5
+time_margin_s = 0
+"""
+
+
+def test_repeats_spread_over_both_nodes_are_named_in_the_reports_warning_and_pinned_ones_are_not(cluster, tmp_path):
+    """Five repeats of a one-node cell, whole nodes each (exclusive, the default) two at a time: SLURM spreads
+    them over node1 and node2. Pinned with --nodelist, two such runs hold one node and compare without it."""
+    def run(name: str, executor: str) -> Path:
+        root = tmp_path / name
+        root.mkdir()
+        out = root / "run"
+        proc = nvbench("run", str(matrix(root, "grad_accum = [1]", repeats=5, executor=executor)), "--out", str(out),
+                       "--no-progress", env=cluster.env, timeout=400)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        return out
+
+    pinned = ONE_NODE_JOBS.replace("max_parallel = 2", 'max_parallel = 2\nexclusive = false\ncpus_per_task = 1\n'
+                                   'extra_args = ["--nodelist=node1"]')
+    spread, base, again = run("spread", ONE_NODE_JOBS), run("pinned", pinned), run("pinned-again", pinned)
+    assert sorted({r["nodes"] for r in rows(spread)}) == ["node1", "node2"]
+    assert {r["nodes"] for r in rows(base) + rows(again)} == {"node1"}
+    mixed = nvbench("report", str(base), str(spread), "--out", str(tmp_path / "report-spread"), env=cluster.env)
+    cell = rows(spread)[0]["cell_id"]
+    said = " ".join(mixed.stderr.split())  # the console wraps it to its width
+    assert "1 cell(s) ran on more than one node" in said, mixed.stdout + mixed.stderr
+    assert f"{cell} (candidate on node1, node2; baseline on node1)" in said
+    one = nvbench("report", str(base), str(again), "--out", str(tmp_path / "report-pinned"), env=cluster.env)
+    assert one.returncode == 0 and "more than one node" not in one.stdout + one.stderr, one.stdout + one.stderr
