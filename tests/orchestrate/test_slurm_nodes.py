@@ -208,3 +208,35 @@ def test_repeats_spread_over_both_nodes_are_named_in_the_reports_warning_and_pin
     assert f"{cell} (candidate on node1, node2; baseline on node1)" in said
     one = nvbench("report", str(base), str(again), "--out", str(tmp_path / "report-pinned"), env=cluster.env)
     assert one.returncode == 0 and "more than one node" not in one.stdout + one.stderr, one.stdout + one.stderr
+
+
+def cell_processes(cluster: SlurmCluster) -> list[str]:
+    """The cell's processes (torchrun's agents, the ranks) still alive on either node."""
+    left = []
+    for node in cluster.node_names():
+        for pid in cluster.network.pids(node):
+            try:
+                argv = Path(f"/proc/{pid}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if b"harness.cell" in argv:
+                words = argv.replace(b"\0", b" ").decode(errors="replace")
+                left.append(f"{node}: {words[:120]}")
+    return left
+
+
+def test_a_rank_raising_on_the_second_node_ends_both_nodes_tasks_and_its_row_names_rank_and_node(cluster, tmp_path):
+    """c10d hands out ranks in the sorted order of the agents' host names: rank 1 runs on node2."""
+    timeout = 60
+    m = matrix(tmp_path, "grad_accum = [1, 2]", timeout=timeout)
+    run = tmp_path / "run"
+    proc = nvbench("run", str(m), "--out", str(run), "--no-progress", env=cluster.env | {
+        "NVBENCH_FAULT": "grad_accum=1:raise@1"}, timeout=300)
+    assert proc.returncode == 1, proc.stdout + proc.stderr  # the matrix completed, with a failure
+    got = {r["grad_accum"]: r for r in rows(run)}
+    raised = got[1]
+    assert (raised["status"], raised["reason"]) == (
+        "failed", f"rank 1 on node2: RuntimeError: injected fault: raise (SLURM job {raised['slurm_job_id']})")
+    assert raised["nodes"] == "node1,node2" and raised["duration_s"] < timeout
+    assert got[2]["status"] == "ok", got[2]["reason"]  # nothing else lost
+    wait_for(lambda: not cell_processes(cluster), 15, "no process of the cell left on either node")

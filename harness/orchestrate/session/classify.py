@@ -84,7 +84,7 @@ def classify(outcome: Outcome, work: Path, log_path: Path, timeout_s: float) -> 
     errors = sorted((store.read_json(p) for p in work.glob("error-rank*.json")),
                     key=lambda e: (bool(e.get("in_collective")), e.get("time", 0.0), e["rank"]))
     if errors and not errors[0].get("in_collective"):
-        return "failed", f"rank {errors[0]['rank']}: {errors[0]['type']}: {errors[0]['message']}"
+        return "failed", f"{_rank(errors[0])}: {errors[0]['type']}: {errors[0]['message']}"
     exits = {int(r): int(c) for r, c in _TORCHRUN_FAILURE.findall(_read(log_path))}
     for rank, code in sorted(exits.items()):
         if code < 0 and code != -signal.SIGTERM:
@@ -95,10 +95,15 @@ def classify(outcome: Outcome, work: Path, log_path: Path, timeout_s: float) -> 
             return "crashed", f"rank {rank} exited with status {code} without a result"
     if errors:
         err = errors[0]
-        return "failed", (f"rank {err['rank']}: {err['type']}: {err['message']} (raised by torch.distributed: "
+        return "failed", (f"{_rank(err)}: {err['type']}: {err['message']} (raised by torch.distributed: "
                           "a peer rank or node probably failed first; see its log)")
     code = outcome.returncode
     if code is not None and code < 0:
         return "crashed", _killed_by(-code)
     tail = _log_tail(log_path)
     return "crashed", f"exited with status {code} without a result" + (f": {tail}" if tail else "")
+
+
+def _rank(error: dict) -> str:
+    """`rank 1`, and under SLURM the node it ran on (`rank 1 on gpu18`): a group wider than one node."""
+    return f"rank {error['rank']}" + (f" on {error['node']}" if error.get("node") else "")
