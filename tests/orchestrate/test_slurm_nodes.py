@@ -6,6 +6,7 @@ node or a rank fails. Started and torn down by this module; nothing of it may be
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -239,4 +240,38 @@ def test_a_rank_raising_on_the_second_node_ends_both_nodes_tasks_and_its_row_nam
         "failed", f"rank 1 on node2: RuntimeError: injected fault: raise (SLURM job {raised['slurm_job_id']})")
     assert raised["nodes"] == "node1,node2" and raised["duration_s"] < timeout
     assert got[2]["status"] == "ok", got[2]["reason"]  # nothing else lost
+    wait_for(lambda: not cell_processes(cluster), 15, "no process of the cell left on either node")
+
+
+def test_a_node_that_never_joins_the_rendezvous_fails_the_cell_within_its_timeout_naming_the_rendezvous(cluster,
+                                                                                                       tmp_path):
+    """node2's task is frozen (SIGSTOP) as it starts, before its torchrun agent can join: node1's agent waits at
+    the c10d rendezvous for its join timeout (half the cell's timeout), not for ever."""
+    timeout = 60
+    m = matrix(tmp_path, "grad_accum = [1]", timeout=timeout)
+    run = tmp_path / "run"
+    proc = start_run(str(m), "--out", str(run), env=cluster.env)
+    frozen = []
+    try:
+        def freeze_node2():
+            for pid in cluster.network.pids("node2"):
+                try:
+                    if b"harness.cell" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                        os.kill(pid, signal.SIGSTOP)
+                        frozen.append(pid)
+                except OSError:
+                    continue
+            return frozen
+
+        deadline = time.monotonic() + 120
+        while not freeze_node2() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert frozen, "node2's task never started"
+        out, _ = proc.communicate(timeout=240)
+    finally:
+        proc.kill()
+    (row,) = rows(run)
+    assert row["status"] == "failed", (row["reason"], out)
+    assert row["reason"].startswith(f"the c10d rendezvous did not complete within {timeout // 2} s"), row["reason"]
+    assert row["duration_s"] < timeout
     wait_for(lambda: not cell_processes(cluster), 15, "no process of the cell left on either node")
