@@ -19,8 +19,7 @@ import pytest
 from conftest import ROOT, TINY, nvbench
 from slurm_cluster import SlurmCluster, unavailable_reason
 
-pytestmark = [pytest.mark.skipif(unavailable_reason(2) is not None, reason=unavailable_reason(2) or ""),
-              pytest.mark.slow]
+pytestmark = pytest.mark.skipif(unavailable_reason(2) is not None, reason=unavailable_reason(2) or "")
 
 TWO_NODES = """
 [launch]
@@ -58,6 +57,7 @@ def rows(run: Path) -> list[dict]:
     return [r for f in sorted((run / "cells").glob("*.parquet")) for r in pq.read_table(f).to_pylist()]
 
 
+@pytest.mark.world_size  # in the gate: the cluster and the cell took 36 s on the 2-core machine
 def test_a_cell_across_two_nodes_trains_as_one_group_and_counts_its_all_reduces(cluster, tmp_path):
     from harness.models import build_model
 
@@ -145,6 +145,7 @@ def node_lost(cluster, tmp_path_factory):
     return run, proc.returncode, out, resumed, first
 
 
+@pytest.mark.slow
 def test_a_node_lost_mid_cell_is_its_rows_node_fail_naming_the_node_and_the_run_goes_on(node_lost):
     run, code, out, _, first = node_lost
     assert first["status"] == "crashed", (first["reason"], out)
@@ -157,6 +158,7 @@ def test_a_node_lost_mid_cell_is_its_rows_node_fail_naming_the_node_and_the_run_
     assert second["status"] == "ok" and second["nodes"] == "node1,node2", second["reason"]
 
 
+@pytest.mark.slow
 def test_resume_runs_again_only_the_job_whose_node_was_lost(node_lost):
     run, _, _, resumed, first = node_lost
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
@@ -185,6 +187,7 @@ time_margin_s = 0
 """
 
 
+@pytest.mark.slow
 def test_repeats_spread_over_both_nodes_are_named_in_the_reports_warning_and_pinned_ones_are_not(cluster, tmp_path):
     """Five repeats of a one-node cell, whole nodes each (exclusive, the default) two at a time: SLURM spreads
     them over node1 and node2. Pinned with --nodelist, two such runs hold one node and compare without it."""
@@ -226,6 +229,7 @@ def cell_processes(cluster: SlurmCluster) -> list[str]:
     return left
 
 
+@pytest.mark.slow
 def test_a_rank_raising_on_the_second_node_ends_both_nodes_tasks_and_its_row_names_rank_and_node(cluster, tmp_path):
     """c10d hands out ranks in the sorted order of the agents' host names: rank 1 runs on node2."""
     timeout = 60
@@ -243,6 +247,7 @@ def test_a_rank_raising_on_the_second_node_ends_both_nodes_tasks_and_its_row_nam
     wait_for(lambda: not cell_processes(cluster), 15, "no process of the cell left on either node")
 
 
+@pytest.mark.slow
 def test_a_node_that_never_joins_the_rendezvous_fails_the_cell_within_its_timeout_naming_the_rendezvous(cluster,
                                                                                                        tmp_path):
     """node2's task is frozen (SIGSTOP) as it starts, before its torchrun agent can join: node1's agent waits at
