@@ -280,3 +280,4 @@ def test_a_node_that_never_joins_the_rendezvous_fails_the_cell_within_its_timeou
     assert row["reason"].startswith(f"the c10d rendezvous did not complete within {timeout // 2} s"), row["reason"]
     assert row["duration_s"] < timeout
     wait_for(lambda: not cell_processes(cluster), 15, "no process of the cell left on either node")
+

@@ -262,7 +262,7 @@ class SlurmExecutor:
         if lost:
             reason += f": node {', '.join(lost)} down"
         return Ended(outcome=Outcome(exit_code, state == "TIMEOUT"), nodes=nodes, job_id=job_id,
-                     verdict=(status, reason), lost_nodes=lost)
+                     verdict=(status, reason), node_failed=state == "NODE_FAIL", lost_nodes=lost)
 
     @staticmethod
     def _down(nodes: str | None) -> tuple[str, ...]:

@@ -239,7 +239,7 @@ def finish_job(prepared: PreparedJob, ended: Ended, ctx: JobContext) -> dict[str
         result = store.read_json(launch.work / "result.json")
         row |= {k: v for k, v in result.items() if k in CELL_SCHEMA.names}
     _collect_steps(launch.work, ctx.run_dir / "steps" / f"{launch.key}.parquet")
-    if ended.lost_nodes:  # the node failed, not the cell: `nvbench run --resume` runs it again
+    if ended.node_failed:  # a node failed, not the cell: `nvbench run --resume` runs it again
         mark_lost(ctx.run_dir, launch.key, ended.lost_nodes)
     write_row(ctx.run_dir, launch.key, row)  # last: the row's existence marks the job done
     shutil.rmtree(launch.work, ignore_errors=True)
