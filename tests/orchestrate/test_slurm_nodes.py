@@ -154,6 +154,7 @@ def test_a_node_lost_mid_cell_is_its_rows_node_fail_naming_the_node_and_the_run_
     assert "node2" in first["reason"] and "node1" not in first["reason"], first["reason"]
     assert first["nodes"] == "node1,node2"
     assert code == 1, out  # the matrix completed, with a failure
+    assert f"a node of SLURM job {job} failed; `nvbench run --resume {run}` runs it again" in " ".join(out.split())
     second = next(r for r in rows(run) if "_ga2_" in r["cell_id"])
     assert second["status"] == "ok" and second["nodes"] == "node1,node2", second["reason"]
 

@@ -241,6 +241,8 @@ def finish_job(prepared: PreparedJob, ended: Ended, ctx: JobContext) -> dict[str
     _collect_steps(launch.work, ctx.run_dir / "steps" / f"{launch.key}.parquet")
     if ended.node_failed:  # a node failed, not the cell: `nvbench run --resume` runs it again
         mark_lost(ctx.run_dir, launch.key, ended.lost_nodes)
+        ctx.notify(f"{launch.key}: a node of SLURM job {ended.job_id} failed; `nvbench run --resume {ctx.run_dir}` "
+                   "runs it again once the node is back")
     write_row(ctx.run_dir, launch.key, row)  # last: the row's existence marks the job done
     shutil.rmtree(launch.work, ignore_errors=True)
     return row
