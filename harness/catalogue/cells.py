@@ -17,6 +17,9 @@ few per cent at most; a neighbour busy on the cores reads tens of per cent (docs
 RERUN_INTERFERENCE, RERUN_TRANSIENT = "interference", "start transient"
 """The values of `rerun_cause`: a superseded row was run again because its window was taken under interference
 or because it opened in a start transient (each spends a re-run budget of its own)."""
+RERUN_NODE_LOST = "node lost"
+"""`rerun_cause` of a row whose SLURM job ended NODE_FAIL, superseded when `nvbench run --resume` ran the job again
+(the node, not the cell, failed)."""
 
 ID_HASH_LEN = 10
 """Hex digits of the hash that ends a cell id (harness.matrix.cells.Cell.cell_id), after its label and `_`."""
@@ -49,7 +52,7 @@ CELL_COLUMNS: tuple[Column, ...] = (
         "",
         "ok, failed, timeout, crashed, skipped, cancelled (a SLURM job cancelled before its result) "
         "or superseded (an A/B repeat whose window opened in a start transient or was taken under interference, run "
-        "again: kept, never compared).",
+        "again, or a job whose SLURM node was lost, run again on resume: kept, never compared).",
     ),
     per_repeat("reason", S, "", "Why the cell is not ok (empty when ok)."),
     per_repeat(
@@ -57,7 +60,8 @@ CELL_COLUMNS: tuple[Column, ...] = (
         S,
         "",
         "A superseded row's cause as data: `interference` or `start transient` (what spent which re-run budget of "
-        "the A/B); null on every other row, and before schema version 7.",
+        "the A/B), or `node lost` (a SLURM job ended NODE_FAIL, run again by `nvbench run --resume`); null on every "
+        "other row, and before schema version 7.",
     ),
     *(per_repeat(a.name, a.type, a.unit, f"Axis: {a.doc}") for a in AXES_RECORD),
     per_repeat("nnodes", I, "nodes", "Nodes in the torchrun group."),

@@ -31,7 +31,7 @@ from harness.results import store
 from harness.results.env import cudnn_knobs, usable_cpu_count
 from harness.results.schema import step_table
 from harness.matrix.cells import Cell
-from harness.matrix.job import LAUNCHED_AT_ENV, cpu_list
+from harness.matrix.job import LAUNCHED_AT_ENV, SLURM_NODE_ENV, cpu_list
 from harness.catalogue import col
 from harness.exits import EXIT_CELL_NO_SPACE
 
@@ -207,4 +207,5 @@ def _error_record(exc: BaseException, rank: int) -> dict[str, Any]:
     in_collective = (in_dist or isinstance(exc, dist.DistError)
                      or any(word in str(exc) for word in ("gloo", "NCCL", "ProcessGroup")))
     return {"rank": rank, "type": type(exc).__name__, "message": str(exc) or type(exc).__name__,
-            "time": time.time(), "in_collective": in_collective, "traceback": traceback.format_exc()}
+            "time": time.time(), "in_collective": in_collective, "traceback": traceback.format_exc(),
+            "node": os.environ.get(SLURM_NODE_ENV)}

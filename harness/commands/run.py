@@ -160,9 +160,12 @@ def _count(run_dir: Path, caps, env, key: str, notify) -> None:
     plan = work_repeats.load_plan(run_dir)
     if plan is None or not plan.repeats:
         return
+    from harness.orchestrate.session.runner import executor_for
+
     _, _, cells = runfolder.load_plan(run_dir)
+    executor = executor_for(runfolder.plan_executor(run_dir), notify=notify)  # where the timed jobs ran
     work_repeats.run_work_repeats({"run": run_dir}, list(cells), plan, caps=caps, envs={"run": env | {col.env_key: key}},
-                                  notify=notify)
+                                  executors={"run": executor}, notify=notify)
 
 
 def _executor_config(matrix, flag: str | None):

@@ -15,6 +15,8 @@ FAULT_ENV = "NVBENCH_FAULT"
 LAUNCHED_AT_ENV = "NVBENCH_LAUNCHED_AT"
 """Set by a SLURM job's script (epoch seconds) just before its srun: the cell's startup_s counts from there, not
 from the submission (the time a job waits in the queue is no part of its startup)."""
+SLURM_NODE_ENV = "SLURMD_NODENAME"
+"""Set by SLURM in every task: the node a rank ran on, which its error record names (a cell wider than one node)."""
 
 
 def cpu_list(cpus) -> str:

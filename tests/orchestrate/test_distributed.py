@@ -104,6 +104,7 @@ def test_multi_node_cell_uses_torchruns_own_rendezvous(monkeypatch, backend):
         assert config.rdzv_configs["rank"] == 1
     else:  # c10d assigns node ranks at the rendezvous: every node may use the same matrix file
         assert "rank" not in config.rdzv_configs
+        assert config.rdzv_configs["join_timeout"] == str(int(cell.benchmark.timeout_s / 2))  # never a hang
         assert config.run_id == "job42-cellA-r0"  # a rendezvous of its own per job: no late node joins the next
         other = launcher_for(cell).command(cell, Path("job.json"), "cellA-r1")
         assert config_from_args(_torchrun(other)[1])[0].run_id == "job42-cellA-r1"

@@ -262,3 +262,26 @@ def test_unrunnable_cells_are_skipped_and_a_run_says_where_its_time_went(shared_
                           "rest_of_jobs_s", "compile_warmups_s", "between_jobs_s"}
     assert spent["compile_warmups_s"] == 0 and not (out / "warmups").exists()  # an eager run warms no cache
     assert sum(spent.values()) == pytest.approx(manifest["wall_s"], abs=0.01)
+
+
+def test_a_job_noted_lost_is_pending_and_its_row_is_kept_superseded_when_the_run_resumes(tmp_path):
+    """The bookkeeping behind the resume after a NODE_FAIL, on a constructed run folder (no SLURM needed)."""
+    from harness.orchestrate.session import runfolder
+
+    key, other = "cellA-r0", "cellB-r0"
+    lost = {"cell_id": "cellA", "repeat": 0, "status": "crashed", "slurm_job_id": "3", "log_path": f"logs/{key}.log",
+            "reason": "SLURM job 3 NODE_FAIL before the cell wrote its result: node node2 down"}
+    runfolder.write_row(tmp_path, key, lost)
+    runfolder.write_row(tmp_path, other, lost | {"cell_id": "cellB", "status": "ok", "reason": ""})
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / f"{key}.log").write_text("the lost job's log")
+    jobs = [("cellA", 0), ("cellB", 0)]
+    assert runfolder.pending(tmp_path, jobs) == [] and runfolder.requeue_lost(tmp_path) == []
+    runfolder.mark_lost(tmp_path, key, ("node2",))
+    assert runfolder.pending(tmp_path, jobs) == [("cellA", 0)]  # counted as to run before the resume supersedes it
+    assert runfolder.requeue_lost(tmp_path) == [key]
+    assert runfolder.pending(tmp_path, jobs) == [("cellA", 0)] and not (tmp_path / runfolder.LOST).exists()
+    (kept,) = pq.read_table(tmp_path / "cells" / f"{key}-superseded-lost1.parquet").to_pylist()
+    assert (kept["status"], kept["rerun_cause"], kept["reason"]) == ("superseded", "node lost", lost["reason"])
+    assert (tmp_path / "logs" / f"{key}-superseded-lost1.log").read_text() == "the lost job's log"
+    assert runfolder.requeue_lost(tmp_path) == []  # once

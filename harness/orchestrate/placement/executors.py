@@ -50,6 +50,11 @@ class Ended:
     """The node(s) the job ran on, comma-separated."""
     job_id: str | None = None
     """The scheduler's job id (SLURM); None for local processes."""
+    node_failed: bool = False
+    """The scheduler ended the job because a node of it failed (SLURM's NODE_FAIL): not the cell's failure, so
+    `nvbench run --resume` runs the job again."""
+    lost_nodes: tuple[str, ...] = ()
+    """Those of the job's nodes the scheduler held down when it ended the job for them (empty: not known)."""
 
 
 class Executor(Protocol):

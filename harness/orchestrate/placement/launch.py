@@ -20,6 +20,15 @@ from harness.matrix.job import CELL_MODULE
 
 TERM_GRACE_S = 15.0
 """After SIGTERM, how long a cell may take to exit (torchrun closes its workers) before SIGKILL."""
+RDZV_JOIN_SHARE = 0.5
+"""torchrun's c10d join timeout across nodes, as a share of benchmark.timeout_s (torch's default is 600 s): a node
+that never joins ends the cell with torch's RendezvousTimeoutError, named in its row, well before the cell's own
+timeout (or SLURM's time limit) would end it as a hang."""
+
+
+def rdzv_join_timeout_s(timeout_s: float) -> int:
+    """The join timeout of a cell whose benchmark.timeout_s is `timeout_s`."""
+    return max(1, int(timeout_s * RDZV_JOIN_SHARE))
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +68,8 @@ class TorchrunLauncher:
             # all of them, and a late node of one job can never join the next job's group.
             run_id = f"{launch.rdzv_id}-{job_key}" if job_key else launch.rdzv_id
             args += [f"--nnodes={launch.nnodes}", "--rdzv_backend=c10d",
-                     f"--rdzv_endpoint={launch.rdzv_endpoint}", f"--rdzv_id={run_id}"]
+                     f"--rdzv_endpoint={launch.rdzv_endpoint}", f"--rdzv_id={run_id}",
+                     f"--rdzv_conf=join_timeout={rdzv_join_timeout_s(cell.benchmark.timeout_s)}"]
         return args + ["-m", CELL_MODULE, "run", str(job_path)]
 
 

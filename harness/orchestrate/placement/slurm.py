@@ -257,8 +257,25 @@ class SlurmExecutor:
             # srun's status: 0, or the cell's own exit status (128 + N when a signal N ended it)
             code = -(exit_code - 128) if exit_code > 128 else exit_code
             return Ended(outcome=Outcome(code, False), nodes=nodes, job_id=job_id)
+        lost = self._down(nodes) if state == "NODE_FAIL" else ()
+        status, reason = self._verdict(job_id, state, launch)
+        if lost:
+            reason += f": node {', '.join(lost)} down"
         return Ended(outcome=Outcome(exit_code, state == "TIMEOUT"), nodes=nodes, job_id=job_id,
-                     verdict=self._verdict(job_id, state, launch))
+                     verdict=(status, reason), node_failed=state == "NODE_FAIL", lost_nodes=lost)
+
+    @staticmethod
+    def _down(nodes: str | None) -> tuple[str, ...]:
+        """Those of a job's nodes the controller holds down or not responding (what ended a NODE_FAIL job)."""
+        if not nodes:
+            return ()
+        out = _run(["scontrol", "show", "node", "-o", nodes])
+        down = []
+        for line in out.stdout.splitlines() if out.returncode == 0 else ():
+            name, state = re.search(r"\bNodeName=(\S+)", line), re.search(r"\bState=(\S+)", line)
+            if name and state and re.search(r"DOWN|NOT_RESPONDING|FAIL", state.group(1)):
+                down.append(name.group(1))
+        return tuple(down)
 
     def _verdict(self, job_id: str, state: str, launch: Launch) -> tuple[str, str]:
         if state == "TIMEOUT":

@@ -7,11 +7,13 @@ import re
 import signal
 from pathlib import Path
 
-from harness.orchestrate.placement.launch import Outcome
+from harness.orchestrate.placement.launch import Outcome, rdzv_join_timeout_s
 from harness.results import store
 
 # torchrun's failure summary (ChildFailedError) gives each failed worker's global rank and exit code.
 _TORCHRUN_FAILURE = re.compile(r"^\s*rank\s*:\s*(\d+)\s*\(local_rank:\s*\d+\)\s*\n\s*exitcode\s*:\s*(-?\d+)", re.M)
+# torchrun's agent when the nodes it waits for do not all join within the join timeout (launch.RDZV_JOIN_SHARE).
+_RDZV_TIMEOUT = "torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError"
 # A faulthandler dump (the worker writes one per rank on SIGTERM): frames innermost first.
 _FRAME = re.compile(r'File "([^"]+)", line (\d+) in (\S+)')
 
@@ -84,8 +86,12 @@ def classify(outcome: Outcome, work: Path, log_path: Path, timeout_s: float) -> 
     errors = sorted((store.read_json(p) for p in work.glob("error-rank*.json")),
                     key=lambda e: (bool(e.get("in_collective")), e.get("time", 0.0), e["rank"]))
     if errors and not errors[0].get("in_collective"):
-        return "failed", f"rank {errors[0]['rank']}: {errors[0]['type']}: {errors[0]['message']}"
-    exits = {int(r): int(c) for r, c in _TORCHRUN_FAILURE.findall(_read(log_path))}
+        return "failed", f"{_rank(errors[0])}: {errors[0]['type']}: {errors[0]['message']}"
+    log = _read(log_path)
+    if _RDZV_TIMEOUT in log:  # no rank ever started: an agent waited at the rendezvous for a node that never came
+        return "failed", (f"the c10d rendezvous did not complete within {rdzv_join_timeout_s(timeout_s)} s: a node "
+                          "never joined (torchrun's RendezvousTimeoutError; its agent's log names the endpoint)")
+    exits = {int(r): int(c) for r, c in _TORCHRUN_FAILURE.findall(log)}
     for rank, code in sorted(exits.items()):
         if code < 0 and code != -signal.SIGTERM:
             return "crashed", f"rank {rank} {_killed_by(-code)}"
@@ -95,10 +101,15 @@ def classify(outcome: Outcome, work: Path, log_path: Path, timeout_s: float) -> 
             return "crashed", f"rank {rank} exited with status {code} without a result"
     if errors:
         err = errors[0]
-        return "failed", (f"rank {err['rank']}: {err['type']}: {err['message']} (raised by torch.distributed: "
+        return "failed", (f"{_rank(err)}: {err['type']}: {err['message']} (raised by torch.distributed: "
                           "a peer rank or node probably failed first; see its log)")
     code = outcome.returncode
     if code is not None and code < 0:
         return "crashed", _killed_by(-code)
     tail = _log_tail(log_path)
     return "crashed", f"exited with status {code} without a result" + (f": {tail}" if tail else "")
+
+
+def _rank(error: dict) -> str:
+    """`rank 1`, and under SLURM the node it ran on (`rank 1 on gpu18`): a group wider than one node."""
+    return f"rank {error['rank']}" + (f" on {error['node']}" if error.get("node") else "")

@@ -20,10 +20,10 @@ import harness
 from harness import __version__
 from harness.orchestrate.session.capabilities import Capabilities, skip_reason
 from harness.orchestrate.session.classify import classify, where_killed
-from harness.orchestrate.placement.executors import Ended, Launch
+from harness.orchestrate.placement.executors import Ended, Executor, Launch
 from harness.orchestrate.placement.launch import launcher_for
 from harness.orchestrate.placement.local import LocalExecutor
-from harness.orchestrate.session.runfolder import compile_cache_dir, write_row
+from harness.orchestrate.session.runfolder import compile_cache_dir, mark_lost, write_row
 from harness.orchestrate.placement.slots import Grant
 from harness.results import store
 from harness.results.schema import CELL_SCHEMA
@@ -109,12 +109,14 @@ def base_row(cell: Cell, repeat: int, ctx: JobContext, fault: str | None) -> dic
     }
 
 
-def run_job(cell: Cell, repeat: int, ctx: JobContext, placed: Placement | None = None) -> dict[str, Any]:
-    """Run one (cell, repeat) on this machine to its terminal row, whatever the cell's processes do."""
-    prepared = prepare_job(cell, repeat, ctx, placed=placed)
+def run_job(cell: Cell, repeat: int, ctx: JobContext, placed: Placement | None = None,
+            executor: Executor | None = None) -> dict[str, Any]:
+    """Run one (cell, repeat) to its terminal row, whatever the cell's processes do: on this machine, or through
+    `executor` (the run's SLURM, where a cell wider than one node can only run)."""
+    executor = executor or LocalExecutor()
+    prepared = prepare_job(cell, repeat, ctx, placed=placed, executor=executor.kind)
     if isinstance(prepared, dict):
         return prepared
-    executor = LocalExecutor()
     handle = executor.submit(prepared.launch)
     try:
         ended = executor.wait([handle])[handle]
@@ -237,6 +239,10 @@ def finish_job(prepared: PreparedJob, ended: Ended, ctx: JobContext) -> dict[str
         result = store.read_json(launch.work / "result.json")
         row |= {k: v for k, v in result.items() if k in CELL_SCHEMA.names}
     _collect_steps(launch.work, ctx.run_dir / "steps" / f"{launch.key}.parquet")
+    if ended.node_failed:  # a node failed, not the cell: `nvbench run --resume` runs it again
+        mark_lost(ctx.run_dir, launch.key, ended.lost_nodes)
+        ctx.notify(f"{launch.key}: a node of SLURM job {ended.job_id} failed; `nvbench run --resume {ctx.run_dir}` "
+                   "runs it again once the node is back")
     write_row(ctx.run_dir, launch.key, row)  # last: the row's existence marks the job done
     shutil.rmtree(launch.work, ignore_errors=True)
     return row

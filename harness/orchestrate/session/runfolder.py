@@ -8,6 +8,7 @@ killed at any moment resumes without duplicates.
 
 from __future__ import annotations
 
+import os
 import re
 import secrets
 from datetime import datetime, timezone
@@ -16,17 +17,21 @@ from typing import Any
 
 from harness import __version__
 from harness.results import store
-from harness.results.schema import cell_table
+from harness.results.schema import CELL_SCHEMA, SUPERSEDED, SUPERSEDED_STEPS, cell_table
 from harness.matrix.cells import Cell, job_key, schedule
 from harness.matrix.executor import ExecutorConfig
 from harness.matrix.sections import Matrix, from_plain, to_plain
 from harness.catalogue import col
+from harness.catalogue.cells import RERUN_NODE_LOST
 
 PLAN = "plan.json"
 MANIFEST = "manifest.json"
 COMPILE_CACHE = "compile-cache"
 """The run's compile cache (TORCHINDUCTOR_CACHE_DIR of every job), warmed before the timed repeats."""
 WARMUPS = "warmups"
+LOST = "lost-nodes.json"
+"""Jobs SLURM ended for a lost node (NODE_FAIL): job key -> the nodes found down. Their rows stand until
+`nvbench run --resume`, which runs those jobs again (requeue_lost)."""
 """One record per compiled cell's compile-cache warm-up: <cell_id>.json (never a result row)."""
 
 
@@ -117,8 +122,10 @@ def plan_executor(run_dir: Path) -> ExecutorConfig:
 
 
 def pending(run_dir: Path, jobs: list[tuple[str, int]]) -> list[tuple[str, int]]:
-    """Jobs without a terminal row (in their own file or in the folded one of a finished run)."""
-    done = store.row_stems(Path(run_dir) / "cells")
+    """Jobs without a terminal row (in their own file or in the folded one of a finished run), and those whose
+    SLURM node was lost (mark_lost: run again)."""
+    lost = Path(run_dir) / LOST
+    done = store.row_stems(Path(run_dir) / "cells") - set(store.read_json(lost) if lost.exists() else ())
     return [(cid, r) for cid, r in jobs if job_key(cid, r) not in done]
 
 
@@ -137,3 +144,38 @@ def unfinished(run_dir: Path) -> tuple[int, int] | None:
     _, jobs, _ = load_plan(run_dir)
     left = pending(run_dir, jobs)
     return (len(left), len(jobs)) if left else None
+
+
+def mark_lost(run_dir: Path, key: str, nodes: tuple[str, ...]) -> None:
+    """Note a job its node failed under (written before its row: a row without its note would never run again)."""
+    path = Path(run_dir) / LOST
+    lost = store.read_json(path) if path.exists() else {}
+    store.write_json(path, lost | {key: list(nodes)})
+
+
+def requeue_lost(run_dir: Path) -> list[str]:
+    """The jobs mark_lost noted run again: each row kept under a name of its own (status superseded, `rerun_cause`
+    RERUN_NODE_LOST, its steps in SUPERSEDED_STEPS, its log beside the others) and taken away, so the job is
+    pending. Returns their keys. The copy is written before the row goes; the note goes last."""
+    run_dir = Path(run_dir)
+    path = run_dir / LOST
+    if not path.exists():
+        return []
+    lost = store.read_json(path)
+    for key in list(lost):
+        row_file = run_dir / "cells" / f"{key}.parquet"
+        if row_file.exists():
+            row = store.read_table(row_file, CELL_SCHEMA).to_pylist()[0]
+            n = 1 + len(list((run_dir / "cells").glob(f"{key}-{SUPERSEDED}-lost*.parquet")))
+            kept = f"{key}-{SUPERSEDED}-lost{n}"
+            log = Path(row[col.log_path]) if row.get(col.log_path) else None
+            store.write_table(run_dir / "cells" / f"{kept}.parquet", cell_table([dict(
+                row, status=SUPERSEDED, rerun_cause=RERUN_NODE_LOST,
+                log_path=str(log.with_name(f"{kept}.log")) if log else row.get(col.log_path))]))
+            for folder, target, suffix in (("steps", SUPERSEDED_STEPS, ".parquet"), ("logs", "logs", ".log")):
+                if (run_dir / folder / f"{key}{suffix}").exists():
+                    (run_dir / target).mkdir(exist_ok=True)
+                    os.replace(run_dir / folder / f"{key}{suffix}", run_dir / target / f"{kept}{suffix}")
+            row_file.unlink()
+    path.unlink()
+    return list(lost)

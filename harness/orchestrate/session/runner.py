@@ -23,7 +23,8 @@ from harness.orchestrate.session.job import JobContext, Placement, PreparedJob, 
 from harness.orchestrate.placement.local import LocalExecutor
 from harness.orchestrate.placement.machine import probe_machine
 from harness.orchestrate.placement.packing import Packing, solo_packing
-from harness.orchestrate.session.runfolder import MANIFEST, load_plan, pending, plan_executor, plan_fire_drill
+from harness.orchestrate.session.runfolder import (MANIFEST, load_plan, pending, plan_executor, plan_fire_drill,
+                                                   requeue_lost)
 from harness.orchestrate.placement.slurm import SlurmExecutor
 from harness.results import folded, store
 from harness.matrix.cells import Cell, job_key
@@ -65,6 +66,8 @@ def execute(run_dir: Path, *, caps: Capabilities, env: dict[str, Any], env_key: 
     """
     run_id, jobs, cells = load_plan(run_dir)
     folded.unfold_run(run_dir)  # a finished run resumed: its rows one file a job again, as in flight
+    for key in requeue_lost(run_dir):  # its node failed, not the cell: run again (the row kept, superseded)
+        notify(f"{key}: its SLURM node was lost (NODE_FAIL); running it again")
     todo = pending(run_dir, jobs)
     executor = executor or executor_for(plan_executor(run_dir), notify=notify)
     ctx = JobContext(run_dir=run_dir, run_id=run_id, caps=caps, env=env, env_key=env_key,

@@ -67,11 +67,14 @@ def run_work_repeats(sides: Mapping[str, Path], cell_ids: Sequence[str], plan: W
                      caps: capabilities.Capabilities, envs: Mapping[str, dict[str, Any]],
                      pythons: Mapping[str, str | None] | None = None, seed: int = 0,
                      checkouts: Mapping[str, Path | None] | None = None,
+                     executors: Mapping[str, Any] | None = None,
                      notify: Callable[[str], None] = print) -> list[tuple[str, str, int, str]]:
     """Run `plan.repeats` counted processes of each of `cell_ids` in each side's run folder (`sides`: name ->
     folder), round by round, the sides in a seeded random order within each (cell, process); gather each side's
-    work.parquet. Returns (side, cell_id, process, status) in the order run."""
-    pythons, checkouts = pythons or {}, checkouts or {}
+    work.parquet. `executors`: where a side's counted jobs run (`nvbench run` passes its run's, so a cell wider
+    than one node is counted across its SLURM nodes); this machine where none is named. Returns (side, cell_id,
+    process, status) in the order run."""
+    pythons, checkouts, executors = pythons or {}, checkouts or {}, executors or {}
     contexts = {name: _context(folder, plan, caps=caps, env=envs[name], python=pythons.get(name),
                                checkout=checkouts.get(name), notify=notify) for name, folder in sides.items()}
     rng = random.Random(seed)
@@ -84,7 +87,7 @@ def run_work_repeats(sides: Mapping[str, Path], cell_ids: Sequence[str], plan: W
                 ctx, cells = contexts[name]
                 if _done(ctx, cid, process):
                     continue
-                row = job.run_job(cells[cid], process, ctx)
+                row = job.run_job(cells[cid], process, ctx, executor=executors.get(name))
                 notify(f"{name.upper()} {row['status']:>8} {cid} counted p{process}"
                        + ("" if row["status"] == "ok" else f"  {row['reason']}"))
                 order.append((name, cid, process, row["status"]))
