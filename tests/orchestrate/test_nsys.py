@@ -20,7 +20,8 @@ needs_nsys = pytest.mark.skipif(shutil.which("nsys") is None,
                                        "apt can (contrib/non-free)")
 
 STEPS, ACCUM = 3, 2
-AGENT_LOST = "Connection to the Agent lost"
+NSIGHT_SESSION_LOST = ("Connection to the Agent lost", "Local Endpoint is not available")
+"""Nsight's own session failing beside another job (its agent, its local IPC endpoint), never the cell's."""
 """Nsight Systems' own words when its session with the profiled process broke (nsys's failure, not the cell's)."""
 # The names as a timeline shows them, written out: Nsight filters and docs/profiling.md rely on them, so a
 # renamed range must fail here (harness/cell/instruments/timing.py holds them).
@@ -42,8 +43,8 @@ def profiled(tmp_path_factory):
         out = root / f"run{attempt}"
         proc = nvbench("profile", str(matrix), "--tool", "nsys", "--steps", str(STEPS), "--out", str(out))
         # Nsight's own session, not the cell: beside another job on a 2-core runner its agent's connection was lost
-        # once (the profiled process ran to its end, nsys wrote no report); a fresh session is the same test again
-        if proc.returncode == 0 or AGENT_LOST not in proc.stderr:
+        # once, and once its local endpoint was not available (2026-12-07, 422af3c); a fresh session is the same test
+        if proc.returncode == 0 or not any(said in proc.stderr for said in NSIGHT_SESSION_LOST):
             break
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (cell,) = expand(load_matrix(matrix))
